@@ -1,0 +1,3 @@
+from trainaudit.cli import main
+
+main()

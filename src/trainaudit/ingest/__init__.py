@@ -1,0 +1,124 @@
+"""Ingest: user inputs -> detected formats -> readers -> a sink (run, summary or row writer).
+
+    run, problems = load_run(["train.log", "ci-artifacts.zip"])
+
+Formats are detected by content (the first 64 KiB), with the file name as a hint; ``fmt``
+forces one reader for every input.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from trainaudit.errors import InputError
+from trainaudit.ingest.base import Reader, Sample
+from trainaudit.ingest.readers import all_readers, reader_by_name, READER_CLASSES
+from trainaudit.ingest.sink import RunBuilder, Sink
+from trainaudit.ingest.sources import STREAM_ERRORS, InputFile, expand_inputs, read_head
+from trainaudit.model import Run, Source
+
+__all__ = ["Detected", "Problem", "detect", "load_run", "scan", "format_names"]
+
+
+@dataclass(slots=True)
+class Detected:
+    inp: InputFile
+    reader: Reader
+
+
+@dataclass(slots=True)
+class Problem:
+    """An input that was skipped or only partly read; ``fatal`` ones stop ``parse`` with exit 2."""
+
+    path: str
+    message: str
+    fatal: bool = True
+
+    def __str__(self) -> str:
+        return f"{self.path}: {self.message}"
+
+
+def format_names() -> list[str]:
+    return [cls.name for cls in READER_CLASSES]
+
+
+def detect(inputs: list[InputFile], fmt: str | None = None, *, explicit: set[str] | None = None,
+           problems: list[Problem] | None = None) -> list[Detected]:
+    """Pick a reader per input. Files found inside directories or archives that no reader claims
+    are skipped (recorded as non-fatal problems); a file the user named directly must be readable."""
+    forced = None
+    if fmt:
+        forced = reader_by_name(fmt)
+        if forced is None:
+            raise InputError(f"--format {fmt}: unknown format (known: {', '.join(format_names())})")
+    readers = all_readers()
+    out: list[Detected] = []
+    for inp in inputs:
+        direct = explicit is not None and inp.display in explicit
+        if inp.size == 0 and not inp.compressed:
+            if direct:
+                raise InputError(f"{inp.display}: file is empty")
+            continue
+        head = read_head(inp)
+        if not head:
+            if direct:
+                raise InputError(f"{inp.display}: file is empty")
+            continue
+        sample = Sample.from_head(inp.name, head)
+        if forced is not None:
+            out.append(Detected(inp, forced))
+            continue
+        best, score = None, 0.0
+        for r in readers:
+            s = r.sniff(sample)
+            if s > score:
+                best, score = r, s
+        if best is None:
+            what = "binary file" if not sample.is_text else "text"
+            if direct:
+                raise InputError(f"{inp.display}: unknown format ({what} that no reader recognises; "
+                                 f"use --format, one of: {', '.join(format_names())})")
+            if problems is not None:
+                problems.append(Problem(inp.display, f"skipped: unknown format ({what})", fatal=False))
+            continue
+        out.append(Detected(inp, best))
+    return out
+
+
+def scan(paths: list[str], sink: Sink, fmt: str | None = None) -> list[Problem]:
+    """Read every input into ``sink``. Returns problems; raises :class:`InputError` when nothing
+    at all could be read."""
+    problems: list[Problem] = []
+    inputs = expand_inputs(paths)
+    detected = detect(inputs, fmt, explicit=set(paths), problems=problems)
+    if not detected:
+        raise InputError(f"{', '.join(paths)}: no readable training artifacts found")
+    useful = 0
+    for d in detected:
+        source = Source(d.inp.display, d.reader.name, d.reader.kind, d.inp.size)
+        before_values, before_events = sink.n_values, sink.n_events
+        sink.begin(source)
+        try:
+            d.reader.read(d.inp, sink)
+        except InputError as exc:
+            problems.append(Problem(d.inp.display, str(exc).removeprefix(f"{d.inp.display}: ")))
+        except STREAM_ERRORS as exc:
+            problems.append(Problem(d.inp.display, f"corrupt or truncated data ({exc}); "
+                                                   "values read before the damage are kept"))
+        finally:
+            sink.end()
+        got = sink.n_values - before_values + sink.n_events - before_events
+        if got:
+            useful += 1
+        elif not any(p.path == d.inp.display for p in problems):
+            problems.append(Problem(d.inp.display, f"no metrics or events found (read as {d.reader.name})",
+                                    fatal=d.inp.display in paths))
+    if useful == 0:
+        raise InputError(problems[0].__str__() if problems else f"{', '.join(paths)}: nothing readable")
+    return problems
+
+
+def load_run(paths: list[str], fmt: str | None = None) -> tuple[Run, list[Problem]]:
+    builder = RunBuilder()
+    problems = scan(paths, builder, fmt)
+    return builder.build(), problems

@@ -1,0 +1,27 @@
+"""All readers, in tie-break order (earlier wins when two sniff the same confidence).
+
+Each module defines one or more :class:`~trainaudit.ingest.base.Reader` subclasses; add new
+ones to ``READER_CLASSES``.
+"""
+
+from __future__ import annotations
+
+from trainaudit.ingest.base import Reader
+from trainaudit.ingest.readers.megatron import MegatronReader
+from trainaudit.ingest.readers.plain import PlainTextReader
+
+READER_CLASSES: list[type[Reader]] = [
+    MegatronReader,
+    PlainTextReader,
+]
+
+
+def all_readers() -> list[Reader]:
+    return [cls() for cls in READER_CLASSES]
+
+
+def reader_by_name(name: str) -> Reader | None:
+    for cls in READER_CLASSES:
+        if cls.name == name:
+            return cls()
+    return None

@@ -1,0 +1,215 @@
+"""Where readers put what they find.
+
+Readers never build a :class:`~trainaudit.model.Run` themselves: they call ``add``/``add_many``/
+``event``/``meta`` on a :class:`Sink`. That lets one reader serve three consumers: an in-memory
+run (:class:`RunBuilder`, for diagnose/compare), a constant-memory summary (:class:`StatsSink`,
+for ``parse`` without ``-o``) and a streaming row writer (``trainaudit.ingest.export``).
+"""
+
+from __future__ import annotations
+
+from array import array
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from numpy.typing import ArrayLike
+
+from trainaudit.model import Event, Run, Series, Source
+
+FLUSH_POINTS = 1 << 16
+
+
+class _Buffer:
+    __slots__ = ("lines", "steps", "values")
+
+    def __init__(self) -> None:
+        self.steps = array("q")
+        self.values = array("d")
+        self.lines = array("q")
+
+    def __len__(self) -> int:
+        return len(self.steps)
+
+
+class Sink:
+    """Base sink: buffers per-value ``add`` calls and hands whole arrays to ``write_values``.
+
+    Values from a rank other than the first rank seen for a metric are kept as a separate
+    metric named ``"<metric>@rank<r>"``, so interleaved ranks never mix into one curve.
+    """
+
+    def __init__(self) -> None:
+        self.source: Source | None = None
+        self.last_step: int | None = None
+        self._buffers: dict[str, _Buffer] = {}
+        self._primary_rank: dict[str, int] = {}
+        self.n_values = 0
+        self.n_events = 0
+
+    # -- reader API -------------------------------------------------------------------------
+    def begin(self, source: Source) -> None:
+        self.source = source
+        self.last_step = None
+        self._primary_rank = {}
+
+    def add(self, metric: str, step: int, value: float, line: int, rank: int | None = None) -> None:
+        if rank is not None:
+            primary = self._primary_rank.setdefault(metric, rank)
+            if rank != primary:
+                metric = f"{metric}@rank{rank}"
+        buf = self._buffers.get(metric)
+        if buf is None:
+            buf = self._buffers[metric] = _Buffer()
+        buf.steps.append(step)
+        buf.values.append(value)
+        buf.lines.append(line)
+        self.last_step = step
+        if len(buf) >= FLUSH_POINTS and self.flushes_early:
+            self._flush(metric)
+
+    def add_many(self, metric: str, steps: ArrayLike, values: ArrayLike, lines: ArrayLike) -> None:
+        s = np.asarray(steps, dtype=np.int64)
+        if s.size == 0:
+            return
+        self._flush(metric)
+        self.write_values(metric, s, np.asarray(values, dtype=np.float64), np.asarray(lines, dtype=np.int64))
+        self.n_values += int(s.size)
+        self.last_step = int(s[-1])
+
+    def event(self, ev: Event) -> None:
+        if ev.step is None:
+            ev.step = self.last_step
+        self.n_events += 1
+        self.write_event(ev)
+
+    def meta(self, key: str, value: Any) -> None:
+        self.write_meta(key, value)
+
+    def end(self) -> None:
+        for metric in list(self._buffers):
+            self._flush(metric)
+        self._buffers.clear()
+
+    # -- consumer API -----------------------------------------------------------------------
+    flushes_early = True
+
+    def write_values(self, metric: str, steps: np.ndarray, values: np.ndarray, lines: np.ndarray) -> None:
+        raise NotImplementedError
+
+    def write_event(self, ev: Event) -> None:
+        raise NotImplementedError
+
+    def write_meta(self, key: str, value: Any) -> None:
+        """Metadata is optional for consumers."""
+
+    def _flush(self, metric: str) -> None:
+        buf = self._buffers.get(metric)
+        if buf is None or not len(buf):
+            return
+        self._buffers[metric] = _Buffer()
+        self.n_values += len(buf)
+        self.write_values(
+            metric,
+            np.frombuffer(buf.steps, dtype=np.int64),
+            np.frombuffer(buf.values, dtype=np.float64),
+            np.frombuffer(buf.lines, dtype=np.int64),
+        )
+
+
+class RunBuilder(Sink):
+    """Collects everything into one :class:`Run` (all sources merged)."""
+
+    flushes_early = False
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.run = Run()
+        self._parts: dict[str, list[tuple[np.ndarray, np.ndarray, np.ndarray, int]]] = {}
+
+    def begin(self, source: Source) -> None:
+        super().begin(source)
+        self.run.sources.append(source)
+
+    def write_values(self, metric: str, steps: np.ndarray, values: np.ndarray, lines: np.ndarray) -> None:
+        self._parts.setdefault(metric, []).append((steps, values, lines, len(self.run.sources) - 1))
+
+    def write_event(self, ev: Event) -> None:
+        self.run.events.append(ev)
+
+    def write_meta(self, key: str, value: Any) -> None:
+        self.run.meta.setdefault(key, value)
+
+    def build(self) -> Run:
+        """Merge parts per metric: sort by step; where a step repeats (a restart re-logging steps,
+        or ranks printing the same line) the value read last wins, and restarts are recorded."""
+        restarts: list[int] = []
+        for metric, parts in self._parts.items():
+            steps = np.concatenate([p[0] for p in parts])
+            values = np.concatenate([p[1] for p in parts])
+            lines = np.concatenate([p[2] for p in parts])
+            src = np.concatenate([np.full(p[0].shape[0], p[3], dtype=np.int16) for p in parts])
+            if steps.size > 1 and np.any(np.diff(steps) < 0):
+                back = np.flatnonzero(np.diff(steps) < 0) + 1
+                if "@" not in metric:
+                    restarts.extend(int(steps[i]) for i in back)
+            order = np.argsort(steps, kind="stable")
+            steps, values, lines, src = steps[order], values[order], lines[order], src[order]
+            if steps.size > 1:
+                keep = np.append(steps[1:] != steps[:-1], True)  # last of each run of equal steps
+                if not keep.all():
+                    steps, values, lines, src = steps[keep], values[keep], lines[keep], src[keep]
+            self.run.series[metric] = Series(metric, steps, values, lines, src)
+        if restarts:
+            self.run.meta["restarts"] = sorted(set(restarts))
+        self._parts.clear()
+        return self.run
+
+
+@dataclass
+class MetricStats:
+    count: int = 0
+    n_nonfinite: int = 0
+    first_step: int | None = None
+    last_step: int | None = None
+    min_step: int | None = None
+    max_step: int | None = None
+
+
+@dataclass
+class SourceStats:
+    source: Source
+    metrics: dict[str, MetricStats] = field(default_factory=dict)
+    events: dict[str, int] = field(default_factory=dict)
+    meta: dict[str, Any] = field(default_factory=dict)
+    problem: str | None = None
+
+
+class StatsSink(Sink):
+    """Constant-memory summary per source: metric counts, step ranges, event counts."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stats: list[SourceStats] = []
+
+    def begin(self, source: Source) -> None:
+        super().begin(source)
+        self.stats.append(SourceStats(source))
+
+    def write_values(self, metric: str, steps: np.ndarray, values: np.ndarray, lines: np.ndarray) -> None:
+        st = self.stats[-1].metrics.setdefault(metric, MetricStats())
+        st.count += int(steps.size)
+        st.n_nonfinite += int(np.count_nonzero(~np.isfinite(values)))
+        lo, hi = int(steps.min()), int(steps.max())
+        st.min_step = lo if st.min_step is None else min(st.min_step, lo)
+        st.max_step = hi if st.max_step is None else max(st.max_step, hi)
+        if st.first_step is None:
+            st.first_step = int(steps[0])
+        st.last_step = int(steps[-1])
+
+    def write_event(self, ev: Event) -> None:
+        ev_counts = self.stats[-1].events
+        ev_counts[ev.kind.value] = ev_counts.get(ev.kind.value, 0) + 1
+
+    def write_meta(self, key: str, value: Any) -> None:
+        self.stats[-1].meta.setdefault(key, value)

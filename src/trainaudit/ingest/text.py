@@ -1,0 +1,114 @@
+"""Clean the lines of real training logs before any format looks at them.
+
+Real logs are messy: launcher prefixes (``[rank3]:``, ``[default0]:``, ``0: `` from ``srun
+--label``, NeMo-Run task names, Ray actor tags), ANSI colour codes, tqdm bars redrawn with
+carriage returns, CRLF, invalid UTF-8 and a last line cut short. :func:`iter_lines` yields
+:class:`Line` objects whose ``text`` is the cleaned content, ``rank`` the launcher rank if a
+prefix carried one, and ``no`` the 1-based physical line number in the file (all carriage-return
+segments of one physical line share its number).
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import BinaryIO
+
+ANSI_RE = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[()][0-9A-Za-z]|\x1b[=>]")
+
+# Launcher prefixes, tried repeatedly at the start of a line (they stack: "29: [rank29]: ...").
+_PREFIXES = [
+    re.compile(r"\[(?:rank|default|[A-Za-z_]*?)(\d+)\]:[ ]?"),  # torchrun --tee / TORCH_LOGS
+    re.compile(r"(\d{1,5}): "),  # srun --label
+    re.compile(r"slurm_procid (\d+) : "),
+    re.compile(r"(?=[\w.\-]*[A-Za-z])[\w.\-]+/(\d+) (?=\[(?:default|rank)\d)"),  # NeMo-Run "i.pretrain/0 [default2]:"
+    re.compile(r"\(\w+(?:\([^)]*\))? pid=\d+(?:, ip=[\d.]+)?\) "),  # Ray actor prefix
+]
+_PREFIX_START = re.compile(r"[\[\d(sa-zA-Z]")
+
+
+@dataclass(slots=True)
+class Line:
+    no: int
+    text: str
+    rank: int | None
+    raw: str
+
+
+def strip_prefixes(text: str) -> tuple[str, int | None]:
+    """Remove launcher prefixes; return the rest and the rank (the innermost ``[rankN]`` wins)."""
+    rank: int | None = None
+    pos = 0
+    while pos < len(text) and _PREFIX_START.match(text, pos):
+        for i, pat in enumerate(_PREFIXES):
+            m = pat.match(text, pos)
+            if m is None:
+                continue
+            if i == 1 and not _looks_like_label(text, m.end()):
+                continue
+            if m.lastindex:
+                rank = int(m.group(1))
+            pos = m.end()
+            break
+        else:
+            break
+    return text[pos:], rank
+
+
+def _looks_like_label(text: str, end: int) -> bool:
+    # "12: " is an srun label only if something log-like follows, not "12: 0.5" data.
+    return end < len(text) and not text[end].isdigit()
+
+
+def iter_lines(stream: BinaryIO) -> Iterator[Line]:
+    """Yield cleaned lines. Streams in constant memory; the last line may lack a newline."""
+    reader = stream if isinstance(stream, io.BufferedIOBase) else io.BufferedReader(stream)  # type: ignore[arg-type]
+    for no, braw in enumerate(reader, 1):
+        raw = braw.decode("utf-8", "replace").rstrip("\r\n")
+        if not raw:
+            continue
+        text = ANSI_RE.sub("", raw) if "\x1b" in raw else raw
+        if "\r" in text:
+            for seg in text.split("\r"):
+                if seg.strip():
+                    body, rank = strip_prefixes(seg)
+                    yield Line(no, body, rank, raw)
+            continue
+        body, rank = strip_prefixes(text)
+        yield Line(no, body, rank, raw)
+
+
+_SPECIAL = {
+    "nan": math.nan,
+    "-nan": math.nan,
+    "+nan": math.nan,
+    "inf": math.inf,
+    "+inf": math.inf,
+    "-inf": -math.inf,
+    "infinity": math.inf,
+    "-infinity": -math.inf,
+}
+
+
+def parse_number(token: str) -> float | None:
+    """Parse a number as logs print it: ``1.2E+00``, ``7,282``, ``nan``, ``NaN``, ``-inf``,
+    ``12.5%``, ``9.46GiB`` (unit stripped by the caller). Returns None if it is not a number."""
+    t = token.strip().strip("'\"").rstrip(",;")
+    if not t:
+        return None
+    try:
+        return float(t)
+    except ValueError:
+        pass
+    special = _SPECIAL.get(t.lower())
+    if special is not None:
+        return special
+    if "," in t:
+        try:
+            return float(t.replace(",", ""))
+        except ValueError:
+            return None
+    return None

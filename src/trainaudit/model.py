@@ -1,0 +1,132 @@
+"""The data model every stage shares: a run is metric series plus events, all with provenance.
+
+A value or event always remembers where it came from (source path as the user gave it, or
+``archive.zip!member``, and the 1-based line number), so a report can quote the line it rests on.
+Series are numpy-backed; the raw text of a value's line is not stored but re-read on demand
+(``trainaudit.ingest.sources.read_lines``), which keeps a 1M-step run small in memory.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+
+class SourceKind(str, enum.Enum):
+    """What a source is; the values are the ``kind`` of SPEC.md's ``source_refs``."""
+
+    LOG = "log"
+    METRICS = "metrics"
+    TENSORBOARD = "tensorboard"
+    GOLDEN_VALUES = "golden_values"
+    CONFIG = "config"
+    CI_LOG = "ci_log"
+
+
+@dataclass(slots=True)
+class Source:
+    """One readable input: a file, or a member of an archive (``path`` is ``archive!member``)."""
+
+    path: str
+    format: str = ""
+    kind: SourceKind = SourceKind.LOG
+    size: int = 0
+
+
+class EventKind(str, enum.Enum):
+    """Typed things that happen in a run, as opposed to per-step numbers."""
+
+    OOM = "oom"  # CUDA out of memory (device)
+    HOST_OOM = "host_oom"  # kernel OOM killer / SIGKILL of a worker
+    SIGNAL = "signal"  # a worker died of a signal (SIGSEGV, SIGABRT, SIGBUS, ...)
+    NCCL_TIMEOUT = "nccl_timeout"  # watchdog / collective timeout
+    DISTRIBUTED_ERROR = "distributed_error"  # c10d store errors, DistBackendError, rendezvous
+    ELASTIC_FAILURE = "elastic_failure"  # torch.distributed.elastic summary: rank, exit code
+    XID = "xid"  # NVIDIA Xid from the kernel log
+    ECC = "ecc"  # ECC error
+    GPU_LOST = "gpu_lost"  # GPU fell off the bus
+    NAN_CHECK = "nan_check"  # a framework's NaN/Inf check fired
+    MISSING_METRIC = "missing_metric"  # a metric the line normally carries is absent (Megatron NaN loss)
+    LOSS_SCALE = "loss_scale"  # fp16 overflow: loss scale reduced / step skipped
+    LOSS_SCALE_MIN = "loss_scale_min"  # loss scale cannot go lower: run exits
+    TRACEBACK = "traceback"  # a Python exception with its frames
+    ERROR = "error"  # any other fatal-looking line
+    WARNING = "warning"
+    PHASE = "phase"  # training started / finished / checkpoint saved / exiting
+    GATE = "gate"  # a CI gate's own output (golden-value comparator lines)
+
+
+@dataclass(slots=True)
+class Event:
+    kind: EventKind
+    message: str
+    source: str
+    line: int
+    raw: str
+    step: int | None = None
+    rank: int | None = None
+    data: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind.value,
+            "message": self.message,
+            "source": self.source,
+            "line": self.line,
+            "step": self.step,
+            "rank": self.rank,
+            "data": self.data,
+            "raw": self.raw,
+        }
+
+
+@dataclass(slots=True)
+class Series:
+    """One metric over steps, sorted by step. ``src`` indexes ``Run.sources``; ``lines`` are 1-based
+    (0 when a format has no lines, e.g. a TensorBoard record)."""
+
+    name: str
+    steps: NDArray[np.int64]
+    values: NDArray[np.float64]
+    lines: NDArray[np.int64]
+    src: NDArray[np.int16]
+
+    def __len__(self) -> int:
+        return int(self.steps.shape[0])
+
+    def finite(self) -> Series:
+        keep = np.isfinite(self.values)
+        return self.take(keep)
+
+    def take(self, index: NDArray[Any]) -> Series:
+        return Series(self.name, self.steps[index], self.values[index], self.lines[index], self.src[index])
+
+    def value_at(self, step: int) -> float | None:
+        i = int(np.searchsorted(self.steps, step))
+        if i < len(self) and int(self.steps[i]) == step:
+            return float(self.values[i])
+        return None
+
+
+@dataclass(slots=True)
+class Run:
+    """Everything known about one training run, possibly assembled from several sources."""
+
+    sources: list[Source] = field(default_factory=list)
+    series: dict[str, Series] = field(default_factory=dict)
+    events: list[Event] = field(default_factory=list)
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def metric(self, name: str) -> Series | None:
+        return self.series.get(name)
+
+    def source_path(self, series: Series, index: int) -> str:
+        return self.sources[int(series.src[index])].path
+
+    @property
+    def frameworks(self) -> list[str]:
+        return sorted({s.format for s in self.sources if s.format})
