@@ -1,0 +1,163 @@
+"""answer.json, schema_version "1", exactly as SPEC.md section 2 defines it (pydantic models).
+
+Where the SPEC is silent we add optional fields and say why:
+- ``ExtractedFact.values`` / ``steps``: a fact may quote a whole series excerpt (e.g. the golden and
+  actual values of a metric), so that aggregate calculations (median, max relative error) are
+  recomputable from facts in the same file.
+- ``ExtractedFact.quote``: the raw source line the fact rests on (secrets masked).
+- ``Comparison.deviation``: the shape of the deviation (sign, trend, systematic shift from step k).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+SCHEMA_VERSION = "1"
+
+SourceKindName = Literal["log", "metrics", "tensorboard", "golden_values", "config", "ci_log", "archive_member",
+                         "commit", "repo"]
+Severity = Literal["critical", "high", "medium", "low", "info"]
+Task = Literal["diagnose", "compare", "audit"]
+Verdict = Literal["real_regression", "numerical_drift", "gating_policy_issue", "infrastructure_failure", "crash",
+                  "pass", "inconclusive", "healthy", "unhealthy"]
+Category = Literal["nan_inf", "divergence", "loss_spike", "loss_scale_collapse", "plateau", "overfitting",
+                   "grad_explosion", "grad_vanishing", "oom", "memory_growth", "distributed_failure",
+                   "throughput_regression", "golden_mismatch", "mode_collapse", "data_pipeline", "hardware_fault",
+                   "crash", "healthy"]
+CommitRole = Literal["suspect", "environment_change", "golden_update", "policy_change", "fix"]
+
+SEVERITY_ORDER: dict[str, int] = {"info": 0, "low": 1, "medium": 2, "high": 3, "critical": 4}
+CATEGORIES: tuple[str, ...] = Category.__args__  # type: ignore[attr-defined]
+VERDICTS: tuple[str, ...] = Verdict.__args__  # type: ignore[attr-defined]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ToolInfo(_Model):
+    name: Literal["trainaudit"] = "trainaudit"
+    version: str
+
+
+class SourceRef(_Model):
+    id: str
+    kind: SourceKindName
+    path: str
+    sha256: str | None = None
+    commit: str | None = None
+    description: str = ""
+
+
+class ExtractedFact(_Model):
+    id: str
+    source_ref: str
+    statement: str
+    metric: str | None = None
+    step: int | None = None
+    value: float | str | None = None
+    unit: str | None = None
+    line: int | None = None
+    quote: str | None = None
+    steps: list[int] | None = None
+    values: list[float | str | None] | None = None  # non-finite as "nan", "inf", "-inf"
+
+
+class Calculation(_Model):
+    id: str
+    description: str
+    formula: str
+    inputs: list[str]
+    result: float | None
+    unit: str | None = None
+
+
+class Finding(_Model):
+    id: str
+    rule: str
+    category: Category
+    severity: Severity
+    metric: str | None = None
+    first_bad_step: int | None = None
+    last_step: int | None = None
+    message: str
+    evidence: list[str] = Field(default_factory=list)
+    confidence: float = Field(ge=0.0, le=1.0)
+
+
+class Comparison(_Model):
+    metric: str
+    check: Literal["exact", "approximate"]
+    policy: str
+    passed: bool
+    rtol: float
+    atol: float
+    n_steps: int
+    n_failing: int
+    allowed_failing: int
+    first_failing_step: int | None = None
+    max_rel_err: float | None = None
+    median_rel_err: float | None = None
+    window: list[int] | None = None
+    golden_median: float | None = None
+    actual_median: float | None = None
+    evidence: list[str] = Field(default_factory=list)
+    deviation: dict[str, Any] | None = None
+
+
+class Commit(_Model):
+    sha: str
+    date: str
+    title: str
+    files: list[str] = Field(default_factory=list)
+    role: CommitRole
+    relevance: float = Field(ge=0.0, le=1.0)
+    reason: str
+
+
+class RootCause(_Model):
+    issue: str
+    category: Category
+    severity: Severity
+    evidence: list[str] = Field(default_factory=list)
+    fix: str
+    expected_impact: str
+    verify: str
+    confidence: float = Field(ge=0.0, le=1.0)
+
+
+class FinalAnswer(_Model):
+    verdict: Verdict
+    category: Category
+    first_bad_step: int | None = None
+    summary: str
+    root_causes: list[RootCause] = Field(default_factory=list)
+    quick_fixes: list[str] = Field(default_factory=list)
+    needs_more_data: list[str] = Field(default_factory=list)
+
+
+class ValidationCheck(_Model):
+    name: str
+    passed: bool
+    detail: str = ""
+
+
+class Validation(_Model):
+    all_passed: bool
+    checks: list[ValidationCheck] = Field(default_factory=list)
+
+
+class Answer(_Model):
+    schema_version: Literal["1"] = SCHEMA_VERSION
+    tool: ToolInfo
+    task: Task
+    source_refs: list[SourceRef] = Field(default_factory=list)
+    extracted_facts: list[ExtractedFact] = Field(default_factory=list)
+    calculations: list[Calculation] = Field(default_factory=list)
+    findings: list[Finding] = Field(default_factory=list)
+    comparisons: list[Comparison] = Field(default_factory=list)
+    commits: list[Commit] = Field(default_factory=list)
+    final_answer: FinalAnswer
+    validation: Validation = Field(default_factory=lambda: Validation(all_passed=False))
