@@ -1,0 +1,184 @@
+"""answer.md: the page a human reads in a minute. Every claim carries its evidence ids, and the
+evidence section quotes the source lines (``path:line``) those ids rest on."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from trainaudit.report.schema import Answer, ExtractedFact
+
+MAX_ROWS = 25
+
+
+def _fmt(v: float | int | str | None, digits: int = 4) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, str):
+        return v
+    if isinstance(v, int):
+        return str(v)
+    if v != v:  # NaN
+        return "nan"
+    if abs(v) >= 1e5 or (0 < abs(v) < 1e-3):
+        return f"{v:.{digits - 1}e}"
+    return f"{v:.{digits}g}"
+
+
+def _pct(v: float | None) -> str:
+    return "-" if v is None else f"{v * 100:.3g} %"
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def _ids(ids: Iterable[str]) -> str:
+    ids = list(ids)
+    return " ".join(f"[{i}](#{i.lower()})" for i in ids) if ids else "-"
+
+
+def _cited(answer: Answer) -> list[str]:
+    """Fact ids cited anywhere (root causes, findings, calculations, comparisons), in order."""
+    seen: dict[str, None] = {}
+    calcs = {c.id: c for c in answer.calculations}
+
+    def visit(i: str) -> None:
+        if i in seen:
+            return
+        if i.startswith("F"):
+            seen[i] = None
+        elif i in calcs:
+            for j in calcs[i].inputs:
+                visit(j)
+
+    for rc in answer.final_answer.root_causes:
+        for i in rc.evidence:
+            visit(i)
+    for d in answer.findings:
+        for i in d.evidence:
+            visit(i)
+    for c in answer.comparisons:
+        for i in c.evidence:
+            visit(i)
+    return list(seen)
+
+
+def render_markdown(answer: Answer, plot_files: list[str] | None = None) -> str:
+    fa = answer.final_answer
+    src = {s.id: s for s in answer.source_refs}
+    facts = {f.id: f for f in answer.extracted_facts}
+    out: list[str] = []
+    conf = max((rc.confidence for rc in fa.root_causes), default=None)
+    out.append(f"# trainaudit {answer.task}: **{fa.verdict}**")
+    out.append("")
+    line = f"Category: `{fa.category}`"
+    if fa.first_bad_step is not None:
+        line += f" · first bad step: **{fa.first_bad_step}**"
+    if conf is not None:
+        line += f" · confidence {conf:.2f}"
+    out += [line, "", fa.summary, ""]
+
+    if fa.root_causes:
+        out.append("## Root cause" + ("s" if len(fa.root_causes) > 1 else ""))
+        for k, rc in enumerate(fa.root_causes, 1):
+            out.append(f"{k}. **{rc.issue}** (`{rc.category}`, {rc.severity}, confidence {rc.confidence:.2f}; "
+                       f"evidence {_ids(rc.evidence)})")
+            out.append(f"   - Fix: {rc.fix}")
+            out.append(f"   - Expected impact: {rc.expected_impact}")
+            out.append(f"   - Verify: {rc.verify}")
+        out.append("")
+    if fa.quick_fixes:
+        out.append("## Quick fixes")
+        out += [f"- {q}" for q in fa.quick_fixes] + [""]
+
+    if answer.comparisons:
+        out.append("## Checks")
+        out.append("| metric | check | result | failing / allowed | first failing step | max rel err | "
+                   "median rel err | medians (golden → actual) | evidence |")
+        out.append("|---|---|---|---|---|---|---|---|---|")
+        for c in answer.comparisons[:MAX_ROWS]:
+            med = "-"
+            if c.golden_median is not None or c.actual_median is not None:
+                med = f"{_fmt(c.golden_median)} → {_fmt(c.actual_median)}"
+                if c.window:
+                    med += f" (steps {c.window[0]}–{c.window[-1]})"
+            out.append(f"| {_cell(c.metric)} | {c.check} ({c.policy}, rtol {c.rtol:g}) | "
+                       f"{'pass' if c.passed else '**FAIL**'} | {c.n_failing}/{c.n_steps} (allowed {c.allowed_failing}) | "
+                       f"{_fmt(c.first_failing_step)} | {_pct(c.max_rel_err)} | {_pct(c.median_rel_err)} | {med} | "
+                       f"{_ids(c.evidence)} |")
+        out.append("")
+
+    if answer.findings:
+        out.append("## Findings")
+        out.append("| id | rule | severity | metric | first bad step | message | evidence |")
+        out.append("|---|---|---|---|---|---|---|")
+        for d in answer.findings[:MAX_ROWS]:
+            out.append(f"| {d.id} | {d.rule} | {d.severity} | {_cell(d.metric or '-')} | {_fmt(d.first_bad_step)} | "
+                       f"{_cell(d.message)} | {_ids(d.evidence)} |")
+        if len(answer.findings) > MAX_ROWS:
+            out.append(f"\n({len(answer.findings) - MAX_ROWS} more findings in answer.json)")
+        out.append("")
+
+    if answer.commits:
+        out.append("## Commits")
+        out.append("| commit | role | relevance | title | reason |")
+        out.append("|---|---|---|---|---|")
+        for c in answer.commits[:MAX_ROWS]:
+            out.append(f"| `{c.sha[:10]}` | {c.role} | {c.relevance:.2f} | {_cell(c.title)} | {_cell(c.reason)} |")
+        out.append("")
+
+    if plot_files:
+        out.append("## Plots")
+        out += [f"![{p}]({p})" for p in plot_files] + [""]
+
+    cited = _cited(answer)
+    if cited:
+        out.append("## Evidence")
+        for fid in cited[:MAX_ROWS * 2]:
+            f = facts.get(fid)
+            if f is None:
+                continue
+            out.append(_fact_md(f, src.get(f.source_ref).path if f.source_ref in src else f.source_ref))
+        if len(cited) > MAX_ROWS * 2:
+            out.append(f"- ({len(cited) - MAX_ROWS * 2} more facts in answer.json)")
+        calcs = [c for c in answer.calculations]
+        if calcs:
+            out.append("")
+            out.append("Calculations (recomputed by validation):")
+            for c in calcs[:MAX_ROWS]:
+                out.append(f"- <a id=\"{c.id.lower()}\"></a>**{c.id}** {c.description}: `{c.formula}` = "
+                           f"**{_fmt(c.result, 6)}**{(' ' + c.unit) if c.unit else ''} (inputs {', '.join(c.inputs)})")
+        out.append("")
+
+    if fa.needs_more_data:
+        out.append("## What would raise the confidence")
+        out += [f"- {n}" for n in fa.needs_more_data] + [""]
+
+    out.append("## Sources")
+    for s in answer.source_refs:
+        extra = f" @ `{s.commit[:12]}`" if s.commit else ""
+        sha = f" (sha256 `{s.sha256[:12]}`)" if s.sha256 else ""
+        out.append(f"- **{s.id}** {s.kind}: `{s.path}`{extra}{sha} {s.description}".rstrip())
+    out.append("")
+    v = answer.validation
+    failed = [c for c in v.checks if not c.passed]
+    out.append(f"Validation: {'all checks passed' if v.all_passed else 'FAILED'} "
+               f"({', '.join(c.name for c in v.checks)})"
+               + ("".join(f"\n- {c.name}: {c.detail}" for c in failed)))
+    out.append("")
+    return "\n".join(out)
+
+
+def _fact_md(f: ExtractedFact, path: str) -> str:
+    where = f"{path}:{f.line}" if f.line else path
+    value = ""
+    if f.value is not None:
+        value = f" = {_fmt(f.value)}{(' ' + f.unit) if f.unit else ''}"
+    elif f.values is not None:
+        value = f" ({len(f.values)} values)"
+    step = f" at step {f.step}" if f.step is not None else ""
+    text = f"- <a id=\"{f.id.lower()}\"></a>**{f.id}** {f.statement}{step}{value} — `{where}`"
+    if f.quote:
+        q = f.quote if len(f.quote) <= 300 else f.quote[:297] + "..."
+        text += f"\n  ```\n  {q}\n  ```"
+    return text

@@ -1,0 +1,57 @@
+"""Write a report folder: answer.json, answer.md and plots/*.png."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from trainaudit.report.markdown import render_markdown
+from trainaudit.report.plots import PlotSpec, render
+from trainaudit.report.redact import mask_secrets
+from trainaudit.report.schema import Answer
+
+
+@dataclass
+class ReportPaths:
+    out_dir: Path
+    json: Path
+    markdown: Path
+    plots: list[Path] = field(default_factory=list)
+
+
+def display_path(p: str | os.PathLike[str]) -> str:
+    """A path for a report: as the user typed it when relative; an absolute path under the current
+    directory becomes relative; any other absolute path keeps only its last two components, so the
+    machine's layout (home directories, mount points) never leaks into a report."""
+    s = os.fspath(p)
+    if not os.path.isabs(s):
+        return s
+    try:
+        rel = os.path.relpath(s, os.getcwd())
+    except ValueError:
+        rel = None
+    if rel is not None and not rel.startswith(".."):
+        return rel
+    parts = Path(s).parts
+    return os.path.join("...", *parts[-2:]) if len(parts) > 2 else Path(s).name
+
+
+def write_report(answer: Answer, out_dir: Path, plots: list[PlotSpec] | tuple[PlotSpec, ...] = (), *,
+                 md_name: str = "answer.md", json_name: str = "answer.json") -> ReportPaths:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    plot_paths: list[Path] = []
+    used: set[str] = set()
+    for spec in plots:
+        name = spec.filename()
+        stem, n = name[:-4], 2
+        while name in used:
+            name, n = f"{stem}_{n}.png", n + 1
+        used.add(name)
+        plot_paths.append(render(spec, out_dir / "plots" / name))
+    json_path = out_dir / json_name
+    json_path.write_text(mask_secrets(answer.model_dump_json(indent=2)) + "\n", encoding="utf-8")
+    md_path = out_dir / md_name
+    rel_plots = [p.relative_to(out_dir).as_posix() for p in plot_paths]
+    md_path.write_text(mask_secrets(render_markdown(answer, rel_plots)), encoding="utf-8")
+    return ReportPaths(out_dir, json_path, md_path, plot_paths)
