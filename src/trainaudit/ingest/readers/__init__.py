@@ -16,9 +16,11 @@ from trainaudit.ingest.readers.nanogpt import NanoGPTReader
 from trainaudit.ingest.readers.torchtitan import TorchtitanReader
 from trainaudit.ingest.readers.plain import PlainTextReader
 from trainaudit.ingest.readers.tensorboard import TensorBoardReader
+from trainaudit.ingest.readers.tensorboard import TensorBoardReader
 
 READER_CLASSES: list[type[Reader]] = [
     MegatronReader,
+    TensorBoardReader,
     TensorBoardReader,
     HFReader,
     HFTrainerStateReader,
