@@ -8,12 +8,27 @@ from __future__ import annotations
 
 from trainaudit.ingest.base import Reader
 from trainaudit.ingest.readers.megatron import MegatronReader
+from trainaudit.ingest.readers.composer import ComposerReader
+from trainaudit.ingest.readers.hf import HFReader, HFTrainerStateReader
+from trainaudit.ingest.readers.keras import KerasCSVReader, KerasReader
+from trainaudit.ingest.readers.lightning import LightningCSVReader, LightningReader
+from trainaudit.ingest.readers.nanogpt import NanoGPTReader
+from trainaudit.ingest.readers.torchtitan import TorchtitanReader
 from trainaudit.ingest.readers.plain import PlainTextReader
 from trainaudit.ingest.readers.tensorboard import TensorBoardReader
 
 READER_CLASSES: list[type[Reader]] = [
     MegatronReader,
     TensorBoardReader,
+    HFReader,
+    HFTrainerStateReader,
+    LightningReader,
+    LightningCSVReader,
+    KerasReader,
+    KerasCSVReader,
+    NanoGPTReader,
+    TorchtitanReader,
+    ComposerReader,
     PlainTextReader,
 ]
 

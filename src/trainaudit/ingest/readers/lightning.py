@@ -1,0 +1,210 @@
+"""PyTorch Lightning: the TQDM progress bar on stdout, and CSVLogger ``metrics.csv``.
+
+Progress bar (reader ``lightning``)::
+
+    Epoch 0:  92%|█████▉   | 932/1016 [00:33<00:03, 27.70it/s, loss=0.223, v_num=77, acc=0.875]
+
+Only ``Epoch N`` bars carry training metrics (their postfix); ``Validation/Sanity Checking/
+Testing/Predicting DataLoader`` bars are ignored as metrics. Lightning pads postfix numbers, so a
+NaN prints as ``nan.0``, inf as ``inf.0`` and -inf as ``-inf.``; all become NaN/Inf values.
+
+Step derivation: the bar counts batches within an epoch (``n/total``), so the global step is
+``offset(epoch) + n``. ``offset`` is ``epoch * total`` when the bar's total is known (it is the
+same every epoch); when the total is ``?`` (iterable datasets) it is the sum of the last ``n``
+of every earlier epoch seen in the file. In Lightning 1.x the total also counted the epoch's
+validation batches, so this is the bar position, not strictly the optimizer step; the CSV
+logger's ``step`` column is the optimizer step when available.
+
+CSVLogger (reader ``lightning_csv``): ``epoch,step,train_loss,val_loss`` with sparse rows (empty
+cell = not logged; train and val rows share a step) and either a sorted (2.x) or insertion-order
+(older) header. Every column except ``step`` becomes a metric; ``epoch`` is kept as a metric.
+"""
+
+from __future__ import annotations
+
+import codecs
+import csv
+import math
+import re
+
+from trainaudit.errors import InputError
+from trainaudit.ingest.base import LineReader, Reader, Sample
+from trainaudit.ingest.sink import Sink
+from trainaudit.ingest.sources import InputFile
+from trainaudit.ingest.text import Line, parse_number
+from trainaudit.model import Event, EventKind, SourceKind
+
+BAR_RE = re.compile(
+    r"(?P<desc>[^|\r]*?):?\s*(?P<pct>\d+)%(?:\|[^|]*\||\s)\s*(?P<n>\d+)/(?P<total>\d+|\?)\s*"
+    r"\[(?P<elapsed>[\d:]+)<(?P<remaining>[\d:?]+)(?:,\s*(?P<rate>[\d.]+|\?)\s*(?:it/s|s/it))?"
+    r"(?:,\s*(?P<postfix>[^\]]*))?\]?"
+)
+EPOCH_DESC_RE = re.compile(r"^\s*Epoch (\d+)\s*$")
+OTHER_DESC_RE = re.compile(r"^\s*(Validation|Sanity Checking|Testing|Predicting)(?: DataLoader \d+)?\s*$")
+POSTFIX_ITEM_RE = re.compile(r"([A-Za-z_][\w/.\-]*)=([^,\]]+)")
+# Lightning messages about non-finite values and the end of fit (lightning 2.x source).
+NONFINITE_RES = [
+    re.compile(r"The loss returned in `training_step` is (\S+?)\.?$"),
+    re.compile(r"Monitored metric (\S+) = (\S+) is not finite"),
+]
+FIT_STOPPED_RE = re.compile(r"`Trainer\.fit` stopped: (.*)$")
+META_ITEMS = {"v_num"}
+
+
+def parse_bar_number(text: str) -> float | None:
+    """Postfix numbers: ``0.223``, ``1.63e+6``, and Lightning's padded ``nan.0``/``inf.0``/``-inf.``."""
+    t = text.strip()
+    v = parse_number(t)
+    if v is not None:
+        return v
+    low = t.lower().rstrip("0").rstrip(".")
+    if low in ("nan", "inf", "-inf", "+inf"):
+        return parse_number(low)
+    return None
+
+
+class LightningReader(LineReader):
+    name = "lightning"
+    kind = SourceKind.LOG
+    description = "PyTorch Lightning TQDM progress bar stdout ('Epoch 0:  92%|...| 932/1016 [..., loss=0.223]')"
+
+    def sniff(self, sample: Sample) -> float:
+        n = 0
+        for ln in sample.lines:
+            m = BAR_RE.search(ln)
+            if m and EPOCH_DESC_RE.match(m.group("desc")):
+                n += 1
+        if n == 0:
+            return 0.0
+        return 0.85
+
+    def new_state(self) -> dict:
+        return {"epoch": None, "offset": 0, "last_n": 0, "total": None, "framework": False}
+
+    def feed(self, line: Line, sink: Sink, state: dict) -> None:
+        text = line.text
+        if "%" in text:
+            m = BAR_RE.search(text)
+            if m is not None:
+                self._bar(m, line, sink, state)
+                return
+        self._message(line, sink, state)
+
+    def _bar(self, m: re.Match[str], line: Line, sink: Sink, state: dict) -> None:
+        desc = m.group("desc")
+        em = EPOCH_DESC_RE.match(desc)
+        if em is None:
+            return  # validation / sanity / test bars: progress only, no training metrics
+        if not state["framework"]:
+            state["framework"] = True
+            sink.meta("framework", "lightning")
+        epoch = int(em.group(1))
+        n = int(m.group("n"))
+        total = int(m.group("total")) if m.group("total") != "?" else None
+        if epoch != state["epoch"]:
+            if total is not None:
+                state["offset"] = epoch * total
+            elif state["epoch"] is not None:
+                state["offset"] += state["last_n"]
+            state["epoch"] = epoch
+            state["last_n"] = 0
+        if total is not None and state["total"] is None:
+            state["total"] = total
+            sink.meta("lightning.batches_per_epoch", total)
+        state["last_n"] = max(state["last_n"], n)
+        step = state["offset"] + n
+        sink.add("epoch", step, float(epoch), line.no, line.rank)
+        postfix = m.group("postfix")
+        if not postfix:
+            return
+        for key, raw in POSTFIX_ITEM_RE.findall(postfix):
+            if key in META_ITEMS:
+                sink.meta(f"lightning.{key}", raw.strip())
+                continue
+            v = parse_bar_number(raw)
+            if v is not None:
+                sink.add(key, step, v, line.no, line.rank)
+
+    def _message(self, line: Line, sink: Sink, state: dict) -> None:
+        text = line.text
+        src = sink.source.path if sink.source else ""
+        for pat in NONFINITE_RES:
+            m = pat.search(text)
+            if m:
+                sink.event(Event(EventKind.NAN_CHECK, text.strip(), src, line.no, line.raw, rank=line.rank,
+                                 data={"groups": list(m.groups())}))
+                return
+        m = FIT_STOPPED_RE.search(text)
+        if m:
+            sink.event(Event(EventKind.PHASE, text.strip(), src, line.no, line.raw, rank=line.rank,
+                             data={"phase": "fit stopped", "reason": m.group(1).strip(), "completed": True}))
+
+
+# -- CSV loggers (shared with keras_csv) ----------------------------------------------------------
+
+def csv_header(sample: Sample) -> list[str] | None:
+    """The first line of a small CSV as column names, or None if it does not look like one."""
+    if not sample.is_text or not sample.lines:
+        return None
+    first = sample.lines[0].strip().lstrip("\ufeff")
+    if "," not in first or first.startswith("#"):
+        return None
+    cols = [c.strip() for c in first.split(",")]
+    if any(not c or parse_number(c) is not None for c in cols):
+        return None
+    return cols
+
+
+def read_csv_rows(inp: InputFile):  # type: ignore[no-untyped-def]
+    """Yield (line_no, header, row) for a CSV file, streamed; line_no is the physical line of the
+    row (rows never contain quoted newlines in these loggers)."""
+    with inp.open() as stream:
+        text = codecs.getreader("utf-8")(stream, errors="replace")
+        reader = csv.reader(text)
+        header: list[str] | None = None
+        for row in reader:
+            if header is None:
+                if not row or not any(c.strip() for c in row):
+                    continue
+                header = [c.strip().lstrip("\ufeff") for c in row]
+                continue
+            if not row:
+                continue
+            yield reader.line_num, header, row
+        if header is None:
+            raise InputError(f"{inp.display}: CSV file without a header row")
+
+
+class LightningCSVReader(Reader):
+    name = "lightning_csv"
+    kind = SourceKind.METRICS
+    description = "PyTorch Lightning CSVLogger metrics.csv (epoch, step and sparse metric columns)"
+
+    def sniff(self, sample: Sample) -> float:
+        cols = csv_header(sample)
+        if cols is None or "step" not in cols or "epoch" not in cols:
+            return 0.0
+        if len(cols) < 3:
+            return 0.0
+        return 0.9 if sample.name == "metrics.csv" else 0.7
+
+    def read(self, inp: InputFile, sink: Sink) -> None:
+        sink.meta("framework", "lightning")
+        bad = 0
+        for line_no, header, row in read_csv_rows(inp):
+            if "step" not in header:
+                raise InputError(f"{inp.display}: CSV header has no 'step' column (not a Lightning metrics.csv)")
+            si = header.index("step")
+            step_v = parse_number(row[si]) if si < len(row) else None
+            if step_v is None or not math.isfinite(step_v):
+                bad += 1  # a row cut short by a crash, or a stray line
+                continue
+            step = int(step_v)
+            for i, cell in enumerate(row[: len(header)]):
+                if i == si or not cell.strip():
+                    continue
+                v = parse_number(cell)
+                if v is not None:
+                    sink.add(header[i], step, v, line_no)
+        if bad:
+            sink.meta("lightning_csv.rows_without_step", bad)
