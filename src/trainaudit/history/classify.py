@@ -1,0 +1,161 @@
+"""Classify commits by what they touched, and rank them by relevance to a failing check.
+
+Roles (SPEC.md ``commits[].role``):
+- ``golden_update``: golden-value files changed;
+- ``environment_change``: container image, Dockerfile, requirements/lock files, CUDA/TE/NCCL/PyTorch
+  versions in CI config;
+- ``policy_change``: the comparator, tolerances, METRICS, or the test's scope (moved to a
+  broken/flaky list);
+- ``suspect``: training or model code, more so on the failing test's path;
+- ``fix``: after the bad revision, a commit that changes the same goldens, reverts a suspect or
+  disables the test.
+
+Only commits touching CI/config files have their diff read (to see version bumps and scope
+changes), so classifying thousands of commits costs one ``git log`` plus a handful of ``git show``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import PurePosixPath
+
+from trainaudit.history.git import CommitInfo, Repo
+
+GOLDEN_RE = re.compile(r"golden[_-]?values?[^/]*\.json$|(^|/)golden[^/]*\.(json|ya?ml)$", re.I)
+ENV_FILE_RE = re.compile(r"(^|/)(Dockerfile[^/]*|[^/]*\.dockerfile|requirements[^/]*\.(txt|in)|constraints[^/]*\.txt|"
+                         r"[^/]*\.lock|environment\.ya?ml|conda[^/]*\.ya?ml|setup\.py|pyproject\.toml|"
+                         r"docker/[^/]+)$", re.I)
+CI_FILE_RE = re.compile(r"(^|/)(\.gitlab-ci\.ya?ml|\.github/workflows/[^/]+|\.gitlab/[^/]+|jet[^/]*\.ya?ml|"
+                        r"tests/test_utils/recipes/.+\.ya?ml|ci/.+\.(ya?ml|sh)|\.ci/.+)$", re.I)
+ENV_DIFF_RE = re.compile(r"^[+-].*(image|container|FROM |cuda|cudnn|nccl|transformer[-_]engine|\bte\b|pytorch|"
+                         r"torch==|nvcr\.io|py3|cublas)", re.I | re.M)
+SCOPE_DIFF_RE = re.compile(r"^\+.*(-broken|broken|flaky|scope\s*:|skip|disabled?)", re.I | re.M)
+COMPARATOR_RE = re.compile(r"(python_test_utils/|conftest\.py$|compar|tolerance|threshold|golden[^/]*\.py$|"
+                           r"check_golden)", re.I)
+TEST_CONFIG_RE = re.compile(r"model_config\.ya?ml$", re.I)
+CODE_RE = re.compile(r"\.(py|cu|cuh|cpp|cc|c|h|hpp|pyx)$")
+NON_CODE_DIRS = ("tests/", "test/", "docs/", "doc/", ".github/", "examples/tests/")
+REVERT_RE = re.compile(r'^Revert\b|This reverts commit ([0-9a-f]{7,40})', re.I | re.M)
+
+
+@dataclass
+class Context:
+    """What the failure looks like, to weigh roles: ``kind`` is a verdict of SPEC.md (or None)."""
+
+    kind: str | None = None
+    metrics: list[str] = field(default_factory=list)
+    test_case: str | None = None
+    golden_paths: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Classified:
+    commit: CommitInfo
+    roles: list[str]
+    role: str
+    relevance: float
+    reason: str
+    after_bad: bool = False
+
+
+# How much each role explains each kind of failure (rows: verdict; cols: role).
+_WEIGHTS: dict[str | None, dict[str, float]] = {
+    "gating_policy_issue": {"environment_change": 0.85, "policy_change": 0.8, "golden_update": 0.55, "suspect": 0.2},
+    "numerical_drift": {"environment_change": 0.9, "golden_update": 0.5, "policy_change": 0.45, "suspect": 0.35},
+    "real_regression": {"suspect": 0.75, "environment_change": 0.45, "golden_update": 0.4, "policy_change": 0.3},
+    "crash": {"suspect": 0.6, "environment_change": 0.55, "policy_change": 0.3, "golden_update": 0.1},
+    "infrastructure_failure": {"environment_change": 0.6, "suspect": 0.3, "policy_change": 0.2, "golden_update": 0.1},
+    None: {"suspect": 0.5, "environment_change": 0.5, "policy_change": 0.45, "golden_update": 0.4},
+}
+
+
+def _is_code(path: str) -> bool:
+    return bool(CODE_RE.search(path)) and not path.startswith(NON_CODE_DIRS) and "/tests/" not in path
+
+
+def roles_of(repo: Repo, c: CommitInfo) -> tuple[list[str], list[str]]:
+    """Roles a commit plays, with a short reason per role."""
+    roles: list[str] = []
+    why: list[str] = []
+    golden = [f for f in c.files if GOLDEN_RE.search(f)]
+    if golden:
+        roles.append("golden_update")
+        why.append(f"changes {len(golden)} golden-value file(s)")
+    env = [f for f in c.files if ENV_FILE_RE.search(f)]
+    ci = [f for f in c.files if CI_FILE_RE.search(f)]
+    diff = repo.diff_text(c.sha, ci + env) if (ci or env) else ""
+    env_lines = ENV_DIFF_RE.findall(diff)
+    if env or (ci and env_lines) or re.search(r"\b(docker|container|image|base image)\b.*\b(bump|update|upgrade)|"
+                                               r"\b(bump|update|upgrade)\b.*\b(docker|container|image|cuda|nccl|"
+                                               r"pytorch|transformer.engine)", c.title, re.I):
+        roles.append("environment_change")
+        why.append("changes the environment (" + ", ".join((env + ci)[:3] or ["title"]) + ")")
+    comparator = [f for f in c.files if COMPARATOR_RE.search(f) and f.endswith(".py")]
+    scope = bool(ci and SCOPE_DIFF_RE.search(diff))
+    configs = [f for f in c.files if TEST_CONFIG_RE.search(f)]
+    if comparator or scope:
+        roles.append("policy_change")
+        why.append("changes the comparator" if comparator else "changes the test scope (broken/flaky)")
+    elif configs and not golden:
+        roles.append("policy_change")
+        why.append("changes test config " + configs[0])
+    code = [f for f in c.files if _is_code(f) and f not in comparator]
+    if code:
+        roles.append("suspect")
+        why.append(f"changes {len(code)} code file(s), e.g. {code[0]}")
+    return roles, why
+
+
+def classify(repo: Repo, commits: list[CommitInfo], ctx: Context, *, after_bad: list[CommitInfo] | None = None,
+             suspects_for_fix: list[str] | None = None) -> list[Classified]:
+    out: list[Classified] = []
+    weights = _WEIGHTS.get(ctx.kind, _WEIGHTS[None])
+    case_parts = _case_parts(ctx.test_case)
+    for c in commits:
+        roles, why = roles_of(repo, c)
+        if not roles:
+            continue
+        best = max(roles, key=lambda r: weights.get(r, 0.1))
+        rel = weights.get(best, 0.1)
+        on_path = [f for f in c.files if case_parts and any(p in f for p in case_parts)]
+        if on_path:
+            rel += 0.1
+            why.append(f"touches the failing test's files ({on_path[0]})")
+        if ctx.metrics and any(m.lower() in (c.title + " " + c.body).lower() for m in ctx.metrics):
+            rel += 0.05
+            why.append("its message names the failing metric")
+        out.append(Classified(c, roles, best, min(rel, 1.0), "; ".join(why)))
+    golden_set = set(ctx.golden_paths) | {f for cl in out if "golden_update" in cl.roles for f in cl.commit.files
+                                          if GOLDEN_RE.search(f)}
+    for c in after_bad or []:
+        reason = _fix_reason(repo, c, golden_set, suspects_for_fix or [], case_parts)
+        if reason:
+            out.append(Classified(c, ["fix"], "fix", 0.7, reason, after_bad=True))
+    out.sort(key=lambda x: (-x.relevance, x.commit.date), reverse=False)
+    return out
+
+
+def _fix_reason(repo: Repo, c: CommitInfo, goldens: set[str], suspects: list[str], case_parts: list[str]) -> str:
+    reverted = REVERT_RE.findall(c.body + "\n" + c.title)
+    for sha in reverted:
+        if sha and any(s.startswith(sha) or sha.startswith(s[:len(sha)]) for s in suspects):
+            return f"reverts suspect {sha[:10]}"
+    if c.title.lower().startswith("revert") and suspects:
+        return "reverts an earlier commit: " + c.title
+    same = [f for f in c.files if f in goldens]
+    if same:
+        return f"changes the same golden values ({same[0]})"
+    ci = [f for f in c.files if CI_FILE_RE.search(f)]
+    if ci and case_parts:
+        diff = repo.diff_text(c.sha, ci, context=5)  # context lines name the test case
+        if SCOPE_DIFF_RE.search(diff) and any(p in diff for p in case_parts):
+            return "disables or re-scopes the failing test"
+    return ""
+
+
+def _case_parts(test_case: str | None) -> list[str]:
+    if not test_case:
+        return []
+    name = PurePosixPath(test_case).name
+    return [name] if name else []

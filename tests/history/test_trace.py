@@ -1,0 +1,78 @@
+"""History tracing on a real git repository built in a temp dir."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from gitrepo import CASE, GOLDEN, story_repo
+from trainaudit.errors import InputError
+from trainaudit.history.classify import Context
+from trainaudit.history.trace import trace
+
+
+@pytest.fixture(scope="module")
+def repo(tmp_path_factory) -> tuple[Path, dict[str, str]]:
+    root = tmp_path_factory.mktemp("repo") / "megatron"
+    return root, story_repo(root)
+
+
+def _by_sha(t, sha):
+    return next(c for c in t.commits if c.commit.sha == sha)
+
+
+def test_roles_of_each_kind_of_commit(repo) -> None:
+    root, shas = repo
+    t = trace(str(root), shas["base"], shas["broken"], Context(test_case=CASE, metrics=["lm loss"]))
+    assert t.n_commits == 6 and not t.truncated
+    assert _by_sha(t, shas["model"]).roles == ["suspect"]
+    assert _by_sha(t, shas["container"]).roles == ["environment_change"]
+    assert _by_sha(t, shas["comparator"]).roles == ["policy_change"]
+    assert _by_sha(t, shas["golden"]).roles == ["golden_update"]
+    assert _by_sha(t, shas["broken"]).roles == ["policy_change"]
+    assert shas["docs"] not in {c.commit.sha for c in t.commits}  # a README change explains nothing
+    assert "test scope" in _by_sha(t, shas["broken"]).reason
+
+
+@pytest.mark.parametrize("kind,top", [("real_regression", "model"), ("numerical_drift", "container"),
+                                      ("gating_policy_issue", "container")])
+def test_ranking_follows_the_kind_of_failure(repo, kind: str, top: str) -> None:
+    root, shas = repo
+    t = trace(str(root), shas["base"], shas["golden"], Context(kind=kind, test_case=CASE))
+    assert t.commits[0].commit.sha == shas[top], [(c.commit.title, c.relevance) for c in t.commits]
+
+
+def test_fix_after_bad_is_found(repo) -> None:
+    root, shas = repo
+    t = trace(str(root), shas["base"], shas["model"], Context(kind="real_regression", test_case=CASE,
+                                                              golden_paths=[GOLDEN]), find_fix=True)
+    fixes = [c for c in t.commits if c.role == "fix"]
+    assert [c.commit.sha for c in fixes] == [shas["golden"], shas["broken"], shas["revert"]]
+    assert "reverts suspect" in fixes[-1].reason
+
+
+def test_works_on_a_bare_clone(repo, tmp_path: Path) -> None:
+    root, shas = repo
+    bare = tmp_path / "bare.git"
+    subprocess.run(["git", "clone", "-q", "--bare", str(root), str(bare)], check=True)
+    t = trace(str(bare), shas["base"], shas["container"], Context())
+    assert {c.commit.sha for c in t.commits} == {shas["model"], shas["container"]}
+
+
+@pytest.mark.parametrize("good,bad,needle", [
+    ("nope", "HEAD", "--good nope: unknown revision"),
+    ("--output=/tmp/x", "HEAD", "not a valid revision"),
+    ("HEAD~1..HEAD", "HEAD", "not a valid revision"),
+    ("HEAD", "HEAD", "same commit"),
+])
+def test_bad_revisions_are_clear_errors(repo, good: str, bad: str, needle: str) -> None:
+    root, _ = repo
+    with pytest.raises(InputError, match=needle.replace(".", r"\.").replace("-", r"\-")):
+        trace(str(root), good, bad, Context())
+
+
+def test_not_a_repository(tmp_path: Path) -> None:
+    with pytest.raises(InputError, match="not a git repository"):
+        trace(str(tmp_path), None, None, Context())
