@@ -54,6 +54,12 @@ class KerasReader(LineReader):
     description = "Keras fit() stdout: 'Epoch 1/15' headers, progress bars and verbose=2 epoch lines"
 
     def sniff(self, sample: Sample) -> float:
+        if not sample.is_text and b"\b" in sample.head:
+            # Keras writes "\b" * width before every redraw, even into files; so many backspaces
+            # make the generic text check call the file binary. Judge it without them.
+            sample = Sample.from_head(sample.name, sample.head.replace(b"\b", b""))
+            if not sample.is_text:
+                return 0.0
         headers = bars = 0
         for ln in sample.lines:
             ln = ln.replace("\b", "")

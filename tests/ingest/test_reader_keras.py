@@ -1,0 +1,144 @@
+"""Keras fit() stdout (Keras 3, tf.keras, verbose=2, TerminateOnNaN) and CSVLogger files."""
+
+from __future__ import annotations
+
+import csv
+import math
+from pathlib import Path
+
+from conftest import run_cli, sample_block, write_lines
+from trainaudit.ingest import detect, load_run
+from trainaudit.ingest.sources import expand_inputs
+from trainaudit.model import EventKind
+
+K3 = sample_block("keras.txt", "addition_rnn.md")
+K2 = sample_block("keras.txt", "mnist_convnet.md")
+VERBOSE2 = sample_block("keras.txt", "keras-complex/issues/22")
+SCI = sample_block("keras.txt", "keras3/issues/296")
+NAN = sample_block("keras.txt", "image-segmentation-keras/issues/50")
+TERMINATE = sample_block("keras.txt", "Mobilenet-ssd-keras/issues/21")
+SAMPLES = sample_block("keras.txt", "keras/pull/8169")
+MEGATRON = sample_block("megatron.txt", "Megatron-LM/issues/756")
+LIGHTNING_CSV = sample_block("pytorch_lightning.txt", "DanyaSH759/MLOps_homework")
+
+
+def _detected(path: Path) -> str:
+    return detect(expand_inputs([str(path)]))[0].reader.name
+
+
+def _run(tmp_path: Path, lines: list[str], name: str = "fit.log"):  # type: ignore[no-untyped-def]
+    run, problems = load_run([str(write_lines(tmp_path / name, lines))])
+    assert problems == []
+    return run
+
+
+def test_keras3_final_bars_without_headers(tmp_path: Path) -> None:
+    run = _run(tmp_path, K3)
+    assert run.frameworks == ["keras"]
+    # predict() bars (1/1, no metrics) are skipped; the two epoch-end bars are epochs 1 and 2.
+    assert run.series["loss"].steps.tolist() == [1, 2]
+    assert run.series["loss"].values.tolist() == [1.8852, 1.4301]
+    assert run.series["val_accuracy"].values.tolist() == [0.4116, 0.5708]
+    assert run.series["loss"].lines.tolist() == [1, 4]
+    assert run.events == []
+
+
+def test_tf_keras_headers_and_interrupted_epoch(tmp_path: Path) -> None:
+    run = _run(tmp_path, K2)
+    assert run.series["loss"].steps.tolist() == [1, 2]
+    assert run.series["loss"].values.tolist() == [0.7840, 0.1199]
+    assert run.series["val_accuracy"].values.tolist() == [0.9780, 0.9843]
+    assert run.series["loss"].lines.tolist() == [2, 4]
+    assert run.meta["keras.epochs"] == 15
+    # The in-progress ETA bar is not an epoch value; it marks an epoch that never finished.
+    [ev] = run.events
+    assert ev.kind is EventKind.PHASE and ev.step == 3 and ev.line == 5
+    assert ev.data["batch"] == 237 and ev.data["running_values"] == {"loss": 0.0398, "accuracy": 0.9877}
+
+
+def test_verbose2_scientific_and_nan(tmp_path: Path) -> None:
+    run = _run(tmp_path, VERBOSE2, "v2.log")
+    assert run.series["loss"].steps.tolist() == [1, 2]
+    assert run.series["loss"].values.tolist() == [0.2431, 0.2135]
+    assert run.series["loss"].lines.tolist() == [3, 5]  # TF C++ log line in between is ignored
+
+    run = _run(tmp_path, SCI, "sci.log")
+    assert run.series["acc"].values.tolist() == [0.0, 0.0056]  # 0.0000e+00
+    assert run.series["val_loss"].values.tolist() == [0.0187, 0.0673]
+
+    run = _run(tmp_path, NAN, "nan.log")
+    for name in ("loss", "acc", "val_loss", "val_acc"):
+        assert run.series[name].steps.tolist() == [1]
+        assert math.isnan(run.series[name].values[0])
+
+
+def test_terminate_on_nan_glued_to_bar(tmp_path: Path) -> None:
+    run = _run(tmp_path, TERMINATE, "t.log")
+    assert "loss" not in run.series  # only in-progress running averages were printed
+    nan_ev, phase = run.events
+    assert nan_ev.kind is EventKind.NAN_CHECK and nan_ev.line == 1 and nan_ev.step == 1
+    assert nan_ev.data["batch"] == 3
+    assert phase.kind is EventKind.PHASE and phase.data["interrupted"] is True
+    assert phase.data["batch"] == 4 and phase.data["nonfinite_metrics"] == ["loss"]
+    assert phase.data["running_values"]["loss"] == math.inf
+
+
+def test_sample_based_and_unknown_target(tmp_path: Path) -> None:
+    run = _run(tmp_path, SAMPLES, "s.log")
+    assert run.series["loss"].steps.tolist() == [1, 2]
+    assert run.series["loss"].values.tolist() == [0.3437, 0.3281]
+    assert run.series["val_acc"].values.tolist() == [0.9771, 0.9769]
+
+
+def test_raw_terminal_redraws(tmp_path: Path) -> None:
+    # Keras 3 on Linux writes "\b"*width + "\r" before each redraw and ANSI bold/colour codes
+    # (research notes §8.1); the fixture's copy had them stripped, so rebuild one physical line.
+    final = K3[0]
+    in_progress = final.replace(" 1407/1407", "  700/1407").replace("loss: 1.8852", "loss: 2.5000")
+    ansi = final.replace("1407/1407", "\x1b[1m1407/1407\x1b[0m").replace("8s", "\x1b[1m8s\x1b[0m")
+    physical = in_progress + "\b" * len(in_progress) + "\r" + ansi
+    run = _run(tmp_path, ["Epoch 1/2", physical], "raw.log")
+    assert run.series["loss"].steps.tolist() == [1]
+    assert run.series["loss"].values.tolist() == [1.8852]
+    assert run.series["accuracy"].lines.tolist() == [2]
+    assert run.events == []
+
+
+def _csv_logger_file(tmp_path: Path) -> Path:
+    # CSVLogger layout (research notes §8.1): epoch (0-based) + sorted keys, NA for missing;
+    # values are those of the Keras 3 sample's two epochs, then a diverged epoch.
+    rows = ["epoch,accuracy,loss,val_accuracy,val_loss",
+            "0,0.3224,1.8852,0.4116,1.5662",
+            "1,0.4672,1.4301,NA,NA",
+            "2,nan,nan,nan,inf"]
+    return write_lines(tmp_path / "training.log.csv", rows)
+
+
+def test_csv_logger(tmp_path: Path) -> None:
+    run, problems = load_run([str(_csv_logger_file(tmp_path))])
+    assert problems == [] and run.frameworks == ["keras_csv"]
+    assert run.series["loss"].steps.tolist() == [0, 1, 2]
+    assert run.series["loss"].values.tolist()[:2] == [1.8852, 1.4301]
+    assert math.isnan(run.series["loss"].values[2])
+    assert run.series["val_loss"].steps.tolist() == [0, 2]  # NA is "not logged", not a value
+    assert run.series["val_loss"].values.tolist() == [1.5662, math.inf]
+    assert run.series["val_loss"].lines.tolist() == [2, 4]
+    assert run.meta["keras_csv.epoch_base"] == 0
+
+
+def test_cli_parse(tmp_path: Path) -> None:
+    out = tmp_path / "rows.csv"
+    proc = run_cli("parse", str(write_lines(tmp_path / "fit.log", K2)), "-o", str(out))
+    assert proc.returncode == 0, proc.stderr
+    assert "keras" in proc.stdout
+    rows = [(r["step"], r["value"], r["line"]) for r in csv.DictReader(out.open()) if r["metric"] == "loss"]
+    assert rows == [("1", "0.784", "2"), ("2", "0.1199", "4")]
+
+
+def test_detection(tmp_path: Path) -> None:
+    for i, block in enumerate((K3, K2, VERBOSE2, SCI, NAN, TERMINATE, SAMPLES)):
+        assert _detected(write_lines(tmp_path / f"k{i}.log", block)) == "keras"
+    assert _detected(_csv_logger_file(tmp_path)) == "keras_csv"
+    assert _detected(write_lines(tmp_path / "metrics.csv", LIGHTNING_CSV)) == "lightning_csv"
+    assert _detected(write_lines(tmp_path / "m.log", MEGATRON)) == "megatron"
+    assert _detected(write_lines(tmp_path / "e.log", ["Epoch 1/3", "Traceback (most recent call last):"])) == "keras"
