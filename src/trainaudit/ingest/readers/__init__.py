@@ -16,10 +16,14 @@ from trainaudit.ingest.readers.nanogpt import NanoGPTReader
 from trainaudit.ingest.readers.torchtitan import TorchtitanReader
 from trainaudit.ingest.readers.plain import PlainTextReader
 from trainaudit.ingest.readers.tensorboard import TensorBoardReader
+from trainaudit.ingest.readers.mlflow import MLflowReader
+from trainaudit.ingest.readers.wandb import WandbReader
 
 READER_CLASSES: list[type[Reader]] = [
     MegatronReader,
     TensorBoardReader,
+    MLflowReader,
+    WandbReader,
     HFReader,
     HFTrainerStateReader,
     LightningReader,
