@@ -14,6 +14,12 @@ from trainaudit.ingest.readers.keras import KerasCSVReader, KerasReader
 from trainaudit.ingest.readers.lightning import LightningCSVReader, LightningReader
 from trainaudit.ingest.readers.nanogpt import NanoGPTReader
 from trainaudit.ingest.readers.torchtitan import TorchtitanReader
+from trainaudit.ingest.readers.deepspeed import DeepSpeedReader
+from trainaudit.ingest.readers.fairseq import FairseqReader
+from trainaudit.ingest.readers.generic import CsvReader, JsonlReader, KeyValueReader
+from trainaudit.ingest.readers.mmengine import MMEngineReader
+from trainaudit.ingest.readers.nemo import NemoReader
+from trainaudit.ingest.readers.ultralytics import UltralyticsReader
 from trainaudit.ingest.readers.plain import PlainTextReader
 from trainaudit.ingest.readers.tensorboard import TensorBoardReader
 from trainaudit.ingest.readers.mlflow import MLflowReader
@@ -33,6 +39,14 @@ READER_CLASSES: list[type[Reader]] = [
     NanoGPTReader,
     TorchtitanReader,
     ComposerReader,
+    NemoReader,
+    DeepSpeedReader,
+    MMEngineReader,
+    FairseqReader,
+    UltralyticsReader,
+    JsonlReader,
+    CsvReader,
+    KeyValueReader,
     PlainTextReader,
 ]
 

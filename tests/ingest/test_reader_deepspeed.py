@@ -1,0 +1,153 @@
+"""DeepSpeed engine lines (overflow / loss scale, step/skipped/lr, ThroughputTimer, timer breakdown)
+on the verbatim samples, alone and mixed into Megatron-DeepSpeed and HF Trainer logs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from conftest import run_cli, sample_block, write_lines
+from trainaudit.ingest import detect, load_run
+from trainaudit.ingest.sources import expand_inputs
+from trainaudit.model import EventKind
+
+COGVIDEO = sample_block("deepspeed.txt", "CogVideo/issues/233")
+HYSTERESIS = sample_block("deepspeed.txt", "DeepSpeed/issues/931")
+DEEPSCALE_BAR = sample_block("deepspeed.txt", "transformers/issues/9996")
+PROGRESS = sample_block("deepspeed.txt", "DeepSpeed/issues/1825")
+TPUT_077 = sample_block("deepspeed.txt", "DeepSpeed/issues/2598")
+MEGATRON_DS = sample_block("deepspeed.txt", "DeepSpeed/issues/3742")
+AT_FLOOR = sample_block("deepspeed.txt", "transformers/issues/14531")
+ZERO3_BAR = sample_block("deepspeed.txt", "gpt-neo-fine-tuning-example/issues/7")
+MIN_SCALE = sample_block("error_signatures.txt", "Chinese-LLaMA-Alpaca/issues/534")
+HF = sample_block("hf_transformers.txt", "transformers/pull/35207")
+MEGATRON = sample_block("megatron.txt", "Megatron-LM/issues/756")
+MEGATRON_DS_NAN = sample_block("megatron_deepspeed.txt", "Megatron-DeepSpeed/issues/396")
+
+
+def _detected(path: Path) -> str:
+    return detect(expand_inputs([str(path)]))[0].reader.name
+
+
+def _load(tmp_path: Path, lines: list[str], name: str = "ds.log"):  # type: ignore[no-untyped-def]
+    log = write_lines(tmp_path / name, lines)
+    run, problems = load_run([str(log)])
+    assert problems == []
+    return run
+
+
+def test_overflow_lines_become_events_and_loss_scale_series(tmp_path: Path) -> None:
+    run = _load(tmp_path, COGVIDEO)
+    assert run.frameworks == ["deepspeed"]
+    ls = run.series["loss scale"]
+    # No step line in this excerpt: the step is the count of overflows seen.
+    assert ls.steps.tolist() == [1, 2]
+    assert ls.values.tolist() == [2147483648.0, 1073741824.0]
+    evs = [e for e in run.events if e.kind == EventKind.LOSS_SCALE]
+    assert [(e.step, e.line) for e in evs] == [(1, 1), (2, 2)]
+    assert evs[0].data["attempted"] == 4294967296.0 and evs[0].data["new"] == 2147483648.0
+    assert evs[0].data["rank"] == 0 and evs[0].data["tag"] == "deepspeed" and evs[0].data["step_estimated"]
+
+
+def test_hysteresis_variant_keeps_the_scale(tmp_path: Path) -> None:
+    run = _load(tmp_path, HYSTERESIS)
+    evs = [e for e in run.events if e.kind == EventKind.LOSS_SCALE]
+    assert evs[0].data["hysteresis"] == 2 and evs[0].data["new_hysteresis"] == 1
+    assert evs[0].data["attempted"] == 65536.0 and evs[0].data["new"] == 65536.0
+    assert evs[1].data["new"] == 32768.0 and "hysteresis" not in evs[1].data
+    assert run.series["loss scale"].values.tolist() == [65536.0, 32768.0]
+
+
+def test_deepscale_overflow_glued_to_tqdm_bar_takes_the_bar_step(tmp_path: Path) -> None:
+    run = _load(tmp_path, DEEPSCALE_BAR)
+    ev = next(e for e in run.events if e.kind == EventKind.LOSS_SCALE)
+    assert ev.data["tag"] == "deepscale" and ev.data["attempted"] == 134217728.0
+    # "6/1184 [...]" then the overflow: the 7th optimizer step was skipped.
+    assert ev.step == 7 and run.series["loss scale"].value_at(7) == 67108864.0
+
+
+def test_zero3_overflow_step_agrees_with_the_throughput_timer(tmp_path: Path) -> None:
+    run = _load(tmp_path, ZERO3_BAR)
+    assert run.series["loss scale"].steps.tolist() == [10]
+    assert run.series["loss scale"].values.tolist() == [8388608.0]
+    assert run.series["SamplesPerSec"].steps.tolist() == [10]
+    assert run.series["SamplesPerSec"].values.tolist() == [1.8825260836384787]
+
+
+def test_progress_and_throughput_lines(tmp_path: Path) -> None:
+    run = _load(tmp_path, PROGRESS)
+    assert run.series["skipped"].steps.tolist() == [40] and run.series["skipped"].values.tolist() == [2.0]
+    assert run.series["lr"].value_at(40) == 5e-05
+    assert run.series["SamplesPerSec"].value_at(40) == 83.48609168106144
+    assert run.series["MemAllocated"].value_at(40) == 0.26
+    assert run.series["MaxMemAllocated"].value_at(40) == 9.02
+    assert run.series["MaxMemAllocated"].lines.tolist() == [2]
+    assert run.meta["framework"] == "deepspeed"  # the step line must not elect the key=value reader
+
+
+def test_overflow_step_counts_from_the_last_engine_step(tmp_path: Path) -> None:
+    run = _load(tmp_path, PROGRESS + COGVIDEO)
+    assert run.series["loss scale"].steps.tolist() == [41, 42]
+    assert [e.step for e in run.events if e.kind == EventKind.LOSS_SCALE] == [41, 42]
+
+
+def test_throughput_timer_077_format(tmp_path: Path) -> None:
+    run = _load(tmp_path, TPUT_077)
+    assert run.series["RunningAvgSamplesPerSec"].value_at(1567) == 13.03086402503502
+    assert run.series["CurrSamplesPerSec"].value_at(1567) == 13.308834034384216
+    assert run.series["MemAllocated"].value_at(1567) == 2.66
+
+
+def test_mixed_megatron_deepspeed_log_reads_both(tmp_path: Path) -> None:
+    log = write_lines(tmp_path / "mds.log", MEGATRON_DS)
+    # DeepSpeed engine lines plus a Megatron iteration line: the deepspeed reader wins and hands
+    # the iteration line to the megatron reader, so nothing is lost.
+    assert _detected(log) == "deepspeed"
+    run, _ = load_run([str(log)])
+    assert run.meta["framework"] == "deepspeed+megatron"
+    assert run.series["RunningAvgSamplesPerSec"].value_at(34) == 7.864669709950182
+    assert run.series["MaxMemAllocated"].value_at(34) == 63.31
+    assert run.series["forward_microstep (ms)"].value_at(34) == 652.42
+    assert run.series["step_microstep (ms)"].value_at(34) == 1172.13
+    assert run.series["lm_loss"].steps.tolist() == [34] and run.series["lm_loss"].values.tolist() == [11.18665]
+    assert run.series["lm_loss"].lines.tolist() == [3]
+    assert run.series["skipped"].value_at(35) == 0.0
+    assert run.series["lr"].value_at(35) == 2.1731931451279077e-06
+    assert "lr[1]" not in run.series  # equal param groups are not repeated
+
+
+def test_mixed_hf_trainer_log_reads_dicts_and_overflows(tmp_path: Path) -> None:
+    log = write_lines(tmp_path / "hf_ds.log", [HF[0], *DEEPSCALE_BAR, *HF[1:]])
+    assert _detected(log) == "deepspeed"
+    run, _ = load_run([str(log)])
+    assert run.meta["framework"] == "deepspeed+hf"
+    assert run.series["loss"].values.tolist() == [10.5949, 8.2312, 5.8247]
+    assert run.series["loss scale"].value_at(7) == 67108864.0
+
+
+def test_scale_at_floor_is_flagged(tmp_path: Path) -> None:
+    run = _load(tmp_path, AT_FLOOR)
+    ev = next(e for e in run.events if e.kind == EventKind.LOSS_SCALE)
+    assert ev.data["attempted"] == 1.0 and ev.data["new"] == 1.0 and ev.data["at_minimum"] is True
+
+
+def test_min_scale_exception_is_one_event(tmp_path: Path) -> None:
+    # Whether the shared signature scanner or this reader reports it, it is reported exactly once.
+    run = _load(tmp_path, COGVIDEO + MIN_SCALE)
+    mins = [e for e in run.events if e.kind == EventKind.LOSS_SCALE_MIN]
+    assert len(mins) == 1 and mins[0].line == 3
+
+
+def test_detection_against_other_readers(tmp_path: Path) -> None:
+    for i, block in enumerate((COGVIDEO, HYSTERESIS, DEEPSCALE_BAR, PROGRESS, TPUT_077, AT_FLOOR, ZERO3_BAR)):
+        assert _detected(write_lines(tmp_path / f"ds{i}.log", block)) == "deepspeed"
+    # Pure Megatron / Megatron-DeepSpeed iteration logs stay with the megatron reader, HF with hf.
+    assert _detected(write_lines(tmp_path / "m.log", MEGATRON)) == "megatron"
+    assert _detected(write_lines(tmp_path / "mds.log", MEGATRON_DS_NAN)) == "megatron"
+    assert _detected(write_lines(tmp_path / "hf.log", HF)) == "hf"
+
+
+def test_cli_parse_deepspeed(tmp_path: Path) -> None:
+    log = write_lines(tmp_path / "ds.log", PROGRESS + COGVIDEO)
+    res = run_cli("parse", str(log))
+    assert res.returncode == 0, res.stderr
+    assert "deepspeed" in res.stdout and "loss_scale=2" in res.stdout
