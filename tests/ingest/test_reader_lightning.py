@@ -119,3 +119,11 @@ def test_detection(tmp_path: Path) -> None:
     assert _detected(write_lines(tmp_path / "k.log", KERAS_NAN)) == "keras"
     # Only a validation bar: no training bar, so not claimed as a Lightning training log.
     assert _detected(write_lines(tmp_path / "v.log", BAR_14094[:1])) != "lightning"
+
+
+def test_malformed_csv_keeps_rows_before_and_reports_one_problem(tmp_path: Path) -> None:
+    path = write_lines(tmp_path / "metrics.csv", CSV_SORTED[:3] + ['0,2,"' + "x" * 200_000])
+    run, problems = load_run([str(path)])
+    assert run.series["train_loss"].steps.tolist() == [0, 1]
+    assert len(problems) == 1 and problems[0].fatal
+    assert "malformed CSV at line 4" in str(problems[0])

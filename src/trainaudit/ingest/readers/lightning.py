@@ -162,7 +162,7 @@ def read_csv_rows(inp: InputFile):  # type: ignore[no-untyped-def]
         text = codecs.getreader("utf-8")(stream, errors="replace")
         reader = csv.reader(text)
         header: list[str] | None = None
-        for row in reader:
+        for row in _guarded(reader, inp.display):
             if header is None:
                 if not row or not any(c.strip() for c in row):
                     continue
@@ -173,6 +173,14 @@ def read_csv_rows(inp: InputFile):  # type: ignore[no-untyped-def]
             yield reader.line_num, header, row
         if header is None:
             raise InputError(f"{inp.display}: CSV file without a header row")
+
+
+def _guarded(reader, display: str):  # type: ignore[no-untyped-def]
+    """csv.Error (a NUL byte, an over-long field) becomes one clear input error."""
+    try:
+        yield from reader
+    except csv.Error as exc:
+        raise InputError(f"{display}: malformed CSV at line {reader.line_num} ({exc})") from None
 
 
 class LightningCSVReader(Reader):
