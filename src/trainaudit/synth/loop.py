@@ -1,0 +1,90 @@
+"""The one training loop most cases share, with the fault hooks the cases switch on.
+
+Logging convention (as in Megatron and the HF Trainer): the values logged at step ``s`` are the
+loss of the forward pass of step ``s``, the gradient norm of that backward pass (before
+clipping), the learning rate used by that update, and the wall time of the whole step.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+
+from trainaudit.synth.runlog import RunLog, StepClock, rss_mb
+
+Batch = tuple[torch.Tensor, torch.Tensor]
+LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+def cross_entropy(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    return nn.functional.cross_entropy(out.reshape(-1, out.shape[-1]).float(), y.reshape(-1))
+
+
+@dataclass
+class Faults:
+    """Switches for the injected faults; every one defaults to off."""
+
+    corrupt: Callable[[int, Batch], Batch] | None = None  # rewrite the batch of a step
+    sleep_from: int | None = None  # sleep this long in every step from this one
+    sleep_s: float = 0.0
+    leak_from: int | None = None  # keep every loss tensor (and its graph) alive from this step
+    zero_grad_after_backward: bool = False  # the classic bug: grads wiped before the update
+    layer_norms: tuple[str, ...] = ()  # parameter names whose grad norm is logged on its own
+    leak: list[torch.Tensor] = field(default_factory=list)
+
+
+def grad_norm(model: nn.Module, clip: float | None) -> float:
+    return float(nn.utils.clip_grad_norm_(model.parameters(), clip if clip else math.inf))
+
+
+def run_steps(log: RunLog, model: nn.Module, opt: torch.optim.Optimizer, steps: range,
+              batch: Callable[[int], Batch], *, loss_fn: LossFn = cross_entropy,
+              lr_at: Callable[[int], float] | None = None, clip: float | None = None,
+              faults: Faults | None = None, evaluate: Callable[[int], None] | None = None,
+              track_rss: bool = False) -> None:
+    """Train over ``steps`` (1-based global steps), logging every step into ``log``."""
+    faults = faults or Faults()
+    clock = StepClock()
+    named = dict(model.named_parameters())
+    for step in steps:
+        clock.start()
+        if lr_at is not None:
+            for group in opt.param_groups:
+                group["lr"] = lr_at(step)
+        x, y = batch(step)
+        if faults.corrupt is not None:
+            x, y = faults.corrupt(step, (x, y))
+        opt.zero_grad(set_to_none=False)
+        loss = loss_fn(model(x), y)
+        loss.backward()
+        if faults.zero_grad_after_backward:
+            opt.zero_grad(set_to_none=False)
+        extra = {f"grad_norm_{name}": float(named[p].grad.norm()) for name, p in
+                 ((n.replace(".", "_"), n) for n in faults.layer_norms)}
+        gn = grad_norm(model, clip)
+        opt.step()
+        if faults.leak_from is not None and step >= faults.leak_from:
+            faults.leak.append(loss)  # the bug: a running list of losses that still hold their graph
+        if faults.sleep_from is not None and step >= faults.sleep_from:
+            time.sleep(faults.sleep_s)
+        metrics = {"loss": loss.item(), "grad_norm": gn, "lr": opt.param_groups[0]["lr"], **extra}
+        if track_rss:
+            metrics["rss_mb"] = rss_mb()
+        metrics["step_time"] = clock.stop()
+        log.log(step, **metrics)
+        if evaluate is not None:
+            evaluate(step)
+
+
+@torch.no_grad()
+def mean_loss(model: nn.Module, batches: list[Batch], loss_fn: LossFn = cross_entropy) -> float:
+    model.eval()
+    try:
+        return sum(float(loss_fn(model(x), y)) for x, y in batches) / len(batches)
+    finally:
+        model.train()
