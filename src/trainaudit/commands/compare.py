@@ -1,0 +1,95 @@
+"""``trainaudit compare``: Megatron-LM golden-value gate reproduced and explained, or run vs run."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from trainaudit.errors import UsageError
+from trainaudit.ingest import format_names
+
+
+@click.command()
+@click.argument("inputs", nargs=-1, required=True, metavar="[BASELINE] CANDIDATE|ACTUAL...")
+@click.option("--golden", "golden", metavar="GOLDEN",
+              help="Golden-values JSON. All INPUTs are then the actual run (actual-values JSON, TensorBoard "
+                   "event files or directory, or a Megatron log).")
+@click.option("--baseline", "baselines", multiple=True, metavar="RUN",
+              help="Run vs run: another baseline run of the same code (repeatable); the spread between "
+                   "baselines sets the noise band.")
+@click.option("--model-config", "model_config", metavar="FILE",
+              help="model_config.yaml: METRICS, NVTE_ALLOW_NONDETERMINISTIC_ALGO / NON_DETERMINSTIC_RESULTS, "
+                   "TEST_TYPE, --train-iters.")
+@click.option("--deterministic/--nondeterministic", "deterministic", default=None,
+              help="Force the mode (--nondeterministic: approximate checks only). Default: from --model-config.")
+@click.option("--pipeline", type=click.Choice(["regular", "resume"]), default=None,
+              help="resume: GOLDEN is the first run, ACTUAL the second, steps > train_iters/2 compared. "
+                   "Default: resume when TEST_TYPE is ckpt-resume/frozen-resume, else regular.")
+@click.option("--train-iters", "train_iters", type=int, default=None,
+              help="Train iterations (resume split; steps kept from TB/logs). Default: --model-config, else the "
+                   "golden's last step.")
+@click.option("--policy", default="megatron", show_default=True, metavar="megatron|megatron@YYYY-MM-DD",
+              help="Comparator version: megatron@2026-04-13 replays the pre-4e85d74ae9 budget, and so on "
+                   "(docs/compare.md).")
+@click.option("--ci-log", "ci_logs", multiple=True, metavar="FILE",
+              help="CI job log with the gate's own output (Actual/Golden values, FAILED lines), read as evidence.")
+@click.option("-o", "--out", "out", type=click.Path(file_okay=False, path_type=Path), default=Path("trainaudit-out"),
+              show_default=True, help="Output directory (answer.json, answer.md, plots/).")
+@click.option("--json", "as_json", is_flag=True, help="Print answer.json to stdout instead of the summary.")
+@click.option("--quiet", is_flag=True, help="No summary on stdout.")
+@click.option("--format", "fmt", metavar="NAME", help="Force the input format (see below).")
+def compare(inputs: tuple[str, ...], golden: str | None, baselines: tuple[str, ...], model_config: str | None,
+            deterministic: bool | None, pipeline: str | None, train_iters: int | None, policy: str,
+            ci_logs: tuple[str, ...], out: Path, as_json: bool, quiet: bool, fmt: str | None) -> int:
+    """Golden-value check (reproduces Megatron-LM's gate and explains each failing check) or run vs
+    run. Exit 0: the check passes; 1: it fails; 2: unreadable input.
+
+    \b
+    Example:
+      trainaudit compare --golden golden_values_dev_dgx_h100.json actual.json \\
+          --model-config model_config.yaml
+      trainaudit compare --golden golden.json tb_logs/ --train-iters 100
+      trainaudit compare --golden run1.json run2_2nd.json --pipeline resume --train-iters 100
+      trainaudit compare --policy megatron@2026-04-13 --golden old_golden.json actual.json
+      trainaudit compare passing_job.log failing_job.log --baseline passing_job_2.log
+    """
+    from trainaudit.report.write import write_report
+
+    if golden is not None:
+        if baselines:
+            raise UsageError("--baseline is for run vs run; do not combine it with --golden")
+        from trainaudit.compare.pipeline import run_golden
+
+        answer, plots, passed = run_golden(golden, list(inputs), model_config=model_config,
+                                           deterministic=deterministic, pipeline=pipeline, train_iters=train_iters,
+                                           policy=policy, ci_logs=list(ci_logs), fmt=fmt)
+    else:
+        if len(inputs) != 2:
+            raise UsageError("run vs run needs BASELINE CANDIDATE (more baselines with --baseline), "
+                             "or use --golden GOLDEN ACTUAL")
+        from trainaudit.compare.runs import compare_runs
+
+        answer, plots, passed = compare_runs([inputs[0], *baselines], inputs[1], fmt)
+    paths = write_report(answer, out, plots)
+    if as_json:
+        click.echo(answer.model_dump_json(indent=2))
+    elif not quiet:
+        _summary(answer, paths.json)
+    return 0 if passed else 1
+
+
+def _summary(answer, json_path: Path) -> None:  # type: ignore[no-untyped-def]
+    fa = answer.final_answer
+    out = sys.stdout
+    for c in answer.comparisons:
+        status = "PASS" if c.passed else "FAIL"
+        extra = (f"median {c.actual_median:.5g} vs {c.golden_median:.5g} (window {c.window})"
+                 if c.window else f"{c.n_failing}/{c.n_steps} failing, {c.allowed_failing} allowed")
+        out.write(f"{status}  {c.metric:<24} {c.check:<11} rtol {c.rtol:<5g} {extra}\n")
+    out.write(f"verdict: {fa.verdict} ({fa.category}), first bad step: {fa.first_bad_step}\n{fa.summary}\n")
+    out.write(f"report: {json_path}\n")
+
+
+compare.epilog = "Formats: " + ", ".join(format_names())

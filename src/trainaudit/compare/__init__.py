@@ -1,0 +1,1 @@
+"""Golden-value and run-vs-run comparison: Megatron-LM's gate reproduced, explained, judged."""

@@ -1,0 +1,55 @@
+"""The golden-value comparison end to end: load, run the gate, explain, decide, build the answer."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from trainaudit.compare.cilog import CiGateReport, read_ci_log
+from trainaudit.compare.explain import Deviation, describe
+from trainaudit.compare.extract import load_actual
+from trainaudit.compare.golden import load_golden
+from trainaudit.compare.megatron import GateResult, policy_for, run_gate
+from trainaudit.compare.model_config import ModelConfig, load_model_config
+from trainaudit.compare.report import Inputs, build_answer
+from trainaudit.compare.verdict import decide
+from trainaudit.errors import InputError, UsageError
+from trainaudit.report.plots import PlotSpec
+from trainaudit.report.schema import Answer
+
+
+def explain_checks(gate: GateResult) -> dict[int, Deviation]:
+    out: dict[int, Deviation] = {}
+    for i, c in enumerate(gate.checks):
+        if c.steps and c.window is None:
+            out[i] = describe(c.steps, c.golden, c.actual)
+    return out
+
+
+def run_golden(golden_path: str, actual_paths: list[str], *, model_config: str | None = None,
+               deterministic: bool | None = None, pipeline: str | None = None, train_iters: int | None = None,
+               policy: str = "megatron", ci_logs: list[str] | None = None, fmt: str | None = None
+               ) -> tuple[Answer, list[PlotSpec], bool]:
+    pol = policy_for(policy)
+    if not actual_paths:
+        raise UsageError("compare --golden GOLDEN needs the ACTUAL run as input")
+    if not Path(golden_path).exists():
+        raise InputError(f"{golden_path}: no such file")
+    golden = load_golden(golden_path)
+    cfg = load_model_config(model_config) if model_config else ModelConfig()
+    nondet = cfg.nondeterministic if deterministic is None else not deterministic
+    pipe = pipeline or ("resume" if cfg.is_resume else "regular")
+    iters = train_iters or cfg.train_iters or max((max(m.steps) for m in golden.metrics.values() if m.steps), default=None)
+    actual = load_actual(actual_paths, golden, iters, fmt)
+    metrics = cfg.effective_metrics(pol.default_metrics)
+    gate = run_gate(golden, actual.values, metrics, nondeterministic=nondet, policy=pol,
+                    pipeline=pipe, train_iters=iters)  # type: ignore[arg-type]
+    devs = explain_checks(gate)
+    decision = decide(gate, devs, run=actual.run, nan_metrics=actual.nan_metrics)
+    reports: list[CiGateReport] = [read_ci_log(p) for p in (ci_logs or [])]
+    notes = list(actual.notes)
+    if nondet:
+        notes.append("nondeterministic mode: exact checks skipped"
+                     + (f" ({cfg.nondeterministic_flag}=1)" if cfg.nondeterministic_flag and deterministic is None else ""))
+    inp = Inputs(golden, actual.values, actual.kind, actual_paths, model_config, reports, notes)
+    answer, plots = build_answer(inp, gate, devs, decision)
+    return answer, plots, gate.passed and not actual.nan_metrics

@@ -1,0 +1,190 @@
+"""Assemble answer.json for a golden-value comparison: sources, facts (whole golden/actual series
+so aggregates recompute), calculations backing every number of ``comparisons[]``, findings and
+the final verdict."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from trainaudit.compare.cilog import CiGateReport
+from trainaudit.compare.explain import Deviation
+from trainaudit.compare.golden import GoldenFile
+from trainaudit.compare.megatron import CheckResult, GateResult
+from trainaudit.compare.verdict import Decision
+from trainaudit.report.builder import AnswerBuilder, sha256_file
+from trainaudit.report.plots import Band, Curve, PlotSpec
+from trainaudit.report.schema import Answer, FinalAnswer, RootCause
+from trainaudit.report.write import display_path
+
+SEVERITY_OF = {"crash": "critical", "infrastructure_failure": "critical", "real_regression": "high",
+               "inconclusive": "medium", "numerical_drift": "low", "gating_policy_issue": "medium"}
+RULE_OF = {"exact": "TA801", "approximate": "TA802", "iteration-time": "TA803", "abort": "TA804"}
+
+
+@dataclass(slots=True)
+class Inputs:
+    golden: GoldenFile
+    actual: GoldenFile
+    actual_kind: str  # golden_values | tensorboard | log | metrics
+    actual_paths: list[str]
+    model_config: str | None = None
+    ci: list[CiGateReport] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+def _sha(path: str) -> str | None:
+    p = Path(path)
+    return sha256_file(p) if p.is_file() else None
+
+
+def build_answer(inp: Inputs, gate: GateResult, devs: dict[int, Deviation], decision: Decision
+                 ) -> tuple[Answer, list[PlotSpec]]:
+    b = AnswerBuilder("compare")
+    gpath = display_path(inp.golden.path)
+    sg = b.source(gpath, "golden_values", sha256=_sha(inp.golden.path),
+                  description=("first run of the resume pipeline (its values play the golden)"
+                               if gate.pipeline == "resume" else "golden values"))
+    akind = {"golden_values": "golden_values", "tensorboard": "tensorboard", "log": "log"}.get(inp.actual_kind, "metrics")
+    a_label = ", ".join(display_path(p) for p in inp.actual_paths)
+    sa = b.source(a_label, akind, sha256=_sha(inp.actual_paths[0]) if len(inp.actual_paths) == 1 else None,
+                  description="actual values" + (f" ({'; '.join(inp.notes)})" if inp.notes else ""))
+    evidence_for_cause: dict[int, list[str]] = {}
+    if inp.model_config:
+        sc = b.source(display_path(inp.model_config), "config", sha256=_sha(inp.model_config),
+                      description="model_config.yaml (METRICS, nondeterministic flags, TEST_TYPE)")
+        f = b.fact(sc, f"METRICS checked by the gate: {', '.join(gate.metrics)}; mode "
+                       f"{'nondeterministic (exact checks skipped)' if gate.nondeterministic else 'deterministic'}")
+        evidence_for_cause[-1] = [f]
+    plots: list[PlotSpec] = []
+    abort_ev: list[str] = []
+    if gate.abort:
+        abort_ev.append(b.fact(sg if gate.abort_kind != "missing_in_actual" else sa,
+                               f"gate aborts: {gate.abort}", metric=gate.abort_metric[0] if gate.abort_metric else None))
+    for i, c in enumerate(gate.checks):
+        ev = _check_facts(b, sg, sa, inp, c, gate, devs.get(i), plots)
+        evidence_for_cause[i] = ev
+    for rep in inp.ci:
+        sci = b.source(display_path(rep.path), "ci_log", sha256=_sha(rep.path), description="CI job log with the gate's output")
+        ids = []
+        for gl in rep.lines[:12]:
+            ids.append(b.fact(sci, "gate output in the CI log", line=gl.line, quote=gl.text.strip()))
+        if rep.failed_metrics is not None:
+            agree = sorted(rep.failed_metrics) == sorted(gate.failed_metrics)
+            ids.append(b.fact(sci, f"CI says the failed metrics were: {', '.join(rep.failed_metrics)}; "
+                                   f"reproduced here: {', '.join(gate.failed_metrics) or 'none'} "
+                                   f"({'agrees' if agree else 'DIFFERS'})", line=rep.failed_line))
+        evidence_for_cause.setdefault(-2, []).extend(ids)
+    causes: list[RootCause] = []
+    for cause in decision.causes:
+        ev: list[str] = list(abort_ev) if not cause.checks else []
+        for ci in cause.checks:
+            ev += evidence_for_cause.get(ci, [])
+        ev += evidence_for_cause.get(-1, []) + evidence_for_cause.get(-2, [])[:3]
+        d = b.finding(rule=RULE_OF["iteration-time"] if cause.metrics == ["iteration-time"] else
+                      RULE_OF["abort"] if not cause.checks else
+                      RULE_OF[gate.checks[cause.checks[0]].check],
+                      category=cause.category, severity=cause.severity,
+                      metric=cause.metrics[0] if cause.metrics else None, first_bad_step=cause.first_bad_step,
+                      message=cause.issue, evidence=ev, confidence=cause.confidence)
+        causes.append(RootCause(issue=cause.issue, category=cause.category, severity=cause.severity,
+                                evidence=[d] + ev[:8], fix=cause.fix, expected_impact=cause.expected_impact,
+                                verify=cause.verify, confidence=cause.confidence))
+    final = FinalAnswer(verdict=decision.verdict, category=decision.category,  # type: ignore[arg-type]
+                        first_bad_step=decision.first_bad_step, summary=decision.summary, root_causes=causes,
+                        quick_fixes=decision.quick_fixes, needs_more_data=decision.needs_more_data)
+    return b.build(final), plots
+
+
+def _vals(xs: list[float]) -> list[float]:
+    return xs
+
+
+def _check_facts(b: AnswerBuilder, sg: str, sa: str, inp: Inputs, c: CheckResult, gate: GateResult,
+                 dev: Deviation | None, plots: list[PlotSpec]) -> list[str]:
+    gm = inp.golden.metrics.get(c.metric)
+    am = inp.actual.metrics.get(c.metric)
+    if not c.steps:
+        b.comparison(metric=c.metric, check=c.check, policy=gate.policy.name, passed=False, rtol=c.rtol,
+                     atol=c.atol, n_steps=0, n_failing=0, allowed_failing=0, evidence=[])
+        return []
+    gline = gm.line_of(c.steps[0]) if gm else 0
+    aline = am.line_of(c.steps[0]) if am else 0
+    fg = b.fact(sg, f"golden {c.metric} at steps {c.steps[0]}..{c.steps[-1]} ({len(c.steps)} values; "
+                    "'nan' strings mapped to inf as the gate does)", metric=c.metric, steps=c.steps,
+                values=c.golden, line=gline)
+    fa = b.fact(sa, f"actual {c.metric} at the golden's steps (a missing step counts as 'nan' -> inf)",
+                metric=c.metric, steps=c.steps, values=c.actual, line=aline)
+    ev = [fg, fa]
+    rt = repr(float(c.rtol))
+    kw: dict = {}
+    if c.window is not None:
+        cg = b.calc("golden_median: median of golden iteration-time over the window steps", f"median({fg})",
+                    [fg], unit="s")
+        ca = b.calc("actual_median: median of actual iteration-time over the window steps", f"median({fa})", [fa], unit="s")
+        cr = b.calc("ratio actual/golden median", f"{ca} / {cg}", [ca, cg], unit="ratio")
+        cn = b.calc("n_failing: 1 - isclose(actual median, golden median, rtol)", f"1 - isclose({ca}, {cg}, {rt}, 0)",
+                    [ca, cg], unit="steps")
+        cs = b.calc("n_steps: a single median is compared", f"len({ca})", [ca], unit="steps")
+        ev += [cg, ca, cr, cn, cs]
+        kw = dict(window=list(c.window), golden_median=b.result(cg), actual_median=b.result(ca),
+                  n_steps=1, n_failing=int(b.result(cn)))
+    else:
+        cs = b.calc("n_steps: number of golden values (the golden drives the step list)", f"len({fg})", [fg],
+                    unit="steps")
+        cn = b.calc(f"n_failing: steps where not |a - g| <= {c.atol:g} + {c.rtol:g}*|g|",
+                    f"count(1 - isclose({fa}, {fg}, {rt}, {c.atol!r}))", [fa, fg], unit="steps")
+        if c.check == "exact" and gate.policy.strict_budget or len(c.steps) == 1:
+            cal = b.calc("allowed_failing: exact checks need every step", f"0 * len({fg})", [fg], unit="steps")
+            extra = [cal]
+        else:
+            ck = b.calc("budget k = min(max(N // 100, 1), 50)", f"min(max(floor(len({fg}) / 100), 1), 50)", [fg],
+                        unit="steps")
+            if gate.policy.strict_budget:
+                cal = b.calc("allowed_failing: largest n with (N - n)/N >= 1 - k/N in floating point "
+                             "(k or k - 1)", f"{ck} - 1 + ((len({fg}) - {ck}) / len({fg}) >= 1 - {ck} / len({fg}))",
+                             [fg, ck], unit="steps")
+            else:
+                cal = b.calc("allowed_failing: pre-4e85d74ae9 budget mean(is_close) >= k/N lets N - k fail",
+                             f"len({fg}) - {ck}", [fg, ck], unit="steps")
+            extra = [ck, cal]
+        rel = f"where(isfinite({fa} - {fg}), abs({fa} - {fg}) / abs({fg}), nan)"
+        cmx = b.calc("max_rel_err: max |a - g| / |g| over steps finite on both sides", f"nanmax({rel})", [fa, fg],
+                     unit="ratio")
+        cmd = b.calc("median_rel_err: median |a - g| / |g| over steps finite on both sides", f"nanmedian({rel})",
+                     [fa, fg], unit="ratio")
+        ev += [cs, cn, *extra, cmx, cmd]
+        kw = dict(n_steps=int(b.result(cs)), n_failing=int(b.result(cn)), allowed_failing=int(b.result(cal)),
+                  max_rel_err=_opt(b.result(cmx)), median_rel_err=_opt(b.result(cmd)))
+        if c.allowed_failing != kw["allowed_failing"] or c.n_failing != kw["n_failing"]:
+            kw["allowed_failing"], kw["n_failing"] = c.allowed_failing, c.n_failing  # comparator is authoritative
+    first = c.failing_steps[0] if c.failing_steps else None
+    if first is not None and c.window is None:
+        for side, src, metric_file, vals in (("golden", sg, gm, c.golden), ("actual", sa, am, c.actual)):
+            j = c.steps.index(first)
+            ev.append(b.fact(src, f"{side} {c.metric} at the first failing step {first}", metric=c.metric,
+                             step=first, value=vals[j], line=metric_file.line_of(first) if metric_file else None))
+    b.comparison(metric=c.metric, check=c.check, policy=gate.policy.name, passed=c.passed, rtol=c.rtol, atol=c.atol,
+                 allowed_failing=kw.pop("allowed_failing", 0), first_failing_step=first,
+                 deviation=dev.to_dict() if dev else None, evidence=ev[2:], **kw)
+    if not c.passed:
+        import numpy as np
+        g = np.asarray(c.golden, float)
+        lo, hi = g - c.rtol * np.abs(g), g + c.rtol * np.abs(g)
+        gsteps = c.steps
+        if c.window is not None and gm is not None:
+            gsteps = gm.steps
+            g = np.asarray(gm.floats(float("nan")), float)
+            lo, hi = g - c.rtol * np.abs(g), g + c.rtol * np.abs(g)
+        curves = [Curve("golden", gsteps, g), Curve("actual", c.steps if c.window is None else
+                                                     (am.steps if am else []),
+                                                     c.actual if c.window is None else
+                                                     (am.floats(float("nan")) if am else []), "dashed")]
+        plots.append(PlotSpec(metric=c.metric, title=f"{c.metric}: {c.check} check ({c.rtol:g} rtol) failed",
+                              curves=curves, first_bad_step=first if c.window is None else (c.window_steps or [None])[0],
+                              band=Band(f"golden ±{c.rtol:g}", gsteps, lo, hi), stem=f"{c.metric}_{c.check}"))
+    return ev
+
+
+def _opt(v: float) -> float | None:
+    return v if v == v and v not in (float("inf"), float("-inf")) else None
