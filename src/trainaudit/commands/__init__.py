@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from trainaudit.commands.compare import compare
 from trainaudit.commands.parse import parse
 
-COMMANDS: list[click.Command] = [parse]
+COMMANDS: list[click.Command] = [compare, parse]

@@ -24,9 +24,11 @@ from trainaudit.ingest.readers.plain import PlainTextReader
 from trainaudit.ingest.readers.tensorboard import TensorBoardReader
 from trainaudit.ingest.readers.mlflow import MLflowReader
 from trainaudit.ingest.readers.wandb import WandbReader
+from trainaudit.ingest.readers.golden import GoldenValuesReader
 
 READER_CLASSES: list[type[Reader]] = [
     MegatronReader,
+    GoldenValuesReader,
     TensorBoardReader,
     MLflowReader,
     WandbReader,
