@@ -1,21 +1,863 @@
 """Error signatures in stderr and CI logs, turned into typed events with their numbers.
 
-(Being filled in: see the ingest issue. Interface: ``SignatureScanner(source).feed(line)`` returns
-the events a line completes; ``finish()`` returns what is still pending at end of file.)
+``SignatureScanner(source).feed(line)`` returns the events a cleaned :class:`~trainaudit.ingest.text.Line`
+completes; ``finish()`` returns what is still pending at end of file (an unfinished traceback, an
+elastic failure summary cut short). Every text reader runs it on every line, so the common case (a
+metric line with no error in it) must cost one regex search: :data:`GATE` holds one literal token of
+every signature, and only lines it hits (or lines inside a multi-line record) reach the matchers.
+
+Multi-line records keep small state: one pending traceback per launcher rank (ranks interleave),
+one torch.distributed.elastic summary block, and the last NVRM "The NVIDIA GPU ..." line.
+
+Each matcher names the public source of the text it recognises (the ``# source:`` lines of
+``shared/fixtures/log_samples/error_signatures.txt`` and the research notes ``log_formats.md`` §14).
+The table of signatures -> event kind -> data fields is ``docs/error-signatures.md``.
+Sizes are GiB floats (binary units: MiB / 1024, KiB / 1024**2, bytes / 1024**3).
 """
 
 from __future__ import annotations
 
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
 from trainaudit.ingest.text import Line
-from trainaudit.model import Event
+from trainaudit.model import Event, EventKind
+
+# One literal token per signature, grouped by first character so a line without any of them is
+# rejected by a single scan (~2 us on a 400-character Megatron line). Keep in sync with the matchers.
+GATE = re.compile(
+    r"A(?:borted \(core|ssertionError)|B(?:us error)|C(?:UDA|hild|urrent loss|uda failure)"
+    r"|D(?:ataLoader worker|uring handling of)|E(?:rror|xception|CC)|F(?:atal|unction '|AILED)"
+    r"|G(?:PU is lost)|H(?:IP out|eartbeat monitor)|K(?:illed)|M(?:inimum loss scale)"
+    r"|N(?:CCL|VRM|aN)|O(?:utOfMemory|OM|ut of memory)|P(?:rocessGroupNCCL)|R(?:oot Cause)"
+    r"|S(?:egmentation fault|ending process)|T(?:raceback|raining failed|he above exception"
+    r"|he loss returned|imeout at NCCL)|U(?:nexpected result)|W(?:atchdog)|X(?:id)"
+    r"|\((?:exitcode)"
+)
+
+# Linux signal numbers (logs come from Linux; Python's ``signal`` module differs on macOS).
+SIGNALS = {1: "SIGHUP", 2: "SIGINT", 3: "SIGQUIT", 4: "SIGILL", 5: "SIGTRAP", 6: "SIGABRT", 7: "SIGBUS",
+           8: "SIGFPE", 9: "SIGKILL", 10: "SIGUSR1", 11: "SIGSEGV", 12: "SIGUSR2", 13: "SIGPIPE",
+           14: "SIGALRM", 15: "SIGTERM"}
+SIGNAL_NUMBERS = {name: num for num, name in SIGNALS.items()}
+
+_UNIT = {"b": 1 / 1024**3, "bytes": 1 / 1024**3, "kib": 1 / 1024**2, "kb": 1 / 1024**2,
+         "mib": 1 / 1024, "mb": 1 / 1024, "gib": 1.0, "gb": 1.0, "tib": 1024.0, "tb": 1024.0}
+_SIZE = r"[\d.]+ ?(?:[KMGT]i?B|B|bytes)"
+
+
+def to_gib(text: str) -> float:
+    """``'991.56 MiB'`` -> 0.968..., ``'0 bytes'`` -> 0.0 (PyTorch's ``format_size`` units)."""
+    m = re.match(r"([\d.]+) ?([A-Za-z]+)", text.strip())
+    if m is None:
+        raise ValueError(text)
+    return float(m.group(1)) * _UNIT[m.group(2).lower()]
+
+
+def _short(text: str, limit: int = 200) -> str:
+    text = text.strip()
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+# --- CUDA out of memory ---------------------------------------------------------------------------
+# source: pytorch/pytorch#18853 (<=1.x: "(GPU 0; X total capacity; Y already allocated; Z free; W cached)",
+#   later "...; W reserved in total by PyTorch)"); FoundationVision/GenerateU#10 (2.1 sentence form,
+#   'capacty' typo, "Process N has X memory in use"); pytorch/pytorch#16417 (2.2-2.4 "Including
+#   non-PyTorch memory, this process has"); murong-xu/CADS#4 (>=2.5 torch.OutOfMemoryError);
+#   kaito-project/kaito#976 ("with X allocated in private pools", behind a vLLM logger prefix).
+OOM_RE = re.compile(
+    r"(?:(?P<exc>[\w.]*(?:OutOfMemoryError|RuntimeError|Error)): )?(?P<dev>CUDA|HIP) out of memory\. "
+    rf"Tried to allocate (?P<req>{_SIZE})")
+OOM_LEGACY_RE = re.compile(rf"\(GPU (?P<gpu>\d+); (?P<total>{_SIZE}) total capacity;(?: (?P<alloc>{_SIZE}) already "
+                           rf"allocated;)? (?P<free>{_SIZE}) free;(?: (?P<reserved>{_SIZE}) reserved in total by "
+                           rf"PyTorch| (?P<cached>{_SIZE}) cached)?")
+OOM_GPU_RE = re.compile(rf"GPU (?P<gpu>\d+) has a total capac(?:i)?ty of (?P<total>{_SIZE}) of which "
+                        rf"(?P<free>{_SIZE}) is free")
+OOM_PROC_RE = re.compile(rf"Process (?P<pid>\d+) has (?P<size>{_SIZE}) memory in use")
+OOM_THIS_RE = re.compile(rf"this process has (?P<size>{_SIZE}) memory in use")
+OOM_ALLOC_RE = re.compile(rf"Of the allocated memory (?P<alloc>{_SIZE}) is allocated by PyTorch"
+                          rf"(?:, with (?P<pools>{_SIZE}) allocated in private pools(?: \([^)]*\))?)?,? and "
+                          rf"(?P<unalloc>{_SIZE}) is reserved by PyTorch but unallocated")
+# log_formats.md §14.1: pre-1.0 "cuda runtime error (2) : out of memory", driver-level
+# "CUDA error: out of memory", NCCL "Cuda failure 'out of memory'": OOM without numbers.
+OOM_BARE_RE = re.compile(r"cuda runtime error \(2\) : out of memory|CUDA error: out of memory|"
+                         r"CUDA_ERROR_OUT_OF_MEMORY|Cuda failure 'out of memory'")
+
+
+def _oom(line: Line, text: str) -> list[tuple[EventKind, str, dict[str, Any]]]:
+    m = OOM_RE.search(text)
+    if m is None:
+        if OOM_BARE_RE.search(text):
+            return [(EventKind.OOM, "CUDA out of memory", {"device": "CUDA"})]
+        return []
+    data: dict[str, Any] = {"device": m.group("dev"), "requested_gib": to_gib(m.group("req"))}
+    if m.group("exc"):
+        data["exc_type"] = m.group("exc")
+    rest = text[m.end():]
+    legacy = OOM_LEGACY_RE.search(rest)
+    if legacy:
+        data["gpu"] = int(legacy.group("gpu"))
+        data["total_gib"] = to_gib(legacy.group("total"))
+        if legacy.group("alloc"):
+            data["allocated_gib"] = to_gib(legacy.group("alloc"))
+        data["free_gib"] = to_gib(legacy.group("free"))
+        if legacy.group("reserved"):
+            data["reserved_gib"] = to_gib(legacy.group("reserved"))
+        if legacy.group("cached"):
+            data["cached_gib"] = to_gib(legacy.group("cached"))
+    else:
+        g = OOM_GPU_RE.search(rest)
+        if g:
+            data["gpu"] = int(g.group("gpu"))
+            data["total_gib"] = to_gib(g.group("total"))
+            data["free_gib"] = to_gib(g.group("free"))
+        procs = [{"pid": int(p.group("pid")), "in_use_gib": to_gib(p.group("size"))}
+                 for p in OOM_PROC_RE.finditer(rest)]
+        if procs:
+            data["processes"] = procs
+            data["process_id"] = procs[0]["pid"]
+        this = OOM_THIS_RE.search(rest)
+        if this:
+            data["in_use_gib"] = to_gib(this.group("size"))
+        elif len(procs) == 1:
+            data["in_use_gib"] = procs[0]["in_use_gib"]
+        a = OOM_ALLOC_RE.search(rest)
+        if a:
+            data["allocated_gib"] = to_gib(a.group("alloc"))
+            data["reserved_unallocated_gib"] = to_gib(a.group("unalloc"))
+            # Derived: what the caching allocator holds = allocated + reserved-but-unallocated.
+            data["reserved_gib"] = data["allocated_gib"] + data["reserved_unallocated_gib"]
+            if a.group("pools"):
+                data["private_pools_gib"] = to_gib(a.group("pools"))
+    where = f" on GPU {data['gpu']}" if "gpu" in data else ""
+    msg = f"{data['device']} out of memory{where}: tried to allocate {data['requested_gib']:.2f} GiB"
+    if "free_gib" in data and "total_gib" in data:
+        msg += f" ({data['free_gib']:.2f} of {data['total_gib']:.2f} GiB free)"
+    return [(EventKind.OOM, msg, data)]
+
+
+# --- NCCL watchdog / collective timeouts ----------------------------------------------------------
+# source: hiyouga/LlamaFactory#6269 (2.4-2.5 glog line behind [rankN]:, "[PG 1 Rank 0] ... last enqueued
+#   NCCL work"); XPixelGroup/BasicSR#737 ("[PG ID 0 PG GUID 0(default_pg) Rank 1]"); pytorch/pytorch#118369
+#   (<=2.1 "[E ProcessGroupNCCL.cpp:458] [Rank 0]" glued to a tqdm bar). Heartbeat / stuck-watchdog
+#   companions: log_formats.md §14.2.
+NCCL_TAG_RE = re.compile(r"\[(?:PG (?:ID )?(?P<pg>\d+) (?:PG GUID (?P<guid>[^\s\]]+) )?)?Rank (?P<rank>\d+)\]")
+NCCL_WORK_RE = re.compile(r"Watchdog caught collective operation timeout: WorkNCCL\((?P<work>[^)]*(?:\(ms\)[^)]*)?)\)"
+                          r" ran for (?P<ms>\d+) milliseconds before timing out")
+NCCL_FIELD_RE = re.compile(r"(\w+(?:\(ms\))?)=([^,]+)")
+NCCL_LAST_RE = re.compile(r"(?:detected by watchdog at work|Timeout at NCCL work): (?P<seq>-?\d+), last enqueued "
+                          r"NCCL work: (?P<enq>-?\d+), last completed NCCL work: (?P<done>-?\d+)")
+NCCL_STUCK_RE = re.compile(r"watchdog got stuck for (?P<s>\d+) seconds|Heartbeat monitor timed out")
+_NCCL_KEYS = {"SeqNum": "seq", "OpType": "op", "NumelIn": "numel_in", "NumelOut": "numel_out",
+              "Timeout(ms)": "timeout_ms"}
+
+
+def _nccl_tag(text: str, data: dict[str, Any]) -> None:
+    t = NCCL_TAG_RE.search(text)
+    if t:
+        data["rank"] = int(t.group("rank"))
+        if t.group("pg") is not None:
+            data["pg_id"] = int(t.group("pg"))
+        if t.group("guid"):
+            data["pg_guid"] = t.group("guid")
+
+
+def _nccl(line: Line, text: str) -> list[tuple[EventKind, str, dict[str, Any]]]:
+    m = NCCL_WORK_RE.search(text)
+    if m:
+        data: dict[str, Any] = {}
+        _nccl_tag(text[: m.start()], data)
+        for key, val in NCCL_FIELD_RE.findall(m.group("work")):
+            name = _NCCL_KEYS.get(key, key)
+            data[name] = val if name == "op" else _int_or_str(val)
+        data["ran_for_ms"] = int(m.group("ms"))
+        msg = (f"NCCL watchdog timeout: {data.get('op', 'collective')} SeqNum {data.get('seq', '?')} ran for "
+               f"{data['ran_for_ms']} ms (timeout {data.get('timeout_ms', '?')} ms)")
+        return [(EventKind.NCCL_TIMEOUT, msg, data)]
+    m = NCCL_LAST_RE.search(text)
+    if m:
+        data = {"seq": int(m.group("seq")), "last_enqueued": int(m.group("enq")),
+                "last_completed": int(m.group("done"))}
+        _nccl_tag(text[: m.start()], data)
+        msg = (f"NCCL watchdog at work {data['seq']}: last enqueued {data['last_enqueued']}, "
+               f"last completed {data['last_completed']}")
+        return [(EventKind.NCCL_TIMEOUT, msg, data)]
+    m = NCCL_STUCK_RE.search(text)
+    if m:
+        data = {"watchdog_stuck": True}
+        if m.group("s"):
+            data["stuck_s"] = int(m.group("s"))
+        _nccl_tag(text[: m.start()], data)
+        return [(EventKind.NCCL_TIMEOUT, _short(text), data)]
+    return []
+
+
+def _int_or_str(val: str) -> int | str:
+    try:
+        return int(val)
+    except ValueError:
+        return val.strip()
+
+
+# --- NaN checks ---------------------------------------------------------------------------------
+# source: NVIDIA/Megatron-LM#5026 (rerun state machine, "Unexpected result nan on rank 3 at iteration #3
+#   invocation #2 (message='...')"); NVIDIA-NeMo/Speech#14348 (RERUN_DISABLED: "Rank 2, node X, device 2,
+#   iteration -1: Unexpected result nan (message='...')"); alibaba/Pai-Megatron-Patch#366 (older
+#   "AssertionError: Rank 11: found NaN in local grad norm ... Device: 3"); pytorch/pytorch#51196 (autograd
+#   anomaly mode). fairseq "gradients are Nan/Inf", Lightning "The loss returned in `training_step` is nan":
+#   log_formats.md §14.3.
+NAN_RERUN_RE = re.compile(r"Unexpected result (?P<result>\S+) on rank (?P<rank>\d+) at iteration #(?P<it>-?\d+) "
+                          r"invocation #(?P<inv>\d+) \(message='(?P<msg>.*?)'\)")
+NAN_RAISE_RE = re.compile(r"Rank (?P<rank>\d+), node (?P<node>\S+), device (?P<dev>\d+), iteration (?P<it>-?\d+): "
+                          r"Unexpected result (?P<result>\S+) \(message='(?P<msg>.*?)'\)")
+NAN_FOUND_RE = re.compile(r"(?:Rank (?P<rank>\d+): )?found (?P<what>NaN|Inf) in (?P<where>[^.(]*?)"
+                          r"(?: \(|\.|$)(?:.*?Device: (?P<dev>\d+))?")
+NAN_ANOMALY_RE = re.compile(r"Function '(?P<fn>\w+)' returned nan values in its (?P<idx>\d+)(?:st|nd|rd|th) output")
+NAN_OTHER_RE = re.compile(r"gradients are Nan/Inf|The loss returned in `training_step` is (?P<loss>\S+?)\.?$")
+
+
+def _nan(line: Line, text: str) -> list[tuple[EventKind, str, dict[str, Any]]]:
+    m = NAN_RERUN_RE.search(text) or NAN_RAISE_RE.search(text)
+    if m:
+        gd = m.groupdict()
+        data: dict[str, Any] = {"check": gd["msg"], "result": gd["result"], "rank": int(gd["rank"]),
+                                "framework": "megatron"}
+        if int(gd["it"]) >= 0:  # -1 = the rerun machine did not know the iteration
+            data["iteration"] = int(gd["it"])
+        if gd.get("inv") is not None:
+            data["invocation"] = int(gd["inv"])
+        if gd.get("node") is not None:
+            data["node"] = gd["node"]
+            data["device"] = int(gd["dev"])
+        where = f" at iteration {data['iteration']}" if "iteration" in data else ""
+        return [(EventKind.NAN_CHECK, f"Megatron NaN check on rank {data['rank']}{where}: {gd['msg']}", data)]
+    m = NAN_ANOMALY_RE.search(text)
+    if m:
+        data = {"function": m.group("fn"), "output_index": int(m.group("idx")), "check": "anomaly_mode"}
+        return [(EventKind.NAN_CHECK, f"autograd anomaly mode: {m.group('fn')} returned NaN", data)]
+    m = NAN_FOUND_RE.search(text)
+    if m:
+        data = {"check": f"found {m.group('what')} in {m.group('where').strip()}", "result": m.group("what").lower()}
+        if m.group("rank"):
+            data["rank"] = int(m.group("rank"))
+        if m.group("dev"):
+            data["device"] = int(m.group("dev"))
+        return [(EventKind.NAN_CHECK, _short(data["check"]), data)]
+    m = NAN_OTHER_RE.search(text)
+    if m:
+        data = {"check": m.group(0).rstrip(".")}
+        if m.group("loss"):
+            data["result"] = m.group("loss")
+        return [(EventKind.NAN_CHECK, _short(m.group(0)), data)]
+    return []
+
+
+# --- loss scale at its minimum ----------------------------------------------------------------------
+# source: ymcui/Chinese-LLaMA-Alpaca#534 (DeepSpeed raise_error_at_min_scale); fairseq FP16Optimizer
+#   "FloatingPointError: Minimum loss scale reached (X). Your loss is probably exploding." (log_formats.md §9).
+LS_MIN_RE = re.compile(r"Current loss scale already at minimum|Minimum loss scale reached \((?P<scale>[^)]*)\)")
+
+
+def _loss_scale(line: Line, text: str) -> list[tuple[EventKind, str, dict[str, Any]]]:
+    m = LS_MIN_RE.search(text)
+    if m is None:
+        return []
+    if m.group("scale") is None:
+        return [(EventKind.LOSS_SCALE_MIN, "DeepSpeed: loss scale already at minimum, run exits",
+                 {"framework": "deepspeed"})]
+    data: dict[str, Any] = {"framework": "fairseq"}
+    try:
+        data["min_loss_scale"] = float(m.group("scale"))
+    except ValueError:
+        pass
+    return [(EventKind.LOSS_SCALE_MIN, f"fairseq: minimum loss scale reached ({m.group('scale')})", data)]
+
+
+# --- torch.distributed.elastic agent lines ----------------------------------------------------------
+# source: InternRobotics/StreamVLN#66 ("[date] torch.distributed.elastic.multiprocessing.api: [ERROR] failed
+#   (exitcode: -8) local_rank: 1 (pid: N) of binary: ...", "Sending process N closing signal SIGTERM");
+#   hpcaitech/Open-Sora#826 (glog "E0318 ... api.py:833] failed (exitcode: -8) ...").
+AGENT_FAILED_RE = re.compile(r"failed \(exitcode: (?P<code>-?\d+)\) local_rank: (?P<lr>\d+) \(pid: (?P<pid>\d+)\)"
+                             r"(?: of binary: (?P<bin>\S+))?")
+AGENT_SIGTERM_RE = re.compile(r"Sending process (?P<pid>\d+) closing signal (?P<sig>SIG\w+)")
+SIGNAL_EXC_RE = re.compile(r"SignalException: Process (?P<pid>\d+) got signal: (?P<sig>\d+)")
+
+
+def _signal_events(code: int | None, signum: int | None, base: dict[str, Any], who: str
+                   ) -> list[tuple[EventKind, str, dict[str, Any]]]:
+    """The SIGNAL (and, for SIGKILL, HOST_OOM) events that accompany a process death."""
+    if signum is None and code is not None and code < 0:
+        signum = -code
+    if signum is None:
+        return []
+    name = SIGNALS.get(signum, f"signal {signum}")
+    data = {**base, "signal": signum, "signal_name": name}
+    out = [(EventKind.SIGNAL, f"{who} died of {name}", data)]
+    if signum == 9:
+        out.append((EventKind.HOST_OOM, f"{who} was SIGKILLed: likely the host OOM killer",
+                    {**data, "likely_host_oom": True}))
+    return out
+
+
+def _elastic_line(line: Line, text: str) -> list[tuple[EventKind, str, dict[str, Any]]]:
+    m = AGENT_FAILED_RE.search(text)
+    if m:
+        code = int(m.group("code"))
+        data: dict[str, Any] = {"origin": "agent", "exitcode": code, "local_rank": int(m.group("lr")),
+                                "pid": int(m.group("pid"))}
+        if m.group("bin"):
+            data["binary"] = m.group("bin")
+        who = f"worker local_rank {data['local_rank']} (pid {data['pid']})"
+        out = [(EventKind.ELASTIC_FAILURE, f"elastic agent: {who} failed with exitcode {code}", data)]
+        return out + _signal_events(code, None, {k: data[k] for k in ("local_rank", "pid", "exitcode")}, who)
+    m = AGENT_SIGTERM_RE.search(text)
+    if m:
+        data = {"origin": "agent", "pid": int(m.group("pid")), "signal_name": m.group("sig"),
+                "signal": SIGNAL_NUMBERS.get(m.group("sig")), "terminated_by_agent": True}
+        return [(EventKind.ELASTIC_FAILURE,
+                 f"elastic agent sent {m.group('sig')} to worker pid {data['pid']} (another worker failed)", data)]
+    m = SIGNAL_EXC_RE.search(text)
+    if m:
+        return _signal_events(None, int(m.group("sig")), {"pid": int(m.group("pid"))}, f"process {m.group('pid')}")
+    return []
+
+
+# --- signals, segfaults, host OOM -------------------------------------------------------------------
+# source: pytorch/pytorch#75087 ("[default3]:Fatal Python error: Segmentation fault"); shell job messages
+#   "Segmentation fault (core dumped)", "Bus error (core dumped)", "Killed", DataLoader "is killed by signal:
+#   Killed.", kernel "Out of memory: Killed process N (name)", slurmstepd "oom-kill event": log_formats.md §14.1/4/5.
+FATAL_PY_RE = re.compile(r"Fatal Python error: (?P<what>Segmentation fault|Aborted|Bus error|Floating point exception"
+                         r"|Illegal instruction)")
+SHELL_SIG_RE = re.compile(r"(?:^|\s)(?P<what>Segmentation fault|Bus error|Aborted|Floating point exception|Killed)"
+                          r"(?: \(core dumped\))?(?:\s+(?P<cmd>.+))?$")
+LOADER_KILLED_RE = re.compile(r"DataLoader worker \(pids? (?P<pid>[\d, ]+)\) is killed by signal: (?P<what>[^.]+)\.?")
+KERNEL_OOM_RE = re.compile(r"Out of memory: Killed process (?P<pid>\d+) \((?P<name>[^)]*)\)(?:.*?anon-rss:(?P<rss>\d+)kB)?")
+SLURM_OOM_RE = re.compile(r"Detected (?P<n>\d+) oom.kill event")
+_WHAT_SIGNAL = {"Segmentation fault": 11, "Aborted": 6, "Bus error": 7, "Floating point exception": 8,
+                "Illegal instruction": 4, "Killed": 9, "Terminated": 15}
+
+
+def _signals(line: Line, text: str) -> list[tuple[EventKind, str, dict[str, Any]]]:
+    m = FATAL_PY_RE.search(text)
+    if m:
+        return _signal_events(None, _WHAT_SIGNAL[m.group("what")], {"fatal_python_error": m.group("what")},
+                              "Python process")
+    m = LOADER_KILLED_RE.search(text)
+    if m:
+        pids = [int(p) for p in re.findall(r"\d+", m.group("pid"))]
+        signum = _WHAT_SIGNAL.get(m.group("what").strip())
+        base: dict[str, Any] = {"dataloader_worker": True, "pid": pids[0]}
+        if signum is None:
+            return [(EventKind.SIGNAL, _short(m.group(0)), {**base, "signal_text": m.group("what")})]
+        return _signal_events(None, signum, base, f"DataLoader worker (pid {pids[0]})")
+    m = KERNEL_OOM_RE.search(text)
+    if m:
+        data: dict[str, Any] = {"pid": int(m.group("pid")), "name": m.group("name"), "likely_host_oom": True,
+                                "kernel_oom_killer": True}
+        if m.group("rss"):
+            data["anon_rss_gib"] = int(m.group("rss")) / 1024**2
+        return [(EventKind.HOST_OOM, f"kernel OOM killer killed {data['name']} (pid {data['pid']})", data)]
+    m = SLURM_OOM_RE.search(text)
+    if m:
+        return [(EventKind.HOST_OOM, _short(text), {"oom_kill_events": int(m.group("n")), "likely_host_oom": True,
+                                                    "slurm": True})]
+    m = SHELL_SIG_RE.search(text)
+    # "Killed" must be the shell's job message, not prose that happens to contain the word.
+    if m and (m.start("what") <= 1 or re.search(r"\d+ " + m.group("what"), text)):
+        base = {"shell_message": m.group("what")}
+        if m.group("cmd"):
+            base["command"] = m.group("cmd").strip()
+        return _signal_events(None, _WHAT_SIGNAL[m.group("what")], base, "process")
+    return []
+
+
+# --- GPU hardware: Xid, ECC, fallen off the bus ----------------------------------------------------
+# source: leptonai/gpud#46 and #1174 (kernel "NVRM: Xid (PCI:0000:cb:00): 109, pid=..., name=..., ...");
+#   jade-hpc-gpu/jade-hpc-gpu.github.io#194 ("CUDA error: uncorrectable ECC error encountered");
+#   NVIDIA/NVSentinel#155 (three-line "NVRM: The NVIDIA GPU ... fallen off the bus" without an Xid).
+#   Xid meanings: docs.nvidia.com/deploy/xid-errors (via log_formats.md §14.5).
+XID_RE = re.compile(r"Xid \(PCI:(?P<pci>[0-9a-fA-F:.]+)\): (?P<xid>\d+)(?:, pid=(?P<pid>'?[^,]*?'?))?"
+                    r"(?:, name=(?P<name>[^,]*))?(?:,\s*(?P<msg>.*))?$")
+XID_ERRSTR_RE = re.compile(r"errorString (?P<es>[^,]+)")
+XID_CATEGORY = {13: "sm_exception", 31: "mmu_fault", 45: "preemptive_cleanup", 48: "ecc", 63: "ecc_page_retirement",
+                64: "ecc_page_retirement", 79: "gpu_lost", 92: "ecc", 94: "ecc", 95: "ecc", 109: "ctx_switch_timeout",
+                **{n: "nvlink" for n in range(144, 151)}}
+NVRM_GPU_RE = re.compile(r"NVRM: The NVIDIA GPU (?P<pci>[0-9a-fA-F:.]+)")
+NVRM_PCIID_RE = re.compile(r"NVRM: \(PCI ID: (?P<id>[0-9a-fA-F:]+)\)")
+GPU_IS_LOST_RE = re.compile(r"GPU (?P<pci>[0-9a-fA-F:.]+): GPU is lost")
+ECC_RE = re.compile(r"(?P<unc>uncorrectable )?ECC error|CUDA_ERROR_ECC_UNCORRECTABLE")
+
+
+def _xid(line: Line, text: str) -> list[tuple[EventKind, str, dict[str, Any]]]:
+    m = XID_RE.search(text)
+    if m is None:
+        return []
+    xid = int(m.group("xid"))
+    data: dict[str, Any] = {"xid": xid, "pci": m.group("pci")}
+    pid = (m.group("pid") or "").strip("'")
+    if pid.isdigit():
+        data["pid"] = int(pid)
+    if m.group("name"):
+        data["name"] = m.group("name").strip()
+    if m.group("msg"):
+        data["message"] = m.group("msg").strip()
+        es = XID_ERRSTR_RE.search(m.group("msg"))
+        if es:
+            data["error_string"] = es.group("es").strip()
+    if xid in XID_CATEGORY:
+        data["category"] = XID_CATEGORY[xid]
+    detail = data.get("error_string") or data.get("message") or ""
+    return [(EventKind.XID, _short(f"Xid {xid} on GPU {data['pci']}: {detail}".rstrip(": ")), data)]
+
+
+def _ecc(line: Line, text: str) -> list[tuple[EventKind, str, dict[str, Any]]]:
+    m = ECC_RE.search(text)
+    if m is None:
+        return []
+    data: dict[str, Any] = {"uncorrectable": bool(m.group("unc")) or "UNCORRECTABLE" in m.group(0)}
+    cuda = CUDA_ERR_RE.search(text)
+    if cuda:
+        data["cuda_error"] = cuda.group("err")
+    return [(EventKind.ECC, "uncorrectable ECC error" if data["uncorrectable"] else "ECC error", data)]
+
+
+# --- distributed (c10d) errors ----------------------------------------------------------------------
+# source: snowflakedb/ArcticTraining#233 ("[rank1]: torch.distributed.DistBackendError: ... via c10d key-value
+#   store by key '0', but store->get('0') got error: Connection reset by peer"); "NCCL error in: ...",
+#   "terminate called after throwing an instance of 'c10::DistBackendError'", Rendezvous*Error:
+#   log_formats.md §14.2.
+DIST_RE = re.compile(r"(?P<exc>(?:[\w.]+\.|c10::)?(?:Dist(?:Backend|Store|Network)?Error|Rendezvous\w*Error))"
+                     r"(?:'|: ?(?P<msg>.*))")
+NCCL_ERROR_RE = re.compile(r"NCCL error in: (?P<where>[^,]+), (?P<err>[^(,]+?)(?: \(|,|$)(?:.*NCCL version (?P<ver>\S+))?")
+STORE_KEY_RE = re.compile(r"store->get\('(?P<key>[^']*)'\)(?: got error: (?P<err>.*))?")
+
+
+def _dist(line: Line, text: str) -> list[tuple[EventKind, str, dict[str, Any]]]:
+    m = DIST_RE.search(text)
+    n = NCCL_ERROR_RE.search(text)
+    if m is None and n is None:
+        return []
+    data: dict[str, Any] = {}
+    if m:
+        data["exc_type"] = m.group("exc")
+        if m.group("msg"):
+            data["message"] = m.group("msg").strip()
+    if n:
+        data["nccl_error"] = n.group("err").strip()
+        if n.group("ver"):
+            data["nccl_version"] = n.group("ver")
+    k = STORE_KEY_RE.search(text)
+    if k:
+        data["store_key"] = k.group("key")
+        if k.group("err"):
+            data["store_error"] = k.group("err").strip()
+    head = data.get("exc_type", "NCCL error")
+    detail = data.get("store_error") or data.get("nccl_error") or data.get("message", "")
+    return [(EventKind.DISTRIBUTED_ERROR, _short(f"{head}: {detail}".rstrip(": ")), data)]
+
+
+# --- other CUDA errors and CI markers ----------------------------------------------------------------
+# source: log_formats.md §14.5 ("CUDA error: an illegal memory access was encountered", "device-side assert
+#   triggered", ...); megatron_golden.md §0/§1.1 (Megatron CI: "Training failed. Aborting.", "Exact|Approximate
+#   comparison of <metric>: FAILED", "AssertionError: The following metrics failed: <m1>, <m2>").
+CUDA_ERR_RE = re.compile(r"CUDA error: (?P<err>[^.\n]+?)(?:\.|$| when calling)")
+CI_FAILED_RE = re.compile(r"Training failed\. Aborting\.")
+GATE_CHECK_RE = re.compile(r"(?P<check>Exact|Approximate) comparison of (?P<metric>.+?): FAILED")
+GATE_METRICS_RE = re.compile(r"The following metrics failed: (?P<metrics>.+)$")
+
+
+def _cuda(line: Line, text: str) -> list[tuple[EventKind, str, dict[str, Any]]]:
+    m = CUDA_ERR_RE.search(text)
+    if m is None:
+        return []
+    return [(EventKind.ERROR, _short(f"CUDA error: {m.group('err')}"), {"cuda_error": m.group("err")})]
+
+
+def _ci(line: Line, text: str) -> list[tuple[EventKind, str, dict[str, Any]]]:
+    if CI_FAILED_RE.search(text):
+        return [(EventKind.ERROR, "Megatron CI: training failed, golden-value check not run",
+                 {"ci": "megatron", "marker": "training_failed"})]
+    m = GATE_CHECK_RE.search(text)
+    if m:
+        data = {"ci": "megatron", "check": m.group("check").lower(), "metric": m.group("metric"), "passed": False}
+        return [(EventKind.GATE, f"{m.group('check')} comparison of {m.group('metric')} failed", data)]
+    m = GATE_METRICS_RE.search(text)
+    if m:
+        metrics = [s.strip() for s in m.group("metrics").split(",") if s.strip()]
+        return [(EventKind.GATE, _short(f"golden-value check failed for {', '.join(metrics)}"),
+                 {"ci": "megatron", "failed_metrics": metrics, "passed": False})]
+    return []
+
+
+Matcher = Callable[[Line, str], list[tuple[EventKind, str, dict[str, Any]]]]
+
+# (cheap substring test, matcher): the first matcher that returns events wins the line.
+_MATCHERS: list[tuple[tuple[str, ...], Matcher]] = [
+    (("out of memory",), _oom),
+    (("atchdog", "Timeout at NCCL", "Heartbeat monitor"), _nccl),
+    (("Unexpected result", "found NaN", "found Inf", "returned nan", "gradients are Nan", "The loss returned"), _nan),
+    (("Current loss scale", "Minimum loss scale"), _loss_scale),
+    (("(exitcode:", "closing signal", "SignalException"), _elastic_line),
+    (("Fatal Python error", "Segmentation fault", "Bus error", "Aborted", "Floating point exception", "Killed",
+      "killed by signal", "oom-kill", "oom_kill"), _signals),
+    (("Xid",), _xid),
+    (("ECC",), _ecc),
+    (("Dist", "Rendezvous", "NCCL error"), _dist),
+    (("Training failed", "FAILED", "metrics failed"), _ci),
+    (("CUDA error",), _cuda),
+]
+
+# --- Python tracebacks --------------------------------------------------------------------------------
+# source: NVIDIA-BioNeMo/bionemo-recipes#794 (frames behind "29: [rank29]: "), alibaba/ROLL#193 (a logger
+#   prefix before "Traceback (most recent call last):"); chaining markers are CPython's traceback module text.
+TB_START = "Traceback (most recent call last):"
+FRAME_RE = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+)(?:, in (?P<func>.+))?')
+EXC_LINE_RE = re.compile(r"^(?P<exc>(?:[A-Za-z_]\w*\.)*[A-Z]\w*)(?::(?: (?P<msg>.*))?)?$")
+BARE_EXC_RE = re.compile(r"^(?P<exc>(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception|Interrupt|Failure))"
+                         r"(?::(?: (?P<msg>.*))?)?$")
+CHAIN_CONTEXT = "During handling of the above exception, another exception occurred:"
+CHAIN_CAUSE = "The above exception was the direct cause of the following exception:"
+LIBRARY_PATH_RE = re.compile(r"[\\/](?:site|dist)-packages[\\/]|[\\/]lib[\\/]python\d|^<", re.IGNORECASE)
+MAX_FRAMES = 40  # keep the outermost 5 and innermost 35 of a deep (recursive) stack
+MAX_IDLE = 50  # lines of unrelated output tolerated inside a traceback before giving up on it
+_DIGITS = re.compile(r"\d")
+
+
+def is_user_frame(path: str) -> bool:
+    """True for the program's own files, False for site-/dist-packages, the stdlib and ``<frozen ...>``."""
+    return LIBRARY_PATH_RE.search(path) is None
+
+
+@dataclass(slots=True)
+class _Traceback:
+    start: int
+    prefix: str  # a logger prefix before "Traceback", digits normalised (timestamps change per line)
+    frames: list[dict[str, Any]] = field(default_factory=list)
+    n_frames: int = 0
+    idle: int = 0
+    last_line: int = 0
+    last_raw: str = ""
+    chained_from: dict[str, Any] | None = None
+
+
+@dataclass(slots=True)
+class _ElasticEntry:
+    fields: dict[str, str] = field(default_factory=dict)
+    index: int | None = None
+    line: int = 0
+    raw: str = ""
+
+
+@dataclass(slots=True)
+class _ElasticBlock:
+    """torch.distributed.elastic ChildFailedError summary (log_formats.md §14.4).
+    source: fudan-generative-vision/hallo2#75 (Root Cause block, SIGSEGV), lzhxmu/CPPO#6 (header + SIGKILL)."""
+
+    start: int
+    raw: str
+    rank: int | None
+    script: str | None = None
+    root: bool = False
+    entry: _ElasticEntry | None = None
+    emitted: int = 0
+    idle: int = 0
+
+
+ELASTIC_HEADER_RE = re.compile(r"ChildFailedError:\s*$|^Root Cause \(first observed failure\):")
+ELASTIC_FIELD_RE = re.compile(r"^\s+(?P<key>time|host|rank|exitcode|error_file|traceback)\s*:\s?(?P<val>.*)$")
+ELASTIC_INDEX_RE = re.compile(r"^\s*\[(?P<i>\d+)\]:\s*$")
+ELASTIC_SCRIPT_RE = re.compile(r"^(?P<script>\S.*) FAILED\s*$")
+EXITCODE_RE = re.compile(r"(?P<code>-?\d+)(?: \(pid: (?P<pid>\d+)\))?")
+RANK_FIELD_RE = re.compile(r"(?P<rank>\d+)(?: \(local_rank: (?P<lr>\d+)\))?")
+SIGNAL_LINE_RE = re.compile(r"Signal (?P<sig>\d+) \((?P<name>SIG\w+)\) received by PID (?P<pid>\d+)")
 
 
 class SignatureScanner:
+    """Stateful per-source scanner; see the module docstring."""
+
     def __init__(self, source: str) -> None:
         self.source = source
+        self.n_tracebacks = 0
+        self._tb: dict[int | None, _Traceback] = {}
+        self._chain: dict[int | None, dict[str, Any]] = {}  # rank -> last finished traceback, for chaining
+        self._elastic: _ElasticBlock | None = None
+        self._nvrm: dict[str, Any] | None = None  # "The NVIDIA GPU <pci>" waiting for "fallen off the bus"
 
+    @property
+    def busy(self) -> bool:
+        """True while a multi-line record is open (every line must then be fed, not only gated ones)."""
+        return bool(self._tb) or self._elastic is not None
+
+    # -- entry points -----------------------------------------------------------------------------------
     def feed(self, line: Line) -> list[Event]:
-        return []
+        text = line.text
+        if not self._tb and self._elastic is None and GATE.search(text) is None:
+            return []
+        out: list[Event] = []
+        if self._elastic is not None and self._elastic_feed(line, text, out):
+            return out
+        tb_exc: str | None = None
+        if line.rank in self._tb:
+            consumed, tb_exc = self._tb_feed(line, text, out)
+            if consumed and tb_exc is None:
+                return out
+        if TB_START in text:
+            self._tb_start(line, text, out)
+            return out
+        if CHAIN_CONTEXT in text or CHAIN_CAUSE in text:
+            prev = self._chain.get(line.rank)
+            if prev is not None:
+                prev["relation"] = "context" if CHAIN_CONTEXT in text else "cause"
+            return out
+        if ELASTIC_HEADER_RE.search(text):
+            self._elastic_open(line, text, out)
+            return out
+        if "NVRM" in text or "GPU is lost" in text:
+            if self._gpu_lost(line, text, out):
+                return out
+        for needles, matcher in _MATCHERS:
+            if any(n in text for n in needles):
+                found = matcher(line, text)
+                if found:
+                    out.extend(self._event(kind, msg, line, data) for kind, msg, data in found)
+                    return out
+        if tb_exc is None:
+            m = BARE_EXC_RE.match(text)
+            if m is not None:
+                data = {"exc_type": m.group("exc"), "message": (m.group("msg") or "").strip(), "uncaught": True}
+                out.append(self._event(EventKind.ERROR, _short(text), line, data))
+        return out
 
     def finish(self) -> list[Event]:
-        return []
+        out: list[Event] = []
+        for rank in list(self._tb):
+            self._tb_emit(rank, None, None, out)
+        if self._elastic is not None:
+            self._elastic_close(out)
+        return out
+
+    # -- helpers ---------------------------------------------------------------------------------------
+    def _event(self, kind: EventKind, message: str, line: Line, data: dict[str, Any],
+               rank: int | None = None, at: tuple[int, str] | None = None) -> Event:
+        if rank is None:
+            rank = line.rank if line.rank is not None else data.get("rank")
+        no, raw = at if at is not None else (line.no, line.raw)
+        return Event(kind, message, self.source, no, raw, rank=rank, data=data)
+
+    # -- tracebacks -------------------------------------------------------------------------------------
+    def _tb_start(self, line: Line, text: str, out: list[Event]) -> None:
+        if line.rank in self._tb:  # a new traceback before the old one ended: keep the old one as incomplete
+            self._tb_emit(line.rank, None, None, out)
+        pos = text.index(TB_START)
+        tb = _Traceback(line.no, _DIGITS.sub("0", text[:pos]), last_line=line.no, last_raw=line.raw)
+        prev = self._chain.pop(line.rank, None)
+        if prev is not None and "relation" in prev:
+            tb.chained_from = prev
+        self._tb[line.rank] = tb
+
+    def _tb_feed(self, line: Line, text: str, out: list[Event]) -> tuple[bool, str | None]:
+        """Returns (consumed, exception line text if this line ended the traceback)."""
+        tb = self._tb[line.rank]
+        if tb.prefix:
+            n = len(tb.prefix)
+            if _DIGITS.sub("0", text[:n]) == tb.prefix:
+                text = text[n:]
+        fm = FRAME_RE.match(text)
+        if fm:
+            tb.n_frames += 1
+            frame = {"file": fm.group("file"), "line": int(fm.group("line")), "function": (fm.group("func") or "").strip(),
+                     "user": is_user_frame(fm.group("file"))}
+            tb.frames.append(frame)
+            if len(tb.frames) > MAX_FRAMES:
+                del tb.frames[5]
+            tb.idle = 0
+            tb.last_line, tb.last_raw = line.no, line.raw
+            return True, None
+        if text[:1].isspace() or text.startswith("[Previous line repeated") or text.startswith("^"):
+            tb.idle = 0
+            return True, None
+        if TB_START in text:
+            return False, None  # a new traceback (chained without marker, or another one): handled by caller
+        em = EXC_LINE_RE.match(text)
+        # An all-caps name is a logger level ("INFO: ..."), not an exception class.
+        if em and tb.frames and not em.group("exc").rsplit(".", 1)[-1].isupper():
+            self._tb_emit(line.rank, line, em, out)
+            return True, text
+        tb.idle += 1
+        if tb.idle > MAX_IDLE:
+            self._tb_emit(line.rank, None, None, out)
+        return False, None
+
+    def _tb_emit(self, rank: int | None, line: Line | None, em: re.Match[str] | None, out: list[Event]) -> None:
+        tb = self._tb.pop(rank)
+        self.n_tracebacks += 1
+        frames = tb.frames
+        user = [f for f in frames if f["user"]]
+        data: dict[str, Any] = {
+            "exc_type": em.group("exc") if em else None,
+            "message": (em.group("msg") or "").strip() if em else "",
+            "frames": [{k: f[k] for k in ("file", "line", "function")} for f in frames],
+            "n_frames": tb.n_frames,
+            "user_frames": [{k: f[k] for k in ("file", "line", "function")} for f in user],
+            "start_line": tb.start,
+            "index": self.n_tracebacks,
+        }
+        if user:
+            data["last_user_frame"] = data["user_frames"][-1]
+        if em is None:
+            data["incomplete"] = True
+        if tb.chained_from is not None:
+            data["chained_from"] = tb.chained_from
+        if em is not None and line is not None:
+            msg = _short(f"{data['exc_type']}: {data['message']}" if data["message"] else data["exc_type"])
+            out.append(Event(EventKind.TRACEBACK, msg, self.source, line.no, line.raw, rank=rank, data=data))
+            self._chain[rank] = {"exc_type": data["exc_type"], "message": data["message"], "line": line.no,
+                                 "index": data["index"]}
+        else:
+            out.append(Event(EventKind.TRACEBACK, "traceback without its exception line (log cut short?)",
+                             self.source, tb.last_line, tb.last_raw, rank=rank, data=data))
+
+    # -- torch.distributed.elastic summary -----------------------------------------------------------------
+    def _elastic_open(self, line: Line, text: str, out: list[Event]) -> None:
+        if self._elastic is not None:
+            if "Root Cause" in text:
+                self._elastic_flush(out)
+                self._elastic.root = True
+                return
+            self._elastic_close(out)
+        self._elastic = _ElasticBlock(line.no, line.raw, line.rank, root="Root Cause" in text)
+
+    def _elastic_feed(self, line: Line, text: str, out: list[Event]) -> bool:
+        """Handle a line inside the summary block; False when the line is not part of it."""
+        blk = self._elastic
+        assert blk is not None
+        if "Root Cause (first observed failure)" in text:
+            self._elastic_flush(out)
+            blk.root = True
+            return True
+        f = ELASTIC_FIELD_RE.match(text)
+        if f:
+            if blk.entry is None:
+                blk.entry = _ElasticEntry()
+            blk.entry.fields[f.group("key")] = f.group("val").strip()
+            if f.group("key") == "exitcode" or not blk.entry.line:
+                blk.entry.line, blk.entry.raw = line.no, line.raw
+            blk.idle = 0
+            if f.group("key") == "traceback":  # the last field torch prints: the entry is complete
+                self._elastic_flush(out)
+            return True
+        # "[0]:" looks like a launcher rank prefix, so the cleaned text is empty: look at the raw line.
+        i = ELASTIC_INDEX_RE.match(text) or (None if text.strip() else ELASTIC_INDEX_RE.match(line.raw.strip()))
+        if i:
+            self._elastic_flush(out)
+            blk.entry = _ElasticEntry(index=int(i.group("i")), line=line.no, raw=line.raw)
+            return True
+        stripped = text.strip()
+        if stripped.startswith("====="):
+            if blk.root:
+                self._elastic_close(out)
+            return True
+        if stripped.startswith("-----"):
+            self._elastic_flush(out)
+            return True
+        s = ELASTIC_SCRIPT_RE.match(stripped)
+        if s and blk.script is None:
+            blk.script = s.group("script")
+            return True
+        if stripped in ("Failures:", "<NO_OTHER_FAILURES>"):
+            return True
+        # Anything else (a child's traceback printed in the 'traceback :' field, other output) is left
+        # to the other matchers; the block closes after MAX_IDLE such lines.
+        self._elastic_flush(out)  # an entry's fields are contiguous
+        blk.idle += 1
+        if blk.idle > MAX_IDLE:
+            self._elastic_close(out)
+        return False
+
+    def _elastic_flush(self, out: list[Event]) -> None:
+        blk = self._elastic
+        if blk is None or blk.entry is None:
+            return
+        entry, blk.entry = blk.entry, None
+        fv = entry.fields
+        data: dict[str, Any] = {"origin": "summary", "root_cause": blk.root}
+        if entry.index is not None:
+            data["failure_index"] = entry.index
+        if blk.script:
+            data["script"] = blk.script
+        for key in ("time", "host", "error_file"):
+            if key in fv:
+                data[key] = fv[key]
+        if "rank" in fv and (r := RANK_FIELD_RE.match(fv["rank"])):
+            data["rank"] = int(r.group("rank"))
+            if r.group("lr"):
+                data["local_rank"] = int(r.group("lr"))
+        code: int | None = None
+        if "exitcode" in fv and (c := EXITCODE_RE.match(fv["exitcode"])):
+            code = int(c.group("code"))
+            data["exitcode"] = code
+            if c.group("pid"):
+                data["pid"] = int(c.group("pid"))
+        signum: int | None = None
+        if "traceback" in fv:
+            sig = SIGNAL_LINE_RE.search(fv["traceback"])
+            if sig:
+                signum = int(sig.group("sig"))
+                data["pid"] = data.get("pid", int(sig.group("pid")))
+            elif fv["traceback"] and not fv["traceback"].startswith("To enable traceback"):
+                data["traceback"] = _short(fv["traceback"])
+        if signum is None and code is not None and code < 0:
+            signum = -code
+        if signum is not None:
+            data["signal"] = signum
+            data["signal_name"] = SIGNALS.get(signum, f"signal {signum}")
+        rank = data.get("rank", blk.rank)
+        who = f"rank {rank}" if rank is not None else "a worker"
+        if "host" in data:
+            who += f" on {data['host']}"
+        what = f"exitcode {code}" if code is not None else "failed"
+        if signum is not None:
+            what += f" ({data['signal_name']})"
+        at = (entry.line or blk.start, entry.raw or blk.raw)
+        line = Line(at[0], "", blk.rank, at[1])
+        out.append(self._event(EventKind.ELASTIC_FAILURE, f"{'root cause: ' if blk.root else ''}{who} {what}",
+                               line, data, rank=rank, at=at))
+        base = {k: data[k] for k in ("rank", "local_rank", "pid", "exitcode", "host") if k in data}
+        for kind, msg, d in _signal_events(None, signum, base, who):
+            out.append(self._event(kind, msg, line, d, rank=rank, at=at))
+        blk.emitted += 1
+
+    def _elastic_close(self, out: list[Event]) -> None:
+        blk = self._elastic
+        if blk is None:
+            return
+        self._elastic_flush(out)
+        if blk.emitted == 0:  # header without any failure entry (log cut short)
+            data: dict[str, Any] = {"origin": "summary"}
+            if blk.script:
+                data["script"] = blk.script
+            out.append(Event(EventKind.ELASTIC_FAILURE, "torch.distributed.elastic: child process failed",
+                             self.source, blk.start, blk.raw, rank=blk.rank, data=data))
+        self._elastic = None
+
+    # -- GPU fallen off the bus ------------------------------------------------------------------------------
+    def _gpu_lost(self, line: Line, text: str, out: list[Event]) -> bool:
+        m = NVRM_GPU_RE.search(text)
+        if m:
+            self._nvrm = {"pci": m.group("pci"), "start_line": line.no}
+        m = NVRM_PCIID_RE.search(text)
+        if m and self._nvrm is not None:
+            self._nvrm["pci_device_id"] = m.group("id")
+        if "fallen off the bus" in text and "Xid" not in text:
+            data = dict(self._nvrm or {})
+            self._nvrm = None
+            where = f" {data['pci']}" if "pci" in data else ""
+            out.append(self._event(EventKind.GPU_LOST, f"GPU{where} has fallen off the bus", line, data))
+            return True
+        m = GPU_IS_LOST_RE.search(text)
+        if m:
+            out.append(self._event(EventKind.GPU_LOST, f"GPU {m.group('pci')} is lost", line, {"pci": m.group("pci")}))
+            return True
+        return bool(NVRM_GPU_RE.search(text) or NVRM_PCIID_RE.search(text))
