@@ -1,0 +1,33 @@
+"""`trainaudit parse` reads every file the generator writes, with the expected format and metrics."""
+
+from __future__ import annotations
+
+import csv
+import io
+
+import pytest
+from conftest import run_cli
+from synth_fixture import SynthRuns, synth_runs  # noqa: F401
+
+from trainaudit.synth import catalogue
+
+PARSE_FORMAT = {"megatron": "megatron", "hf": "hf", "jsonl": "jsonl", "tensorboard": "tensorboard"}
+
+
+@pytest.mark.parametrize("name", list(catalogue()))
+def test_parse_reads_every_file(synth_runs: SynthRuns, name: str, tmp_path) -> None:
+    case = synth_runs.get(name)
+    files = [f for f in case.label["files"] if f["format"] in PARSE_FORMAT]
+    out = tmp_path / "series.csv"
+    res = run_cli("parse", *(str(case.dir.parent / f["path"]) for f in files), "-o", str(out))
+    assert res.returncode == 0, res.stderr
+    rows = list(csv.DictReader(io.StringIO(out.read_text(encoding="utf-8"))))
+    for f in files:
+        path = str(case.dir.parent / f["path"])
+        mine = [r for r in rows if r["source"] == path]
+        assert mine, f"no series from {f['path']}"
+        assert {r["format"] for r in mine} == {PARSE_FORMAT[f["format"]]}
+        missing = set(f["metrics"]) - {r["metric"] for r in mine}
+        assert not missing, f"{f['path']}: metrics not parsed: {sorted(missing)}"
+        steps = {int(float(r["step"])) for r in mine}
+        assert min(steps) == 1 and max(steps) >= 50

@@ -1,0 +1,75 @@
+"""Generated real training runs for tests, cached per session.
+
+Use from any test module (``tests/`` is on ``sys.path`` through ``conftest.py``)::
+
+    from synth_fixture import synth_runs  # noqa: F401  (registers the fixture in this module)
+
+    def test_nan_rule(synth_runs):
+        case = synth_runs.get("nan-batch")       # trains it once per session, on first use
+        case.dir                                  # Path of the run's files
+        case.label["category"], case.label["first_bad_step"], case.label["first_bad_step_window"]
+        case.file("metrics.jsonl")                # Path of one produced file
+
+Cases are generated lazily and one by one, so a test that needs two cases pays for two.
+``synth_runs.names`` lists every case; ``synth_runs.healthy`` the healthy ones.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+
+def generate_cases(tmp_dir: Path, names: Sequence[str] | None = None) -> dict[str, Any]:
+    """Train ``names`` (all cases if None) into ``tmp_dir``; returns the manifest."""
+    from trainaudit.synth import generate
+
+    return generate(tmp_dir, names)
+
+
+@dataclass(frozen=True)
+class SynthCase:
+    name: str
+    dir: Path
+    label: dict[str, Any]
+
+    def file(self, rel: str) -> Path:
+        return self.dir / rel
+
+    def files(self, fmt: str) -> list[Path]:
+        return [self.dir.parent / f["path"] for f in self.label["files"] if f["format"] == fmt]
+
+
+@dataclass
+class SynthRuns:
+    root: Path
+    _cache: dict[str, SynthCase] = field(default_factory=dict)
+
+    @property
+    def names(self) -> list[str]:
+        from trainaudit.synth import catalogue
+
+        return list(catalogue())
+
+    @property
+    def healthy(self) -> list[str]:
+        from trainaudit.synth import catalogue
+
+        return [c.name for c in catalogue().values() if c.healthy]
+
+    def get(self, name: str) -> SynthCase:
+        if name not in self._cache:
+            out = self.root / name  # one folder per case, so each manifest has one entry
+            manifest = generate_cases(out, [name])
+            (label,) = manifest["cases"]
+            self._cache[name] = SynthCase(name, out / name, label)
+        return self._cache[name]
+
+
+@pytest.fixture(scope="session")
+def synth_runs(tmp_path_factory: pytest.TempPathFactory) -> SynthRuns:
+    return SynthRuns(tmp_path_factory.mktemp("synth"))
