@@ -74,33 +74,68 @@ def _is_code(path: str) -> bool:
     return bool(CODE_RE.search(path)) and not path.startswith(NON_CODE_DIRS) and "/tests/" not in path
 
 
-def roles_of(repo: Repo, c: CommitInfo) -> tuple[list[str], list[str]]:
-    """Roles a commit plays, with a short reason per role."""
+# git pathspecs covering ENV_FILE_RE and CI_FILE_RE, so their diffs can be read in one call that
+# runs while the commit list is still being read.
+CONFIG_PATHSPECS = [
+    ":(glob,icase)**/Dockerfile*", ":(glob)**/*.dockerfile", ":(glob)**/requirements*.txt", ":(glob)**/requirements*.in",
+    ":(glob)**/constraints*.txt", ":(glob)**/*.lock", ":(glob)**/environment.y*ml", ":(glob)**/conda*.y*ml",
+    ":(glob)**/setup.py", ":(glob)**/pyproject.toml", ":(glob)**/docker/*", ":(glob)**/.gitlab-ci.y*ml",
+    ":(glob)**/.github/workflows/*", ":(glob)**/.gitlab/*", ":(glob)**/jet*.y*ml", ":(glob)**/tests/test_utils/recipes/**",
+    ":(glob)**/ci/**", ":(glob)**/.ci/**",
+]
+
+
+class _PathKinds:
+    """Per-path classification, cached: a history has far fewer distinct paths than commits."""
+
+    def __init__(self) -> None:
+        self._cache: dict[str, tuple[bool, bool, bool, bool, bool, bool]] = {}
+
+    def __call__(self, f: str) -> tuple[bool, bool, bool, bool, bool, bool]:
+        k = self._cache.get(f)
+        if k is None:
+            k = self._cache[f] = (bool(GOLDEN_RE.search(f)), bool(ENV_FILE_RE.search(f)), bool(CI_FILE_RE.search(f)),
+                                  bool(COMPARATOR_RE.search(f)) and f.endswith(".py"), bool(TEST_CONFIG_RE.search(f)),
+                                  _is_code(f))
+        return k
+
+
+def roles_of(repo: Repo, c: CommitInfo, diffs: dict[str, str] | None = None,
+             kinds: _PathKinds | None = None) -> tuple[list[str], list[str]]:
+    """Roles a commit plays, with a short reason per role. ``diffs`` holds pre-read patches of
+    CI/environment files by sha; without it they are read per commit."""
+    kinds = kinds or _PathKinds()
     roles: list[str] = []
     why: list[str] = []
-    golden = [f for f in c.files if GOLDEN_RE.search(f)]
+    fk = [(f, kinds(f)) for f in c.files]
+    golden = [f for f, k in fk if k[0]]
     if golden:
         roles.append("golden_update")
         why.append(f"changes {len(golden)} golden-value file(s)")
-    env = [f for f in c.files if ENV_FILE_RE.search(f)]
-    ci = [f for f in c.files if CI_FILE_RE.search(f)]
-    diff = repo.diff_text(c.sha, ci + env) if (ci or env) else ""
+    env = [f for f, k in fk if k[1]]
+    ci = [f for f, k in fk if k[2]]
+    if not (ci or env):
+        diff = ""
+    elif diffs is not None:
+        diff = diffs.get(c.sha, "")
+    else:
+        diff = repo.diff_text(c.sha, ci + env)
     env_lines = ENV_DIFF_RE.findall(diff)
     if env or (ci and env_lines) or re.search(r"\b(docker|container|image|base image)\b.*\b(bump|update|upgrade)|"
                                                r"\b(bump|update|upgrade)\b.*\b(docker|container|image|cuda|nccl|"
                                                r"pytorch|transformer.engine)", c.title, re.I):
         roles.append("environment_change")
         why.append("changes the environment (" + ", ".join((env + ci)[:3] or ["title"]) + ")")
-    comparator = [f for f in c.files if COMPARATOR_RE.search(f) and f.endswith(".py")]
+    comparator = [f for f, k in fk if k[3]]
     scope = bool(ci and SCOPE_DIFF_RE.search(diff))
-    configs = [f for f in c.files if TEST_CONFIG_RE.search(f)]
+    configs = [f for f, k in fk if k[4]]
     if comparator or scope:
         roles.append("policy_change")
         why.append("changes the comparator" if comparator else "changes the test scope (broken/flaky)")
     elif configs and not golden:
         roles.append("policy_change")
         why.append("changes test config " + configs[0])
-    code = [f for f in c.files if _is_code(f) and f not in comparator]
+    code = [f for f, k in fk if k[5] and not k[3]]
     if code:
         roles.append("suspect")
         why.append(f"changes {len(code)} code file(s), e.g. {code[0]}")
@@ -108,12 +143,13 @@ def roles_of(repo: Repo, c: CommitInfo) -> tuple[list[str], list[str]]:
 
 
 def classify(repo: Repo, commits: list[CommitInfo], ctx: Context, *, after_bad: list[CommitInfo] | None = None,
-             suspects_for_fix: list[str] | None = None) -> list[Classified]:
+             suspects_for_fix: list[str] | None = None, diffs: dict[str, str] | None = None) -> list[Classified]:
     out: list[Classified] = []
     weights = _WEIGHTS.get(ctx.kind, _WEIGHTS[None])
     case_parts = _case_parts(ctx.test_case)
+    kinds = _PathKinds()
     for c in commits:
-        roles, why = roles_of(repo, c)
+        roles, why = roles_of(repo, c, diffs, kinds)
         if not roles:
             continue
         best = max(roles, key=lambda r: weights.get(r, 0.1))

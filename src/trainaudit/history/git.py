@@ -111,6 +111,21 @@ class Repo:
             files = [f for f in files if rx.search(f)]
         return files
 
+    def diffs(self, rev_range: list[str], paths: list[str], *, max_count: int, max_bytes: int = 64_000_000,
+              context: int = 0) -> dict[str, str]:
+        """Per-commit patches of ``rev_range`` restricted to ``paths``, in ONE git call (reading
+        commit by commit costs a process per commit: 37 s for 12k commits here)."""
+        if not paths:
+            return {}
+        out = self._run(["log", f"--max-count={max_count}", f"--format={_RECORD}%H", "-p", "--no-color",
+                         f"--unified={context}", "--no-ext-diff", "--no-renames", *rev_range, "--", *paths],
+                        what=f"git log -p {' '.join(rev_range)}")[:max_bytes]
+        result: dict[str, str] = {}
+        for rec in out.split(_RECORD)[1:]:
+            sha, _, patch = rec.partition("\n")
+            result[sha.strip()] = patch
+        return result
+
     def diff_text(self, sha: str, paths: list[str], max_bytes: int = 200_000, context: int = 0) -> str:
         """The patch of one commit restricted to ``paths`` (first parent), truncated."""
         out = self._run(["show", "--format=", "--no-color", f"--unified={context}", "--no-ext-diff", sha, "--",

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from trainaudit.errors import InputError
-from trainaudit.history.classify import Classified, Context, classify
+from trainaudit.history.classify import CONFIG_PATHSPECS, Classified, Context, classify
 from trainaudit.history.git import Repo
 
 MAX_COMMITS = 5000
@@ -38,7 +39,11 @@ def trace(repo_path: str, good: str | None, bad: str | None, ctx: Context, *, fi
         out.notes.append("no --good revision: looking at the last commits before --bad only")
         rng = [bad_sha]
         max_commits = min(max_commits, 50)
-    commits, truncated = repo.commits(rng, max_count=max_commits)
+    # The commit list and the CI/environment diffs are two git processes: run them side by side.
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        diffs_job = pool.submit(repo.diffs, rng, CONFIG_PATHSPECS, max_count=max_commits)
+        commits, truncated = repo.commits(rng, max_count=max_commits)
+        diffs = diffs_job.result()
     out.n_commits, out.truncated = len(commits), truncated
     if truncated:
         out.notes.append(f"more than {max_commits} commits between good and bad; only the newest {max_commits} "
@@ -52,5 +57,5 @@ def trace(repo_path: str, good: str | None, bad: str | None, ctx: Context, *, fi
         after, _ = repo.commits(rng_after, max_count=max_commits)
         after.reverse()  # oldest first: the first fix is the earliest one
     suspects = [c.sha for c in commits]
-    out.commits = classify(repo, commits, ctx, after_bad=after, suspects_for_fix=suspects)
+    out.commits = classify(repo, commits, ctx, after_bad=after, suspects_for_fix=suspects, diffs=diffs)
     return out

@@ -48,8 +48,9 @@ def looks_like_text(head: bytes) -> bool:
     if b"\x00" in head[:8192]:
         return False
     sample = head[:8192]
-    # Control bytes other than tab/newline/CR/ESC/formfeed point to a binary file.
-    control = sum(1 for b in sample if b < 32 and b not in (9, 10, 12, 13, 27))
+    # Control bytes other than backspace (Keras redraws bars with it)/tab/newline/CR/ESC/formfeed
+    # point to a binary file.
+    control = sum(1 for b in sample if b < 32 and b not in (8, 9, 10, 12, 13, 27))
     return control <= len(sample) // 100
 
 
