@@ -450,3 +450,28 @@ def test_helpers() -> None:
     assert GATE.search(" iteration       43/     100 | consumed samples:         5504 | lm loss: 1.825991E+00 |") is None
     for lines in sample_blocks(SIG).values():
         assert any(GATE.search(ln) for ln in lines)
+
+
+def test_deep_recursion_keeps_both_ends_of_the_stack() -> None:
+    lines = ["Traceback (most recent call last):"]
+    for i in range(100):
+        lines += [f'  File "/app/rec.py", line {i + 1}, in f{i}', "    f()"]
+    lines.append("RecursionError: maximum recursion depth exceeded")
+    ev = only(scan_lines(lines), EventKind.TRACEBACK)
+    assert ev.data["n_frames"] == 100 and len(ev.data["frames"]) == 40
+    assert [f["function"] for f in ev.data["frames"][:5]] == ["f0", "f1", "f2", "f3", "f4"]
+    assert ev.data["frames"][5]["function"] == "f65" and ev.data["frames"][-1]["function"] == "f99"
+
+
+def test_more_hardware_and_loader_lines() -> None:
+    # Texts from log_formats.md §14.1/§14.2/§14.5.
+    events = scan_lines([
+        "RuntimeError: DataLoader worker (pid 31337) is killed by signal: Killed. ",
+        "RuntimeError: NCCL error in: ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1970, unhandled system "
+        "error (run with NCCL_DEBUG=INFO for details), NCCL version 2.19.3",
+        "NVRM: Xid (PCI:0000:3b:00): 79, pid=0, name=python, GPU has fallen off the bus.",
+    ])
+    assert kinds(events) == [EventKind.SIGNAL, EventKind.HOST_OOM, EventKind.DISTRIBUTED_ERROR, EventKind.XID]
+    assert events[0].data["pid"] == 31337 and events[0].data["dataloader_worker"] is True
+    assert events[2].data["nccl_error"] == "unhandled system error" and events[2].data["nccl_version"] == "2.19.3"
+    assert events[3].data["xid"] == 79 and events[3].data["category"] == "gpu_lost"
