@@ -201,7 +201,7 @@ def run_gate(golden: GoldenFile, actual: GoldenFile, metrics: list[str], *, nond
     res = GateResult(policy, pipeline, nondeterministic, list(metrics))
     if golden.legacy_list and policy.by_step:
         res.abort_kind = "unreadable_golden"
-        res.abort = (f"{golden.path}: 'values' is a list (2024 layout); the current comparator's pydantic "
+        res.abort = ("the golden file's 'values' is a list (2024 layout); the current comparator's pydantic "
                      "model needs a step->value mapping and cannot load it")
         res.log.append(res.abort)
         return res

@@ -169,7 +169,8 @@ def _check_facts(b: AnswerBuilder, sg: str, sa: str, inp: Inputs, c: CheckResult
                  deviation=dev.to_dict() if dev else None, evidence=ev[2:], **kw)
     if not c.passed:
         import numpy as np
-        g = np.asarray(c.golden, float)
+
+        g = np.where(np.isfinite(c.golden), np.asarray(c.golden, float), np.nan)
         lo, hi = g - c.rtol * np.abs(g), g + c.rtol * np.abs(g)
         gsteps = c.steps
         if c.window is not None and gm is not None:
