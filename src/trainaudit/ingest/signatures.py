@@ -593,7 +593,8 @@ class SignatureScanner:
     # -- entry points -----------------------------------------------------------------------------------
     def feed(self, line: Line) -> list[Event]:
         text = line.text
-        if not self._tb and self._elastic is None and GATE.search(text) is None:
+        # An open traceback only needs the lines of its own rank; other ranks' lines stay gated.
+        if line.rank not in self._tb and self._elastic is None and GATE.search(text) is None:
             return []
         out: list[Event] = []
         if self._elastic is not None and self._elastic_feed(line, text, out):
