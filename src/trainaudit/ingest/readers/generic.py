@@ -40,6 +40,10 @@ def num(text: str, *, units: bool = False) -> float | None:
     """A number as logs print it (``nan``, ``NaN``, ``-inf``, ``nan.0``, ``1.2E+00``, ``7,282``,
     quoted, ``12.5%``). With ``units`` a short unit glued to the number is dropped
     (``9.95G`` -> 9.95): the caller's metric name or docs say what the unit is."""
+    try:
+        return float(text)  # the common case, without the slower spellings below
+    except ValueError:
+        pass
     t = text.strip().strip("'\"")
     v = parse_number(t)
     if v is not None:
@@ -288,9 +292,11 @@ def kv_line(text: str) -> tuple[str, int, list[tuple[str, float]]] | None:
     ``key=value``/``key: value`` pairs come first; ``key value`` chunks of comma/pipe separated
     lines ("Step 0 | Loss: 0.5", "step 1347, ce 0.324") fill in keys not seen yet."""
     pairs = kv_pairs(text)
-    seen = {k for k, _ in pairs}
-    pairs += [(k, v) for k, v in space_kv_pairs(text) if k not in seen]
     found = _step_of(pairs)
+    if found is None or len(pairs) < 2:
+        seen = {k for k, _ in pairs}
+        pairs += [(k, v) for k, v in space_kv_pairs(text) if k not in seen]
+        found = _step_of(pairs)
     if found is None:
         return None
     others = [(k, v) for k, v in pairs if k.lower() != found[0]]
