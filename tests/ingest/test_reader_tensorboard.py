@@ -266,3 +266,22 @@ def test_session_log_start_becomes_phase_event(tmp_path: Path) -> None:
 def test_masked_crc_roundtrip_on_writer_header(torch_file: Path) -> None:
     data = torch_file.read_bytes()
     assert struct.unpack_from("<I", data, 8)[0] == masked_crc32c(data[:8])
+
+
+def test_long_tags_and_large_steps_take_the_generic_path(tmp_path: Path) -> None:
+    """Records of 128+ bytes (long tag) are decoded by the generic protobuf path; large and
+    zero steps (step absent from the proto) come out right on both paths."""
+    long_tag = "validation/" + "x" * 150
+    w = SummaryWriter(str(tmp_path))
+    w.add_scalar(long_tag, 0.5, 0)
+    w.add_scalar(long_tag, 0.25, 3_000_000_000)
+    w.add_scalar("loss", 1.5, 0)
+    w.add_scalar("loss", 0.75, 3_000_000_000)
+    w.close()
+    run, problems = load_run([str(tmp_path)])
+    assert problems == []
+    for tag, values in ((long_tag, [0.5, 0.25]), ("loss", [1.5, 0.75])):
+        assert run.series[tag].steps.tolist() == [0, 3_000_000_000]
+        assert run.series[tag].values.tolist() == values
+    assert run.series[long_tag].lines.tolist() == [2, 3]
+    assert run.series["loss"].lines.tolist() == [4, 5]

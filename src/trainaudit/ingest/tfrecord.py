@@ -15,6 +15,7 @@ Framing of every record (tensorboard ``summary/writer/record_writer.py``)::
 from __future__ import annotations
 
 import struct
+from array import array
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import BinaryIO
@@ -97,8 +98,12 @@ def iter_records(stream: BinaryIO, *, verify: bool = True) -> Iterator[bytes]:
     index = 0
     eof = False
     unpack = _HEADER.unpack_from
+    unpack_u32 = _U32.unpack_from
+    crc = crc32c
+    delta = _MASK_DELTA
     while True:
-        if len(buf) - pos < 12:
+        size = len(buf)
+        if size - pos < 12:
             if not eof:
                 more = stream.read(CHUNK)
                 eof = not more
@@ -106,29 +111,125 @@ def iter_records(stream: BinaryIO, *, verify: bool = True) -> Iterator[bytes]:
                 offset += pos
                 pos = 0
                 continue
-            if len(buf) - pos == 0:
+            if size - pos == 0:
                 return
-            raise RecordError(index + 1, offset + pos, f"truncated header ({len(buf) - pos} of 12 bytes; file cut short)")
+            raise RecordError(index + 1, offset + pos, f"truncated header ({size - pos} of 12 bytes; file cut short)")
         index += 1
         length, len_crc = unpack(buf, pos)
-        if verify and masked_crc32c(buf[pos:pos + 8]) != len_crc:
-            raise RecordError(index, offset + pos, "bad CRC of the length field (corrupt data)")
+        # Masked CRC inlined (this loop runs once per scalar): rotate right 15, add a constant.
+        if verify:
+            c = crc(buf[pos:pos + 8])
+            if (((c >> 15) | (c << 17)) + delta) & 0xFFFFFFFF != len_crc:
+                raise RecordError(index, offset + pos, "bad CRC of the length field (corrupt data)")
         end = pos + 12 + length + 4
-        while end > len(buf) and not eof:
-            more = stream.read(max(CHUNK, end - len(buf)))
-            eof = not more
-            buf = buf[pos:] + more
-            offset += pos
-            end -= pos
-            pos = 0
-        if end > len(buf):
-            raise RecordError(index, offset + pos, f"truncated record (needs {length + 16} bytes, "
-                                                   f"{len(buf) - pos} left; file cut short)")
+        if end > size:
+            while end > len(buf) and not eof:
+                more = stream.read(max(CHUNK, end - len(buf)))
+                eof = not more
+                buf = buf[pos:] + more
+                offset += pos
+                end -= pos
+                pos = 0
+            if end > len(buf):
+                raise RecordError(index, offset + pos, f"truncated record (needs {length + 16} bytes, "
+                                                       f"{len(buf) - pos} left; file cut short)")
         data = buf[pos + 12:end - 4]
-        if verify and masked_crc32c(data) != _U32.unpack_from(buf, end - 4)[0]:
-            raise RecordError(index, offset + pos, "bad CRC of the record data (corrupt data)")
+        if verify:
+            c = crc(data)
+            if (((c >> 15) | (c << 17)) + delta) & 0xFFFFFFFF != unpack_u32(buf, end - 4)[0]:
+                raise RecordError(index, offset + pos, "bad CRC of the record data (corrupt data)")
         pos = end
         yield data
+
+
+class ScalarColumns:
+    """Per-tag columns filled by :class:`ScalarScanner` (steps, values, 1-based record index)."""
+
+    __slots__ = ("lines", "steps", "values")
+
+    def __init__(self) -> None:
+        self.steps = array("q")
+        self.values = array("d")
+        self.lines = array("q")
+
+
+class ScalarScanner:
+    """Frames and CRC-checks records like :func:`iter_records`, and decodes in the same loop the
+    record every v1 writer (torch, Megatron, HF...) emits per scalar::
+
+        Event{wall_time=1, [step=2], summary=5{value=1{tag=1, simple_value=2}}}   (short lengths)
+
+    straight into ``columns`` (keyed by tag bytes), without building objects. Any other record is
+    yielded as ``(index, data)`` for :func:`decode_event`; ``(index, None)`` is yielded every
+    ``flush_every`` scalars so the caller can hand columns on and keep memory constant. That fused
+    loop is what makes scalar extraction several times faster than EventAccumulator."""
+
+    def __init__(self, flush_every: int = 1 << 17) -> None:
+        self.columns: dict[bytes, ScalarColumns] = {}
+        self.first_wall: float | None = None
+        self.last_wall: float | None = None
+        self.flush_every = flush_every
+
+    def records(self, stream: BinaryIO) -> Iterator[tuple[int, bytes | None]]:
+        cols = self.columns
+        unpack_f32 = _F32.unpack_from
+        pending = 0
+        first: bytes | None = None  # first and last fast records since the last sync (wall times)
+        last: bytes | None = None
+        for index, data in enumerate(iter_records(stream), 1):
+            n = len(data)
+            # wall_time, optional step, then summary/value/tag with single-byte lengths that all
+            # end exactly at the record's end and a simple_value last: otherwise the generic path.
+            if n >= 20 and n < 0x80 and data[0] == 0x09:
+                i = 9
+                step = 0
+                if data[9] == 0x10:
+                    b = data[10]
+                    if b < 0x80:
+                        step = b
+                        i = 11
+                    else:
+                        step, i = varint(data, 10)
+                        if step >= (1 << 63):
+                            step -= 1 << 64
+                if (i + 6 <= n and data[i] == 0x2A and data[i + 1] == n - i - 2 and data[i + 2] == 0x0A
+                        and data[i + 3] == n - i - 4 and data[i + 4] == 0x0A):
+                    j = i + 6 + data[i + 5]
+                    if j + 5 == n and data[j] == 0x15:
+                        tag = data[i + 6:j]
+                        c = cols.get(tag)
+                        if c is None:
+                            c = cols[tag] = ScalarColumns()
+                        c.steps.append(step)
+                        c.values.append(unpack_f32(data, j + 1)[0])
+                        c.lines.append(index)
+                        if first is None:
+                            first = data
+                        last = data
+                        pending += 1
+                        if pending >= self.flush_every:
+                            self._sync(first, last)
+                            last = None
+                            pending = 0
+                            yield index, None
+                        continue
+            if last is not None:
+                self._sync(first, last)
+                last = None
+            yield index, data
+        if last is not None:
+            self._sync(first, last)
+
+    def _sync(self, first: bytes | None, last: bytes) -> None:
+        if self.first_wall is None and first is not None:
+            self.note_wall(_F64.unpack_from(first, 1)[0])
+        self.note_wall(_F64.unpack_from(last, 1)[0])
+
+    def note_wall(self, wall_time: float) -> None:
+        if wall_time:
+            if self.first_wall is None:
+                self.first_wall = wall_time
+            self.last_wall = wall_time
 
 
 # -- minimal protobuf ---------------------------------------------------------------------------

@@ -16,15 +16,13 @@ handed to the sink first, then an :class:`InputError` says where the damage is.
 
 from __future__ import annotations
 
-import math
 import posixpath
-from array import array
 
 from trainaudit.errors import InputError
 from trainaudit.ingest.base import Reader, Sample
 from trainaudit.ingest.sink import Sink
 from trainaudit.ingest.sources import InputFile
-from trainaudit.ingest.tfrecord import (ProtoError, RecordError, decode_event, iter_records,
+from trainaudit.ingest.tfrecord import (ProtoError, RecordError, ScalarColumns, ScalarScanner, decode_event,
                                         looks_like_tfrecord, tensor_scalar)
 from trainaudit.model import Event, EventKind, SourceKind
 
@@ -34,15 +32,6 @@ NON_SCALAR_PLUGINS = {"histograms", "images", "audio", "text", "hparams", "pr_cu
                       "graph_run_metadata", "custom_scalars", "projector"}
 FLUSH_RECORDS = 1 << 17  # hand values to the sink in batches: constant memory on huge files
 SESSION_STATUS = {1: "START", 2: "STOP", 3: "CHECKPOINT"}
-
-
-class _Columns:
-    __slots__ = ("lines", "steps", "values")
-
-    def __init__(self) -> None:
-        self.steps = array("q")
-        self.values = array("d")
-        self.lines = array("q")
 
 
 def split_prefix(display: str) -> str:
@@ -66,22 +55,21 @@ class TensorBoardReader(Reader):
 
     def read(self, inp: InputFile, sink: Sink) -> None:
         prefix = split_prefix(inp.display)
-        cols: dict[str, _Columns] = {}
+        scanner = ScalarScanner(FLUSH_RECORDS)
+        cols = scanner.columns  # simple_value scalars land here directly; others are added below
         plugins: dict[str, str] = {}
-        first_wall = last_wall = math.nan
-        pending = 0
         index = 0
         try:
             with inp.open() as stream:
-                for index, data in enumerate(iter_records(stream), 1):
+                for index, data in scanner.records(stream):
+                    if data is None:
+                        _flush(sink, cols, prefix)
+                        continue
                     try:
                         ev = decode_event(data)
                     except ProtoError as exc:
                         raise RecordError(index, -1, f"not a TensorBoard Event ({exc})") from None
-                    if ev.wall_time:
-                        if math.isnan(first_wall):
-                            first_wall = ev.wall_time
-                        last_wall = ev.wall_time
+                    scanner.note_wall(ev.wall_time)
                     if ev.session_status:
                         self._session(ev.session_status, ev.step, index, inp, sink, cols, prefix)
                     for sv in ev.values:
@@ -97,29 +85,26 @@ class TensorBoardReader(Reader):
                                 raise RecordError(index, -1, f"malformed tensor for tag {sv.tag!r} ({exc})") from None
                             if value is None or (rank != 0 and plugins.get(sv.tag) != "scalars"):
                                 continue
-                        c = cols.get(sv.tag)
+                        key = sv.tag.encode("utf-8")
+                        c = cols.get(key)
                         if c is None:
-                            c = cols[sv.tag] = _Columns()
+                            c = cols[key] = ScalarColumns()
                         c.steps.append(ev.step)
                         c.values.append(value)
                         c.lines.append(index)
-                        pending += 1
-                    if pending >= FLUSH_RECORDS:
-                        _flush(sink, cols, prefix)
-                        pending = 0
         except RecordError as exc:
             _flush(sink, cols, prefix)  # keep everything before the damage
             where = f"record {exc.index}" + (f" at byte {exc.offset}" if exc.offset >= 0 else "")
             raise InputError(f"{inp.display}: {where}: {exc.reason}; the {exc.index - 1} records "
                              "before it were read") from None
         _flush(sink, cols, prefix)
-        if not math.isnan(first_wall):
-            sink.meta("tensorboard.wall_time_start", first_wall)
-            sink.meta("tensorboard.wall_time_end", last_wall)
+        if scanner.first_wall is not None:
+            sink.meta("tensorboard.wall_time_start", scanner.first_wall)
+            sink.meta("tensorboard.wall_time_end", scanner.last_wall)
 
     @staticmethod
     def _session(status: int, step: int, index: int, inp: InputFile, sink: Sink,
-                 cols: dict[str, _Columns], prefix: str) -> None:
+                 cols: dict[bytes, ScalarColumns], prefix: str) -> None:
         # Values before a restart marker must reach the sink first, so event order matches data order.
         _flush(sink, cols, prefix)
         name = SESSION_STATUS.get(status, f"status {status}")
@@ -127,8 +112,8 @@ class TensorBoardReader(Reader):
                          f"SessionLog(status={name})", step=step, data={"phase": f"session_{name.lower()}"}))
 
 
-def _flush(sink: Sink, cols: dict[str, _Columns], prefix: str) -> None:
+def _flush(sink: Sink, cols: dict[bytes, ScalarColumns], prefix: str) -> None:
     for tag, c in cols.items():
         if len(c.steps):
-            sink.add_many(prefix + tag, c.steps, c.values, c.lines)
+            sink.add_many(prefix + tag.decode("utf-8", "replace"), c.steps, c.values, c.lines)
     cols.clear()
