@@ -5,6 +5,8 @@ from __future__ import annotations
 import click
 
 from trainaudit.commands.compare import compare
+from trainaudit.commands.diagnose import diagnose
 from trainaudit.commands.parse import parse
+from trainaudit.commands.rules import rules
 
-COMMANDS: list[click.Command] = [compare, parse]
+COMMANDS: list[click.Command] = [compare, diagnose, parse, rules]

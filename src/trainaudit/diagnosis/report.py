@@ -1,0 +1,142 @@
+"""Turn a diagnosis into answer.json (facts quoting source lines, recomputable calculations,
+findings, root causes) and the plot specs for the report."""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+
+import numpy as np
+
+from trainaudit.diagnosis.engine import Diagnosis
+from trainaudit.ingest.sources import InputFile, expand_inputs, read_lines
+from trainaudit.model import Run
+from trainaudit.report.builder import AnswerBuilder, sha256_of
+from trainaudit.report.plots import Curve, PlotSpec
+from trainaudit.report.schema import Answer, FinalAnswer, RootCause
+from trainaudit.rules.base import Hit
+
+MAX_EXCERPT = 200  # values quoted in one fact; longer windows are evenly thinned
+
+
+def _thin(idx: np.ndarray) -> np.ndarray:
+    if idx.size <= MAX_EXCERPT:
+        return idx
+    return idx[np.linspace(0, idx.size - 1, MAX_EXCERPT).astype(np.int64)]
+
+
+def build_answer(paths: list[str], run: Run, diag: Diagnosis, *, hash_sources: bool = True) -> Answer:
+    b = AnswerBuilder("diagnose")
+    inputs: dict[str, InputFile] = {}
+    try:
+        inputs = {i.display: i for i in expand_inputs(paths)}
+    except Exception:  # noqa: BLE001 - quoting is best effort; the run was already read
+        inputs = {}
+    sid: dict[str, str] = {}
+    for src in run.sources:
+        inp = inputs.get(src.path)
+        sha = None
+        if hash_sources and inp is not None:
+            try:
+                sha = sha256_of(inp.open)
+            except OSError:
+                sha = None
+        kind = "archive_member" if "!" in src.path else src.kind.value
+        sid[src.path] = b.source(src.path, kind, sha256=sha, description=f"read as {src.format}" if src.format else "")
+
+    # Collect every line to quote, then read each source once.
+    wanted: dict[str, set[int]] = defaultdict(set)
+    for h in diag.hits:
+        for p in h.points:
+            line = int(p.series.lines[p.index])
+            if line:
+                wanted[run.source_path(p.series, p.index)].add(line)
+    quotes: dict[str, dict[int, str]] = {}
+    for path, lines in wanted.items():
+        inp = inputs.get(path)
+        if inp is None:
+            continue
+        try:
+            quotes[path] = read_lines(inp, lines)
+        except OSError:
+            quotes[path] = {}
+
+    finding_ids: dict[int, str] = {}
+    evidence_of: dict[int, list[str]] = {}
+    for h in diag.hits:
+        ids: dict[str, str] = {}
+        for p in h.points:
+            s = p.series
+            path = run.source_path(s, p.index)
+            line = int(s.lines[p.index])
+            src = sid.get(path) or b.source(path, "log")
+            kw: dict = {}
+            if p.indices is not None:
+                idx = _thin(np.asarray(p.indices, dtype=np.int64))
+                kw = {"steps": s.steps[idx].tolist(), "values": s.values[idx].tolist()}
+            ids[p.key] = b.fact(src, p.statement, metric=s.name, step=p.step,
+                                value=None if p.indices is not None else p.value, line=line or None,
+                                quote=quotes.get(path, {}).get(line), **kw)
+        for e in h.events:
+            ev = e.event
+            src = sid.get(ev.source) or b.source(ev.source, "log")
+            ids[e.key] = b.fact(src, f"{e.statement}: {ev.message}", step=ev.step, value=e.value, unit=e.unit,
+                                line=ev.line or None, quote=ev.raw)
+        for c in h.calcs:
+            formula = c.formula
+            for k, v in ids.items():
+                formula = formula.replace("{" + k + "}", v)
+            ins = [v for k, v in ids.items() if "{" + k + "}" in c.formula]
+            ids[c.key] = b.calc(c.description, formula, ins, unit=c.unit)
+        ev_ids = list(ids.values())
+        evidence_of[id(h)] = ev_ids
+        finding_ids[id(h)] = b.finding(rule=h.rule, category=h.category, severity=h.severity, metric=h.metric,
+                                       first_bad_step=h.first_bad_step, last_step=h.last_step, message=h.message,
+                                       evidence=ev_ids, confidence=h.confidence)
+
+    roots = []
+    for st in diag.stories:
+        ev: list[str] = []
+        for h in st.hits:
+            ev.append(finding_ids[id(h)])
+            ev.extend(evidence_of[id(h)][:4])
+        roots.append(RootCause(issue=st.issue[:1000], category=st.category, severity=st.severity,  # type: ignore[arg-type]
+                               evidence=ev, fix=st.fix, expected_impact=st.expected_impact, verify=st.verify,
+                               confidence=st.confidence))
+    final = FinalAnswer(verdict=diag.verdict, category=diag.category, first_bad_step=diag.first_bad_step,  # type: ignore[arg-type]
+                        summary=diag.summary, root_causes=roots, quick_fixes=diag.quick_fixes,
+                        needs_more_data=diag.needs_more_data)
+    return b.build(final)
+
+
+def plot_specs(run: Run, diag: Diagnosis, max_points: int = 20000) -> list[PlotSpec]:
+    """One plot per metric with a finding above info, first bad step and causes marked."""
+    specs: list[PlotSpec] = []
+    done: set[str] = set()
+    markers_all = [(int(h.first_bad_step), f"{h.rule}") for h in diag.hits
+                   if h.precursor and h.first_bad_step is not None and h.severity != "info"]
+    for h in sorted(diag.hits, key=lambda x: x.severity == "info"):
+        metric = h.metric
+        if metric is None or metric in done or metric not in run.series or h.severity == "info":
+            continue
+        done.add(metric)
+        s = run.series[metric]
+        idx = np.arange(len(s))
+        if idx.size > max_points:
+            idx = np.unique(np.concatenate([np.linspace(0, len(s) - 1, max_points).astype(np.int64),
+                                            np.flatnonzero(~np.isfinite(s.values))]))
+        fin = s.values[np.isfinite(s.values)]
+        logy = bool(fin.size and np.all(fin > 0) and fin.max() / max(fin.min(), 1e-300) > 1e3)
+        curves = [Curve(metric, s.steps[idx], s.values[idx])]
+        if h.category == "overfitting":
+            t = run.series.get(next((p.series.name for p in h.points if p.key == "t_end"), ""), None)
+            if t is not None:
+                curves.append(Curve(t.name, t.steps, t.values, style="dashed"))
+        markers = [(st, lab) for st, lab in markers_all if lab != h.rule]
+        specs.append(PlotSpec(metric=metric, title=f"{metric}: {h.category.replace('_', ' ')} ({h.rule})", curves=curves,
+                              first_bad_step=h.first_bad_step, markers=markers, logy=logy))
+    return specs
+
+
+def finite_or_none(v: float) -> float | None:
+    return v if math.isfinite(v) else None

@@ -1,0 +1,365 @@
+"""TA1xx numerics: NaN/Inf, loss spikes, grad-norm spikes, fp16 loss-scale collapse."""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+
+import numpy as np
+
+from trainaudit.model import Event, EventKind, Series
+from trainaudit.rules.base import Context, Hit, Rule
+from trainaudit.series.stats import robust_z, trailing_median_mad
+
+TRAINING_ROLES = ("loss", "grad_norm", "lr", "loss_scale", "val_loss")
+
+
+class NonFiniteMetric(Rule):
+    """Detects NaN or Inf in a training metric (loss, grad norm, learning rate, validation loss),
+    Megatron's *omitted* loss field (Megatron prints no ``lm loss`` when it is NaN/Inf), HF's
+    hidden NaN (``grad_norm: nan`` while ``loss`` still prints a finite number, often 0.0), and
+    framework NaN checks (Megatron's "found NaN in local grad norm", autograd anomaly mode,
+    Keras TerminateOnNaN).
+
+    Why: a NaN poisons the weights; every step after it is wasted, and with fp32/bf16 there is
+    no automatic recovery.
+
+    Fix: find what happened just before (grad-norm spike, lr jump, bad batch); lower the lr or
+    lengthen warm-up, clip gradients (``max_grad_norm``/``clip_grad``), use bf16 instead of
+    fp16, skip batches with non-finite loss, resume from the last checkpoint before the NaN.
+
+    Example: ``iteration 3385/ 8000 | ... | loss scale: 1.0 | grad norm: nan |`` (no lm loss).
+
+    Thresholds: ``min_nonfinite`` non-finite values needed (default 1).
+    """
+
+    id = "TA101"
+    name = "non-finite-metric"
+    category = "nan_inf"
+    severity = "critical"
+
+    @dataclass
+    class Params:
+        min_nonfinite: int = 1
+
+    def check(self, ctx: Context) -> list[Hit]:
+        hits: list[Hit] = []
+        seen: set[str] = set()
+        for role in TRAINING_ROLES:
+            s = ctx.series(role)
+            if s is None or s.name in seen:
+                continue
+            seen.add(s.name)
+            bad = np.flatnonzero(~np.isfinite(s.values))
+            if bad.size < self.p.min_nonfinite:
+                continue
+            i = int(bad[0])
+            v = float(s.values[i])
+            what = "NaN" if math.isnan(v) else ("+Inf" if v > 0 else "-Inf")
+            msg = f"{s.name} is {what} from step {int(s.steps[i])} ({bad.size} of {len(s)} logged values non-finite)"
+            if role == "grad_norm":
+                loss = ctx.series("loss")
+                lv = loss.value_at(int(s.steps[i])) if loss is not None else None
+                if lv is not None and math.isfinite(lv):
+                    msg += f"; the loss still prints {lv:g} at that step, so the NaN is hidden from the loss curve"
+            missing = [e for e in ctx.events(EventKind.MISSING_METRIC) if e.step == int(s.steps[i])]
+            if missing:
+                msg += " (the loss field is absent from the log line: Megatron omits a NaN/Inf loss)"
+            h = self.hit(msg, 0.97 if role != "val_loss" else 0.9, metric=s.name, first_bad_step=int(s.steps[i]),
+                         last_step=int(s.steps[bad[-1]]), severity="critical" if role != "val_loss" else "high")
+            h.point("bad", s, i, f"first non-finite {s.name} ({what}) at step {int(s.steps[i])}")
+            if i > 0:
+                h.point("prev", s, i - 1, f"last value of {s.name} before it, step {int(s.steps[i - 1])}")
+            lo = max(0, i - 5)
+            hi = min(len(s), i + 5)
+            h.point("excerpt", s, i, f"{s.name} around the first non-finite value", indices=np.arange(lo, hi))
+            h.calc("n_bad", f"number of non-finite {s.name} values in the excerpt", "len({excerpt}) - sum(isfinite({excerpt}))",
+                   unit="count")
+            if missing:
+                h.ev("missing", missing[0], "log line without the loss field")
+            hits.append(h)
+        checks = ctx.events(EventKind.NAN_CHECK)
+        if checks:
+            e = checks[0]
+            first = min((h.first_bad_step for h in hits if h.first_bad_step is not None), default=None)
+            if first is None or (e.step is not None and e.step < first):
+                h = self.hit(f"a NaN/Inf check fired: {e.message}", 0.9, metric=None, first_bad_step=e.step,
+                             last_step=e.step)
+                h.ev("check", e, "NaN check message")
+                hits.append(h)
+        return hits
+
+
+def spike_mask(s: Series, window: int, z_thr: float, rel_thr: float, min_history: int
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Points whose value is far above the trailing median, both in robust z and in relative terms.
+    Returns (spike indices into the finite series, trailing median, robust z)."""
+    x = s.values
+    w = max(3, min(window, x.size // 3))
+    med, dev = trailing_median_mad(x, w)
+    z = robust_z(x, med, dev)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        rel = (x - med) / np.abs(med)
+    mask = (z > z_thr) & (rel > rel_thr)
+    mask[:max(min_history, w)] = False
+    return np.flatnonzero(mask), med, z
+
+
+class LossSpike(Rule):
+    """Detects loss spikes: a logged training loss far above the median of the points before it
+    (robust z-score on the rolling median/MAD, and a relative jump), that comes back down. A
+    rise that does *not* recover is divergence (TA201), not a spike.
+
+    Why: spikes waste compute and often precede divergence or NaN; a spike at one step usually
+    means a bad batch or an optimizer instability (grad-norm spike, lr too high for the batch).
+
+    Fix: clip gradients, lower the peak lr or lengthen warm-up, skip/inspect the batch at that
+    step, for LLMs consider z-loss / QK-norm; llm-foundry kills runs on a 2x spike.
+
+    Example: loss 2.1, 2.0, 2.0, **9.7**, 2.3, 2.1 (spike at the 4th logged step).
+
+    Thresholds: ``window`` points of history (10, as Lightning's SpikeDetection), ``z`` robust
+    z-score (8), ``rel`` relative jump above the median (0.5 = 1.5x), ``recover`` points within
+    which the loss must return below ``median*(1+rel/2)`` to count as a spike (20).
+    """
+
+    id = "TA102"
+    name = "loss-spike"
+    category = "loss_spike"
+    severity = "medium"
+
+    @dataclass
+    class Params:
+        window: int = 10
+        z: float = 8.0
+        rel: float = 0.5
+        recover: int = 20
+        min_history: int = 5
+
+    def check(self, ctx: Context) -> list[Hit]:
+        s = ctx.series("loss", finite=True)
+        if s is None or len(s) < self.p.min_history + 3:
+            return []
+        idx, med, z = spike_mask(s, self.p.window, self.p.z, self.p.rel, self.p.min_history)
+        if idx.size == 0:
+            return []
+        x = s.values
+        spikes: list[int] = []
+        for i in idx:
+            if spikes and i - spikes[-1] <= 1:
+                continue  # one spike spanning consecutive points
+            after = x[i + 1: i + 1 + self.p.recover]
+            if after.size == 0 or not np.any(after <= med[i] * (1 + self.p.rel / 2)):
+                continue  # did not recover (or the log ends on it): divergence/NaN rules own it
+            spikes.append(int(i))
+        if not spikes:
+            return []
+        i = spikes[0]
+        worst = max(spikes, key=lambda k: x[k] / med[k])
+        sev = "medium" if len(spikes) >= 3 or x[worst] / med[worst] >= 2 else "low"
+        msg = (f"{s.name} spiked at step {int(s.steps[i])}: {x[i]:.4g} vs a median of {med[i]:.4g} over the previous "
+               f"points ({x[i] / med[i]:.2f}x), then recovered; {len(spikes)} spike(s) in total")
+        h = self.hit(msg, min(0.95, 0.6 + 0.05 * len(spikes) + 0.02 * min(float(z[i]), 10)), metric=s.name,
+                     first_bad_step=int(s.steps[i]), last_step=int(s.steps[spikes[-1]]), severity=sev,
+                     data={"spike_steps": [int(s.steps[k]) for k in spikes]})
+        w = max(3, min(self.p.window, len(s) // 3))
+        h.point("base", s, i - 1, f"{s.name} over the {w} points before the spike", indices=np.arange(i - w, i))
+        h.point("spike", s, i, f"{s.name} at the spike, step {int(s.steps[i])}")
+        h.calc("jump", "relative jump of the loss over the median of the preceding points",
+               "({spike} - median({base})) / abs(median({base}))", unit="ratio")
+        return [h]
+
+
+class GradNormSpike(Rule):
+    """Detects grad-norm spikes: a logged gradient norm far above its trailing median (robust
+    z-score and a ratio), and how many steps it leads a loss spike, divergence or NaN.
+
+    Why: in most loss blow-ups the gradient norm jumps first; the lead tells you the instability
+    starts in the optimizer step, not in the data or the loss itself. Alone, a short grad-norm
+    spike that the loss ignores is common and harmless (severity info).
+
+    Fix: gradient clipping at a norm near the typical value; lower lr; for Adam, a larger eps or
+    lower beta2 reduces update spikes after rare large gradients.
+
+    Example: grad norm 1.4, 1.3, 1.6, **48.2**, then the loss jumps one step later.
+
+    Thresholds: ``window`` (10), ``z`` (8), ``ratio`` minimum multiple of the median (3),
+    ``lead_window`` logged points after the spike in which a loss spike / NaN counts as its
+    consequence (10).
+    """
+
+    id = "TA103"
+    name = "grad-norm-spike"
+    category = "grad_explosion"
+    severity = "low"
+
+    @dataclass
+    class Params:
+        window: int = 10
+        z: float = 8.0
+        ratio: float = 3.0
+        lead_window: int = 10
+        min_history: int = 5
+
+    def check(self, ctx: Context) -> list[Hit]:
+        g = ctx.series("grad_norm", finite=True)
+        if g is None or len(g) < self.p.min_history + 3:
+            return []
+        idx, med, z = spike_mask(g, self.p.window, self.p.z, self.p.ratio - 1, self.p.min_history)
+        if idx.size == 0:
+            return []
+        i = int(idx[0])
+        step = int(g.steps[i])
+        # did the loss react within lead_window logged points (spike, NaN)?
+        loss = ctx.series("loss")
+        consequence = None
+        if loss is not None and len(loss) > 3:
+            j0 = int(np.searchsorted(loss.steps, step))
+            seg = loss.values[max(0, j0 - 10): j0]
+            base = float(np.median(seg[np.isfinite(seg)])) if np.isfinite(seg).any() else math.nan
+            for j in range(j0, min(len(loss), j0 + self.p.lead_window)):
+                v = float(loss.values[j])
+                if not math.isfinite(v) or (math.isfinite(base) and v > base * 1.5):
+                    consequence = j
+                    break
+        lead = None if consequence is None else int(loss.steps[consequence]) - step  # type: ignore[union-attr]
+        sev = "medium" if consequence is not None else "info"
+        msg = f"{g.name} spiked at step {step}: {g.values[i]:.4g} vs a median of {med[i]:.4g} ({g.values[i] / med[i]:.1f}x)"
+        if lead is not None:
+            msg += f"; the loss reacted {lead} step(s) later" if lead > 0 else "; the loss reacted at the same step"
+        h = self.hit(msg, 0.8 if consequence is not None else 0.5, metric=g.name, first_bad_step=step,
+                     last_step=int(g.steps[idx[-1]]), severity=sev, precursor=True,
+                     data={"lead_steps": lead, "n_spikes": int(idx.size)})
+        w = max(3, min(self.p.window, len(g) // 3))
+        h.point("base", g, i - 1, f"{g.name} over the {w} points before the spike", indices=np.arange(i - w, i))
+        h.point("spike", g, i, f"{g.name} at the spike, step {step}")
+        h.calc("ratio", "grad-norm spike as a multiple of the preceding median", "{spike} / median({base})", unit="x")
+        if consequence is not None and loss is not None:
+            h.point("loss_after", loss, consequence, f"{loss.name} when it reacted, step {int(loss.steps[consequence])}")
+        return [h]
+
+
+_SCALE_RE = re.compile(r"(?:reducing to|setting loss scale to:?|loss scale(?: to)?:?)\s*([0-9.eE+-]+)", re.I)
+
+
+def _scale_from_events(events: list[Event]) -> list[tuple[Event, float]]:
+    out = []
+    for e in events:
+        v = e.data.get("new_scale", e.data.get("scale"))
+        if v is None:
+            m = _SCALE_RE.search(e.raw) or _SCALE_RE.search(e.message)
+            v = float(m.group(1)) if m else None
+        if v is not None:
+            try:
+                out.append((e, float(v)))
+            except (TypeError, ValueError):
+                continue
+    return out
+
+
+class LossScaleCollapse(Rule):
+    """Detects fp16 dynamic loss-scale collapse: the loss scale halving again and again down to
+    its floor, skipped-iteration counters climbing, or the "minimum loss scale reached" exit of
+    DeepSpeed / fairseq / Megatron. The first few halvings at the start of fp16 training are the
+    scaler calibrating itself and are ignored.
+
+    Why: every overflow skips an optimizer step; when the scale hits its minimum, gradients
+    overflow even unscaled, so the model has numerically diverged in fp16, and the run dies or
+    trains on nothing.
+
+    Fix: use bf16; lower lr / add warm-up; clip gradients; raise ``min_loss_scale`` only as a
+    diagnostic; check for a layer producing huge activations (attention logits, unnormalised
+    residual stream).
+
+    Example: ``OVERFLOW! Rank 0 Skipping step. Attempted loss scale: 2, reducing to 1`` followed
+    by ``Current loss scale already at minimum - cannot decrease scale anymore. Exiting run.``
+
+    Thresholds: ``min_scale`` a scale at or below this counts as collapsed (1.0),
+    ``late_halvings`` halvings after the first ``calibration_frac`` of the run that count as a
+    collapse even above the floor (8), ``skip_frac`` fraction of skipped iterations in the last
+    quarter (0.5).
+    """
+
+    id = "TA104"
+    name = "loss-scale-collapse"
+    category = "loss_scale_collapse"
+    severity = "critical"
+
+    @dataclass
+    class Params:
+        min_scale: float = 1.0
+        late_halvings: int = 8
+        calibration_frac: float = 0.1
+        skip_frac: float = 0.5
+
+    def check(self, ctx: Context) -> list[Hit]:
+        mins = ctx.events(EventKind.LOSS_SCALE_MIN)
+        s = ctx.series("loss_scale", finite=True)
+        overflow = _scale_from_events(ctx.events(EventKind.LOSS_SCALE))
+        hits: list[Hit] = []
+        if s is not None and len(s) >= 3:
+            x = s.values
+            dec = np.flatnonzero(x[1:] < x[:-1]) + 1
+            if dec.size:
+                # the final non-increasing stretch that ends the run
+                inc = np.flatnonzero(x[1:] > x[:-1]) + 1
+                start = int(inc[-1]) if inc.size else 0
+                tail_dec = dec[dec >= start]
+                calib_end = int(len(s) * self.p.calibration_frac)
+                late = dec[dec > calib_end]
+                floor_hit = x[-1] <= self.p.min_scale < float(np.max(x))
+                if tail_dec.size and (floor_hit or late.size >= self.p.late_halvings):
+                    i = int(tail_dec[0])
+                    msg = (f"{s.name} fell from {x[i - 1]:g} to {x[-1]:g} over {tail_dec.size} reductions from step "
+                           f"{int(s.steps[i])} without recovering")
+                    h = self.hit(msg, 0.9 if floor_hit or mins else 0.75, metric=s.name, first_bad_step=int(s.steps[i]),
+                                 last_step=int(s.steps[-1]))
+                    h.point("before", s, i - 1, f"{s.name} before the collapse")
+                    h.point("last", s, len(s) - 1, f"last logged {s.name}")
+                    h.calc("halvings", "number of halvings between the two values", "log({before} / {last}) / log(2)",
+                           unit="halvings")
+                    hits.append(h)
+        if not hits and overflow:
+            vals = np.array([v for _, v in overflow])
+            n = len(overflow)
+            late = n - int(n * self.p.calibration_frac)
+            if vals[-1] <= self.p.min_scale or (late >= self.p.late_halvings and vals[-1] < vals[0] / 2 ** self.p.late_halvings):
+                e0 = overflow[0][0]
+                k = next((j for j in range(n) if vals[j] <= vals[0] / 2), 0) if n > 1 else 0
+                msg = (f"{n} fp16 overflows reduced the loss scale to {vals[-1]:g}"
+                       + (" (the minimum)" if vals[-1] <= self.p.min_scale else ""))
+                h = self.hit(msg, 0.85, metric="loss scale", first_bad_step=overflow[k][0].step,
+                             last_step=overflow[-1][0].step)
+                h.ev("first", e0, "first overflow / loss-scale reduction", value=float(vals[0]))
+                h.ev("last", overflow[-1][0], "last loss-scale reduction", value=float(vals[-1]))
+                hits.append(h)
+        sk = ctx.series("skipped", finite=True)
+        if not hits and sk is not None and len(sk) >= 8:
+            y = sk.values
+            per = np.diff(y, prepend=0.0) if np.all(np.diff(y) >= 0) and y[-1] > y[0] else y  # cumulative -> per interval
+            q = len(per) * 3 // 4
+            frac = float(np.mean(per[q:] > 0))
+            if frac >= self.p.skip_frac:
+                i = q + int(np.flatnonzero(per[q:] > 0)[0])
+                h = self.hit(f"{sk.name}: iterations are skipped in {frac:.0%} of the last quarter of the logged steps "
+                             f"(fp16 overflow every step)", 0.7, metric=sk.name, first_bad_step=int(sk.steps[i]),
+                             last_step=int(sk.steps[-1]))
+                h.point("first", sk, i, f"{sk.name} when skipping starts")
+                h.point("tail", sk, len(sk) - 1, f"{sk.name} over the last quarter", indices=np.arange(q, len(sk)))
+                hits.append(h)
+        if mins:
+            e = mins[0]
+            if hits:
+                hits[0].ev("min", e, "minimum loss scale reached")
+                hits[0].fatal = True
+                hits[0].confidence = max(hits[0].confidence, 0.95)
+            else:
+                h = self.hit(f"loss scale at its minimum and the run exits: {e.message}", 0.9, metric="loss scale",
+                             first_bad_step=e.step, last_step=e.step, fatal=True)
+                h.ev("min", e, "minimum loss scale reached")
+                hits.append(h)
+        return hits
+
+
+RULES = [NonFiniteMetric, LossSpike, GradNormSpike, LossScaleCollapse]

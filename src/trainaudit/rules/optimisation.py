@@ -1,0 +1,444 @@
+"""TA2xx optimisation: divergence, not learning, exact-zero loss, exploding/vanishing gradients,
+learning-rate schedule problems."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
+
+from trainaudit.model import Series
+from trainaudit.rules.base import Context, Hit, Rule
+from trainaudit.series.stats import downsample, first_sustained, rolling_median
+
+
+def _smooth(s: Series, max_points: int = 4000) -> tuple[np.ndarray, np.ndarray, int]:
+    st, x = downsample(s.steps, s.values, max_points)
+    w = max(1, min(51, x.size // 20))
+    w += (w + 1) % 2  # odd
+    return st, rolling_median(x, w), w
+
+
+def _first_sustained_raw(x: np.ndarray, start: int, thr: float, ahead: int = 5) -> int:
+    """First index >= start where x > thr and the median of the next ``ahead`` points is too."""
+    seg = x[start:]
+    if seg.size == 0:
+        return -1
+    k = min(ahead, seg.size)
+    fwd = np.median(sliding_window_view(np.append(seg, np.repeat(seg[-1], k - 1)), k), axis=1)
+    idx = np.flatnonzero((seg > thr) & (fwd > thr))
+    return start + int(idx[0]) if idx.size else -1
+
+
+def _head_tail(x: np.ndarray, frac: float = 0.1) -> tuple[float, float]:
+    k = max(3, int(x.size * frac))
+    return float(np.median(x[:k])), float(np.median(x[-k:]))
+
+
+class Divergence(Rule):
+    """Detects divergence: the training loss rises well above its own best so far and stays up
+    (rolling median vs running minimum), as opposed to a spike that recovers (TA102).
+
+    Why: the run is no longer learning; every further step is wasted compute and the weights
+    may be unrecoverable without a restart from an earlier checkpoint.
+
+    Fix: lower the learning rate (or undo an lr jump), lengthen warm-up, clip gradients, restart
+    from the last checkpoint before the first bad step.
+
+    Example: loss 4.1 -> 2.3 (best) -> 2.9 -> 3.8 -> 4.4 and never comes back.
+
+    Thresholds: ``rel`` rise above the best smoothed loss (0.3 = 30%), ``range_frac`` the rise
+    must also be this fraction of the improvement made so far (0.25; avoids flagging relative
+    noise of a loss near 0), ``sustain`` fraction of later points that stay up (0.8).
+    """
+
+    id = "TA201"
+    name = "divergence"
+    category = "divergence"
+    severity = "high"
+
+    @dataclass
+    class Params:
+        rel: float = 0.3
+        range_frac: float = 0.25
+        sustain: float = 0.8
+        min_points: int = 8
+
+    def check(self, ctx: Context) -> list[Hit]:
+        s = ctx.series("loss", finite=True)
+        if s is None or len(s) < self.p.min_points:
+            return []
+        st, sm, w = _smooth(s)
+        best = np.minimum.accumulate(sm)
+        progress = np.maximum(sm[0] - best, 0.0)
+        rise = sm - best
+        mask = (sm > best * (1 + self.p.rel)) & (rise >= self.p.range_frac * progress) & (best > 0)
+        k = first_sustained(mask, self.p.sustain, min_len=max(2, min(5, sm.size // 10)))
+        if k < 0:
+            return []
+        jb = int(np.argmin(sm[:k + 1]))
+        best_v = float(sm[jb])
+        start = int(np.searchsorted(s.steps, st[jb]))
+        i = _first_sustained_raw(s.values, start, best_v * (1 + self.p.rel / 2))
+        if i < 0:
+            i = int(np.searchsorted(s.steps, st[k]))
+        end = float(np.median(s.values[-max(3, len(s) // 20):]))
+        ratio = end / best_v
+        sev = "critical" if ratio >= 2 else "high"
+        msg = (f"{s.name} diverged from step {int(s.steps[i])}: best (smoothed) {best_v:.4g} at step {int(st[jb])}, "
+               f"ends at {end:.4g} ({ratio:.2f}x) and does not come back")
+        h = self.hit(msg, min(0.95, 0.6 + 0.15 * min(ratio - 1, 2)), metric=s.name, first_bad_step=int(s.steps[i]),
+                     last_step=int(s.steps[-1]), severity=sev)
+        jraw = int(np.searchsorted(s.steps, st[jb]))
+        lo = max(0, jraw - w // 2)
+        h.point("best", s, min(jraw, len(s) - 1), f"{s.name} around its best (window median)",
+                indices=np.arange(lo, min(len(s), lo + max(w, 1))))
+        h.point("first", s, i, f"{s.name} at the first step of the sustained rise")
+        t = max(3, len(s) // 20)
+        h.point("tail", s, len(s) - 1, f"{s.name} over the last {t} logged points", indices=np.arange(len(s) - t, len(s)))
+        h.calc("ratio", "final loss (median of the last points) over the best loss", "median({tail}) / median({best})",
+               unit="x")
+        return [h]
+
+
+class NotLearning(Rule):
+    """Detects a run that does not learn: the training loss is flat from the start (the median
+    of the last 10% of points is within ``min_improvement`` of the first 10%), with extra
+    confidence when it sits at ln(vocab size) or ln(number of classes), the loss of a uniform
+    guess, when the log or config says those sizes.
+
+    Why: the model outputs a constant distribution: frozen parameters, lr 0, labels that carry
+    no signal (shuffled / misaligned), a detached graph or a broken loss.
+
+    Fix: check that parameters require grad and are in the optimizer, that lr > 0 after warm-up,
+    that labels match inputs (inspect a batch), that ``loss.backward()`` reaches the weights.
+
+    Example: 10 classes, loss 2.303, 2.302, 2.304, ... for 2000 steps (ln 10 = 2.303).
+
+    Thresholds: ``min_improvement`` relative (0.02), ``uniform_tol`` relative distance to ln(C)
+    (0.05), ``min_points`` (10).
+    """
+
+    id = "TA202"
+    name = "not-learning"
+    category = "plateau"
+    severity = "high"
+
+    @dataclass
+    class Params:
+        min_improvement: float = 0.02
+        uniform_tol: float = 0.05
+        min_points: int = 10
+
+    def check(self, ctx: Context) -> list[Hit]:
+        s = ctx.series("loss", finite=True)
+        if s is None or len(s) < self.p.min_points:
+            return []
+        head, tail = _head_tail(s.values)
+        if head == 0:
+            return []
+        improvement = (head - tail) / abs(head)
+        if improvement >= self.p.min_improvement or improvement < -0.3:  # a big rise is divergence's
+            return []
+        n_cls = None
+        for key in ("num_classes", "config.num_classes", "vocab_size", "config.vocab_size", "padded_vocab_size"):
+            v = ctx.run.meta.get(key)
+            if isinstance(v, (int, float)) and v >= 2:
+                n_cls = (key, int(v))
+                break
+        uniform = math.log(n_cls[1]) if n_cls else None
+        near = uniform is not None and abs(tail - uniform) <= self.p.uniform_tol * uniform
+        msg = f"{s.name} does not decrease: {head:.4g} over the first 10% of logged steps, {tail:.4g} over the last 10%"
+        if near:
+            msg += f", which is ln({n_cls[1]}) = {uniform:.4g}: the loss of a uniform guess over {n_cls[1]} {n_cls[0].split('.')[-1]}"  # type: ignore[index]
+        conf = 0.9 if near else 0.65
+        h = self.hit(msg, conf, metric=s.name, first_bad_step=int(s.steps[0]), last_step=int(s.steps[-1]),
+                     severity="high" if near or len(s) >= 50 else "medium", data={"uniform": uniform})
+        k = max(3, int(len(s) * 0.1))
+        h.point("head", s, k - 1, f"{s.name} over the first {k} logged points", indices=np.arange(0, k))
+        h.point("tail", s, len(s) - 1, f"{s.name} over the last {k} logged points", indices=np.arange(len(s) - k, len(s)))
+        h.calc("improvement", "relative improvement of the loss, first 10% vs last 10%",
+               "(median({head}) - median({tail})) / abs(median({head}))", unit="ratio")
+        return [h]
+
+
+class ZeroLossOrGrad(Rule):
+    """Detects a training loss or gradient norm that is exactly 0 for several logged steps.
+
+    Why: an exact 0 is not a converged model; it is a masked-out loss (all labels ignored,
+    -100 everywhere), a loss computed on nothing, skipped fp16 steps reported as 0, or a graph
+    detached from the parameters.
+
+    Fix: check label masking / padding, the loss reduction, that gradients reach the weights;
+    with DeepSpeed fp16, check for skipped steps (TA104).
+
+    Example: ``{'loss': 0.0, 'grad_norm': nan, ...}`` repeated.
+
+    Thresholds: ``min_run`` consecutive exact zeros (3).
+    """
+
+    id = "TA203"
+    name = "exact-zero-loss-or-grad"
+    category = "plateau"
+    severity = "high"
+
+    @dataclass
+    class Params:
+        min_run: int = 3
+
+    def check(self, ctx: Context) -> list[Hit]:
+        hits: list[Hit] = []
+        for role in ("loss", "grad_norm"):
+            s = ctx.series(role)
+            if s is None or len(s) < self.p.min_run:
+                continue
+            z = (s.values == 0.0)
+            if not z.any():
+                continue
+            k = self.p.min_run
+            runs = np.convolve(z.astype(np.int64), np.ones(k, dtype=np.int64), mode="valid") == k
+            idx = np.flatnonzero(runs)
+            if idx.size == 0:
+                continue
+            i = int(idx[0])
+            h = self.hit(f"{s.name} is exactly 0 from step {int(s.steps[i])} ({int(z.sum())} of {len(s)} logged values)",
+                         0.85, metric=s.name, first_bad_step=int(s.steps[i]), last_step=int(s.steps[np.flatnonzero(z)[-1]]))
+            h.point("zeros", s, i, f"{s.name} from the first exact zero", indices=np.arange(i, min(len(s), i + 10)))
+            h.calc("n_zero", f"exact zeros of {s.name} in the excerpt", "count({zeros} == 0)", unit="count")
+            hits.append(h)
+        return hits
+
+
+class ExplodingGradients(Rule):
+    """Detects exploding gradients from the grad-norm series: a sustained growth of the gradient
+    norm (median of the last 20% over the median of the first 20%) or repeated huge values
+    (many points above ``factor`` times the early median), not one outlier.
+
+    Why: growing gradients mean the optimization is unstable (lr too high for the curvature,
+    recurrent weights with spectral radius > 1, no clipping); it ends in a loss blow-up or NaN.
+
+    Fix: gradient clipping (``clip_grad_norm_`` at about the healthy norm), lower lr, for RNNs
+    LSTM/GRU or orthogonal init, normalisation layers.
+
+    Example: grad norm 0.8, 1.1, 3.5, 27, 310, 4800 ...
+
+    Thresholds: ``factor`` growth factor (10; AutoTrainer uses 70 for layer ratios),
+    ``frac_high`` fraction of second-half points above ``factor`` x early median (0.2).
+    """
+
+    id = "TA204"
+    name = "exploding-gradients"
+    category = "grad_explosion"
+    severity = "high"
+
+    @dataclass
+    class Params:
+        factor: float = 10.0
+        frac_high: float = 0.2
+        min_points: int = 10
+
+    def check(self, ctx: Context) -> list[Hit]:
+        g = ctx.series("grad_norm", finite=True)
+        if g is None or len(g) < self.p.min_points:
+            return []
+        x = g.values
+        k = max(3, len(g) // 5)
+        early = float(np.median(x[1:k + 1]))
+        if early <= 0:
+            return []
+        late = float(np.median(x[-k:]))
+        half = x[len(g) // 2:]
+        frac = float(np.mean(half > self.p.factor * early))
+        growth = late / early
+        if growth < self.p.factor and frac < self.p.frac_high:
+            return []
+        above = np.flatnonzero(x > self.p.factor * early)
+        i = int(above[0]) if above.size else len(g) - k
+        msg = (f"{g.name} grows {growth:.3g}x (median of the first 20% of points {early:.4g}, last 20% {late:.4g}); "
+               f"{frac:.0%} of the second half is above {self.p.factor:g}x the early level")
+        h = self.hit(msg, min(0.95, 0.6 + 0.1 * math.log10(max(growth, frac * 100, 1.0))), metric=g.name,
+                     first_bad_step=int(g.steps[i]), last_step=int(g.steps[-1]))
+        h.point("early", g, k, f"{g.name} over the first 20% of logged points", indices=np.arange(1, k + 1))
+        h.point("late", g, len(g) - 1, f"{g.name} over the last 20% of logged points", indices=np.arange(len(g) - k, len(g)))
+        h.point("first", g, i, f"first {g.name} above {self.p.factor:g}x the early level")
+        h.calc("growth", "growth of the gradient norm, last 20% over first 20%", "median({late}) / median({early})", unit="x")
+        return [h]
+
+
+class VanishingGradients(Rule):
+    """Detects vanishing gradients: a gradient norm below ``abs_min`` (SageMaker Debugger's
+    VanishingGradient default 1e-7), a per-layer gradient norm ``layer_ratio`` times smaller than
+    the largest layer's (AutoTrainer's 1e-3), or a total norm that decays ``decay`` times while
+    the loss stops improving.
+
+    Why: the early layers stop learning; the loss plateaus above what the model can reach.
+
+    Fix: ReLU/GELU instead of sigmoid/tanh in deep stacks, residual connections, normalisation
+    layers, He/Xavier init, a higher lr for the early layers.
+
+    Example: a 12-layer sigmoid MLP with first-layer grad norm 3e-9 vs last layer 0.02.
+
+    Thresholds: ``abs_min`` (1e-7), ``layer_ratio`` (1e-3), ``decay`` (1e3).
+    """
+
+    id = "TA205"
+    name = "vanishing-gradients"
+    category = "grad_vanishing"
+    severity = "high"
+
+    @dataclass
+    class Params:
+        abs_min: float = 1e-7
+        layer_ratio: float = 1e-3
+        decay: float = 1e3
+        min_points: int = 5
+
+    def check(self, ctx: Context) -> list[Hit]:
+        g = ctx.series("grad_norm", finite=True)
+        if g is not None and len(g) >= self.p.min_points:
+            x = g.values
+            second = x[len(x) // 2:]
+            med2 = float(np.median(second))
+            if 0 < med2 < self.p.abs_min:
+                i = int(np.flatnonzero(x < self.p.abs_min)[0])
+                h = self.hit(f"{g.name} is {med2:.3g} (median of the second half), below {self.p.abs_min:g}", 0.85,
+                             metric=g.name, first_bad_step=int(g.steps[i]), last_step=int(g.steps[-1]))
+                h.point("second", g, len(g) - 1, f"{g.name} over the second half", indices=np.arange(len(x) // 2, len(x)))
+                h.calc("median", f"median {g.name} in the second half", "median({second})")
+                return [h]
+            k = max(3, len(g) // 5)
+            early = float(np.median(x[:k]))
+            late = float(np.median(x[-k:]))
+            loss = ctx.series("loss", finite=True)
+            flat = False
+            if loss is not None and len(loss) >= 6:
+                lh, lt = _head_tail(loss.values)
+                flat = lh != 0 and (lh - lt) / abs(lh) < 0.02
+            if late > 0 and early / late >= self.p.decay and flat:
+                i = int(np.flatnonzero(x < early / self.p.decay)[0])
+                h = self.hit(f"{g.name} decays {early / late:.3g}x while the loss stops improving", 0.7, metric=g.name,
+                             first_bad_step=int(g.steps[i]), last_step=int(g.steps[-1]))
+                h.point("early", g, k - 1, f"{g.name} early", indices=np.arange(0, k))
+                h.point("late", g, len(g) - 1, f"{g.name} late", indices=np.arange(len(g) - k, len(g)))
+                h.calc("decay", "decay of the gradient norm", "median({early}) / median({late})", unit="x")
+                return [h]
+        layers = [ctx.run.series[n].finite() for n in ctx.roles.layer_grad_norms]
+        layers = [s for s in layers if len(s) >= self.p.min_points]
+        if len(layers) >= 2:
+            meds = np.array([float(np.median(s.values[len(s) // 2:])) for s in layers])
+            lo, hi = int(np.argmin(meds)), int(np.argmax(meds))
+            if meds[hi] > 0 and meds[lo] / meds[hi] < self.p.layer_ratio:
+                a, b = layers[lo], layers[hi]
+                below = np.flatnonzero(a.values < meds[hi] * self.p.layer_ratio)
+                i = int(below[0]) if below.size else 0
+                h = self.hit(f"{a.name} is {meds[lo] / meds[hi]:.2g} of {b.name} (median of the second half): the "
+                             f"gradient vanishes before it reaches the early layers", 0.85, metric=a.name,
+                             first_bad_step=int(a.steps[i]), last_step=int(a.steps[-1]))
+                h.point("small", a, len(a) - 1, f"{a.name}, second half", indices=np.arange(len(a) // 2, len(a)))
+                h.point("large", b, len(b) - 1, f"{b.name}, second half", indices=np.arange(len(b) // 2, len(b)))
+                h.calc("ratio", "smallest over largest per-layer grad norm", "median({small}) / median({large})", unit="ratio")
+                return [h]
+        return []
+
+
+class LearningRateJump(Rule):
+    """Detects an upward jump of the learning rate outside warm-up: the lr multiplies by at least
+    ``factor`` from one logged point to the next, and the increment is far larger than the
+    increments before it (a linear or cosine warm-up has steady increments).
+
+    Why: a sudden lr increase is the most common cause of a loss spike or divergence right after
+    it (a mis-set schedule, a resumed run with a fresh scheduler, a config override).
+
+    Fix: check the scheduler state on resume, the schedule's milestones and units (steps vs
+    epochs), and any lr override in the launch config.
+
+    Example: lr 3.0e-4, 3.0e-4, 3.0e-3 at step 500, and the loss jumps at step 501.
+
+    Thresholds: ``factor`` (3), ``increment_ratio`` jump vs median earlier increment (10).
+    """
+
+    id = "TA206"
+    name = "lr-jump"
+    category = "divergence"
+    severity = "low"
+
+    @dataclass
+    class Params:
+        factor: float = 3.0
+        increment_ratio: float = 10.0
+        min_history: int = 3
+
+    def check(self, ctx: Context) -> list[Hit]:
+        lr = ctx.series("lr", finite=True)
+        if lr is None or len(lr) < self.p.min_history + 2:
+            return []
+        x = lr.values
+        d = np.diff(x)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ratio = np.where(x[:-1] > 0, x[1:] / x[:-1], 0.0)
+        cand = np.flatnonzero(ratio >= self.p.factor) + 1
+        cand = cand[cand >= self.p.min_history]
+        for i in cand:
+            prev = np.abs(d[max(0, i - 21): i - 1])
+            prev = prev[prev > 0]
+            typical = float(np.median(prev)) if prev.size else 0.0
+            if typical and d[i - 1] < self.p.increment_ratio * typical:
+                continue
+            msg = f"{lr.name} jumps {x[i] / x[i - 1]:.3g}x at step {int(lr.steps[i])}: {x[i - 1]:.4g} -> {x[i]:.4g}"
+            h = self.hit(msg, 0.9, metric=lr.name, first_bad_step=int(lr.steps[i]), last_step=int(lr.steps[i]),
+                         precursor=True)
+            h.point("before", lr, i - 1, f"{lr.name} before the jump")
+            h.point("after", lr, i, f"{lr.name} after the jump")
+            h.calc("jump", "lr ratio after/before the jump", "{after} / {before}", unit="x")
+            return [h]
+        return []
+
+
+class LearningRateZero(Rule):
+    """Detects a learning rate that is 0 for most of the run (outside the first logged point and
+    the last 10%, where warm-up from 0 and decay to 0 are normal).
+
+    Why: with lr 0 nothing trains: the loss stays flat and compute is wasted.
+
+    Fix: check the scheduler (warm-up length longer than the run, ``min_lr``/``max_lr`` swapped,
+    a schedule in epochs stepped per batch), the optimizer's param groups, lr overrides.
+
+    Example: ``learning rate: 0.000000E+00`` on every line.
+
+    Thresholds: ``zero_frac`` fraction of zero lr points (0.5).
+    """
+
+    id = "TA207"
+    name = "lr-zero"
+    category = "plateau"
+    severity = "high"
+
+    @dataclass
+    class Params:
+        zero_frac: float = 0.5
+        min_points: int = 5
+
+    def check(self, ctx: Context) -> list[Hit]:
+        lr = ctx.series("lr", finite=True)
+        if lr is None or len(lr) < self.p.min_points:
+            return []
+        end = max(2, int(len(lr) * 0.9))
+        body = lr.values[1:end]
+        frac = float(np.mean(body == 0)) if body.size else 0.0
+        if frac < self.p.zero_frac:
+            return []
+        zeros = np.flatnonzero(lr.values == 0)
+        i = int(zeros[0])
+        h = self.hit(f"{lr.name} is 0 on {frac:.0%} of the logged steps: the weights do not move", 0.9, metric=lr.name,
+                     first_bad_step=int(lr.steps[i]), last_step=int(lr.steps[zeros[-1]]))
+        h.point("body", lr, end - 1, f"{lr.name} on the logged steps (first point and last 10% excluded)",
+                indices=np.arange(1, end))
+        h.calc("zero_frac", "fraction of logged lr values that are exactly 0", "count({body} == 0) / len({body})",
+               unit="ratio")
+        return [h]
+
+
+RULES = [Divergence, NotLearning, ZeroLossOrGrad, ExplodingGradients, VanishingGradients, LearningRateJump,
+         LearningRateZero]

@@ -1,0 +1,614 @@
+"""TA4xx resources and infrastructure: OOM, memory growth, distributed failures, hangs,
+throughput regressions, stragglers, data-loader stalls, hardware faults, crashes."""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from trainaudit.model import Event, EventKind, Series
+from trainaudit.rules.base import Context, Hit, Rule
+from trainaudit.series.stats import change_point, downsample, rolling_median, trend_slope
+
+_UNITS = {"b": 1 / 2 ** 30, "kib": 1 / 2 ** 20, "kb": 1 / 2 ** 20, "mib": 1 / 1024, "mb": 1 / 1024, "gib": 1.0,
+          "gb": 1.0, "tib": 1024.0, "tb": 1024.0}
+_SIZE = r"([0-9.]+)\s*(B|KiB|KB|MiB|MB|GiB|GB|TiB|TB)"
+_OOM_FIELDS = {
+    "requested": re.compile(r"Tried to allocate " + _SIZE, re.I),
+    "total": re.compile(r"(?:total capac\w*(?: of)? " + _SIZE + r"|" + _SIZE + r" total capacity)", re.I),
+    "free": re.compile(r"(?:of which " + _SIZE + r" is free|" + _SIZE + r" free)", re.I),
+    "allocated": re.compile(r"(?:" + _SIZE + r" is allocated by PyTorch|" + _SIZE + r" already allocated)", re.I),
+    "reserved_unallocated": re.compile(r"" + _SIZE + r" is reserved by PyTorch but unallocated", re.I),
+}
+
+
+def oom_numbers(text: str) -> dict[str, float]:
+    """GiB numbers of a CUDA OOM message, every PyTorch wording (1.x parenthesised, 2.x sentences)."""
+    out: dict[str, float] = {}
+    for key, pat in _OOM_FIELDS.items():
+        m = pat.search(text)
+        if m:
+            g = [x for x in m.groups() if x is not None]
+            out[key] = float(g[0]) * _UNITS[g[1].lower()]
+    return out
+
+
+def _completed(ctx: Context) -> bool:
+    return any(e.data.get("completed") for e in ctx.events(EventKind.PHASE))
+
+
+def _first(events: list[Event]) -> Event:
+    return events[0]
+
+
+class CudaOOM(Rule):
+    """Detects CUDA out-of-memory errors and reads their numbers: requested, free, total,
+    allocated, and "reserved by PyTorch but unallocated". When the reserved-but-unallocated
+    memory is at least the request (or 10% of the GPU), the cause is fragmentation, not size.
+
+    Why: the run dies; in distributed jobs the other ranks then fail in NCCL, which hides the
+    real cause further down the log.
+
+    Fix: fragmentation -> ``PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True``; otherwise a
+    smaller micro-batch with gradient accumulation, activation checkpointing, ZeRO/FSDP
+    sharding, shorter sequences, bf16.
+
+    Example: ``torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 22.78 GiB ... 9.35
+    GiB is reserved by PyTorch but unallocated``.
+
+    Thresholds: ``frag_frac`` reserved-unallocated share of total that means fragmentation (0.1).
+    """
+
+    id = "TA401"
+    name = "cuda-oom"
+    category = "oom"
+    severity = "critical"
+
+    @dataclass
+    class Params:
+        frag_frac: float = 0.1
+
+    def check(self, ctx: Context) -> list[Hit]:
+        ooms = ctx.events(EventKind.OOM)
+        if not ooms:
+            return []
+        e = _first(ooms)
+        nums = oom_numbers(e.raw + " " + e.message)
+        for k, v in e.data.items():  # the signature scanner may already have parsed them (GiB)
+            if k in _OOM_FIELDS and isinstance(v, (int, float)) and k not in nums:
+                nums[k] = float(v)
+        req, ru, tot = nums.get("requested"), nums.get("reserved_unallocated"), nums.get("total")
+        frag = ru is not None and ((req is not None and ru >= req) or (tot and ru >= self.p.frag_frac * tot))
+        parts = [f"{k.replace('_', ' ')} {v:.2f} GiB" for k, v in nums.items()]
+        msg = "CUDA out of memory" + (f" ({', '.join(parts)})" if parts else "")
+        if e.rank is not None:
+            msg += f" on rank {e.rank}"
+        if frag:
+            msg += "; the reserved-but-unallocated memory would cover the request: fragmentation"
+        ranks = sorted({x.rank for x in ooms if x.rank is not None})
+        h = self.hit(msg, 0.97, metric=None, first_bad_step=e.step, last_step=e.step, fatal=True,
+                     data={"numbers": nums, "fragmentation": bool(frag), "rank": e.rank, "ranks": ranks})
+        h.ev("oom", e, "CUDA out-of-memory error", value=req, unit="GiB" if req is not None else None)
+        if req is not None and ru is not None:
+            h.ev("oom_ru", e, "reserved by PyTorch but unallocated", value=ru, unit="GiB")
+            h.calc("frag", "reserved-but-unallocated memory over the requested allocation", "{oom_ru} / {oom}", unit="ratio")
+        return [h]
+
+
+class HostOOM(Rule):
+    """Detects the host (CPU RAM) OOM killer: a worker killed with SIGKILL / exit code -9, or the
+    kernel's "Out of memory: Killed process" message.
+
+    Why: the run dies without a Python traceback, which makes it look like a mysterious crash.
+
+    Fix: fewer data-loader workers or prefetch, memory-mapped datasets, smaller CPU offload
+    buffers, more host memory per GPU.
+
+    Example: ``exitcode  : -9 (pid: 14750)`` / ``Signal 9 (SIGKILL) received by PID 14750``.
+    """
+
+    id = "TA402"
+    name = "host-oom"
+    category = "oom"
+    severity = "critical"
+
+    @dataclass
+    class Params:
+        pass
+
+    def check(self, ctx: Context) -> list[Hit]:
+        evs = ctx.events(EventKind.HOST_OOM)
+        if not evs:
+            return []
+        e = evs[0]
+        h = self.hit(f"host out of memory / SIGKILL: {e.message}", 0.8, first_bad_step=e.step, last_step=e.step,
+                     fatal=True, data={"rank": e.rank})
+        h.ev("kill", e, "worker killed (host OOM)")
+        return [h]
+
+
+def _mem_gib_factor(name: str) -> float | None:
+    n = name.lower()
+    if "byte" in n:
+        return 1 / 2 ** 30
+    if "(mb)" in n or "mib" in n or n.endswith("_mb"):
+        return 1 / 1024
+    if "gb" in n or "gib" in n:
+        return 1.0
+    return None
+
+
+class MemoryGrowth(Rule):
+    """Detects memory that keeps growing over steps (after the first 10%, where allocator
+    warm-up is normal): block medians rising steadily, with the slope per step and, when the
+    GPU capacity is known (from an OOM message), the projected step of OOM.
+
+    Why: a leak (tensors kept in a list, ``loss`` accumulated with its graph, growing caches)
+    ends in an OOM hours later.
+
+    Fix: accumulate ``loss.item()`` not ``loss``; detach tensors you keep; clear caches; check
+    variable-length batches (sort/bucket them).
+
+    Example: ``mem-allocated-bytes`` 10.1 GB -> 10.9 GB -> 11.8 GB -> ... over 5000 steps.
+
+    Thresholds: ``growth`` relative growth (0.1), ``monotone`` fraction of increasing blocks (0.8).
+    """
+
+    id = "TA403"
+    name = "memory-growth"
+    category = "memory_growth"
+    severity = "medium"
+
+    @dataclass
+    class Params:
+        growth: float = 0.1
+        monotone: float = 0.8
+        min_points: int = 10
+        blocks: int = 10
+
+    def check(self, ctx: Context) -> list[Hit]:
+        m = ctx.series("memory", finite=True)
+        if m is None or len(m) < self.p.min_points:
+            return []
+        skip = max(1, len(m) // 10)
+        st, x = m.steps[skip:], m.values[skip:]
+        n_blocks = min(self.p.blocks, x.size // 2)
+        if n_blocks < 4:
+            return []
+        bst, bx = downsample(st, x, n_blocks)
+        if bx[0] <= 0:
+            return []
+        growth = (bx[-1] - bx[0]) / bx[0]
+        inc = float(np.mean(np.diff(bx) > 0))
+        if growth < self.p.growth or inc < self.p.monotone:
+            return []
+        slope = trend_slope(st.astype(np.float64), x)
+        msg = f"{m.name} grows {growth:.0%} from step {int(st[0])} to {int(st[-1])} ({slope:.4g} per step)"
+        f = _mem_gib_factor(m.name)
+        cap = next((oom_numbers(e.raw).get("total") for e in ctx.events(EventKind.OOM) if oom_numbers(e.raw).get("total")), None)
+        proj = None
+        if f is not None and cap and slope > 0:
+            proj = int(st[-1] + (cap - x[-1] * f) / (slope * f))
+            msg += f"; at this rate the {cap:.1f} GiB GPU is full near step {proj}"
+        h = self.hit(msg, min(0.9, 0.5 + growth), metric=m.name, first_bad_step=int(st[0]), last_step=int(m.steps[-1]),
+                     data={"slope_per_step": slope, "projected_oom_step": proj})
+        h.point("start", m, skip, f"{m.name} after warm-up")
+        h.point("end", m, len(m) - 1, f"last {m.name}")
+        h.calc("growth", "relative memory growth", "({end} - {start}) / {start}", unit="ratio")
+        return [h]
+
+
+def _rank_of_root(ctx: Context) -> tuple[int | None, Event | None, str]:
+    """The rank that failed first: an elastic 'Root Cause (first observed failure)', else the
+    first non-collective fatal event with a rank (the others then time out in NCCL)."""
+    for e in ctx.events(EventKind.ELASTIC_FAILURE):
+        if e.data.get("root_cause") or e.data.get("first_observed") or "first observed" in (e.message + e.raw).lower():
+            r = e.data.get("rank", e.rank)
+            if r is not None:
+                return int(r), e, "torch.distributed.elastic reports it as the first observed failure"
+    primary = [e for e in ctx.run.events if e.kind in (EventKind.OOM, EventKind.TRACEBACK, EventKind.SIGNAL,
+                                                       EventKind.HOST_OOM, EventKind.NAN_CHECK, EventKind.XID,
+                                                       EventKind.ECC, EventKind.GPU_LOST) and e.rank is not None]
+    if primary:
+        return primary[0].rank, primary[0], f"its {primary[0].kind.value} comes before the collective failures"
+    return None, None, ""
+
+
+class CollectiveFailure(Rule):
+    """Detects distributed failures: NCCL watchdog / collective timeouts, c10d store and
+    rendezvous errors, torch.distributed.elastic failure summaries; names the rank that died
+    first (the root) versus the ranks that aborted after it.
+
+    Why: when one rank dies or hangs, every other rank waits in a collective and times out
+    minutes later; their messages dominate the log but are consequences.
+
+    Fix: fix the root rank's own error first (OOM, exception, hardware); for a true hang set
+    ``NCCL_DEBUG=INFO``, ``TORCH_NCCL_ASYNC_ERROR_HANDLING=1``, check network / IB, and shorten
+    the timeout to fail fast; for rendezvous errors check MASTER_ADDR/PORT and the store.
+
+    Example: ``[Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=7753,
+    OpType=_REDUCE_SCATTER_BASE, ...) ran for 600061 milliseconds before timing out.``
+    """
+
+    id = "TA404"
+    name = "collective-failure"
+    category = "distributed_failure"
+    severity = "critical"
+
+    @dataclass
+    class Params:
+        pass
+
+    def check(self, ctx: Context) -> list[Hit]:
+        evs = ctx.events(EventKind.NCCL_TIMEOUT, EventKind.DISTRIBUTED_ERROR)
+        if not evs:
+            return []  # an elastic summary alone is a worker's own failure (signal, exception): TA410/TA402
+        e = evs[0]
+        ranks = sorted({x.rank for x in evs if x.rank is not None})
+        root, root_ev, why = _rank_of_root(ctx)
+        msg = f"distributed failure: {e.message}"
+        if ranks:
+            msg += f" (ranks reporting: {', '.join(map(str, ranks))})"
+        ws = ctx.run.meta.get("world_size")
+        silent = []
+        if root is None and isinstance(ws, int) and ranks and len(ranks) < ws:
+            silent = [r for r in range(ws) if r not in ranks]
+            if len(silent) == 1:
+                root, why = silent[0], "it is the only rank that did not report the timeout (it was stuck elsewhere)"
+        if root is not None:
+            msg += f"; rank {root} failed first ({why})"
+        h = self.hit(msg, 0.9, first_bad_step=e.step, last_step=evs[-1].step, fatal=True,
+                     data={"root_rank": root, "ranks": ranks, "silent_ranks": silent})
+        h.ev("first", e, "first collective / distributed failure")
+        if root_ev is not None and root_ev is not e:
+            h.ev("root", root_ev, f"the root rank's own failure (rank {root})")
+        return [h]
+
+
+class IncompleteRun(Rule):
+    """Detects a run that stops before its configured number of iterations with no completion
+    marker and no error (a hang or an external kill), reported at ``info`` for short excerpts.
+
+    Why: a silent stop is a hang (a rank stuck in a collective before the watchdog fires) or
+    the scheduler killing the job at its time limit; neither leaves an error in the log.
+
+    Fix: check the scheduler's record (time limit, preemption), enable the NCCL watchdog
+    (``TORCH_NCCL_ASYNC_ERROR_HANDLING``), ``py-spy dump`` a hung rank.
+
+    Example: ``iteration 4120/ 10000`` is the last line and nothing follows.
+
+    Thresholds: ``min_points`` logged steps before this counts above info (50), ``done_frac``
+    share of train_iters that counts as complete (0.9).
+    """
+
+    id = "TA405"
+    name = "incomplete-run"
+    category = "distributed_failure"
+    severity = "low"
+
+    @dataclass
+    class Params:
+        min_points: int = 50
+        done_frac: float = 0.9
+
+    def check(self, ctx: Context) -> list[Hit]:
+        total = ctx.run.meta.get("train_iters") or ctx.run.meta.get("config.train_iters") or ctx.run.meta.get("max_steps")
+        last = ctx.last_step
+        if not isinstance(total, (int, float)) or last is None or _completed(ctx):
+            return []
+        fatal = ctx.events(EventKind.OOM, EventKind.NCCL_TIMEOUT, EventKind.TRACEBACK, EventKind.SIGNAL,
+                           EventKind.HOST_OOM, EventKind.ELASTIC_FAILURE, EventKind.LOSS_SCALE_MIN, EventKind.XID,
+                           EventKind.ECC, EventKind.GPU_LOST, EventKind.DISTRIBUTED_ERROR)
+        if fatal or last >= self.p.done_frac * total:
+            return []
+        loss = ctx.series("loss")
+        n = len(loss) if loss is not None else 0
+        sev = "low" if n >= self.p.min_points else "info"
+        h = self.hit(f"the log stops at step {last} of {int(total)} without a completion marker or an error "
+                     "(hang or external kill, or the log is an excerpt)", 0.35, first_bad_step=last, last_step=last,
+                     severity=sev, data={"train_iters": int(total)})
+        if loss is not None and n:
+            h.point("last", loss, n - 1, "last logged training step")
+        return [h]
+
+
+def _first_slow(v: np.ndarray, start: int, thr: float, ahead: int = 5) -> int:
+    seg = v[start:]
+    k = min(ahead, seg.size)
+    if k == 0:
+        return -1
+    padded = np.append(seg > thr, np.repeat(seg[-1] > thr, k - 1))
+    share = np.lib.stride_tricks.sliding_window_view(padded, k).mean(axis=1)  # slow share of the next k points
+    idx = np.flatnonzero((seg > thr) & (share >= 0.8))
+    return start + int(idx[0]) if idx.size else -1
+
+
+def _time_series(ctx: Context) -> tuple[Series | None, bool]:
+    """Step time (higher is worse), or a throughput series (higher is better)."""
+    s = ctx.series("step_time", finite=True)
+    if s is not None and len(s):
+        return s, True
+    s = ctx.series("throughput", finite=True)
+    return (s, False) if s is not None and len(s) else (None, True)
+
+
+class ThroughputRegression(Rule):
+    """Detects a throughput regression: step time (or tokens/samples per second) that worsens
+    from some step on and stays worse, found as the best single change point of the log step
+    time after warm-up (rolling median first, so eval pauses and one-off slow steps do not move
+    it).
+
+    Why: a sustained slowdown means something changed mid-run: thermal throttling, a slow node,
+    a data pipeline that ran out of cached data, host memory pressure, a background process.
+
+    Fix: compare the nodes / GPUs (nvidia-smi clocks, dmesg), the data source, and the step at
+    which it started against other logs (checkpointing, evaluation, dataset epoch boundary).
+
+    Example: ``elapsed time per iteration (ms)`` 410, 405, 412 ... then 820, 815, 830 from 3000.
+
+    Thresholds: ``ratio`` slowdown (1.2), ``warmup_frac`` points ignored at the start (0.05),
+    ``consistency`` fraction of points after the change that are slower (0.7).
+    """
+
+    id = "TA406"
+    name = "throughput-regression"
+    category = "throughput_regression"
+    severity = "medium"
+
+    @dataclass
+    class Params:
+        ratio: float = 1.2
+        warmup_frac: float = 0.05
+        consistency: float = 0.7
+        min_points: int = 20
+
+    def check(self, ctx: Context) -> list[Hit]:
+        s, time_like = _time_series(ctx)
+        if s is None or len(s) < self.p.min_points:
+            return []
+        v = s.values if time_like else np.where(s.values > 0, 1.0 / np.maximum(s.values, 1e-300), np.nan)
+        ok = np.isfinite(v) & (v > 0)
+        if not ok.all():
+            s = s.take(ok)
+            v = v[ok]
+        skip = max(3, int(len(v) * self.p.warmup_frac))
+        st, x = downsample(s.steps[skip:], v[skip:], 4000)
+        sm = rolling_median(x, 5 if x.size >= 25 else 3)
+        k, _ = change_point(np.log(sm), min_seg=max(3, x.size // 20))
+        if k < 0:
+            return []
+        before = float(np.median(x[:k]))
+        after = float(np.median(x[k:]))
+        r = after / before
+        if r < self.p.ratio:
+            return []
+        thr = before * math.sqrt(r)
+        if float(np.mean(x[k:] > thr)) < self.p.consistency:
+            return []
+        # first raw point near the change from which the following points are slow too
+        i0 = int(np.searchsorted(s.steps, st[max(0, k - 3)]))
+        i = _first_slow(v, i0, thr)
+        if i < 0:
+            i = int(np.searchsorted(s.steps, st[k]))
+        j_before = int(np.searchsorted(s.steps, st[k])) - 1
+        msg = (f"{s.name} worsens {r:.2f}x from step {int(s.steps[i])} "
+               f"({'median' if time_like else 'median inverse'} {before:.4g} -> {after:.4g})")
+        if not time_like:
+            msg = (f"{s.name} drops to {1 / r:.0%} of its level from step {int(s.steps[i])} "
+                   f"(median {1 / before:.4g} -> {1 / after:.4g})")
+        h = self.hit(msg, min(0.9, 0.5 + (r - 1)), metric=s.name, first_bad_step=int(s.steps[i]), last_step=int(s.steps[-1]),
+                     severity="high" if r >= 2 else "medium", data={"ratio": r})
+        lo = max(skip, j_before - 20)
+        h.point("before", s, j_before, f"{s.name} before the change", indices=np.arange(lo, j_before + 1))
+        h.point("after", s, len(s) - 1, f"{s.name} after the change",
+                indices=np.arange(max(i, len(s) - 21), len(s)))
+        if time_like:
+            h.calc("slowdown", "step time after over before (medians)", "median({after}) / median({before})", unit="x")
+        else:
+            h.calc("slowdown", "throughput before over after (medians)", "median({before}) / median({after})", unit="x")
+        return [h]
+
+
+class StragglerRank(Rule):
+    """Detects a straggler: one rank's step time consistently slower than the others (per-rank
+    series ``<step time>@rank<r>``).
+
+    Why: synchronous training runs at the speed of the slowest rank.
+
+    Fix: check that GPU / node (clocks, thermal, PCIe/NVLink errors, other processes), its data
+    shard, and CPU affinity.
+
+    Thresholds: ``ratio`` slowest rank median over the median of the others (1.2).
+    """
+
+    id = "TA407"
+    name = "straggler-rank"
+    category = "throughput_regression"
+    severity = "medium"
+
+    @dataclass
+    class Params:
+        ratio: float = 1.2
+        min_points: int = 10
+
+    def check(self, ctx: Context) -> list[Hit]:
+        base = ctx.roles.names.get("step_time")
+        if not base:
+            return []
+        per = {base: ctx.run.series[base].finite()}
+        for name, s in ctx.run.series.items():
+            if name.startswith(base + "@rank"):
+                per[name] = s.finite()
+        per = {k: v for k, v in per.items() if len(v) >= self.p.min_points}
+        if len(per) < 3:
+            return []
+        meds = {k: float(np.median(v.values)) for k, v in per.items()}
+        worst = max(meds, key=meds.__getitem__)
+        others = float(np.median([m for k, m in meds.items() if k != worst]))
+        if others <= 0 or meds[worst] / others < self.p.ratio:
+            return []
+        s = per[worst]
+        h = self.hit(f"{worst} is {meds[worst] / others:.2f}x slower than the median of the other ranks", 0.75,
+                     metric=worst, first_bad_step=int(s.steps[0]), last_step=int(s.steps[-1]))
+        h.point("slow", s, len(s) - 1, f"{worst} step times", indices=np.arange(len(s)))
+        other = per[next(k for k in per if k != worst)]
+        h.point("other", other, len(other) - 1, f"{other.name} step times", indices=np.arange(len(other)))
+        h.calc("ratio", "slow rank over another rank (median step time)", "median({slow}) / median({other})", unit="x")
+        return [h]
+
+
+class DataLoaderStall(Rule):
+    """Detects data-loader stalls: frequent, periodic slow steps (more than ``slow_factor`` times
+    the median step time, on ``min_frac``..``max_frac`` of the steps, at a regular period).
+    Evaluation / checkpoint pauses are rarer than ``min_frac`` and are not reported.
+
+    Why: the GPU waits for data every few steps: too few workers, slow storage, heavy
+    augmentation on the main process.
+
+    Fix: more ``num_workers``, ``pin_memory``, ``persistent_workers``, prefetching, faster
+    storage or cached/preprocessed data.
+
+    Example: step time 0.12, 0.11, 0.12, 0.95, 0.12, 0.11, 0.12, 0.97 (every 4th step: 4 workers).
+
+    Thresholds: ``slow_factor`` (3), ``min_frac`` (0.05), ``max_frac`` (0.5), ``periodic``
+    share of gaps equal to the most common gap (0.7).
+    """
+
+    id = "TA408"
+    name = "data-loader-stall"
+    category = "data_pipeline"
+    severity = "low"
+
+    @dataclass
+    class Params:
+        slow_factor: float = 3.0
+        min_frac: float = 0.05
+        max_frac: float = 0.5
+        periodic: float = 0.7
+        min_points: int = 20
+
+    def check(self, ctx: Context) -> list[Hit]:
+        s = ctx.series("step_time", finite=True)
+        if s is None or len(s) < self.p.min_points:
+            return []
+        skip = max(2, len(s) // 20)
+        x = s.values[skip:]
+        med = float(np.median(x))
+        if med <= 0:
+            return []
+        slow = np.flatnonzero(x > self.p.slow_factor * med)
+        frac = slow.size / x.size
+        if not (self.p.min_frac <= frac <= self.p.max_frac) or slow.size < 4:
+            return []
+        gaps = np.diff(slow)
+        vals, counts = np.unique(gaps, return_counts=True)
+        g = int(vals[np.argmax(counts)])
+        # exact period: OS jitter on a busy machine also makes slow steps, but at random gaps
+        share = float(np.max(counts)) / gaps.size
+        if g < 2 or share < self.p.periodic:
+            return []
+        i = skip + int(slow[0])
+        h = self.hit(f"{frac:.0%} of the steps are over {self.p.slow_factor:g}x the median step time, about every {g} "
+                     f"logged steps: the input pipeline stalls", 0.65, metric=s.name, first_bad_step=int(s.steps[i]),
+                     last_step=int(s.steps[skip + int(slow[-1])]), data={"period": g})
+        lo = max(skip, i - g)
+        h.point("window", s, i, f"{s.name} around the first stall", indices=np.arange(lo, min(len(s), i + 2 * g + 1)))
+        h.point("typical", s, len(s) - 1, f"{s.name} after warm-up", indices=np.arange(skip, len(s)))
+        h.calc("stall", "slowest step near the first stall over the median step time", "max({window}) / median({typical})",
+               unit="x")
+        return [h]
+
+
+class HardwareFault(Rule):
+    """Detects GPU hardware faults: NVIDIA Xid errors, ECC errors, a GPU fallen off the bus.
+
+    Why: no code change fixes these; the node needs draining / a reset, and retrying on the
+    same node fails again.
+
+    Fix: drain the node, report the Xid/ECC to the cluster team, resume from the last
+    checkpoint elsewhere; Xid 79/74/48/94/95 are hardware, Xid 13/31/43 often software.
+
+    Example: ``NVRM: Xid (PCI:0000:cb:00): 109, pid=1797828, ... CTX SWITCH TIMEOUT``.
+    """
+
+    id = "TA409"
+    name = "hardware-fault"
+    category = "hardware_fault"
+    severity = "critical"
+
+    @dataclass
+    class Params:
+        pass
+
+    def check(self, ctx: Context) -> list[Hit]:
+        evs = ctx.events(EventKind.XID, EventKind.ECC, EventKind.GPU_LOST)
+        if not evs:
+            return []
+        e = evs[0]
+        h = self.hit(f"GPU hardware fault: {e.message}", 0.9, first_bad_step=e.step, last_step=evs[-1].step, fatal=True,
+                     data={"rank": e.rank, "n": len(evs)})
+        h.ev("hw", e, f"{e.kind.value} message")
+        return [h]
+
+
+_FRAME_RE = re.compile(r'File "([^"]+)", line (\d+), in (\S+)')
+_LIB = ("site-packages", "dist-packages", "/lib/python", "<frozen", "/torch/", "\\lib\\")
+
+
+def user_frames(e: Event) -> list[str]:
+    frames: Any = e.data.get("frames")
+    out: list[str] = []
+    if isinstance(frames, list):
+        for f in frames:
+            text = f if isinstance(f, str) else f"{f.get('file', '')}:{f.get('line', '')} in {f.get('function', f.get('func', ''))}"
+            out.append(text)
+    else:
+        out = [f"{m.group(1)}:{m.group(2)} in {m.group(3)}" for m in _FRAME_RE.finditer(e.raw)]
+    return [f for f in out if not any(k in f for k in _LIB)]
+
+
+class Crash(Rule):
+    """Detects a crash: the last Python exception (with the frames that belong to user code,
+    library frames dropped) or a fatal signal (SIGSEGV, SIGABRT, SIGBUS).
+
+    Why: the run died; the last exception is usually the cause, earlier ones may be retries.
+
+    Fix: read the exception and the deepest user frame; for signals, a native-library crash
+    (mismatched CUDA/NCCL/driver versions, a bad custom kernel): run with
+    ``CUDA_LAUNCH_BLOCKING=1`` and ``faulthandler``.
+
+    Example: ``RuntimeError: shape '[4, -1]' is invalid for input of size 30`` from
+    ``train.py:88 in forward``.
+    """
+
+    id = "TA410"
+    name = "crash"
+    category = "crash"
+    severity = "critical"
+
+    @dataclass
+    class Params:
+        pass
+
+    def check(self, ctx: Context) -> list[Hit]:
+        tbs = ctx.events(EventKind.TRACEBACK)
+        sigs = [e for e in ctx.events(EventKind.SIGNAL) if e.data.get("signal") != 9]  # SIGKILL: host OOM (TA402)
+        if not tbs and not sigs:
+            return []
+        e = tbs[-1] if tbs else sigs[0]
+        frames = user_frames(e) if tbs else []
+        msg = f"the run crashed: {e.message}"
+        if frames:
+            msg += f" (in user code at {frames[-1]})"
+        h = self.hit(msg, 0.85, first_bad_step=e.step, last_step=e.step, fatal=True,
+                     data={"user_frames": frames[-5:], "rank": e.rank, "exception": e.data.get("exception")})
+        h.ev("exc", e, "last exception" if tbs else "fatal signal")
+        return [h]
+
+
+RULES = [CudaOOM, HostOOM, MemoryGrowth, CollectiveFailure, IncompleteRun, ThroughputRegression, StragglerRank,
+         DataLoaderStall, HardwareFault, Crash]

@@ -1,0 +1,112 @@
+"""Which series plays which role: "the training loss", validation loss, grad norm, learning rate...
+
+Frameworks name the same thing differently (``lm loss``, ``loss``, ``train/loss``,
+``reduced_train_loss``, ``train_loss_step``). Names are normalised (lower case, ``/ - .``
+and spaces to ``_``) and matched against an ordered list of exact names first, then a
+keyword rule, so the most specific name wins. Per-rank copies (``name@rank3``) never take a role.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from trainaudit.model import Run, Series
+
+_SEP = re.compile(r"[\s/\-.]+")
+
+
+def norm(name: str) -> str:
+    return _SEP.sub("_", name.strip().lower()).strip("_")
+
+
+_VAL = re.compile(r"(^|_)(val|valid|validation|eval|evaluation|test|dev)(_|$)")
+
+# role -> (exact normalised names in priority order, keyword predicate)
+_EXACT: dict[str, list[str]] = {
+    "loss": ["lm_loss", "loss", "train_loss", "train_lm_loss", "training_loss", "reduced_train_loss",
+             "train_loss_step", "train_loss_epoch", "total_loss", "train_total_loss", "loss_step", "trainer_loss",
+             "train_ce_loss", "ce_loss", "train_loss_avg"],
+    "val_loss": ["val_loss", "valid_loss", "validation_loss", "eval_loss", "val_lm_loss", "lm_loss_validation",
+                 "validation_lm_loss", "val_loss_epoch", "test_loss", "dev_loss", "eval_lm_loss"],
+    "grad_norm": ["grad_norm", "gnorm", "train_grad_norm", "global_grad_norm", "grad_norm_total",
+                  "grad_norm_2_0_norm_total", "gradient_norm", "train_gnorm", "total_grad_norm"],
+    "lr": ["learning_rate", "lr", "train_learning_rate", "train_lr", "lr_adam", "lr_adamw", "lr_sgd", "lr_0"],
+    "loss_scale": ["loss_scale", "scaler_scale", "grad_scale", "train_loss_scale", "loss_scaler"],
+    "skipped": ["number_of_skipped_iterations", "skipped", "skipped_iters", "skipped_steps"],
+    "nan_iters": ["number_of_nan_iterations", "nan_iterations"],
+    "step_time": ["elapsed_time_per_iteration_(ms)", "iteration_time", "step_time", "time_per_step",
+                  "train_step_time", "iter_time", "batch_time", "time_ms", "ms_per_step", "step_time_s", "dt_ms"],
+    "throughput": ["throughput_per_gpu_(tflop_s_gpu)", "tokens_per_sec", "tokens_per_second", "tps", "wps",
+                   "samples_per_sec", "samples_per_second", "train_samples_per_second", "currsamplespersec",
+                   "samplespersec", "throughput", "tflops", "mfu"],
+    "memory": ["mem_allocated_bytes", "memory_allocated", "cuda_gb_allocated", "memallocated", "mem_allocated",
+               "gpu_memory", "memory", "max_memory_allocated", "mem_max_allocated_bytes", "memory_reserved",
+               "cuda_gb_reserved", "maxmemallocated", "gpu_mem"],
+    "val_acc": ["val_accuracy", "val_acc", "eval_accuracy", "validation_accuracy", "valid_accuracy", "val_top1"],
+    "train_acc": ["accuracy", "acc", "train_accuracy", "train_acc", "top1"],
+}
+
+
+def _keyword(role: str, n: str) -> bool:
+    is_val = bool(_VAL.search(n))
+    if role == "loss":
+        return "loss" in n and not is_val and "scale" not in n and "balanc" not in n and "aux" not in n
+    if role == "val_loss":
+        return "loss" in n and is_val
+    if role == "grad_norm":
+        return ("grad" in n and "norm" in n) and not is_val
+    if role == "lr":
+        return n.startswith("lr_") or n.endswith("_lr") or "learning_rate" in n
+    if role == "loss_scale":
+        return "loss_scale" in n or n.endswith("scaler_scale")
+    if role == "step_time":
+        return ("time" in n and ("iter" in n or "step" in n or "batch" in n)) and not is_val
+    if role == "throughput":
+        return any(k in n for k in ("per_sec", "per_second", "tflop", "throughput", "tokens_s"))
+    if role == "memory":
+        return ("mem" in n and any(k in n for k in ("alloc", "reserved", "used", "gb", "mb", "bytes"))) or "memory" in n
+    if role == "val_acc":
+        return ("acc" in n) and is_val
+    return False
+
+
+ROLES: tuple[str, ...] = tuple(_EXACT)
+
+
+@dataclass(slots=True)
+class Roles:
+    """Role -> series name chosen for it; ``ranks`` lists per-rank copies of step time."""
+
+    names: dict[str, str] = field(default_factory=dict)
+    layer_grad_norms: list[str] = field(default_factory=list)
+
+    def get(self, run: Run, role: str) -> Series | None:
+        name = self.names.get(role)
+        return run.series.get(name) if name else None
+
+
+def find_roles(run: Run) -> Roles:
+    normed = {name: norm(name) for name in run.series if "@rank" not in name and len(run.series[name])}
+    roles = Roles()
+    taken: set[str] = set()
+    for role, exact in _EXACT.items():
+        pick = None
+        by_norm: dict[str, str] = {}
+        for name, n in normed.items():
+            by_norm.setdefault(n, name)
+        for cand in exact:
+            if cand in by_norm and by_norm[cand] not in taken:
+                pick = by_norm[cand]
+                break
+        if pick is None:
+            hits = sorted((name for name, n in normed.items() if name not in taken and _keyword(role, n)),
+                          key=lambda s: (len(s), s))
+            pick = hits[0] if hits else None
+        if pick is not None:
+            roles.names[role] = pick
+            taken.add(pick)
+    gn = roles.names.get("grad_norm")
+    roles.layer_grad_norms = sorted(name for name, n in normed.items()
+                                    if name != gn and "grad" in n and "norm" in n and not _VAL.search(n))
+    return roles

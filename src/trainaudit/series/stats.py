@@ -1,0 +1,149 @@
+"""Robust statistics over metric series, vectorized with numpy and bounded in memory.
+
+Everything here works on plain float arrays (finite values only unless said otherwise), so the
+same code serves a 20-epoch Keras log and a 1M-step Megatron run. Windows are in logged points,
+not steps: logging intervals differ between frameworks, the number of points seen is what
+makes a median trustworthy.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
+from numpy.typing import NDArray
+
+FloatArray = NDArray[np.float64]
+
+MAD_TO_SIGMA = 1.4826  # MAD of a normal distribution times this is its standard deviation
+_CHUNK = 1 << 16  # rows per chunk of a sliding window: bounds memory at ~CHUNK * window floats
+
+
+def mad(x: FloatArray) -> float:
+    """Median absolute deviation (unscaled)."""
+    if x.size == 0:
+        return float("nan")
+    return float(np.median(np.abs(x - np.median(x))))
+
+
+def _window_stat(x: FloatArray, window: int, fn: str) -> FloatArray:
+    """``fn`` ("median" or "mad") of each full window ``x[i:i+window]``; length n-window+1."""
+    n = x.size - window + 1
+    out = np.empty(max(n, 0), dtype=np.float64)
+    if n <= 0:
+        return out
+    view = sliding_window_view(x, window)
+    for lo in range(0, n, _CHUNK):
+        block = view[lo:lo + _CHUNK]
+        med = np.median(block, axis=1)
+        if fn == "median":
+            out[lo:lo + block.shape[0]] = med
+        else:
+            out[lo:lo + block.shape[0]] = np.median(np.abs(block - med[:, None]), axis=1)
+    return out
+
+
+def trailing_median_mad(x: FloatArray, window: int) -> tuple[FloatArray, FloatArray]:
+    """Median and MAD of the ``window`` points *before* each point (NaN where fewer exist).
+
+    Trailing, not centred: a spike must be judged against what came before it, or the spike
+    itself and its aftermath would inflate its own baseline.
+    """
+    n = x.size
+    med = np.full(n, np.nan)
+    dev = np.full(n, np.nan)
+    if n <= window:
+        return med, dev
+    m = _window_stat(x[:-1], window, "median")
+    d = _window_stat(x[:-1], window, "mad")
+    med[window:] = m
+    dev[window:] = d
+    return med, dev
+
+
+def rolling_median(x: FloatArray, window: int) -> FloatArray:
+    """Centred rolling median, same length as ``x`` (edges use the nearest full window)."""
+    n = x.size
+    if n == 0 or window <= 1:
+        return x.astype(np.float64, copy=True)
+    window = min(window, n)
+    core = _window_stat(x, window, "median")
+    left = (window - 1) // 2
+    out = np.empty(n, dtype=np.float64)
+    out[left:left + core.size] = core
+    out[:left] = core[0]
+    out[left + core.size:] = core[-1]
+    return out
+
+
+def robust_z(x: FloatArray, med: FloatArray, dev: FloatArray, rel_floor: float = 1e-3) -> FloatArray:
+    """(x - median) / sigma with sigma = 1.4826 * MAD, floored at ``rel_floor * |median|`` so a
+    perfectly flat baseline (MAD 0) does not turn every tiny wiggle into an infinite z."""
+    sigma = np.maximum(MAD_TO_SIGMA * dev, rel_floor * np.abs(med))
+    sigma = np.where(sigma > 0, sigma, np.finfo(float).tiny)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return (x - med) / sigma
+
+
+def downsample(steps: NDArray[np.int64], x: FloatArray, max_points: int = 4000) -> tuple[NDArray[np.int64], FloatArray]:
+    """Block medians (and each block's first step) so trend rules cost O(n) once, then O(max_points)."""
+    n = x.size
+    if n <= max_points:
+        return steps, x
+    size = int(np.ceil(n / max_points))
+    m = n // size
+    blocks = x[: m * size].reshape(m, size)
+    meds = np.median(blocks, axis=1)
+    st = steps[: m * size: size]
+    if m * size < n:
+        meds = np.append(meds, np.median(x[m * size:]))
+        st = np.append(st, steps[m * size])
+    return st, meds
+
+
+def trend_slope(t: FloatArray, y: FloatArray) -> float:
+    """Least-squares slope of y over t (units of y per unit of t); NaN with fewer than 3 points."""
+    if t.size < 3:
+        return float("nan")
+    tc = t - t.mean()
+    den = float(np.dot(tc, tc))
+    if den == 0:
+        return float("nan")
+    return float(np.dot(tc, y - y.mean()) / den)
+
+
+def change_point(x: FloatArray, min_seg: int = 5) -> tuple[int, float]:
+    """Best single split of ``x`` into two segments with different means (least squares, O(n)).
+
+    Returns (index of the first point of the second segment, ratio mean(after)/mean(before)).
+    Callers pass a robust transform (log of step times, block medians) so outliers do not drive
+    the split. (-1, nan) when the series is too short.
+    """
+    n = x.size
+    if n < 2 * min_seg:
+        return -1, float("nan")
+    c = np.cumsum(x)
+    c2 = np.cumsum(x * x)
+    k = np.arange(min_seg, n - min_seg + 1)
+    left_n = k.astype(np.float64)
+    right_n = n - left_n
+    left_sum = c[k - 1]
+    right_sum = c[-1] - left_sum
+    # within-segment sum of squares; minimise it
+    sse = (c2[k - 1] - left_sum ** 2 / left_n) + ((c2[-1] - c2[k - 1]) - right_sum ** 2 / right_n)
+    best = int(k[int(np.argmin(sse))])
+    before = float(np.mean(x[:best]))
+    after = float(np.mean(x[best:]))
+    return best, (after / before) if before != 0 else float("inf")
+
+
+def first_sustained(mask: NDArray[np.bool_], min_frac: float = 0.8, min_len: int = 3) -> int:
+    """Index of the first True from which at least ``min_frac`` of the rest is True (and at
+    least ``min_len`` points remain); -1 if none. "Rises and stays up", not "touches once"."""
+    n = mask.size
+    if n == 0:
+        return -1
+    suffix_true = np.cumsum(mask[::-1])[::-1].astype(np.float64)  # Trues in mask[i:]
+    remain = np.arange(n, 0, -1, dtype=np.float64)
+    ok = mask & (suffix_true / remain >= min_frac) & (remain >= min_len)
+    idx = np.flatnonzero(ok)
+    return int(idx[0]) if idx.size else -1
