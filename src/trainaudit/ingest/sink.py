@@ -46,6 +46,7 @@ class Sink:
         self._primary_rank: dict[str, int] = {}
         self.n_values = 0
         self.n_events = 0
+        self.n_meta = 0
 
     # -- reader API -------------------------------------------------------------------------
     def begin(self, source: Source) -> None:
@@ -53,11 +54,18 @@ class Sink:
         self.last_step = None
         self._primary_rank = {}
 
-    def add(self, metric: str, step: int, value: float, line: int, rank: int | None = None) -> None:
+    def metric_for(self, metric: str, rank: int | None) -> str:
+        """The series name a value of ``metric`` from ``rank`` goes to (the first rank seen owns the
+        plain name). Bulk readers call it in line order before ``add_many``."""
         if rank is not None:
             primary = self._primary_rank.setdefault(metric, rank)
             if rank != primary:
-                metric = f"{metric}@rank{rank}"
+                return f"{metric}@rank{rank}"
+        return metric
+
+    def add(self, metric: str, step: int, value: float, line: int, rank: int | None = None) -> None:
+        if rank is not None:
+            metric = self.metric_for(metric, rank)
         buf = self._buffers.get(metric)
         if buf is None:
             buf = self._buffers[metric] = _Buffer()
@@ -84,6 +92,7 @@ class Sink:
         self.write_event(ev)
 
     def meta(self, key: str, value: Any) -> None:
+        self.n_meta += 1
         self.write_meta(key, value)
 
     def end(self) -> None:

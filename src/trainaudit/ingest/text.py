@@ -81,6 +81,12 @@ def iter_lines(stream: BinaryIO) -> Iterator[Line]:
         yield Line(no, body, rank, raw)
 
 
+def split_line(no: int, braw: bytes) -> list[Line]:
+    """The cleaned lines of one physical line, exactly as :func:`iter_lines` yields them (for
+    bulk readers that handle most lines themselves and hand the rest back to line logic)."""
+    return [Line(no, ln.text, ln.rank, ln.raw) for ln in iter_lines(io.BytesIO(braw))]
+
+
 _SPECIAL = {
     "nan": math.nan,
     "-nan": math.nan,

@@ -13,7 +13,9 @@ import math
 import re
 
 from trainaudit.ingest.base import LineReader, Sample
+from trainaudit.ingest.signatures import SignatureScanner
 from trainaudit.ingest.sink import Sink
+from trainaudit.ingest.sources import InputFile
 from trainaudit.ingest.text import Line, parse_number
 from trainaudit.model import Event, EventKind, SourceKind
 
@@ -52,6 +54,31 @@ class MegatronReader(LineReader):
     name = "megatron"
     kind = SourceKind.LOG
     description = "Megatron-LM / Megatron-DeepSpeed / Megatron-Bridge / nanotron stdout ('iteration N/ M | key: value |')"
+
+    def __init__(self, fast: bool = True, chunk_size: int | None = None, workers: int | None = None) -> None:
+        # fast=False keeps the plain line-by-line path (the reference semantics of the fast one).
+        self.fast = fast
+        self.chunk_size = chunk_size
+        self.workers = workers
+
+    def read(self, inp: InputFile, sink: Sink) -> None:
+        """Bulk path (``megatron_fast``) when the log's iteration lines share one layout; the line
+        path otherwise. Both give the same series, events and meta."""
+        from trainaudit.ingest.readers import megatron_fast as fast
+
+        tpl = None
+        if self.fast:
+            with inp.open() as f:
+                tpl = fast.find_template(f.read(1 << 20))
+        if tpl is None:
+            super().read(inp, sink)
+            return
+        scanner = SignatureScanner(inp.display)
+        state = self.new_state()
+        fast.read_fast(self, tpl, inp, sink, scanner, state, self.chunk_size or fast.CHUNK_SIZE, self.workers)
+        for ev in scanner.finish():
+            sink.event(ev)
+        self.finish(sink, state)
 
     def sniff(self, sample: Sample) -> float:
         n = self.count_matches(sample, ITER_RE)

@@ -1,0 +1,125 @@
+"""Generate a realistic Megatron-LM stdout log of a given size (for the parse benchmark).
+
+    python benchmarks/gen_megatron_log.py OUT.log --size 256M [--seed 0]
+
+The layout follows Megatron-LM's ``training_log()`` (see the research notes, log_formats.md §1.2):
+an argument dump, timestamped iteration lines with the usual 13 numeric fields, every ~1000
+iterations a ``report_memory`` line and a ``(min, max) time across ranks`` timer block, a
+validation block, a few iterations whose NaN loss is omitted from the line (with ``grad norm:
+nan``), and the end-of-training phase line. Output is deterministic for a given seed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import math
+import random
+import sys
+from pathlib import Path
+
+TIMERS = ["forward-backward", "forward-compute", "backward-compute", "batch-generator", "layernorm-grads-all-reduce",
+          "embedding-grads-all-reduce", "all-grads-sync", "optimizer-copy-to-main-grad", "optimizer-clip-main-grad",
+          "optimizer-count-zeros", "optimizer-inner-step", "optimizer-copy-main-to-model-params", "optimizer"]
+
+
+def parse_size(text: str) -> int:
+    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+    t = text.strip().upper().removesuffix("B")
+    if t and t[-1] in units:
+        return int(float(t[:-1]) * units[t[-1]])
+    return int(t)
+
+
+def header(train_iters: int) -> list[str]:
+    args = {"train_iters": train_iters, "log_interval": 1, "seq_length": 4096, "global_batch_size": 128,
+            "micro_batch_size": 1, "lr": 0.0003, "min_lr": 3e-05, "lr_warmup_iters": 2000, "clip_grad": 1.0,
+            "bf16": True, "fp16": False, "vocab_size": None}
+    out = ["using world size: 64, data-parallel size: 8, context-parallel size: 1, tensor-model-parallel size: 4, "
+           "pipeline-model-parallel size: 2",
+           "------------------------ arguments ------------------------"]
+    for k, v in sorted(args.items()):
+        out.append(f"  {k} {'.' * (48 - len(k))} {v}")
+    out += ["-------------------- end of arguments ---------------------",
+            " > padded vocab (size: 50257) with 175 dummy tokens (new size: 50432)",
+            "[after model, optimizer, and learning rate scheduler are built] datetime: 2024-04-06 02:55:01 ",
+            "[before the start of training step] datetime: 2024-04-06 02:55:02 "]
+    return out
+
+
+def generate(out: Path, size: int, seed: int = 0) -> int:
+    """Write about ``size`` bytes to ``out``; return the number of lines written."""
+    rng = random.Random(seed)
+    gbs = 128
+    per_line = 395
+    train_iters = max(1000, size // per_line + 10)
+    t = dt.datetime(2024, 4, 6, 2, 55, 2)
+    written = 0
+    n_lines = 0
+    buf: list[str] = []
+    nan_iters = {int(train_iters * f) for f in (0.137, 0.52, 0.81)}
+    with open(out, "w", encoding="utf-8", newline="\n") as f:
+        for ln in header(train_iters):
+            buf.append(ln + "\n")
+        it = 0
+        loss = 10.8
+        while written < size:
+            it += 1
+            elapsed = rng.uniform(5200.0, 5800.0)
+            t += dt.timedelta(milliseconds=elapsed)
+            lr = 3e-4 * min(1.0, it / 2000) * (0.5 * (1 + math.cos(math.pi * min(it, train_iters) / train_iters)))
+            loss = max(1.2, loss * 0.9995 + rng.gauss(0, 0.01))
+            fields = [f" [{t:%Y-%m-%d %H:%M:%S}] iteration {it:8d}/{train_iters:8d} |",
+                      f" consumed samples: {it * gbs:12d} |",
+                      f" elapsed time per iteration (ms): {elapsed:.1f} |",
+                      f" throughput per GPU (TFLOP/s/GPU): {rng.uniform(220.0, 245.0):.1f} |",
+                      f" learning rate: {lr:.6E} |",
+                      f" global batch size: {gbs:5d} |"]
+            nan = it in nan_iters
+            if not nan:  # Megatron drops a NaN loss from the line (``if avg >= 0.0``)
+                fields.append(f" lm loss: {loss:.6E} |")
+                fields.append(f" load_balancing_loss: {1.0 + rng.uniform(0, 0.03):.6E} |")
+            fields += [" loss scale: 1.0 |",
+                       f" grad norm: {'nan' if nan else format(rng.lognormvariate(0, 0.3), '.3f')} |",
+                       " num zeros: 0.0 |",
+                       " number of skipped iterations:   0 |",
+                       f" number of nan iterations: {1 if nan else 0:3d} |"]
+            buf.append("".join(fields) + "\n")
+            if it % 1000 == 0:
+                buf.append(f"[Rank 0] (after {it} iterations) memory (MB) | allocated: {rng.uniform(9000, 9100):.2f} | "
+                           f"max allocated: 31456.21 | reserved: 33650.00 | max reserved: 33650.00\n")
+                buf.append("(min, max) time across ranks (ms):\n")
+                for name in TIMERS:
+                    lo = rng.uniform(0.01, 5000.0)
+                    buf.append(f"    {(name + ' ').ljust(48, '.')}: ({lo:.2f}, {lo * 1.01:.2f})\n")
+            if it % 25000 == 0:
+                dash = "-" * 100
+                vl = loss + 0.05
+                buf.append(f"{dash}\n validation loss at iteration {it} | lm loss value: {vl:.6E} | "
+                           f"lm loss PPL: {math.exp(min(20, vl)):.6E} | \n{dash}\n")
+            if len(buf) >= 4096:
+                s = "".join(buf)
+                f.write(s)
+                written += len(s)
+                n_lines += s.count("\n")
+                buf.clear()
+        buf.append(f"[after training is done] datetime: {t:%Y-%m-%d %H:%M:%S} \n")
+        s = "".join(buf)
+        f.write(s)
+        n_lines += s.count("\n")
+    return n_lines
+
+
+def main(argv: list[str]) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("out", type=Path)
+    ap.add_argument("--size", default="256M", help="target size, e.g. 256M, 1G")
+    ap.add_argument("--seed", type=int, default=0)
+    a = ap.parse_args(argv)
+    n = generate(a.out, parse_size(a.size), a.seed)
+    print(f"{a.out}: {a.out.stat().st_size} bytes, {n} lines", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,145 @@
+"""Vectorised decimal parsing for columns of numbers printed in one format (log fast paths).
+
+A log prints a metric the same way on every line (``{:.6E}``, ``{:.3f}``, ``{:12d}``), so the
+bytes of one column share a *layout*: a right-aligned integer part of variable width and a fixed
+suffix (``.`` + fraction digits, ``E`` + sign + exponent digits). For rows that fit the layout the
+value is computed with Clinger's fast path: an integer mantissa of at most 15 digits (exact in a
+double) times or divided by an exact power of ten (10**0..10**22) is one correctly rounded IEEE
+operation, hence bitwise equal to Python's ``float()`` of the same text. Rows that do not fit
+(``nan``, long mantissas, another shape) are reported as not parsed; callers use ``float()``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
+from numpy.typing import NDArray
+
+P10 = np.array([10.0**k for k in range(23)])  # all exact in binary64
+MAX_DIGITS = 15
+WIDTH = 24  # widest value region (padding included) parsed vectorised
+PAD = 64  # bytes of blank padding around a chunk buffer, so windows never leave it
+
+NUM_RE = re.compile(r"^([-+]?)(\d+)(?:(\.)(\d*))?(?:([eE])([-+]?)(\d+))?$")
+
+
+@dataclass(frozen=True, slots=True)
+class Layout:
+    """Shape of a column's numbers, right-aligned: ``[sign] int . frac E sign exp`` + ``trail`` spaces."""
+
+    frac: int  # digits after '.', -1 when there is no '.'
+    exp: bool
+    exp_sign: bool
+    exp_digits: int
+    trail: int
+
+    @classmethod
+    def of(cls, region: str) -> Layout | None:
+        """Layout of one value region (the text between ``key: `` and the next ``|``)."""
+        body = region.rstrip(" ")
+        m = NUM_RE.match(body.lstrip(" "))
+        if m is None:
+            return None
+        frac = len(m.group(4)) if m.group(3) else -1
+        return cls(frac, bool(m.group(5)), bool(m.group(6)), len(m.group(7) or ""), len(region) - len(body))
+
+    @property
+    def suffix(self) -> int:
+        n = 1 + self.frac if self.frac >= 0 else 0
+        if self.exp:
+            n += 1 + int(self.exp_sign) + self.exp_digits
+        return n
+
+
+def padded(data: bytes) -> NDArray[np.uint8]:
+    """``data`` as uint8 with ``PAD`` spaces on both sides (index ``i`` of data is ``i + PAD``)."""
+    buf = np.full(len(data) + 2 * PAD, 32, dtype=np.uint8)
+    buf[PAD:PAD + len(data)] = np.frombuffer(data, dtype=np.uint8)
+    return buf
+
+
+def parse_regions(buf: NDArray[np.uint8], starts: NDArray[np.int64], ends: NDArray[np.int64],
+                  layout: Layout | None) -> tuple[NDArray[np.float64], NDArray[np.bool_]]:
+    """Parse the regions ``buf[starts[i]:ends[i]]`` (indices into the padded buffer), each
+    ``spaces* number spaces*`` in ``layout``. Returns (values, ok); where ``ok`` is False the value
+    is undefined and the caller must parse the text itself.
+
+    Works a column at a time (byte ``j`` counted from the right-aligned window start, all rows at
+    once): numpy is fast on long vectors and slow on many short rows."""
+    n = int(starts.shape[0])
+    if layout is None or n == 0:
+        return np.zeros(n), np.zeros(n, dtype=bool)
+    lens = ends - starts
+    w = int(min(WIDTH, lens.max()))
+    ok = (lens >= 1) & (lens <= w)
+    t, sfx = layout.trail, layout.suffix
+    wi = w - t - sfx  # integer part occupies window columns [0, wi)
+    if wi < 1:
+        return np.zeros(n), np.zeros(n, dtype=bool)
+    base = ends - w
+    u48 = np.uint8(48)
+
+    def col(j: int) -> NDArray[np.uint8]:
+        return buf[base + j]
+
+    for j in range(w - t, w):
+        ok &= col(j) == 32
+    frac = max(layout.frac, 0)
+    mant = np.zeros(n)
+    pos = wi
+    if layout.frac >= 0:
+        ok &= col(pos) == 46
+        for q in range(layout.frac):
+            d = col(pos + 1 + q) - u48
+            ok &= d < 10
+            mant += d * P10[frac - 1 - q]
+        pos += 1 + layout.frac
+    exp = np.zeros(n, dtype=np.int64)
+    if layout.exp:
+        ok &= (col(pos) | 32) == 101
+        pos += 1
+        eneg = None
+        if layout.exp_sign:
+            c = col(pos)
+            ok &= (c == 43) | (c == 45)
+            eneg = c == 45
+            pos += 1
+        for j in range(pos, pos + layout.exp_digits):
+            d = col(j) - u48
+            ok &= d < 10
+            exp = exp * 10 + d
+        if eneg is not None:
+            exp = np.where(eneg, -exp, exp)
+    # Integer part, right to left: a run of digits (at least one), then at most one sign, then
+    # only spaces up to the region start.
+    run = np.ones(n, dtype=bool)
+    k = np.zeros(n, dtype=np.int64)
+    neg = np.zeros(n, dtype=bool)
+    signed = np.zeros(n, dtype=bool)
+    for j in range(wi - 1, -1, -1):
+        c = col(j)
+        inside = lens >= w - j
+        d = c - u48
+        isd = run & (d < 10) & inside
+        if wi - 1 - j < MAX_DIGITS:
+            mant += np.where(isd, d, u48 - u48) * P10[frac + wi - 1 - j]
+        else:
+            ok &= ~isd
+        k += isd
+        first_stop = run & ~isd  # the byte just left of the digits
+        is_sign = first_stop & inside & ((c == 45) | (c == 43))
+        neg |= is_sign & (c == 45)
+        signed |= is_sign
+        ok &= ~(~run & inside & (c != 32))  # further left: spaces only
+        ok &= ~(first_stop & inside & ~is_sign & (c != 32))
+        run &= isd
+    ok &= k >= 1
+    ok &= k + frac <= MAX_DIGITS
+    e10 = exp - frac
+    ok &= np.abs(e10) <= 22
+    e = np.clip(e10, -22, 22)
+    vals = np.where(e10 >= 0, mant * P10[np.maximum(e, 0)], mant / P10[np.maximum(-e, 0)])
+    return np.where(neg, -vals, vals), ok
