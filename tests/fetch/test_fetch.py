@@ -59,8 +59,8 @@ def test_gitlab_job_trace_and_artifacts(tmp_path: Path, monkeypatch) -> None:
         got = acquire([], tmp_path, gitlab=[f"{ci.url}/group/sub/proj/-/jobs/123"], backoff_s=0.01)
         assert list(got.names.values()) == ["gitlab:group/sub/proj/jobs/123/trace.log"]
         assert got.missing == []  # no artifacts is not a missing input
-        assert ci.requests[0][0] == "/api/v4/projects/group%2Fsub%2Fproj/jobs/123/trace"
-        assert ci.requests[0][1]["PRIVATE-TOKEN"] == "glpat-abcdefghijklmnopqrstu"
+        trace = [h for p, h in ci.requests if p == "/api/v4/projects/group%2Fsub%2Fproj/jobs/123/trace"]
+        assert len(trace) == 1 and trace[0]["PRIVATE-TOKEN"] == "glpat-abcdefghijklmnopqrstu"
 
 
 def test_plain_urls_in_parallel_and_size_limit(tmp_path: Path) -> None:

@@ -96,7 +96,7 @@ def scan(paths: list[str], sink: Sink, fmt: str | None = None) -> list[Problem]:
     useful = 0
     for d in detected:
         source = Source(d.inp.display, d.reader.name, d.reader.kind, d.inp.size)
-        before_values, before_events = sink.n_values, sink.n_events
+        before_values, before_events, before_meta = sink.n_values, sink.n_events, sink.n_meta
         sink.begin(source)
         try:
             d.reader.read(d.inp, sink)
@@ -110,6 +110,8 @@ def scan(paths: list[str], sink: Sink, fmt: str | None = None) -> list[Problem]:
         got = sink.n_values - before_values + sink.n_events - before_events
         if got:
             useful += 1
+        elif sink.n_meta > before_meta and d.inp.display not in paths:
+            pass  # a run folder's params/config files add metadata only: nothing to report
         elif not any(p.path == d.inp.display for p in problems):
             problems.append(Problem(d.inp.display, f"no metrics or events found (read as {d.reader.name})",
                                     fatal=d.inp.display in paths))

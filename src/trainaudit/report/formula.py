@@ -18,6 +18,7 @@ from __future__ import annotations
 import ast
 import math
 import operator
+import warnings
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -93,7 +94,9 @@ def evaluate(formula: str, env: Mapping[str, Value]) -> float:
         tree = ast.parse(formula, mode="eval")
     except SyntaxError as exc:
         raise FormulaError(f"cannot parse formula {formula!r}: {exc.msg}") from None
-    with np.errstate(all="ignore"):
+    # NaN inputs are legitimate (a NaN loss is evidence); numpy's All-NaN warnings are noise here.
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
         out = _eval(tree.body, env)
     arr = np.asarray(out, dtype=float)
     if arr.size != 1:
