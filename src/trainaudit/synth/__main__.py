@@ -19,7 +19,7 @@ def main(out_dir: Path | None, cases: tuple[str, ...], list_only: bool) -> None:
 
     Example: python -m trainaudit.synth /tmp/runs --case nan-after-lr-jump --case healthy-warmup-cosine
     """
-    from trainaudit.synth.cases import catalogue
+    from trainaudit.synth.cases import GroundTruthError, catalogue
     from trainaudit.synth.generate import generate
 
     if list_only:
@@ -33,6 +33,9 @@ def main(out_dir: Path | None, cases: tuple[str, ...], list_only: bool) -> None:
     except InputError as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(2)
+    except GroundTruthError as exc:  # a run did not show what its label claims: a generator bug
+        click.echo(f"error: ground truth does not hold: {exc}", err=True)
+        sys.exit(1)
     for entry in manifest["cases"]:
         click.echo(f"{entry['case']:28s} {entry['category']:22s} first bad step {entry['first_bad_step']!s:6s} "
                    f"{entry['seconds']:5.2f}s")

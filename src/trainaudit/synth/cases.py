@@ -77,8 +77,8 @@ def healthy_truth(log: RunLog) -> Truth:
 
 def _classifier(seed: int, *, steps: int = STEPS, lr: float = 1e-3, batch: int = 64, clip: float | None = 1.0,
                 opt: str = "adam", faults: Any = None, track_rss: bool = False, hidden: int = 64,
-                depth: int = 2, act: str = "relu", layer_norms: tuple[str, ...] = (),
-                labels: str = "true", lr_at: Callable[[int], float] | None = None) -> RunLog:
+                depth: int = 2, act: str = "relu", layer_norms: dict[str, str] | None = None,
+                labels: str = "true", lr_at: Callable[[int], float] | None = None, catch: bool = False) -> RunLog:
     import torch
     from torch import nn
 
@@ -98,8 +98,13 @@ def _classifier(seed: int, *, steps: int = STEPS, lr: float = 1e-3, batch: int =
     f = faults or Faults()
     if layer_norms:
         f.layer_norms = layer_norms
-    run_steps(log, model, optim, range(1, steps + 1), lambda _s: data.batch(gen, batch), clip=clip, faults=f,
-              track_rss=track_rss, lr_at=lr_at)
+    try:
+        run_steps(log, model, optim, range(1, steps + 1), lambda _s: data.batch(gen, batch), clip=clip, faults=f,
+                  track_rss=track_rss, lr_at=lr_at)
+    except RuntimeError as exc:
+        if not catch:
+            raise
+        log.crashed(exc)
     return log
 
 
@@ -252,6 +257,293 @@ def truth_plateau_ln(n_classes: int, key: str) -> Callable[[RunLog], Truth]:
     return truth
 
 
+# --- more faults --------------------------------------------------------------------------------
+
+def smooth(v: np.ndarray, w: int = 9) -> np.ndarray:
+    """Trailing rolling median (robust to single noisy steps)."""
+    return np.array([np.median(v[max(0, i - w + 1):i + 1]) for i in range(len(v))])
+
+
+def train_lr_too_high() -> RunLog:
+    # Linear warm-up to a peak lr of 1.0 for SGD+momentum: fine while the lr is small, then it diverges.
+    return _classifier(13, opt="sgdm", lr=1.0, clip=None, lr_at=lambda s: 1.0 * min(1.0, s / 100))
+
+
+def truth_divergence(log: RunLog) -> Truth:
+    s, loss = arr(log, "loss")
+    require(bool(np.isfinite(loss).all()), "divergence case has non-finite loss (that would be nan_inf)")
+    sm = smooth(loss)
+    best = np.minimum.accumulate(sm)
+    first = None
+    for i in range(1, len(sm)):
+        if sm[i] > 2 * best[i] and bool(np.all(sm[i:] > 1.5 * best[i])):
+            first = i
+            break
+    require(first is not None, "smoothed loss never rose to 2x its best and stayed up")
+    step = int(s[first])
+    tail = float(np.median(loss[-30:]))
+    require(tail > 2 * float(best[first]), "loss at the end is not far above its best")
+    return Truth(step, (max(1, step - 15), step + 15), 1,
+                 {"best_smoothed_loss": float(best[first]), "median_loss_last_30": tail,
+                  "definition": "first step where the rolling median (9) of the loss exceeds 2x its running best "
+                                "and stays above 1.5x that best to the end"})
+
+
+def train_lr_jump() -> RunLog:
+    # Adam lr 2e-3 -> 0.2 at step K (a schedule bug); the loss jumps and stays up.
+    return _lm(42, lr=2e-3, clip=1.0, lr_at=lambda s: 2e-3 if s < K else 0.2)
+
+
+def truth_lr_jump(log: RunLog) -> Truth:
+    s, lr = arr(log, "lr")
+    require(float(lr[s == K][0]) / float(lr[s == K - 1][0]) >= 50, f"no lr jump at {K}")
+    pre = float(np.median(at(log, "loss", K - 20, K - 1)))
+    post = float(np.median(at(log, "loss", K + 1, K + 30)))
+    tail = float(np.median(at(log, "loss", STEPS - 20, STEPS)))
+    require(bool(np.isfinite(arr(log, "loss")[1]).all()), "loss became non-finite")
+    require(post > 1.3 * pre and tail > 1.3 * pre, f"loss did not rise and stay up after the jump ({pre:.3f} -> {post:.3f}, {tail:.3f})")
+    return Truth(K, (K, K + 5), K, {"lr_before": float(lr[s == K - 1][0]), "lr_after": float(lr[s == K][0]),
+                                    "loss_before": pre, "loss_after": post, "loss_end": tail})
+
+
+def train_zero_grad_bug() -> RunLog:
+    from trainaudit.synth.loop import Faults
+
+    return _classifier(17, faults=Faults(zero_grad_after_backward=True))
+
+
+def truth_zero_grad(log: RunLog) -> Truth:
+    _, g = arr(log, "grad_norm")
+    _, loss = arr(log, "loss")
+    require(bool(np.all(g == 0.0)), "grad norm is not exactly 0 at every step")
+    require(abs(float(np.median(loss[-30:])) / float(np.median(loss[:30])) - 1) < 0.05, "loss moved")
+    return Truth(1, (1, 50), 1, {"grad_norm": 0.0, "median_loss": float(np.median(loss)), "num_classes": 8,
+                                 "ln_classes": math.log(8)})
+
+
+def train_lr_zero() -> RunLog:
+    # The decay length is set to 60 instead of the run length: the lr is exactly 0 from step 80 on.
+    def lr(step: int) -> float:
+        peak = 3e-3
+        if step <= 20:
+            return peak * step / 20
+        return peak * max(0.0, 1 - (step - 20) / 60)
+    return _lm(43, steps=300, lr_at=lr)
+
+
+def truth_lr_zero(log: RunLog) -> Truth:
+    s, lr = arr(log, "lr")
+    zero_from = int(s[np.argmax(lr == 0.0)])
+    require(zero_from == 80 and bool(np.all(lr[s >= 80] == 0.0)) and bool(np.all(lr[s < 80] > 0)),
+            "lr is not exactly 0 from step 80")
+    after = at(log, "loss", 100, 300)
+    require(abs(float(np.median(after[-50:])) / float(np.median(after[:50])) - 1) < 0.03, "loss still moving at lr 0")
+    return Truth(80, (80, 100), 80, {"lr_zero_from": 80, "median_loss_lr0": float(np.median(after))})
+
+
+def train_vanishing() -> RunLog:
+    return _classifier(14, opt="sgd", lr=0.1, depth=16, hidden=32, act="sigmoid", clip=None,
+                       layer_norms={"grad_norm_first_layer": "0.weight", "grad_norm_last_layer": "32.weight"})
+
+
+def truth_vanishing(log: RunLog) -> Truth:
+    _, first = arr(log, "grad_norm_first_layer")
+    _, last = arr(log, "grad_norm_last_layer")
+    _, loss = arr(log, "loss")
+    require(bool(np.all(first < 1e-7)), "first-layer grad norm is not below 1e-7 everywhere")
+    require(bool(np.all(last / np.maximum(first, 1e-300) > 1e6)), "first/last layer ratio is not > 1e6")
+    require(abs(float(np.median(loss[-30:])) - math.log(8)) < 0.1, "loss is not stuck near ln(8)")
+    return Truth(1, (1, 50), 1, {"max_first_layer_grad_norm": float(first.max()),
+                                 "median_last_layer_grad_norm": float(np.median(last)), "depth": 16,
+                                 "activation": "sigmoid"})
+
+
+def train_rnn_exploding() -> RunLog:
+    import torch
+
+    from trainaudit.synth import tasks
+    from trainaudit.synth.loop import run_steps
+
+    gen = tasks.setup(16)
+    tok = tasks.corpus(40_000)
+    model = tasks.RnnLM(hidden=64)
+    opt = torch.optim.Adam(model.parameters(), lr=0.2)
+    log = RunLog(total_steps=STEPS, batch_size=16,
+                 config={"model": "rnn-tanh-64", "optimizer": "adam", "lr": 0.2, "clip_grad": 0.0, "seq_length": 40,
+                         "vocab_size": tasks.VOCAB, "train_iters": STEPS})
+    run_steps(log, model, opt, range(1, STEPS + 1), lambda _s: tasks.seq_batch(tok, gen, 16, 40))
+    return log
+
+
+def truth_exploding(log: RunLog) -> Truth:
+    s, g = arr(log, "grad_norm")
+    base = float(g[0])
+    first = next((i for i in range(len(g)) if g[i] >= 10 * base and np.median(g[i:]) >= 10 * base), None)
+    require(first is not None, "grad norm never rose to 10x its initial value for good")
+    require(float(np.max(g)) > 1000 * base, "grad norm never reached 1000x its initial value")
+    step = int(s[first])
+    return Truth(step, (max(1, step - 5), step + 15), 1,
+                 {"initial_grad_norm": base, "max_grad_norm": float(np.max(g)),
+                  "median_grad_norm_after": float(np.median(g[first:])),
+                  "definition": "first step where grad norm >= 10x the step-1 value and its median from there "
+                                "to the end is >= 10x"})
+
+
+def train_loss_scale_collapse() -> RunLog:
+    import torch
+    from torch import nn
+
+    from trainaudit.synth import tasks
+    from trainaudit.synth.loop import grad_norm
+    from trainaudit.synth.runlog import StepClock
+
+    gen = tasks.setup(18)
+    data = tasks.mixture(4096, 18)
+    model = tasks.mlp(20, 64, data.num_classes)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0**16, growth_interval=50)
+    log = RunLog(total_steps=STEPS, batch_size=64,
+                 config={"model": "mlp2x64-relu", "optimizer": "adam", "lr": 1e-3, "fp16": True, "clip_grad": 1.0,
+                         "train_iters": STEPS, "min_loss_scale": 1e-4})
+    clock = StepClock()
+    try:
+        for step in range(1, STEPS + 1):
+            clock.start()
+            x, y = data.batch(gen, 64)
+            if step >= K:  # an un-normalised feature shard: fp16 activations overflow from here on
+                x = x * 1e5
+            with torch.autocast("cpu", dtype=torch.float16):
+                out = model(x)
+            loss = nn.functional.cross_entropy(out.float(), y)
+            opt.zero_grad()
+            scaler.scale(loss).backward()
+            scaler.unscale_(opt)
+            gn = grad_norm(model, 1.0)
+            before = scaler.get_scale()
+            scaler.step(opt)
+            scaler.update()
+            scale = scaler.get_scale()
+            log.log(step, loss=loss.item(), grad_norm=gn, lr=1e-3, loss_scale=scale, skipped=float(scale < before),
+                    step_time=clock.stop())
+            if scale < 1e-4:  # the same guard (and message) as fairseq's DynamicLossScaler
+                raise FloatingPointError(
+                    "Minimum loss scale reached (0.0001). Your loss is probably exploding. Try lowering the learning "
+                    "rate, using gradient clipping or increasing the batch size.")
+    except FloatingPointError as exc:
+        log.crashed(exc)
+    return log
+
+
+def truth_loss_scale(log: RunLog) -> Truth:
+    s, scale = arr(log, "loss_scale")
+    _, skipped = arr(log, "skipped")
+    require(bool(np.all(skipped[s < K] == 0)) and bool(np.all(skipped[s >= K] == 1)), f"steps not skipped exactly from {K}")
+    after = scale[s >= K]
+    require(bool(np.all(after[1:] == after[:-1] / 2)), "loss scale does not halve at every step after the fault")
+    require(log.traceback is not None and "Minimum loss scale reached" in log.traceback, "no minimum-scale crash")
+    return Truth(K, (K, K + 3), K, {"scale_before": float(scale[s == K - 1][0]), "scale_last": float(scale[-1]),
+                                    "last_step": int(s[-1]), "crashed": True})
+
+
+def train_memory_growth() -> RunLog:
+    from trainaudit.synth.loop import Faults
+
+    return _classifier(15, hidden=512, batch=256, faults=Faults(leak_from=50), track_rss=True)
+
+
+def truth_memory(log: RunLog) -> Truth:
+    s, rss = arr(log, "rss_mb")
+    before = rss[(s >= 10) & (s < 50)]
+    after = rss[s >= 50]
+    require(float(before.max() - before.min()) < 15, "RSS not flat before the leak")
+    require(float(after[-1] - after[0]) > 100, "RSS did not grow by 100 MiB after the leak started")
+    slope = float(np.polyfit(s[s >= 50], after, 1)[0])
+    require(slope > 0.5, "RSS slope after the leak is below 0.5 MiB/step")
+    return Truth(50, (50, 80), 50, {"rss_mb_at_start": float(rss[0]), "rss_mb_at_end": float(rss[-1]),
+                                    "slope_mb_per_step": slope})
+
+
+def train_crash() -> RunLog:
+    from trainaudit.synth.loop import Faults
+
+    def corrupt(step: int, b: tuple) -> tuple:
+        return (b[0][:, :19], b[1]) if step == K else b  # a batch from a shard with a dropped column
+
+    return _classifier(19, faults=Faults(corrupt=corrupt), catch=True)
+
+
+def truth_crash(log: RunLog) -> Truth:
+    s, _ = arr(log, "loss")
+    require(int(s[-1]) == K - 1, f"the run did not stop right before step {K}")
+    require(log.traceback is not None and "mat1 and mat2 shapes cannot be multiplied" in log.traceback,
+            "no shape-mismatch traceback")
+    return Truth(K, (K - 1, K), K, {"last_logged_step": K - 1, "exception": "RuntimeError"})
+
+
+def train_healthy_noisy() -> RunLog:
+    return _classifier(61, batch=8, steps=300)
+
+
+def train_eval_pause() -> RunLog:
+    # Eval every 50 steps over 100 batches: a pause in wall time (timestamps), not in step time.
+    return _lm(62, steps=250, lr=3e-3, eval_every=50, eval_batches=100)
+
+
+def train_restart() -> RunLog:
+    """Checkpoint at 100, the job is killed after 130, a new process resumes from 100 and re-logs
+    101..130 (bit-identical: model, optimizer and data-order state are restored)."""
+    import copy
+
+    import torch
+
+    from trainaudit.synth import tasks
+    from trainaudit.synth.loop import run_steps
+
+    gen = tasks.setup(63)
+    tok = tasks.corpus(40_000)
+    model = tasks.MlpLM()
+    opt = torch.optim.Adam(model.parameters(), lr=3e-3)
+    steps = 250
+    log = RunLog(total_steps=steps, batch_size=64,
+                 config={"model": "mlp-lm-tanh", "optimizer": "adam", "lr": 3e-3, "vocab_size": tasks.VOCAB,
+                         "seq_length": tasks.CONTEXT, "clip_grad": 1.0, "train_iters": steps, "save_interval": 100})
+
+    def batch(_s: int) -> tuple:
+        return tasks.lm_batch(tok, gen, 64)
+
+    run_steps(log, model, opt, range(1, 101), batch, clip=1.0)
+    ckpt = (copy.deepcopy(model.state_dict()), copy.deepcopy(opt.state_dict()), gen.get_state())
+    log.mark("save", iteration=100)
+    run_steps(log, model, opt, range(101, 131), batch, clip=1.0)  # then the job is preempted
+    model.load_state_dict(ckpt[0])
+    opt.load_state_dict(ckpt[1])
+    gen.set_state(ckpt[2])
+    log.mark("restart", iteration=100)
+    run_steps(log, model, opt, range(101, steps + 1), batch, clip=1.0)
+    return log
+
+
+def truth_restart(log: RunLog) -> Truth:
+    s, loss = arr(log, "loss")
+    require(len(s) == 280 and list(s[130:160]) == list(range(101, 131)), "steps 101..130 are not re-logged once")
+    require(bool(np.array_equal(loss[100:130], loss[130:160])), "the resumed steps do not reproduce the first attempt")
+    return healthy_truth(log)
+
+
+def truth_eval_pause(log: RunLog) -> Truth:
+    walls = [r["wall"] for r in log.records]
+    steps = [int(r["step"]) for r in log.records]
+    gaps = {steps[i]: walls[i] - walls[i - 1] for i in range(1, len(steps))}
+    typical = float(np.median(list(gaps.values())))
+    for e in (50, 100, 150, 200):
+        require(gaps[e + 1] > 10 * typical, f"no wall-time pause after the eval at {e}")
+    _, st = arr(log, "step_time")
+    require(float(np.max(st[10:])) < 10 * float(np.median(st)), "a train step itself was slow")
+    t = healthy_truth(log)
+    return Truth(None, None, None, {**t.facts, "eval_steps": [50, 100, 150, 200, 250],
+                                    "median_eval_pause_s": float(np.median([gaps[e + 1] for e in (50, 100, 150, 200)]))})
+
+
 def _catalogue() -> list[Case]:
     from trainaudit.synth import tasks
 
@@ -277,6 +569,54 @@ def _catalogue() -> list[Case]:
         Case("healthy-warmup-cosine", "healthy", "megatron",
              "MLP language model, Adam, 30-step linear warm-up then cosine decay to 10%, eval every 100 steps.",
              train_warmup_cosine, healthy_truth),
+        Case("lr-too-high", "divergence", "hf",
+             "MLP classifier, SGD+momentum, linear warm-up to a peak lr of 1.0 (far too high): it learns while the "
+             "lr is small, then the loss climbs back to chance level and stays there.",
+             train_lr_too_high, truth_divergence),
+        Case("lr-jump", "divergence", "megatron",
+             f"MLP language model, Adam; the lr jumps from 2e-3 to 0.2 at step {K} (schedule bug). The loss jumps "
+             "and stays up, finite.",
+             train_lr_jump, truth_lr_jump),
+        Case("zero-grad-bug", "plateau", "hf",
+             "MLP classifier whose loop calls zero_grad() between backward() and step(): grad norm exactly 0, "
+             "the loss never moves (near ln(8)).",
+             train_zero_grad_bug, truth_zero_grad),
+        Case("lr-zero", "plateau", "megatron",
+             "MLP language model; the linear decay ends at step 80 of 300 (decay length misconfigured): lr is "
+             "exactly 0 from step 80 and the loss is flat from there.",
+             train_lr_zero, truth_lr_zero),
+        Case("vanishing-gradients", "grad_vanishing", "hf",
+             "16-layer sigmoid MLP, plain SGD: first-layer grad norm ~1e-14 (logged as grad_norm_first_layer), "
+             "the loss stays near ln(8).",
+             train_vanishing, truth_vanishing, also_acceptable=("plateau",)),
+        Case("rnn-exploding", "grad_explosion", "megatron",
+             "Vanilla tanh RNN language model, Adam lr 0.2, no gradient clipping: the grad norm climbs from 0.3 "
+             "to thousands within ~20 steps and stays 10-1000x above its start.",
+             train_rnn_exploding, truth_exploding),
+        Case("loss-scale-collapse", "loss_scale_collapse", "megatron",
+             f"MLP classifier in fp16 autocast with torch.amp.GradScaler on CPU; from step {K} un-normalised inputs "
+             "(x1e5) overflow fp16: every step is skipped, the loss scale halves each step, and the run aborts "
+             "with 'Minimum loss scale reached' (stderr.log).",
+             train_loss_scale_collapse, truth_loss_scale, also_acceptable=("nan_inf",)),
+        Case("memory-growth", "memory_growth", "hf",
+             "MLP classifier; from step 50 a forward hook keeps every activation in a list (debugging code left on): "
+             "process RSS (rss_mb) grows linearly from there.",
+             train_memory_growth, truth_memory),
+        Case("crash-shape-error", "crash", "hf",
+             f"MLP classifier; the batch of step {K} has 19 features instead of 20: RuntimeError from the first "
+             "Linear layer, traceback in stderr.log, last logged step 119.",
+             train_crash, truth_crash),
+        Case("healthy-noisy", "healthy", "hf",
+             "MLP classifier with batch size 8: a noisy but healthy loss curve.",
+             train_healthy_noisy, healthy_truth),
+        Case("healthy-restart", "healthy", "megatron",
+             "MLP language model; checkpoint at 100, the job dies after 130, a new process resumes from 100 and "
+             "re-logs 101..130 (identical values), then runs to 250.",
+             train_restart, truth_restart),
+        Case("healthy-eval-pause", "healthy", "megatron",
+             "MLP language model with a 100-batch evaluation every 50 steps: wall-time pauses in the timestamps "
+             "and validation blocks, step times unchanged.",
+             train_eval_pause, truth_eval_pause),
     ]
 
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from trainaudit.errors import InputError
 from trainaudit.synth import writers
-from trainaudit.synth.cases import Case, catalogue
+from trainaudit.synth.cases import Case, GroundTruthError, catalogue
 
 MANIFEST = "manifest.json"
 
@@ -55,7 +55,10 @@ def run_case(case: Case, out_dir: Path) -> dict[str, Any]:
         files, truth = frameworks.run(case, out_dir)
     else:
         log = case.train()
-        truth = case.truth(log)
+        try:
+            truth = case.truth(log)
+        except GroundTruthError as exc:
+            raise GroundTruthError(f"case {case.name}: {exc}") from None
         files = write_case(case, log, out_dir / case.name)
     return {
         "case": case.name,

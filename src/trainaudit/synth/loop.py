@@ -32,9 +32,9 @@ class Faults:
     corrupt: Callable[[int, Batch], Batch] | None = None  # rewrite the batch of a step
     sleep_from: int | None = None  # sleep this long in every step from this one
     sleep_s: float = 0.0
-    leak_from: int | None = None  # keep every loss tensor (and its graph) alive from this step
+    leak_from: int | None = None  # keep every activation tensor alive from this step (a debugging list)
     zero_grad_after_backward: bool = False  # the classic bug: grads wiped before the update
-    layer_norms: tuple[str, ...] = ()  # parameter names whose grad norm is logged on its own
+    layer_norms: dict[str, str] = field(default_factory=dict)  # metric name -> parameter logged on its own
     leak: list[torch.Tensor] = field(default_factory=list)
 
 
@@ -51,7 +51,14 @@ def run_steps(log: RunLog, model: nn.Module, opt: torch.optim.Optimizer, steps: 
     faults = faults or Faults()
     clock = StepClock()
     named = dict(model.named_parameters())
+    leaking = [False]
+    if faults.leak_from is not None:
+        # the bug: a forward hook that "saves activations for later analysis" and never clears them
+        for mod in model.modules():
+            if not list(mod.children()) and not list(mod.parameters()):
+                mod.register_forward_hook(lambda _m, _i, out: faults.leak.append(out.detach()) if leaking[0] else None)
     for step in steps:
+        leaking[0] = faults.leak_from is not None and step >= faults.leak_from
         clock.start()
         if lr_at is not None:
             for group in opt.param_groups:
@@ -64,12 +71,9 @@ def run_steps(log: RunLog, model: nn.Module, opt: torch.optim.Optimizer, steps: 
         loss.backward()
         if faults.zero_grad_after_backward:
             opt.zero_grad(set_to_none=False)
-        extra = {f"grad_norm_{name}": float(named[p].grad.norm()) for name, p in
-                 ((n.replace(".", "_"), n) for n in faults.layer_norms)}
+        extra = {metric: float(named[p].grad.norm()) for metric, p in faults.layer_norms.items()}
         gn = grad_norm(model, clip)
         opt.step()
-        if faults.leak_from is not None and step >= faults.leak_from:
-            faults.leak.append(loss)  # the bug: a running list of losses that still hold their graph
         if faults.sleep_from is not None and step >= faults.sleep_from:
             time.sleep(faults.sleep_s)
         metrics = {"loss": loss.item(), "grad_norm": gn, "lr": opt.param_groups[0]["lr"], **extra}

@@ -8,6 +8,7 @@ time, RSS); nothing is edited after the fact.
 from __future__ import annotations
 
 import os
+import re
 import resource
 import time
 import traceback
@@ -53,7 +54,8 @@ class RunLog:
         self.markers.append(Marker(kind, len(self.records), dict(data)))
 
     def crashed(self, exc: BaseException) -> None:
-        self.traceback = "".join(traceback.format_exception(exc))
+        text = "".join(traceback.format_exception(exc))
+        self.traceback = _neutral_paths(text)
         self.completed = False
 
     def series(self, metric: str) -> tuple[list[int], list[float]]:
@@ -83,3 +85,21 @@ def rss_mb() -> float:
         return pages * os.sysconf("SC_PAGE_SIZE") / 2**20
     except (OSError, ValueError, IndexError):
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+_FILE_RE = re.compile(r'File "([^"]+)"')
+
+
+def _neutral_paths(text: str) -> str:
+    """Frames keep their real module paths below ``site-packages`` / the package, but the prefix
+    of this machine is replaced by a neutral one (no host path ends up in test data)."""
+
+    def fix(m: re.Match[str]) -> str:
+        path = m.group(1).replace("\\", "/")
+        for marker, prefix in (("/site-packages/", "/opt/venv/lib/python3/site-packages/"),
+                               ("/trainaudit/", "/home/user/project/trainaudit/")):
+            if marker in path:
+                return f'File "{prefix}{path.split(marker, 1)[1]}"'
+        return m.group(0)
+
+    return _FILE_RE.sub(fix, text)
