@@ -30,4 +30,4 @@ def test_parse_reads_every_file(synth_runs: SynthRuns, name: str, tmp_path) -> N
         missing = set(f["metrics"]) - {r["metric"] for r in mine}
         assert not missing, f"{f['path']}: metrics not parsed: {sorted(missing)}"
         steps = {int(float(r["step"])) for r in mine}
-        assert min(steps) == 1 and max(steps) >= 50
+        assert min(steps) >= 1 and len(steps) >= 30  # a restart's second event file starts at 101
