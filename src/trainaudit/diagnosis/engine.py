@@ -197,6 +197,10 @@ def diagnose(hits: list[Hit], *, n_loss_points: int = 0, has: set[str] | None = 
             first = min(_step(h) for h in symptoms)
             # the earliest symptom; ties (same step) go to the one that explains the others
             cat = min((h for h in symptoms if _step(h) == first), key=lambda h: _NUMERIC_TIE[h.category]).category
+            # sustained gradient growth (TA204) that starts with the first symptom explains it
+            boom = [h for h in symptoms if h.rule == "TA204"]
+            if boom and cat in ("divergence", "loss_spike", "nan_inf") and _step(boom[0]) <= first + max(10.0, 0.05 * first):
+                cat = "grad_explosion"
         prim = min((h for h in symptoms if h.category == cat), key=_step)
         parts = [prim.message]
         for h in sorted(symptoms, key=_step):
@@ -205,9 +209,16 @@ def diagnose(hits: list[Hit], *, n_loss_points: int = 0, has: set[str] | None = 
         issue = "; ".join(parts)
         start = _step(prim)
         cause = ""
+        lr_step = None
         for h in [x for x in num if x.rule == "TA206"]:
-            if _step(h) <= start and start - _step(h) <= max(50.0, 0.05 * max(start, 1.0)):
+            near = max(50.0, 0.05 * max(start, 1.0))
+            if -3 <= _step(h) - start <= 0 or (_step(h) <= start and start - _step(h) <= near):
                 cause = f"likely cause: {h.message}, at or just before the first symptom"
+                lr_step = h.first_bad_step
+            elif 0 < _step(h) - start <= 3:
+                # the symptom "starts" a noisy point or two before the jump: it starts at the jump
+                cause = f"likely cause: {h.message}, where the symptom starts"
+                lr_step = h.first_bad_step
         for h in [x for x in num if x.rule == "TA103"]:
             lead = h.data.get("lead_steps")
             if lead is not None and _step(h) <= start + 1:
@@ -216,6 +227,8 @@ def diagnose(hits: list[Hit], *, n_loss_points: int = 0, has: set[str] | None = 
             issue = cause + ". " + issue
         st = _story(cat, [prim] + [h for h in num if h is not prim], issue, n_loss_points)
         st.first_bad_step = min((h.first_bad_step for h in symptoms if h.first_bad_step is not None), default=None)
+        if lr_step is not None and st.first_bad_step is not None and st.first_bad_step < lr_step:
+            st.first_bad_step = lr_step  # a symptom cannot precede its cause
         if any(h.rule == "TA206" for h in num) and "likely cause" in issue:
             st.fix = "Restore the intended lr schedule (the lr jump precedes the symptom); " + st.fix[0].lower() + st.fix[1:]
             st.confidence = min(0.97, st.confidence + 0.05)

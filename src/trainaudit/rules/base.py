@@ -106,6 +106,11 @@ class Context:
     def events(self, *kinds: EventKind) -> list[Event]:
         return [e for e in self.run.events if e.kind in kinds]
 
+    def step_of(self, e: Event) -> int | None:
+        """An event's step, or the last logged step when the event came from a file without
+        steps (stderr next to a metrics file): the run died after that step."""
+        return e.step if e.step is not None else self.last_step
+
     @property
     def last_step(self) -> int | None:
         steps = [int(s.steps[-1]) for s in self.run.series.values() if len(s)]

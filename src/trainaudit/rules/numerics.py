@@ -91,17 +91,30 @@ class NonFiniteMetric(Rule):
         return hits
 
 
-def spike_mask(s: Series, window: int, z_thr: float, rel_thr: float, min_history: int
-               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Points whose value is far above the trailing median, both in robust z and in relative terms.
-    Returns (spike indices into the finite series, trailing median, robust z)."""
+def spike_mask(s: Series, window: int, z_thr: float, rel_thr: float, min_history: int, max_window: int = 100,
+               min_excess: float = 0.1, over_max: float = 3.0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Points far above what came before: robust z over the trailing median/MAD of ``window``
+    points, ``rel_thr`` above that median, *and* an excursion above the median ``over_max`` times
+    the largest excursion of the previous ``max_window`` points. The last condition keeps the heavy right tail of small-batch losses
+    (a batch with one hard example) from counting: a spike must exceed the recent extremes too.
+    Returns (spike indices, trailing median, robust z)."""
     x = s.values
     w = max(3, min(window, x.size // 3))
     med, dev = trailing_median_mad(x, w)
     z = robust_z(x, med, dev)
-    with np.errstate(invalid="ignore", divide="ignore"):
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
         rel = (x - med) / np.abs(med)
-    mask = (z > z_thr) & (rel > rel_thr)
+    mw = max(w, min(max_window, x.size // 3))
+    prev_max = np.full(x.size, np.inf)
+    if x.size > mw:
+        from numpy.lib.stride_tricks import sliding_window_view
+
+        prev_max[mw:] = sliding_window_view(x[:-1], mw).max(axis=1)
+    # scale: a jump must also be a real fraction of how far the metric has come down, so the
+    # relative noise of a loss converged near 0 is not a spike (same rule for loss 10 and 0.01)
+    first = float(np.median(x[:min(5, x.size)]))
+    came_down = np.maximum(first - med, 0.0)
+    mask = (z > z_thr) & (rel > rel_thr) & (x - med > over_max * (prev_max - med)) & (x - med >= min_excess * came_down)
     mask[:max(min_history, w)] = False
     return np.flatnonzero(mask), med, z
 
@@ -120,8 +133,11 @@ class LossSpike(Rule):
     Example: loss 2.1, 2.0, 2.0, **9.7**, 2.3, 2.1 (spike at the 4th logged step).
 
     Thresholds: ``window`` points of history (10, as Lightning's SpikeDetection), ``z`` robust
-    z-score (8), ``rel`` relative jump above the median (0.5 = 1.5x), ``recover`` points within
-    which the loss must return below ``median*(1+rel/2)`` to count as a spike (20).
+    z-score (8), ``rel`` relative jump above the median (0.5 = 1.5x), ``over_max`` multiple of
+    the largest excursion above the median in the previous ``max_window`` points (3.0 and 100;
+    small-batch losses have heavy tails, an LLM loss barely moves, both are handled), ``min_excess`` fraction of how far the
+    loss has come down that the jump must reach (0.1), ``recover`` points within which the loss
+    must return below ``median*(1+rel/2)`` to count as a spike (20).
     """
 
     id = "TA102"
@@ -136,12 +152,16 @@ class LossSpike(Rule):
         rel: float = 0.5
         recover: int = 20
         min_history: int = 5
+        over_max: float = 3.0
+        max_window: int = 100
+        min_excess: float = 0.1
 
     def check(self, ctx: Context) -> list[Hit]:
         s = ctx.series("loss", finite=True)
         if s is None or len(s) < self.p.min_history + 3:
             return []
-        idx, med, z = spike_mask(s, self.p.window, self.p.z, self.p.rel, self.p.min_history)
+        idx, med, z = spike_mask(s, self.p.window, self.p.z, self.p.rel, self.p.min_history, self.p.max_window,
+                                 self.p.min_excess, self.p.over_max)
         if idx.size == 0:
             return []
         x = s.values
@@ -156,10 +176,11 @@ class LossSpike(Rule):
         if not spikes:
             return []
         i = spikes[0]
-        worst = max(spikes, key=lambda k: x[k] / med[k])
-        sev = "medium" if len(spikes) >= 3 or x[worst] / med[worst] >= 2 else "low"
+        worst = max(spikes, key=lambda k: x[k] / max(abs(med[k]), 1e-300))
+        excess = float((x[worst] - med[worst]) / max(abs(med[worst]), 1e-300))
+        sev = "medium" if len(spikes) >= 3 or excess >= 2 else "low"
         msg = (f"{s.name} spiked at step {int(s.steps[i])}: {x[i]:.4g} vs a median of {med[i]:.4g} over the previous "
-               f"points ({x[i] / med[i]:.2f}x), then recovered; {len(spikes)} spike(s) in total")
+               f"points ({x[i] / max(abs(med[i]), 1e-300):.2f}x), then recovered; {len(spikes)} spike(s) in total")
         h = self.hit(msg, min(0.95, 0.6 + 0.05 * len(spikes) + 0.02 * min(float(z[i]), 10)), metric=s.name,
                      first_bad_step=int(s.steps[i]), last_step=int(s.steps[spikes[-1]]), severity=sev,
                      data={"spike_steps": [int(s.steps[k]) for k in spikes]})
@@ -211,16 +232,16 @@ class GradNormSpike(Rule):
             return []
         i = int(idx[0])
         step = int(g.steps[i])
-        # did the loss react within lead_window logged points (spike, NaN)?
+        # did the loss react within lead_window logged points (a loss spike by TA102's test, or NaN)?
         loss = ctx.series("loss")
         consequence = None
         if loss is not None and len(loss) > 3:
             j0 = int(np.searchsorted(loss.steps, step))
-            seg = loss.values[max(0, j0 - 10): j0]
-            base = float(np.median(seg[np.isfinite(seg)])) if np.isfinite(seg).any() else math.nan
+            fin = loss.finite()
+            lidx, _, _ = spike_mask(fin, 10, 8.0, 0.5, 5) if len(fin) > 8 else (np.array([], dtype=np.int64), None, None)
+            spike_steps = set(fin.steps[lidx].tolist())
             for j in range(j0, min(len(loss), j0 + self.p.lead_window)):
-                v = float(loss.values[j])
-                if not math.isfinite(v) or (math.isfinite(base) and v > base * 1.5):
+                if not math.isfinite(float(loss.values[j])) or int(loss.steps[j]) in spike_steps:
                     consequence = j
                     break
         lead = None if consequence is None else int(loss.steps[consequence]) - step  # type: ignore[union-attr]
@@ -240,6 +261,8 @@ class GradNormSpike(Rule):
         return [h]
 
 
+# an exception that is the fp16 scaler giving up (GradScaler / DeepSpeed / fairseq wordings)
+MIN_SCALE_RE = re.compile(r"minimum loss scale reached|loss scale already at minimum|cannot decrease scale anymore", re.I)
 _SCALE_RE = re.compile(r"(?:reducing to|setting loss scale to:?|loss scale(?: to)?:?)\s*([0-9.eE+-]+)", re.I)
 
 
@@ -294,7 +317,8 @@ class LossScaleCollapse(Rule):
         skip_frac: float = 0.5
 
     def check(self, ctx: Context) -> list[Hit]:
-        mins = ctx.events(EventKind.LOSS_SCALE_MIN)
+        mins = ctx.events(EventKind.LOSS_SCALE_MIN) + [
+            e for e in ctx.events(EventKind.TRACEBACK, EventKind.ERROR) if MIN_SCALE_RE.search(e.message + " " + e.raw)]
         s = ctx.series("loss_scale", finite=True)
         overflow = _scale_from_events(ctx.events(EventKind.LOSS_SCALE))
         hits: list[Hit] = []
@@ -356,7 +380,7 @@ class LossScaleCollapse(Rule):
                 hits[0].confidence = max(hits[0].confidence, 0.95)
             else:
                 h = self.hit(f"loss scale at its minimum and the run exits: {e.message}", 0.9, metric="loss scale",
-                             first_bad_step=e.step, last_step=e.step, fatal=True)
+                             first_bad_step=ctx.step_of(e), last_step=ctx.step_of(e), fatal=True)
                 h.ev("min", e, "minimum loss scale reached")
                 hits.append(h)
         return hits

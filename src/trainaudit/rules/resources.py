@@ -12,6 +12,7 @@ import numpy as np
 
 from trainaudit.model import Event, EventKind, Series
 from trainaudit.rules.base import Context, Hit, Rule
+from trainaudit.rules.numerics import MIN_SCALE_RE
 from trainaudit.series.stats import change_point, downsample, rolling_median, trend_slope
 
 _UNITS = {"b": 1 / 2 ** 30, "kib": 1 / 2 ** 20, "kb": 1 / 2 ** 20, "mib": 1 / 1024, "mb": 1 / 1024, "gib": 1.0,
@@ -90,7 +91,7 @@ class CudaOOM(Rule):
         if frag:
             msg += "; the reserved-but-unallocated memory would cover the request: fragmentation"
         ranks = sorted({x.rank for x in ooms if x.rank is not None})
-        h = self.hit(msg, 0.97, metric=None, first_bad_step=e.step, last_step=e.step, fatal=True,
+        h = self.hit(msg, 0.97, metric=None, first_bad_step=ctx.step_of(e), last_step=ctx.step_of(e), fatal=True,
                      data={"numbers": nums, "fragmentation": bool(frag), "rank": e.rank, "ranks": ranks})
         h.ev("oom", e, "CUDA out-of-memory error", value=req, unit="GiB" if req is not None else None)
         if req is not None and ru is not None:
@@ -125,7 +126,7 @@ class HostOOM(Rule):
         if not evs:
             return []
         e = evs[0]
-        h = self.hit(f"host out of memory / SIGKILL: {e.message}", 0.8, first_bad_step=e.step, last_step=e.step,
+        h = self.hit(f"host out of memory / SIGKILL: {e.message}", 0.8, first_bad_step=ctx.step_of(e), last_step=ctx.step_of(e),
                      fatal=True, data={"rank": e.rank})
         h.ev("kill", e, "worker killed (host OOM)")
         return [h]
@@ -187,6 +188,11 @@ class MemoryGrowth(Rule):
         if growth < self.p.growth or inc < self.p.monotone:
             return []
         slope = trend_slope(st.astype(np.float64), x)
+        # where the growth starts: first point a tenth of the way from the early level to the end
+        base = float(np.median(m.values[:skip + 1]))
+        thr = base + 0.1 * (float(x[-1]) - base)
+        above = np.flatnonzero(m.values > thr)
+        i0 = int(above[0]) if above.size else skip
         msg = f"{m.name} grows {growth:.0%} from step {int(st[0])} to {int(st[-1])} ({slope:.4g} per step)"
         f = _mem_gib_factor(m.name)
         cap = next((oom_numbers(e.raw).get("total") for e in ctx.events(EventKind.OOM) if oom_numbers(e.raw).get("total")), None)
@@ -194,7 +200,8 @@ class MemoryGrowth(Rule):
         if f is not None and cap and slope > 0:
             proj = int(st[-1] + (cap - x[-1] * f) / (slope * f))
             msg += f"; at this rate the {cap:.1f} GiB GPU is full near step {proj}"
-        h = self.hit(msg, min(0.9, 0.5 + growth), metric=m.name, first_bad_step=int(st[0]), last_step=int(m.steps[-1]),
+        msg = msg.replace(f"from step {int(st[0])}", f"from step {int(m.steps[i0])}")
+        h = self.hit(msg, min(0.9, 0.5 + growth), metric=m.name, first_bad_step=int(m.steps[i0]), last_step=int(m.steps[-1]),
                      data={"slope_per_step": slope, "projected_oom_step": proj})
         h.point("start", m, skip, f"{m.name} after warm-up")
         h.point("end", m, len(m) - 1, f"last {m.name}")
@@ -261,7 +268,7 @@ class CollectiveFailure(Rule):
                 root, why = silent[0], "it is the only rank that did not report the timeout (it was stuck elsewhere)"
         if root is not None:
             msg += f"; rank {root} failed first ({why})"
-        h = self.hit(msg, 0.9, first_bad_step=e.step, last_step=evs[-1].step, fatal=True,
+        h = self.hit(msg, 0.9, first_bad_step=ctx.step_of(e), last_step=ctx.step_of(evs[-1]), fatal=True,
                      data={"root_rank": root, "ranks": ranks, "silent_ranks": silent})
         h.ev("first", e, "first collective / distributed failure")
         if root_ev is not None and root_ev is not e:
@@ -549,7 +556,7 @@ class HardwareFault(Rule):
         if not evs:
             return []
         e = evs[0]
-        h = self.hit(f"GPU hardware fault: {e.message}", 0.9, first_bad_step=e.step, last_step=evs[-1].step, fatal=True,
+        h = self.hit(f"GPU hardware fault: {e.message}", 0.9, first_bad_step=ctx.step_of(e), last_step=ctx.step_of(evs[-1]), fatal=True,
                      data={"rank": e.rank, "n": len(evs)})
         h.ev("hw", e, f"{e.kind.value} message")
         return [h]
@@ -595,7 +602,7 @@ class Crash(Rule):
         pass
 
     def check(self, ctx: Context) -> list[Hit]:
-        tbs = ctx.events(EventKind.TRACEBACK)
+        tbs = [e for e in ctx.events(EventKind.TRACEBACK) if not MIN_SCALE_RE.search(e.message + " " + e.raw)]
         sigs = [e for e in ctx.events(EventKind.SIGNAL) if e.data.get("signal") != 9]  # SIGKILL: host OOM (TA402)
         if not tbs and not sigs:
             return []
@@ -604,7 +611,7 @@ class Crash(Rule):
         msg = f"the run crashed: {e.message}"
         if frames:
             msg += f" (in user code at {frames[-1]})"
-        h = self.hit(msg, 0.85, first_bad_step=e.step, last_step=e.step, fatal=True,
+        h = self.hit(msg, 0.85, first_bad_step=ctx.step_of(e), last_step=ctx.step_of(e), fatal=True,
                      data={"user_frames": frames[-5:], "rank": e.rank, "exception": e.data.get("exception")})
         h.ev("exc", e, "last exception" if tbs else "fatal signal")
         return [h]

@@ -42,7 +42,7 @@ _EXACT: dict[str, list[str]] = {
                    "samplespersec", "throughput", "tflops", "mfu"],
     "memory": ["mem_allocated_bytes", "memory_allocated", "cuda_gb_allocated", "memallocated", "mem_allocated",
                "gpu_memory", "memory", "max_memory_allocated", "mem_max_allocated_bytes", "memory_reserved",
-               "cuda_gb_reserved", "maxmemallocated", "gpu_mem"],
+               "cuda_gb_reserved", "maxmemallocated", "gpu_mem", "rss_mb", "rss", "host_rss_mb", "rss_gb"],
     "val_acc": ["val_accuracy", "val_acc", "eval_accuracy", "validation_accuracy", "valid_accuracy", "val_top1"],
     "train_acc": ["accuracy", "acc", "train_accuracy", "train_acc", "top1"],
 }
@@ -65,7 +65,8 @@ def _keyword(role: str, n: str) -> bool:
     if role == "throughput":
         return any(k in n for k in ("per_sec", "per_second", "tflop", "throughput", "tokens_s"))
     if role == "memory":
-        return ("mem" in n and any(k in n for k in ("alloc", "reserved", "used", "gb", "mb", "bytes"))) or "memory" in n
+        return (("mem" in n and any(k in n for k in ("alloc", "reserved", "used", "gb", "mb", "bytes"))) or "memory" in n
+                or n.startswith("rss"))
     if role == "val_acc":
         return ("acc" in n) and is_val
     return False

@@ -80,7 +80,7 @@ def robust_z(x: FloatArray, med: FloatArray, dev: FloatArray, rel_floor: float =
     perfectly flat baseline (MAD 0) does not turn every tiny wiggle into an infinite z."""
     sigma = np.maximum(MAD_TO_SIGMA * dev, rel_floor * np.abs(med))
     sigma = np.where(sigma > 0, sigma, np.finfo(float).tiny)
-    with np.errstate(invalid="ignore", divide="ignore"):
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
         return (x - med) / sigma
 
 
