@@ -176,7 +176,7 @@ def _fact_md(f: ExtractedFact, path: str) -> str:
         value = f" = {_fmt(f.value)}{(' ' + f.unit) if f.unit else ''}"
     elif f.values is not None:
         value = f" ({len(f.values)} values)"
-    step = f" at step {f.step}" if f.step is not None else ""
+    step = f" at step {f.step}" if f.step is not None and f"step {f.step}" not in f.statement else ""
     text = f"- <a id=\"{f.id.lower()}\"></a>**{f.id}** {f.statement}{step}{value} — `{where}`"
     if f.quote:
         q = f.quote if len(f.quote) <= 300 else f.quote[:297] + "..."
