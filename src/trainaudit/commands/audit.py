@@ -1,0 +1,117 @@
+"""``trainaudit audit``: the whole CI-failure audit (compare, diagnose, trace history, decide)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from trainaudit.ingest import format_names
+
+
+@click.command()
+@click.argument("inputs", nargs=-1, metavar="INPUT...")
+@click.option("--passing", "passing", multiple=True, metavar="PATH|URL",
+              help="Artifacts of a passing run (repeatable): compared with the failing run when there are no "
+                   "golden values, and checked against the same golden when there are.")
+@click.option("--repo", metavar="PATH", help="Git work tree or bare repository (never modified).")
+@click.option("--good", metavar="REV", help="Last passing revision.")
+@click.option("--bad", metavar="REV", help="First failing (or audited) revision. Default: HEAD of --repo.")
+@click.option("--golden", metavar="FILE", help="Golden values. Default: found in --repo at --bad from the test case "
+                                                "named in the CI log or the artifact paths.")
+@click.option("--model-config", "model_config", metavar="FILE",
+              help="model_config.yaml (METRICS, nondeterministic mode). Default: beside the golden in --repo.")
+@click.option("--github", "github", multiple=True, metavar="REF",
+              help="GitHub Actions run or job of the failing run: owner/repo/actions/runs/ID[/job/ID] or its URL "
+                   "(token from GITHUB_TOKEN / GH_TOKEN).")
+@click.option("--gitlab", "gitlab", multiple=True, metavar="URL",
+              help="GitLab job URL of the failing run (token from GITLAB_TOKEN or CI_JOB_TOKEN).")
+@click.option("--github-api-url", metavar="URL", help="GitHub API base (default $GITHUB_API_URL or api.github.com).")
+@click.option("--find-fix", is_flag=True, help="Also look after --bad for the commit that fixed or disabled the test.")
+@click.option("--policy", default="megatron", show_default=True, metavar="megatron|megatron@YYYY-MM-DD",
+              help="Golden-gate comparator version.")
+@click.option("-o", "--out", "out", type=click.Path(file_okay=False, path_type=Path), default=Path("."),
+              show_default=True, help="Output directory: answer.json, answer.md, plots/.")
+@click.option("--json", "as_json", is_flag=True, help="Print answer.json to stdout instead of the summary.")
+@click.option("--quiet", is_flag=True, help="No summary and no progress.")
+@click.option("--format", "fmt", metavar="NAME", help="Force the format of the run files (see below).")
+def audit(inputs: tuple[str, ...], passing: tuple[str, ...], repo: str | None, good: str | None, bad: str | None,
+          golden: str | None, model_config: str | None, github: tuple[str, ...], gitlab: tuple[str, ...],
+          github_api_url: str | None, find_fix: bool, policy: str, out: Path, as_json: bool, quiet: bool,
+          fmt: str | None) -> int:
+    """The whole CI-failure audit: reproduce the gate, diagnose the runs, trace the git history
+    between --good and --bad, and decide: real_regression, numerical_drift, gating_policy_issue,
+    infrastructure_failure, crash, pass or inconclusive. INPUT: the failing run's artifacts (files,
+    folders, archives, http(s) URLs). Exit 0 when the audit completed, whatever the verdict; 2 on
+    unusable input.
+
+    \b
+    Example:
+      trainaudit audit failing_job.log artifacts.zip --passing passing_artifacts.zip \\
+          --repo ~/Megatron-LM --good v0.14.0 --bad HEAD --find-fix
+      trainaudit audit --github NVIDIA/Megatron-LM/actions/runs/123 --repo . --good main~20
+      trainaudit audit --golden golden_values_dev_dgx_h100.json actual.json -o report/
+    """
+    from trainaudit.audit import AuditOptions, run_audit
+    from trainaudit.errors import UsageError
+    from trainaudit.report.write import display_path, write_report
+
+    if not (inputs or github or gitlab or repo):
+        raise UsageError("give the failing run's artifacts (INPUT..., --github or --gitlab) and/or --repo")
+    opts = AuditOptions(inputs=list(inputs), passing=list(passing), repo=repo, good=good, bad=bad, golden=golden,
+                        model_config=model_config, github=list(github), gitlab=list(gitlab),
+                        github_api_url=github_api_url, find_fix=find_fix, fmt=fmt, policy=policy)
+    show = not quiet and not as_json and sys.stderr.isatty()
+    if show:
+        from rich.console import Console
+
+        console = Console(stderr=True)
+        with console.status("auditing") as status:
+            def step(msg: str) -> None:
+                status.update(msg)
+
+            def fetched(name: str, size: int, total: int | None) -> None:
+                status.update(f"downloading {name}: {size / 1e6:.1f}" + (f"/{total / 1e6:.1f}" if total else "") + " MB")
+
+            answer, plots, info = run_audit(opts, step=step, fetch_progress=fetched)
+    else:
+        answer, plots, info = run_audit(opts)
+    paths = write_report(answer, out, plots)
+    _append_reasoning(paths.markdown, answer, info)
+    if as_json:
+        click.echo(answer.model_dump_json(indent=2))
+    elif not quiet:
+        fa = answer.final_answer
+        click.echo(f"verdict: {fa.verdict} ({fa.category})"
+                   + (f", first bad step {fa.first_bad_step}" if fa.first_bad_step is not None else ""))
+        if info.commit is not None:
+            click.echo(f"commit: {info.commit.commit.sha[:10]} {info.commit_role}: {info.commit.commit.title}")
+        click.echo(fa.summary)
+        for m in info.missing:
+            click.echo(f"missing: {m}")
+        click.echo(f"report: {display_path(paths.markdown)} ({'valid' if answer.validation.all_passed else 'INVALID'})")
+    return 0
+
+
+def _append_reasoning(md: Path, answer, info) -> None:  # type: ignore[no-untyped-def]
+    """The chain of reasoning, in order, after the lead's standard report body."""
+    from trainaudit.report.redact import mask_secrets
+
+    fa = answer.final_answer
+    lines = ["## Reasoning", ""]
+    k = 1
+    for r in info.reasoning:
+        lines.append(f"{k}. {r}")
+        k += 1
+    if fa.root_causes:
+        lines.append(f"{k}. What to do: {fa.root_causes[0].fix}")
+        lines.append(f"{k + 1}. How to verify: {fa.root_causes[0].verify}")
+    if info.notes:
+        lines += ["", "Notes:"] + [f"- {n}" for n in info.notes]
+    if info.missing:
+        lines += ["", "Did not arrive (analysed without them):"] + [f"- {m}" for m in info.missing]
+    md.write_text(md.read_text(encoding="utf-8") + "\n" + mask_secrets("\n".join(lines)) + "\n", encoding="utf-8")
+
+
+audit.epilog = "Formats: " + ", ".join(format_names())
