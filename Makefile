@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 OUT ?= trainaudit-out/demo
 
-.PHONY: demo test bench accuracy clean
+.PHONY: demo test bench accuracy clean browser
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -23,7 +23,15 @@ $(VENV)/.installed-dev: pyproject.toml | $(BIN)/python
 demo: $(VENV)/.installed
 	$(BIN)/python examples/run_demo.py --out $(OUT)
 
-test: $(VENV)/.installed-dev
+# Headless Chromium for the HTML report tests (tests/html): Debian's package, installed when missing
+# (as root directly, else through passwordless sudo); nothing happens when it is present.
+browser:
+	@command -v chromium >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ]; then SUDO=; elif sudo -n true 2>/dev/null; then SUDO="sudo -n"; \
+	  else echo "chromium is missing and cannot be installed without root: apt-get install chromium" >&2; exit 1; fi; \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq chromium >/dev/null; }
+
+test: $(VENV)/.installed-dev browser
 	$(BIN)/python -m pytest
 
 bench: $(VENV)/.installed-dev

@@ -8,6 +8,8 @@ from trainaudit.commands.audit import audit
 from trainaudit.commands.compare import compare
 from trainaudit.commands.diagnose import diagnose
 from trainaudit.commands.parse import parse
+from trainaudit.commands.post import post
+from trainaudit.commands.report import report
 from trainaudit.commands.rules import rules
 
-COMMANDS: list[click.Command] = [audit, compare, diagnose, parse, rules]
+COMMANDS: list[click.Command] = [audit, compare, diagnose, parse, post, report, rules]

@@ -9,8 +9,10 @@ import click
 
 from trainaudit.errors import UsageError
 from trainaudit.ingest import format_names
+from trainaudit.post.delivery import delivery_options  # issue 8
 
 
+@delivery_options  # issue 8: --html, --github-summary, --gitlab
 @click.command()
 @click.argument("inputs", nargs=-1, required=True, metavar="[BASELINE] CANDIDATE|ACTUAL...")
 @click.option("--golden", "golden", metavar="GOLDEN",

@@ -15,10 +15,12 @@ from trainaudit.ingest import format_names, load_run
 from trainaudit.report.schema import SEVERITY_ORDER, Answer
 from trainaudit.report.write import display_path, write_report
 from trainaudit.rules import load_config
+from trainaudit.post.delivery import delivery_options  # issue 8
 
 _STYLE = {"critical": "bold red", "high": "red", "medium": "yellow", "low": "cyan", "info": "dim"}
 
 
+@delivery_options  # issue 8: --html, --github-summary, --gitlab
 @click.command()
 @click.argument("inputs", nargs=-1, required=True, metavar="INPUT...")
 @click.option("-o", "--out", "out", type=click.Path(file_okay=False, path_type=Path), default=Path("trainaudit-out"),

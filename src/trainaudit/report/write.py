@@ -18,6 +18,7 @@ class ReportPaths:
     json: Path
     markdown: Path
     plots: list[Path] = field(default_factory=list)
+    charts: Path | None = None  # the plots' data as JSON (issue 8: HTML report)
 
 
 def display_path(p: str | os.PathLike[str]) -> str:
@@ -38,7 +39,10 @@ def display_path(p: str | os.PathLike[str]) -> str:
 
 
 def write_report(answer: Answer, out_dir: Path, plots: list[PlotSpec] | tuple[PlotSpec, ...] = (), *,
-                 md_name: str = "answer.md", json_name: str = "answer.json") -> ReportPaths:
+                 md_name: str = "answer.md", json_name: str = "answer.json",
+                 charts_name: str | None = "charts.json") -> ReportPaths:
+    """``charts_name``: also write the plots' (thinned) data beside answer.json, so
+    ``trainaudit report`` can draw interactive charts later; None skips it."""
     out_dir.mkdir(parents=True, exist_ok=True)
     plot_paths: list[Path] = []
     used: set[str] = set()
@@ -54,4 +58,9 @@ def write_report(answer: Answer, out_dir: Path, plots: list[PlotSpec] | tuple[Pl
     md_path = out_dir / md_name
     rel_plots = [p.relative_to(out_dir).as_posix() for p in plot_paths]
     md_path.write_text(mask_secrets(render_markdown(answer, rel_plots)), encoding="utf-8")
-    return ReportPaths(out_dir, json_path, md_path, plot_paths)
+    charts_path = None
+    if charts_name is not None and plots:
+        from trainaudit.html.chartdata import write_charts
+
+        charts_path = write_charts(out_dir / charts_name, list(plots))
+    return ReportPaths(out_dir, json_path, md_path, plot_paths, charts_path)

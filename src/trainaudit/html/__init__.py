@@ -1,0 +1,12 @@
+"""Self-contained HTML report (issue 8): ``render_html(answer, charts)``; chart data from the
+``charts.json`` sidecar that ``write_report`` writes, or from the series excerpts in answer.json.
+
+    html = report_html(Path("trainaudit-out/answer.json"))
+"""
+
+from trainaudit.html.chartdata import charts_from_answer, load_charts, write_charts
+from trainaudit.html.page import load_answer, report_html, write_html
+from trainaudit.html.render import render_html
+
+__all__ = ["charts_from_answer", "load_answer", "load_charts", "render_html", "report_html", "write_charts",
+           "write_html"]

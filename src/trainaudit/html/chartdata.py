@@ -1,0 +1,134 @@
+"""Chart data for the HTML report: PlotSpecs as JSON (the ``charts.json`` sidecar beside answer.json),
+or, when no sidecar exists, charts rebuilt from the series excerpts quoted as facts in answer.json.
+
+JSON has no NaN, so a non-finite value is written as the string "nan", "inf" or "-inf" (the same
+spelling answer.json uses for facts); the browser draws those as markers, not as gaps.
+Long curves are thinned with a min/max-per-bucket pass: every spike and every non-finite point
+survives, so the chart shows what the full series shows.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from trainaudit.report.plots import PlotSpec
+from trainaudit.report.schema import Answer
+
+CHARTS_SCHEMA = "trainaudit-charts/1"
+MAX_POINTS = 4000
+
+
+def _thin(steps: np.ndarray, values: np.ndarray, max_points: int) -> np.ndarray:
+    """Indices to keep: first, last, min and max of each bucket, and every non-finite point."""
+    n = len(steps)
+    if n <= max_points:
+        return np.arange(n)
+    buckets = max(1, max_points // 2)
+    edges = np.linspace(0, n, buckets + 1).astype(np.int64)
+    finite = np.where(np.isfinite(values), values, np.nan)
+    keep = [np.array([0, n - 1]), np.flatnonzero(~np.isfinite(values))]
+    for a, b in zip(edges[:-1], edges[1:]):
+        if b <= a:
+            continue
+        seg = finite[a:b]
+        if np.all(np.isnan(seg)):
+            continue
+        keep.append(np.array([a + int(np.nanargmin(seg)), a + int(np.nanargmax(seg))]))
+    return np.unique(np.concatenate(keep))
+
+
+def _num(v: float) -> float | str:
+    if math.isfinite(v):
+        return float(f"{v:.9g}")  # 9 significant digits: exact enough to hover, half the bytes
+    return "nan" if math.isnan(v) else ("inf" if v > 0 else "-inf")
+
+
+def _series(steps: Sequence[int] | np.ndarray, values: Sequence[Any] | np.ndarray,
+            max_points: int) -> tuple[list[int], list[float | str]]:
+    s = np.asarray(steps, dtype=np.int64)
+    v = np.asarray([_as_float(x) for x in values] if not isinstance(values, np.ndarray) else values, dtype=float)
+    n = min(len(s), len(v))
+    s, v = s[:n], v[:n]
+    idx = _thin(s, v, max_points)
+    return [int(x) for x in s[idx]], [_num(float(x)) for x in v[idx]]
+
+
+def _as_float(x: Any) -> float:
+    if x is None:
+        return math.nan
+    try:
+        return float(x)
+    except (TypeError, ValueError):
+        return math.nan
+
+
+def spec_to_dict(spec: PlotSpec, max_points: int = MAX_POINTS) -> dict[str, Any]:
+    curves = []
+    for c in spec.curves:
+        steps, values = _series(c.steps, c.values, max_points)
+        curves.append({"label": c.label, "style": c.style, "steps": steps, "values": values})
+    band = None
+    if spec.band is not None:
+        b = spec.band
+        s = np.asarray(b.steps, dtype=np.int64)
+        lo = np.asarray(b.low, dtype=float)
+        hi = np.asarray(b.high, dtype=float)
+        n = min(len(s), len(lo), len(hi))
+        idx = _thin(s[:n], hi[:n], max_points)
+        band = {"label": b.label, "steps": [int(x) for x in s[idx]], "low": [_num(float(x)) for x in lo[idx]],
+                "high": [_num(float(x)) for x in hi[idx]]}
+    return {"metric": spec.metric, "title": spec.title, "xlabel": spec.xlabel, "logy": bool(spec.logy),
+            "first_bad_step": spec.first_bad_step, "markers": [[int(s), str(lab)] for s, lab in spec.markers],
+            "curves": curves, "band": band}
+
+
+def write_charts(path: Path, plots: Sequence[PlotSpec], max_points: int = MAX_POINTS) -> Path:
+    payload = {"schema": CHARTS_SCHEMA, "charts": [spec_to_dict(p, max_points) for p in plots]}
+    path.write_text(json.dumps(payload, separators=(",", ":")) + "\n", encoding="utf-8")
+    return path
+
+
+def load_charts(path: Path) -> list[dict[str, Any]]:
+    """Charts from a sidecar; a file that is not one is an error the caller reports."""
+    data = json.loads(path.read_text(encoding="utf-8"))
+    if not isinstance(data, dict) or data.get("schema") != CHARTS_SCHEMA or not isinstance(data.get("charts"), list):
+        raise ValueError(f"not a {CHARTS_SCHEMA} file")
+    return [c for c in data["charts"] if isinstance(c, dict) and isinstance(c.get("curves"), list)]
+
+
+def charts_from_answer(answer: Answer, max_points: int = MAX_POINTS) -> list[dict[str, Any]]:
+    """Charts from the facts that quote a whole series excerpt, one chart per metric (all excerpts
+    of a metric overlaid), the first bad step from the findings, and a tolerance band around a
+    golden curve when a comparison of that metric gives rtol/atol."""
+    by_metric: dict[str, list[Any]] = {}
+    for f in answer.extracted_facts:
+        if f.steps and f.values and f.metric:
+            by_metric.setdefault(f.metric, []).append(f)
+    src = {s.id: s.path for s in answer.source_refs}
+    charts = []
+    for metric, facts in by_metric.items():
+        first_bad = next((d.first_bad_step for d in answer.findings if d.metric == metric
+                          and d.first_bad_step is not None), None)
+        comp = next((c for c in answer.comparisons if c.metric == metric), None)
+        if first_bad is None and comp is not None:
+            first_bad = comp.first_failing_step
+        curves, band = [], None
+        for f in facts:
+            steps, values = _series(f.steps, f.values, max_points)
+            label = f"{f.id}: {f.statement}"[:80]
+            curves.append({"label": label, "style": "line", "steps": steps, "values": values,
+                           "source": src.get(f.source_ref, f.source_ref)})
+            if band is None and comp is not None and "golden" in f.statement.lower():
+                g = np.asarray([_as_float(v) for v in values])
+                tol = comp.atol + comp.rtol * np.abs(g)
+                band = {"label": f"golden ±{comp.rtol:g}", "steps": steps,
+                        "low": [_num(float(x)) for x in g - tol], "high": [_num(float(x)) for x in g + tol]}
+        charts.append({"metric": metric, "title": f"{metric} (series quoted in answer.json)", "xlabel": "step",
+                       "logy": False, "first_bad_step": first_bad, "markers": [], "curves": curves, "band": band})
+    return charts

@@ -1,0 +1,70 @@
+"""From files to the page: read answer.json (and charts.json beside it), write report.html."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from trainaudit.errors import InputError
+from trainaudit.html.chartdata import charts_from_answer, load_charts
+from trainaudit.html.render import render_html
+from trainaudit.report.schema import Answer
+from trainaudit.report.write import display_path
+
+CHARTS_NAME = "charts.json"
+
+
+def load_answer(path: Path) -> Answer:
+    """answer.json as the model; anything else is one clear input error."""
+    where = display_path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise InputError(f"{where}: no such file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"{where}: cannot read ({exc.__class__.__name__})") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InputError(f"{where}: not JSON (line {exc.lineno}: {exc.msg})") from None
+    if not isinstance(data, dict) or "final_answer" not in data:
+        raise InputError(f"{where}: not a trainaudit answer.json (no final_answer)")
+    try:
+        return Answer.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        loc = ".".join(str(x) for x in first["loc"])
+        raise InputError(f"{where}: not a valid answer.json ({loc}: {first['msg']})") from None
+
+
+def charts_for(answer: Answer, answer_path: Path, charts_path: Path | None = None) -> list[dict[str, Any]]:
+    """The sidecar's charts when there is one (explicit path, else charts.json beside answer.json),
+    otherwise charts rebuilt from the series quoted in answer.json."""
+    path = charts_path or answer_path.with_name(CHARTS_NAME)
+    if path.is_file():
+        try:
+            charts = load_charts(path)
+        except (ValueError, OSError) as exc:
+            if charts_path is not None:
+                raise InputError(f"{display_path(path)}: {exc}") from None
+            charts = []
+        if charts:
+            return charts
+    elif charts_path is not None:
+        raise InputError(f"{display_path(path)}: no such file")
+    return charts_from_answer(answer)
+
+
+def report_html(answer_path: Path, charts_path: Path | None = None) -> str:
+    answer = load_answer(answer_path)
+    return render_html(answer, charts_for(answer, answer_path, charts_path))
+
+
+def write_html(answer_path: Path, out: Path, charts_path: Path | None = None) -> Path:
+    html = report_html(answer_path, charts_path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(html, encoding="utf-8")
+    return out
