@@ -7,9 +7,10 @@ import click
 from trainaudit.commands.audit import audit
 from trainaudit.commands.compare import compare
 from trainaudit.commands.diagnose import diagnose
+from trainaudit.commands.mcp import mcp
 from trainaudit.commands.parse import parse
 from trainaudit.commands.post import post
 from trainaudit.commands.report import report
 from trainaudit.commands.rules import rules
 
-COMMANDS: list[click.Command] = [audit, compare, diagnose, parse, post, report, rules]
+COMMANDS: list[click.Command] = [audit, compare, diagnose, mcp, parse, post, report, rules]
