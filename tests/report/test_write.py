@@ -79,3 +79,16 @@ def test_display_path_never_leaks_the_machine_layout(tmp_path: Path, monkeypatch
     assert display_path("logs/a.log") == "logs/a.log"
     assert display_path(str(tmp_path / "x" / "a.log")) == "x/a.log"
     assert display_path("/somewhere/deep/inside/run/a.log") == ".../run/a.log"
+
+
+def test_paths_quoted_from_logs_are_evidence_but_this_machines_paths_are_leaks(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    b = AnswerBuilder("diagnose")
+    s = b.source("train.log", "log")
+    b.fact(s, "last frame", quote='  File "/opt/megatron-lm/megatron/training.py", line 12, in train', line=3)
+    ok = b.build(FinalAnswer(verdict="crash", category="crash", summary="crashed"))
+    assert ok.validation.all_passed
+    b.fact(s, "leak", quote=f"written to {tmp_path}/out/answer.json", line=4)
+    bad = b.build(FinalAnswer(verdict="crash", category="crash", summary="crashed"))
+    failed = [c for c in bad.validation.checks if not c.passed]
+    assert [c.name for c in failed] == ["no_absolute_paths"] and str(tmp_path) in failed[0].detail

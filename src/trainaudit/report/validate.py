@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import json
 import math
-import re
+import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +21,18 @@ from trainaudit.report.formula import FormulaError, evaluate, names_in, results_
 from trainaudit.report.redact import mask_secrets
 from trainaudit.report.schema import Answer, Validation, ValidationCheck
 
-_ABS_PATH = re.compile(r"(?<![\w.:/])/(?:home|root|tmp|work|Users|var|opt|mnt|srv|data|scratch)/[^\s\"']+")
+
+
+def machine_prefixes() -> list[str]:
+    """Absolute paths of the machine running trainaudit that must not leak into a report: the
+    working directory, the home directory and the Python installation. Paths quoted from the user's
+    own logs (a traceback under /opt/megatron-lm, say) are evidence, not leaks, and are allowed."""
+    out = set()
+    for p in (os.getcwd(), os.path.expanduser("~"), sys.prefix, sys.base_prefix):
+        for q in (p, os.path.realpath(p)):
+            if q and q not in ("/", "/usr", "/usr/local") and len(q) > 4:
+                out.add(q.rstrip("/") + "/")
+    return sorted(out, key=len, reverse=True)
 
 
 def _env(answer: Answer) -> dict[str, Any]:
@@ -92,7 +104,7 @@ def validate(answer: Answer) -> Validation:
                                   detail="; ".join(cmp_bad[:20]) if cmp_bad else f"{len(answer.comparisons)} checked"))
 
     text = answer.model_dump_json(exclude={"validation"})
-    abs_paths = sorted(set(_ABS_PATH.findall(text)))
+    abs_paths = sorted({p for p in machine_prefixes() if p in text})
     checks.append(ValidationCheck(name="no_absolute_paths", passed=not abs_paths,
                                   detail=", ".join(abs_paths[:5])))
     checks.append(ValidationCheck(name="secrets_masked", passed=mask_secrets(text) == text,
