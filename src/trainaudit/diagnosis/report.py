@@ -14,6 +14,7 @@ from trainaudit.model import Run
 from trainaudit.report.builder import AnswerBuilder, sha256_of
 from trainaudit.report.plots import Curve, PlotSpec
 from trainaudit.report.schema import Answer, FinalAnswer, RootCause
+from trainaudit.report.write import display_path
 from trainaudit.rules.base import Hit
 
 MAX_EXCERPT = 200  # values quoted in one fact; longer windows are evenly thinned
@@ -42,7 +43,7 @@ def build_answer(paths: list[str], run: Run, diag: Diagnosis, *, hash_sources: b
             except OSError:
                 sha = None
         kind = "archive_member" if "!" in src.path else src.kind.value
-        sid[src.path] = b.source(src.path, kind, sha256=sha, description=f"read as {src.format}" if src.format else "")
+        sid[src.path] = b.source(display_path(src.path), kind, sha256=sha, description=f"read as {src.format}" if src.format else "")
 
     # Collect every line to quote, then read each source once.
     wanted: dict[str, set[int]] = defaultdict(set)
@@ -69,7 +70,7 @@ def build_answer(paths: list[str], run: Run, diag: Diagnosis, *, hash_sources: b
             s = p.series
             path = run.source_path(s, p.index)
             line = int(s.lines[p.index])
-            src = sid.get(path) or b.source(path, "log")
+            src = sid.get(path) or b.source(display_path(path), "log")
             kw: dict = {}
             if p.indices is not None:
                 idx = _thin(np.asarray(p.indices, dtype=np.int64))
@@ -79,7 +80,7 @@ def build_answer(paths: list[str], run: Run, diag: Diagnosis, *, hash_sources: b
                                 quote=quotes.get(path, {}).get(line), **kw)
         for e in h.events:
             ev = e.event
-            src = sid.get(ev.source) or b.source(ev.source, "log")
+            src = sid.get(ev.source) or b.source(display_path(ev.source), "log")
             ids[e.key] = b.fact(src, f"{e.statement}: {ev.message}", step=ev.step, value=e.value, unit=e.unit,
                                 line=ev.line or None, quote=ev.raw)
         for c in h.calcs:

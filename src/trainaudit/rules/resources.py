@@ -61,7 +61,8 @@ class CudaOOM(Rule):
     Example: ``torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 22.78 GiB ... 9.35
     GiB is reserved by PyTorch but unallocated``.
 
-    Thresholds: ``frag_frac`` reserved-unallocated share of total that means fragmentation (0.1).
+    Thresholds: ``frag_frac`` reserved-unallocated share of total that, with the free memory
+    covering the request, means fragmentation (0.1).
     """
 
     id = "TA401"
@@ -83,7 +84,12 @@ class CudaOOM(Rule):
             if k in _OOM_FIELDS and isinstance(v, (int, float)) and k not in nums:
                 nums[k] = float(v)
         req, ru, tot = nums.get("requested"), nums.get("reserved_unallocated"), nums.get("total")
-        frag = ru is not None and ((req is not None and ru >= req) or (tot and ru >= self.p.frag_frac * tot))
+        free = nums.get("free")
+        # fragmentation: the reserved-but-unallocated memory would serve the request by itself, or a
+        # large share of the GPU sits reserved-but-unallocated and together with the free memory
+        # would cover it (if even that is short, the model simply does not fit)
+        frag = ru is not None and req is not None and (
+            ru >= req or (bool(tot) and ru >= self.p.frag_frac * tot and (free or 0.0) + ru >= req))
         parts = [f"{k.replace('_', ' ')} {v:.2f} GiB" for k, v in nums.items()]
         msg = "CUDA out of memory" + (f" ({', '.join(parts)})" if parts else "")
         if e.rank is not None:
@@ -358,7 +364,9 @@ class ThroughputRegression(Rule):
     Example: ``elapsed time per iteration (ms)`` 410, 405, 412 ... then 820, 815, 830 from 3000.
 
     Thresholds: ``ratio`` slowdown (1.2), ``warmup_frac`` points ignored at the start (0.05),
-    ``consistency`` fraction of points after the change that are slower (0.7).
+    ``consistency`` fraction of points after the change that are slower (0.7), ``min_delta_s``
+    smallest step-time increase that matters, in seconds (0.002; the unit is read from the name:
+    ``(ms)``/``_ms`` means milliseconds, otherwise seconds).
     """
 
     id = "TA406"
@@ -372,6 +380,7 @@ class ThroughputRegression(Rule):
         warmup_frac: float = 0.05
         consistency: float = 0.7
         min_points: int = 20
+        min_delta_s: float = 0.002
 
     def check(self, ctx: Context) -> list[Hit]:
         s, time_like = _time_series(ctx)
@@ -393,6 +402,12 @@ class ThroughputRegression(Rule):
         r = after / before
         if r < self.p.ratio:
             return []
+        if time_like:
+            # sub-millisecond "regressions" are OS scheduling noise of a busy host, not training
+            to_s = 1e-3 if ("ms" in s.name.lower().replace("(", " ").replace(")", " ").split() or
+                            s.name.lower().endswith(("_ms", "(ms)"))) else 1.0
+            if (after - before) * to_s < self.p.min_delta_s:
+                return []
         thr = before * math.sqrt(r)
         if float(np.mean(x[k:] > thr)) < self.p.consistency:
             return []
@@ -428,6 +443,8 @@ class StragglerRank(Rule):
 
     Fix: check that GPU / node (clocks, thermal, PCIe/NVLink errors, other processes), its data
     shard, and CPU affinity.
+
+    Example: ``step_time@rank3`` median 0.61 s while ranks 0-2 and 4-7 take 0.42 s.
 
     Thresholds: ``ratio`` slowest rank median over the median of the others (1.2).
     """

@@ -1,0 +1,65 @@
+"""Rule registry, pyproject configuration, and the robust statistics helpers."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from trainaudit.errors import InputError
+from trainaudit.rules import RULE_CLASSES, active_rules, load_config, rule_class
+from trainaudit.series.stats import change_point, first_sustained, rolling_median, trailing_median_mad
+
+
+def test_registry_ids_names_docs():
+    ids = [c.id for c in RULE_CLASSES]
+    assert len(set(ids)) == len(ids) and all(i[:3] in ("TA1", "TA2", "TA3", "TA4") for i in ids)
+    for c in RULE_CLASSES:
+        assert c.name == c.name.lower() and " " not in c.name
+        doc = c.__doc__ or ""
+        for part in ("Why:", "Fix:", "Example:"):
+            assert part in doc, f"{c.id} docstring lacks {part}"
+    assert rule_class("loss-spike") is rule_class("ta102")
+
+
+def test_pyproject_select_ignore_thresholds(tmp_path):
+    (tmp_path / "pyproject.toml").write_text(
+        '[tool.trainaudit]\nselect = ["TA1", "TA401"]\nignore = ["TA103"]\n'
+        '[tool.trainaudit.rules.TA102]\nz = 5\nrel = 0.25\n', encoding="utf-8")
+    sub = tmp_path / "a" / "b"
+    sub.mkdir(parents=True)
+    cfg = load_config(start=sub)  # found by walking up
+    rules = {r.id: r for r in active_rules(cfg)}
+    assert set(rules) == {"TA101", "TA102", "TA104", "TA401"}
+    assert rules["TA102"].p.z == 5.0 and isinstance(rules["TA102"].p.z, float) and rules["TA102"].p.rel == 0.25
+
+
+@pytest.mark.parametrize("text,what", [
+    ('[tool.trainaudit.rules.TA999]\nz = 1\n', "unknown rule"),
+    ('[tool.trainaudit.rules.TA102]\nzz = 1\n', "unknown threshold"),
+    ('[tool.trainaudit]\nselect = 3\n', "must be a list"),
+    ('[tool.trainaudit\n', "cannot read config"),
+])
+def test_bad_config_is_one_clear_error(tmp_path, text, what):
+    p = tmp_path / "pyproject.toml"
+    p.write_text(text, encoding="utf-8")
+    with pytest.raises(InputError, match=what):
+        load_config(p)
+
+
+def test_trailing_median_excludes_the_point_itself():
+    x = np.array([1, 1, 1, 1, 100, 1, 1], dtype=float)
+    med, mad = trailing_median_mad(x, 3)
+    assert np.isnan(med[:3]).all() and med[4] == 1.0 and mad[4] == 0.0 and med[5] == 1.0
+
+
+def test_rolling_median_and_change_point():
+    x = np.r_[np.full(50, 1.0), np.full(50, 3.0)]
+    assert np.array_equal(rolling_median(x, 5), x)
+    k, ratio = change_point(x)
+    assert k == 50 and ratio == 3.0
+
+
+def test_first_sustained():
+    m = np.array([0, 1, 0, 0, 1, 1, 1, 0, 1, 1], dtype=bool)
+    assert first_sustained(m, 0.8) == 4
+    assert first_sustained(np.zeros(5, dtype=bool)) == -1

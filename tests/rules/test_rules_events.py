@@ -1,0 +1,113 @@
+"""Event-driven rules and the NaN rule on verbatim public sample lines (../shared/fixtures)."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+from conftest import sample_block, write_lines
+
+from trainaudit.diagnosis import diagnose_run
+from trainaudit.ingest import load_run
+from trainaudit.rules import run_rules
+from trainaudit.rules.resources import oom_numbers
+
+
+def _diag(tmp_path: Path, lines: list[str], name: str = "x.log"):
+    run, _ = load_run([str(write_lines(tmp_path / name, lines))])
+    hits: dict = {}
+    for h in run_rules(run):
+        hits.setdefault(h.rule, h)  # the first hit of each rule
+    return run, hits, diagnose_run(run)
+
+
+def test_keras_nan_epoch(tmp_path):
+    _, hits, d = _diag(tmp_path, sample_block("keras.txt", "image-segmentation-keras/issues/50"))
+    assert hits["TA101"].first_bad_step == 1 and hits["TA101"].metric == "loss"
+    assert (d.category, d.first_bad_step) == ("nan_inf", 1)
+
+
+def test_hf_hidden_nan_grad_norm(tmp_path):
+    _, hits, d = _diag(tmp_path, sample_block("hf_transformers.txt", "SY-Xuan/Pink/issues/6"))
+    h = hits["TA101"]
+    assert h.metric == "grad_norm" and h.first_bad_step == 1
+    assert "the loss still prints 0" in h.message
+    assert d.category == "nan_inf"
+
+
+def test_megatron_omitted_loss_is_nan(tmp_path):
+    lines = sample_block("megatron.txt", "epfLLM/Megatron-LLM/issues/33")
+    # the NaN iteration as Megatron prints it: the same line with the lm loss field dropped
+    nan_line = lines[1].replace("3384/", "3385/").replace(" lm loss: 7.072597E-01 |", "")
+    _, hits, d = _diag(tmp_path, [*lines, nan_line])
+    h = hits["TA101"]
+    assert (h.metric, h.first_bad_step) == ("lm loss", 3385)
+    assert "Megatron omits" in h.message
+    assert d.verdict == "unhealthy" and d.category == "nan_inf"
+
+
+def test_deepspeed_scale_at_one(tmp_path):
+    _, hits, d = _diag(tmp_path, sample_block("deepspeed.txt", "transformers/issues/14531"))
+    assert hits["TA104"].category == "loss_scale_collapse"
+    assert d.category == "loss_scale_collapse"
+
+
+def test_minimum_loss_scale_exit(tmp_path):
+    _, hits, d = _diag(tmp_path, sample_block("error_signatures.txt", "Chinese-LLaMA-Alpaca/issues/534"))
+    assert hits["TA104"].fatal and "TA410" not in hits  # the exception is the scaler giving up, not a crash
+    assert (d.verdict, d.category) == ("crash", "loss_scale_collapse")
+
+
+@pytest.mark.parametrize("key,req,ru,frag", [
+    ("pytorch/pytorch/issues/18853", 1.0, None, False),
+    ("GenerateU/issues/10", 496 / 1024, 330.42 / 1024, False),
+    ("murong-xu/CADS/issues/4", 22.78, 9.35, False),
+    ("pytorch/pytorch/issues/16417", 22 / 1024, 194.87 / 1024, True),
+])
+def test_oom_numbers_and_fragmentation(tmp_path, key, req, ru, frag):
+    lines = sample_block("error_signatures.txt", key)
+    nums = oom_numbers(lines[0])
+    assert math.isclose(nums["requested"], req, rel_tol=1e-9)
+    assert (nums.get("reserved_unallocated") is None) if ru is None else math.isclose(nums["reserved_unallocated"], ru)
+    _, hits, d = _diag(tmp_path, lines)
+    assert hits["TA401"].data["fragmentation"] is frag
+    assert (d.verdict, d.category) == ("crash", "oom")
+    assert ("expandable_segments" in d.stories[0].fix) is frag or not frag
+
+
+def test_nccl_timeout(tmp_path):
+    _, hits, d = _diag(tmp_path, sample_block("error_signatures.txt", "LlamaFactory/issues/6269"))
+    assert hits["TA404"].category == "distributed_failure" and hits["TA404"].data["ranks"] == [0]
+    assert (d.verdict, d.category) == ("crash", "distributed_failure")
+    assert any("every rank" in n for n in d.needs_more_data)
+
+
+def test_oom_is_the_root_not_the_nccl_aborts(tmp_path):
+    lines = (sample_block("error_signatures.txt", "LlamaFactory/issues/6269")
+             + ["[rank1]: " + sample_block("error_signatures.txt", "pytorch/pytorch/issues/16417")[0]])
+    _, hits, d = _diag(tmp_path, [lines[2], lines[0], lines[1]])  # the OOM of rank 1 comes first
+    assert hits["TA404"].data["root_rank"] == 1
+    assert d.category == "oom" and "consequences" in d.stories[0].issue
+
+
+@pytest.mark.parametrize("key", ["jade-hpc-gpu", "leptonai/gpud/pull/46", "NVSentinel/issues/155"])
+def test_hardware_faults(tmp_path, key):
+    _, hits, d = _diag(tmp_path, sample_block("error_signatures.txt", key))
+    assert hits["TA409"].category == "hardware_fault"
+    assert (d.verdict, d.category) == ("crash", "hardware_fault")
+
+
+def test_segfault_is_a_crash_and_sigkill_a_host_oom(tmp_path):
+    _, hits, d = _diag(tmp_path, sample_block("error_signatures.txt", "hallo2/issues/75"))
+    assert "TA404" not in hits and hits["TA410"].category == "crash"
+    assert d.category == "crash"
+    _, hits, d = _diag(tmp_path, sample_block("error_signatures.txt", "CPPO/issues/6"), "k.log")
+    assert hits["TA402"].category == "oom" and "TA410" not in hits
+    assert d.category == "oom"
+
+
+def test_healthy_public_excerpts(tmp_path):
+    for key in ("Megatron-LM/issues/756", "Megatron-Bridge/issues/4024"):
+        _, hits, d = _diag(tmp_path, sample_block("megatron.txt", key), key.replace("/", "_") + ".log")
+        assert d.verdict == "healthy" and all(h.severity == "info" for h in hits.values())
