@@ -13,7 +13,7 @@ def test_github_summary_annotations_and_gitlab(tmp_path: Path) -> None:
     summary = tmp_path / "step_summary.md"
     summary.write_text("## earlier step\n")
     # as in a CI job: paths relative to the workspace, so annotations point at repository files
-    res = cli("diagnose", "train.jsonl", "-o", "out", "--quiet", "--html", "--github-summary", "--gitlab",
+    res = cli("diagnose", "train.jsonl", "-o", "out", "--quiet", "--html", "--github-summary", "--gitlab-codequality",
               env={"GITHUB_STEP_SUMMARY": str(summary)}, cwd=tmp_path)
     assert res.returncode == 0, res.stderr
     md = summary.read_text()

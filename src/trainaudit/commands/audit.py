@@ -8,8 +8,10 @@ from pathlib import Path
 import click
 
 from trainaudit.ingest import format_names
+from trainaudit.post.delivery import delivery_options  # issue 8
 
 
+@delivery_options  # issue 8: --html, --github-summary, --gitlab-codequality
 @click.command()
 @click.argument("inputs", nargs=-1, metavar="INPUT...")
 @click.option("--passing", "passing", multiple=True, metavar="PATH|URL",

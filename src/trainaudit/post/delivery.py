@@ -1,4 +1,4 @@
-"""``--html``, ``--github-summary`` and ``--gitlab`` for any command that writes a report folder.
+"""``--html``, ``--github-summary`` and ``--gitlab-codequality`` for any command that writes a report folder.
 
     @delivery_options          # outermost, above @click.command()
     @click.command()
@@ -64,7 +64,7 @@ def delivery_options(cmd: click.Command) -> click.Command:
         click.Option(["--github-summary"], is_flag=True,
                      help="GitHub Actions: append answer.md to $GITHUB_STEP_SUMMARY and print ::error/::warning "
                           "annotations for findings."),
-        click.Option(["--gitlab"], is_flag=True,
+        click.Option(["--gitlab-codequality"], is_flag=True,
                      help=f"GitLab CI: also write {GITLAB_NAME} (artifacts:reports:codequality)."),
     ]
     inner = cmd.callback
@@ -72,7 +72,7 @@ def delivery_options(cmd: click.Command) -> click.Command:
 
     @functools.wraps(inner)
     def callback(**kw: Any) -> Any:
-        d = Delivery(kw.pop("html"), kw.pop("github_summary"), kw.pop("gitlab"),
+        d = Delivery(kw.pop("html"), kw.pop("github_summary"), kw.pop("gitlab_codequality"),
                      annotations_to_stderr=bool(kw.get("as_json")))
         rv = inner(**kw)
         if d:
