@@ -25,6 +25,7 @@ from trainaudit.ingest.readers.tensorboard import TensorBoardReader
 from trainaudit.ingest.readers.mlflow import MLflowReader
 from trainaudit.ingest.readers.wandb import WandbReader
 from trainaudit.ingest.readers.golden import GoldenValuesReader
+from trainaudit.ingest.readers.monitor import MonitorReader
 
 READER_CLASSES: list[type[Reader]] = [
     MegatronReader,
@@ -46,6 +47,7 @@ READER_CLASSES: list[type[Reader]] = [
     MMEngineReader,
     FairseqReader,
     UltralyticsReader,
+    MonitorReader,
     JsonlReader,
     CsvReader,
     KeyValueReader,

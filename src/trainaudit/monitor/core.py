@@ -1,0 +1,408 @@
+"""The live monitor for a PyTorch training loop (torch is imported by the caller's model already).
+
+    mon = trainaudit.monitor(model, optimizer, log_dir="runs/x")
+    with mon:
+        for batch in data:
+            loss = ...; loss.backward(); optimizer.step(); optimizer.zero_grad()
+            mon.step(loss, batch=batch)
+
+Per step (cheap): loss, lr, global grad norm, number of parameter tensors with non-finite
+gradients, step time, process RSS / CUDA memory. Every ``every`` steps: per-module grad norms and
+update-to-weight ratios. When the loss or the gradients turn non-finite, the module where the
+first NaN/Inf appeared (forward: outputs kept by forward hooks for the current step; backward:
+gradients seen by tensor hooks on those outputs). Online rules (the diagnose rules) every
+``rules_every`` steps, at once on a non-finite value or an lr change.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import math
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from trainaudit.monitor.online import Alert, OnlineRules, TrainingStopped
+from trainaudit.monitor.writer import JsonlWriter, TensorBoardWriter
+from trainaudit.report.schema import SEVERITY_ORDER
+from trainaudit.rules import Config
+
+log = logging.getLogger("trainaudit.monitor")
+
+SEVERITIES = tuple(SEVERITY_ORDER)
+
+
+def _first_tensor(x: Any) -> torch.Tensor | None:
+    if isinstance(x, torch.Tensor):
+        return x
+    if isinstance(x, (tuple, list)):
+        for item in x:
+            t = _first_tensor(item)
+            if t is not None:
+                return t
+    if isinstance(x, dict):
+        for item in x.values():
+            t = _first_tensor(item)
+            if t is not None:
+                return t
+    loss = getattr(x, "logits", None)  # HF ModelOutput
+    return loss if isinstance(loss, torch.Tensor) else None
+
+
+def _finite(t: torch.Tensor) -> bool:
+    if not (t.is_floating_point() or t.is_complex()):
+        return True
+    return bool(torch.isfinite(t).all())
+
+
+def _peak_rss_mb() -> float:
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+class Monitor:
+    """See the module docstring. Actions, each with the lowest severity that triggers it
+    (``None`` = never): ``warn`` (a ``logging`` warning on ``trainaudit.monitor``), ``callback``
+    (``on_alert(alert)``), ``save_batch`` (``torch.save`` of the batch passed to :meth:`step`
+    into ``log_dir/batches/``), ``stop`` (:class:`TrainingStopped` after the current step)."""
+
+    def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer | None = None,
+                 log_dir: str | os.PathLike[str] = "trainaudit-monitor", *, every: int = 50, rules_every: int = 25,
+                 window: int = 2000, rules_budget: float = 0.02, warn: str | None = "low", on_alert: Callable[[Alert], None] | None = None,
+                 callback_on: str = "low", save_batch_on: str | None = None, stop_on: str | None = None,
+                 nan_origin: bool = True, tensorboard: bool = False, config: Config | None = None,
+                 filename: str = "trainaudit-monitor.jsonl", meta: dict[str, Any] | None = None) -> None:
+        for name, sev in (("warn", warn), ("callback_on", callback_on), ("save_batch_on", save_batch_on),
+                          ("stop_on", stop_on)):
+            if sev is not None and sev not in SEVERITY_ORDER:
+                raise ValueError(f"{name}={sev!r}: expected one of {', '.join(SEVERITIES)} or None")
+        if every < 1 or rules_every < 1:
+            raise ValueError("every and rules_every must be >= 1")
+        self.model = model
+        self.optimizer = optimizer
+        self.log_dir = Path(log_dir)
+        self.every = every
+        self.warn_on, self.callback_on, self.save_batch_on, self.stop_on = warn, callback_on, save_batch_on, stop_on
+        self.on_alert = on_alert
+        self.nan_origin = nan_origin
+        self.rules = OnlineRules(config=config, every=rules_every, window=window, budget=rules_budget)
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        self.path = self.log_dir / filename
+        self.writer = JsonlWriter(self.path)
+        self.tb = TensorBoardWriter(self.log_dir / "tb") if tensorboard else None
+        self.step_no = 0
+        self.stopped: Alert | None = None
+        self.closed = False
+        self.origin: dict[str, Any] | None = None
+        self._handles: list[Any] = []
+        self._fw: list[tuple[str, Any, torch.Tensor]] = []
+        self._fw_cap = 0
+        self._t_last: float | None = None
+        self._prev_lr: float | None = None
+        self._snap: dict[str, torch.Tensor] | None = None
+        self._ratios: dict[str, float] = {}
+        self._gstats: tuple[float, int, list[float | None]] | None = None
+        self._checked_params = False
+        self._user_gn = False
+        self._statm: int | None = None
+        try:
+            self._statm = os.open("/proc/self/statm", os.O_RDONLY)
+        except OSError:
+            pass
+        self._page_mb = os.sysconf("SC_PAGE_SIZE") / 2**20 if hasattr(os, "sysconf") else 4096 / 2**20
+        self._named = [(n, p) for n, p in model.named_parameters()]
+        self._module_of = [n.rsplit(".", 1)[0] if "." in n else n for n, _ in self._named]
+        self._attach()
+        self.writer.write({"trainaudit_monitor": 1, "type": "start", "time": time.time(),
+                           "every": every, "rules_every": rules_every, **self._model_summary(), **(meta or {})})
+
+    # -- hooks ------------------------------------------------------------------------------
+    def _attach(self) -> None:
+        if self.nan_origin:
+            leaves = [(n, m) for n, m in self.model.named_modules() if not any(True for _ in m.children())]
+            self._fw_cap = 8 * max(1, len(leaves))
+            for name, mod in leaves:
+                self._handles.append(mod.register_forward_hook(functools.partial(self._on_forward, name)))
+        if self.optimizer is not None:
+            self._handles.append(self.optimizer.register_step_pre_hook(self._on_opt_pre))
+            self._handles.append(self.optimizer.register_step_post_hook(self._on_opt_post))
+
+    def _on_forward(self, name: str, _mod: nn.Module, inp: Any, out: Any) -> None:
+        t = _first_tensor(out)
+        if t is None or len(self._fw) >= self._fw_cap:
+            return
+        self._fw.append((name, inp, t))
+        if t.requires_grad:
+            # a tensor hook (C++ side, far cheaper than a Python closure per call) that keeps the
+            # gradient at this output until step() looks at it
+            t.retain_grad()
+
+    def _sampling(self, step: int) -> bool:
+        return step == 1 or step % self.every == 0
+
+    def _on_opt_pre(self, _opt: Any, _args: Any, _kw: Any) -> None:
+        sampling = self._sampling(self.step_no + 1)
+        # grads as the optimizer sees them; skipped when the caller passes grad_norm (then a
+        # finite norm proves every grad finite, and per-layer norms are only needed when sampling)
+        if sampling or not self._user_gn:
+            self._gstats = self._grad_stats()
+        if sampling:
+            self._snap = {n: p.detach().clone() for n, p in self._named if p.grad is not None}
+
+    def _on_opt_post(self, _opt: Any, _args: Any, _kw: Any) -> None:
+        if self._snap is None:
+            return
+        upd: dict[str, list[float]] = {}
+        with torch.no_grad():
+            for (n, p), mod in zip(self._named, self._module_of):
+                old = self._snap.get(n)
+                if old is None:
+                    continue
+                d = float(torch.linalg.vector_norm(p.detach() - old))
+                w = float(torch.linalg.vector_norm(old))
+                acc = upd.setdefault(mod, [0.0, 0.0])
+                acc[0] += d * d
+                acc[1] += w * w
+        self._ratios = {m: math.sqrt(a) / math.sqrt(b) if b > 0 else (0.0 if a == 0 else math.inf)
+                        for m, (a, b) in upd.items()}
+        self._snap = None
+
+    def _grad_stats(self) -> tuple[float, int, list[float | None]]:
+        """(global L2 norm, tensors with non-finite grads, per-tensor norms in named order)."""
+        grads = [p.grad.detach() for _, p in self._named if p.grad is not None]
+        if not grads:
+            return 0.0, 0, []
+        with torch.no_grad():
+            norms = torch._foreach_norm(grads)  # one fused pass over all grads
+            stacked = torch.stack([n.float().cpu() for n in norms]) if norms[0].device.type != "cpu" else torch.stack(norms)
+            total = float(torch.linalg.vector_norm(stacked))
+            per = stacked.tolist()
+        bad = sum(1 for v in per if not math.isfinite(v))
+        full = iter(per)
+        return total, bad, [next(full) if p.grad is not None else None for _, p in self._named]
+
+    def _rss_mb(self) -> float:
+        """Current RSS from a kept-open /proc/self/statm (pread: no open per step)."""
+        if self._statm is not None:
+            try:
+                return int(os.pread(self._statm, 128, 0).split()[1]) * self._page_mb
+            except (OSError, ValueError, IndexError):
+                pass
+        return _peak_rss_mb()
+
+    # -- model facts ------------------------------------------------------------------------
+    def _model_summary(self) -> dict[str, Any]:
+        total = sum(p.numel() for _, p in self._named)
+        trainable = sum(p.numel() for _, p in self._named if p.requires_grad)
+        dtypes: dict[str, int] = {}
+        for _, p in self._named:
+            dtypes[str(p.dtype).removeprefix("torch.")] = dtypes.get(str(p.dtype).removeprefix("torch."), 0) + p.numel()
+        return {"model": type(self.model).__name__, "params": total, "trainable_params": trainable,
+                "param_dtypes": dtypes}
+
+    def _check_params(self) -> list[Alert]:
+        """Once, after the first backward: trainable parameters the optimizer does not update,
+        parameters that got no gradient, and a mostly frozen model."""
+        out: list[Alert] = []
+        s = self.step_no
+        if self.optimizer is not None:
+            in_opt = {id(p) for g in self.optimizer.param_groups for p in g["params"]}
+            missing = [n for n, p in self._named if p.requires_grad and id(p) not in in_opt]
+            if missing:
+                n = sum(p.numel() for nm, p in self._named if nm in set(missing))
+                out.append(Alert("MON201", "plateau", "high",
+                                 f"{len(missing)} trainable parameter tensors ({n} values) are not in the optimizer and "
+                                 f"will never change: {', '.join(missing[:5])}", s, s, None, {"params": missing}))
+        nograd = [n for n, p in self._named if p.requires_grad and p.grad is None]
+        if nograd and len(nograd) < len(self._named):
+            out.append(Alert("MON202", "plateau", "medium",
+                             f"{len(nograd)} trainable parameter tensors received no gradient (unused in the forward, "
+                             f"or the graph was detached): {', '.join(nograd[:5])}", s, s, None, {"params": nograd}))
+        total = sum(p.numel() for _, p in self._named)
+        frozen = [n for n, p in self._named if not p.requires_grad]
+        share = sum(p.numel() for _, p in self._named if not p.requires_grad) / total if total else 0.0
+        if frozen:
+            sev = "high" if share >= 0.999 else ("medium" if share >= 0.5 else "info")
+            out.append(Alert("MON203", "plateau", sev,
+                             f"{share:.0%} of the parameters are frozen (requires_grad=False): {', '.join(frozen[:5])}",
+                             s, s, None, {"frozen_share": share, "params": frozen}))
+        return out
+
+    def _locate_nonfinite(self, loss_finite: bool) -> dict[str, Any] | None:
+        """Where the first NaN/Inf appeared in this step: the first module (execution order) whose
+        output is non-finite; if the forward was clean, the first gradient (backward order) that is."""
+        if not self.nan_origin:
+            return None
+        with torch.no_grad():
+            for i, (name, inp, out) in enumerate(self._fw):
+                if not _finite(out):
+                    t_in = _first_tensor(inp)
+                    bad_in = t_in is not None and not _finite(t_in)
+                    return {"phase": "forward", "module": name, "input_nonfinite": bad_in, "call": i,
+                            "detail": (f"non-finite input entering {name}" if bad_in
+                                       else f"{name} produced NaN/Inf from finite inputs")}
+            if not loss_finite:
+                return {"phase": "loss", "module": None, "detail": "the loss itself is non-finite (module outputs finite)"}
+            order = [n for n, _, _ in self._fw]
+            seen = [(n, out.grad) for n, _, out in reversed(self._fw) if out.requires_grad and out.grad is not None]
+            for name, g in seen:  # backward order
+                if not _finite(g):
+                    # the gradient at name's output came from the backward of what consumed it
+                    idx = order.index(name) if name in order else -1
+                    nxt = order[idx + 1] if 0 <= idx < len(order) - 1 else "the loss"
+                    return {"phase": "backward", "module": nxt, "grad_at_output_of": name,
+                            "detail": f"non-finite gradient first produced by the backward of {nxt} "
+                                      f"(seen at the output of {name})"}
+            bad = [n for (n, p) in self._named if p.grad is not None and not _finite(p.grad)]
+            if bad:
+                return {"phase": "backward", "module": bad[-1].rsplit(".", 1)[0],
+                        "detail": f"non-finite parameter gradients: {', '.join(bad[:5])}"}
+        return None
+
+    # -- the per-step call ------------------------------------------------------------------
+    def step(self, loss: torch.Tensor | float | None = None, *, batch: Any = None, step: int | None = None,
+             lr: float | None = None, grad_norm: float | None = None, **metrics: float) -> list[Alert]:
+        """Record one optimizer step (call it after ``optimizer.step()``). ``grad_norm``: pass the
+        value ``clip_grad_norm_`` returned to log the norm before clipping. Returns new alerts;
+        raises :class:`TrainingStopped` (after recording the step) when an alert's action is stop."""
+        now = time.perf_counter()
+        self.step_no = int(step) if step is not None else self.step_no + 1
+        s = self.step_no
+        rec: dict[str, Any] = {"type": "step", "step": s}
+        loss_v = float(loss.detach().float()) if isinstance(loss, torch.Tensor) else (None if loss is None else float(loss))
+        if loss_v is not None:
+            rec["loss"] = loss_v
+        self._user_gn = grad_norm is not None
+        gstats = self._gstats
+        self._gstats = None
+        if gstats is None and (grad_norm is None or not math.isfinite(grad_norm) or self._sampling(s)):
+            gstats = self._grad_stats()
+        gn, n_bad, per = gstats if gstats is not None else (0.0, 0, [])
+        rec["grad_norm"] = float(grad_norm) if grad_norm is not None else gn
+        rec["nonfinite_grads"] = n_bad
+        if lr is None and self.optimizer is not None and self.optimizer.param_groups:
+            lr = float(self.optimizer.param_groups[0]["lr"])
+        if lr is not None:
+            rec["lr"] = lr
+        if self._t_last is not None:
+            rec["step_time"] = now - self._t_last
+        self._t_last = now
+        rec["cpu_mem_rss_mb"] = self._rss_mb()
+        if torch.cuda.is_available() and torch.cuda.is_initialized():
+            rec["cuda_mem_allocated_mb"] = torch.cuda.memory_allocated() / 2**20
+            rec["cuda_mem_max_allocated_mb"] = torch.cuda.max_memory_allocated() / 2**20
+        for k, v in metrics.items():
+            rec[k] = float(v)
+        if self._sampling(s) and per:
+            by_mod: dict[str, float] = {}
+            for v, mod in zip(per, self._module_of):
+                if v is not None:  # None: that parameter has no gradient
+                    by_mod[mod] = by_mod.get(mod, 0.0) + v * v
+            for mod, sq in by_mod.items():
+                rec[f"grad_norm/{mod}"] = math.sqrt(sq)
+            for mod, r in self._ratios.items():
+                rec[f"update_ratio/{mod}"] = r
+            self._ratios = {}
+
+        new: list[Alert] = []
+        if not self._checked_params:
+            self._checked_params = True
+            new += [a for a in self._check_params() if self.rules.record(a)]
+        loss_finite = loss_v is None or math.isfinite(loss_v)
+        urgent = not loss_finite or not math.isfinite(rec["grad_norm"]) or n_bad > 0
+        if urgent and self.origin is None:
+            origin = self._locate_nonfinite(loss_finite)
+            if origin is not None:
+                self.origin = {"step": s, **origin}
+                self.writer.write({"type": "nonfinite", "step": s, **origin})
+                a = Alert("MON101", "nan_inf", "critical", f"first NaN/Inf at step {s} ({origin['phase']}): "
+                          f"{origin['detail']}", s, s, origin.get("module"), dict(origin))
+                if self.rules.record(a):
+                    new.append(a)
+        if lr is not None and self._prev_lr is not None and lr > 0 and self._prev_lr > 0:
+            urgent = urgent or not 0.5 <= lr / self._prev_lr <= 2.0
+        self._prev_lr = lr
+
+        live = self.rules.live
+        for k, v in rec.items():
+            if k not in ("type", "step") and isinstance(v, (int, float)):
+                live.add(k, s, float(v), 0)
+        self.writer.write(rec)
+        if self.tb is not None:
+            self.tb.write(s, rec)
+        if self.rules.due(s, urgent):
+            new += self.rules.evaluate(s)
+        self._fw.clear()
+        if new:
+            self._act(new, batch)
+        return new
+
+    def _act(self, alerts: list[Alert], batch: Any) -> None:
+        stop: Alert | None = None
+        for a in alerts:
+            self.writer.write({"type": "alert", **a.to_dict()})
+            if self.warn_on is not None and a.at_least(self.warn_on):
+                log.warning("trainaudit: step %d: %s", a.step, a.text())
+            if self.on_alert is not None and a.at_least(self.callback_on):
+                self.on_alert(a)
+            if self.save_batch_on is not None and batch is not None and a.at_least(self.save_batch_on):
+                d = self.log_dir / "batches"
+                d.mkdir(exist_ok=True)
+                target = d / f"step{a.step}.pt"
+                if not target.exists():
+                    torch.save(batch, target)
+                    self.writer.write({"type": "batch_saved", "step": a.step, "path": f"batches/{target.name}"})
+            if stop is None and self.stop_on is not None and a.at_least(self.stop_on):
+                stop = a
+        if stop is not None:
+            self.stopped = stop
+            self.close(status="stopped")
+            raise TrainingStopped(stop)
+
+    # -- lifecycle --------------------------------------------------------------------------
+    @property
+    def alerts(self) -> list[Alert]:
+        return self.rules.alerts
+
+    def close(self, status: str = "completed", error: str | None = None) -> None:
+        """Detach the hooks and write the end record (the completion marker ``watch`` waits for)."""
+        if self.closed:
+            return
+        self.closed = True
+        for h in self._handles:
+            h.remove()
+        self._handles.clear()
+        self._fw.clear()
+        if self._statm is not None:
+            os.close(self._statm)
+            self._statm = None
+        end: dict[str, Any] = {"type": "end", "step": self.step_no, "status": status, "completed": status == "completed",
+                               "alerts": len(self.alerts)}
+        if self.stopped is not None:
+            end["stopped_by"] = self.stopped.rule
+        if error:
+            end["error"] = error
+        self.writer.write(end)
+        self.writer.close()
+        if self.tb is not None:
+            self.tb.close()
+
+    def __enter__(self) -> Monitor:
+        return self
+
+    def __exit__(self, exc_type: Any, exc: BaseException | None, _tb: Any) -> bool:
+        if exc is None:
+            self.close("completed")
+            return False
+        if isinstance(exc, TrainingStopped):
+            self.close("stopped")
+            return True  # the clean stop the user asked for
+        self.close("crashed", error=f"{type(exc).__name__}: {exc}"[:500])
+        return False

@@ -1,0 +1,213 @@
+"""The diagnose rules, evaluated incrementally on a run that is still being written.
+
+:class:`LiveRun` is a :class:`~trainaudit.ingest.sink.Sink`: readers (``watch``) and the monitor
+feed it values as they appear. :class:`OnlineRules` turns the last ``window`` points of every
+metric into a :class:`~trainaudit.model.Run` and runs the same rules as ``diagnose`` on it; each
+(rule, metric) pair alerts once, with the step it was detected at and the step it started at.
+
+This is an adapter over the rules' public API (``active_rules``, ``Context``): the rules are
+written for whole runs, so rules that only make sense once a run has ended are left out.
+No torch here: ``watch`` uses it too.
+"""
+
+from __future__ import annotations
+
+import time
+from array import array
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+from numpy.typing import ArrayLike
+
+from trainaudit.ingest.sink import Sink
+from trainaudit.model import Event, Run, Series, Source
+from trainaudit.report.schema import SEVERITY_ORDER
+from trainaudit.rules import Config, Context, Rule, active_rules
+
+# A live run has no completion marker yet: "the log stops without a completion marker" is what
+# every running job looks like, so that rule only runs at the end (OnlineRules.finish).
+END_OF_RUN_RULES: frozenset[str] = frozenset({"TA405"})
+
+
+class TrainingStopped(Exception):
+    """Raised by ``Monitor.step`` after the current step when an alert's action is ``stop``.
+
+    The monitor's context manager swallows it, so ``with trainaudit.monitor(...)`` around the
+    loop ends training cleanly; the alert is in ``.alert``."""
+
+    def __init__(self, alert: Alert) -> None:
+        super().__init__(f"training stopped by trainaudit at step {alert.step}: {alert.text()}")
+        self.alert = alert
+
+
+@dataclass(frozen=True, slots=True)
+class Alert:
+    """A problem found while the run was alive: what (rule, message), since when, seen when."""
+
+    rule: str
+    category: str
+    severity: str
+    message: str
+    step: int  # the step at which it was detected
+    since: int | None  # the first bad step, as the rule reports it
+    metric: str | None = None
+    data: dict[str, Any] = field(default_factory=dict)
+
+    def text(self) -> str:
+        since = f" since step {self.since}" if self.since is not None else ""
+        return f"[{self.rule} {self.severity}] {self.category}{since}: {self.message}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def at_least(self, severity: str) -> bool:
+        return SEVERITY_ORDER[self.severity] >= SEVERITY_ORDER[severity]
+
+
+class _Buf:
+    __slots__ = ("lines", "steps", "values")
+
+    def __init__(self) -> None:
+        self.steps = array("q")
+        self.values = array("d")
+        self.lines = array("q")
+
+
+class LiveRun(Sink):
+    """A sink whose values are visible as soon as they are added (no flush), plus events/meta.
+
+    Only the last ``keep`` points per metric are kept (older ones are dropped in chunks), so a
+    week-long run followed by ``watch`` stays small in memory."""
+
+    def __init__(self, keep: int = 20000) -> None:
+        super().__init__()
+        self.keep = keep
+        self.bufs: dict[str, _Buf] = {}
+        self.events: list[Event] = []
+        self.meta_values: dict[str, Any] = {}
+        self.sources: list[Source] = []
+
+    def begin(self, source: Source) -> None:
+        if not self.sources or self.sources[-1].path != source.path:
+            self.sources.append(source)
+        self.source = source
+        # keep last_step and rank ownership across re-opened sources (rotation continues a run)
+
+    def add(self, metric: str, step: int, value: float, line: int, rank: int | None = None) -> None:
+        if rank is not None:
+            metric = self.metric_for(metric, rank)
+        b = self.bufs.get(metric)
+        if b is None:
+            b = self.bufs[metric] = _Buf()
+        b.steps.append(int(step))
+        b.values.append(float(value))
+        b.lines.append(int(line))
+        self.n_values += 1
+        self.last_step = int(step)
+        if len(b.steps) > 2 * self.keep:
+            del b.steps[:-self.keep], b.values[:-self.keep], b.lines[:-self.keep]
+
+    def add_many(self, metric: str, steps: ArrayLike, values: ArrayLike, lines: ArrayLike) -> None:
+        for s, v, ln in zip(np.asarray(steps).tolist(), np.asarray(values).tolist(), np.asarray(lines).tolist()):
+            self.add(metric, int(s), float(v), int(ln))
+
+    def write_event(self, ev: Event) -> None:
+        self.events.append(ev)
+
+    def write_meta(self, key: str, value: Any) -> None:
+        self.meta_values.setdefault(key, value)
+
+    def end(self) -> None:
+        """Nothing is buffered."""
+
+    def snapshot(self, window: int) -> Run:
+        """The last ``window`` points of each metric as a Run (sorted by step, last value of a
+        repeated step wins, as RunBuilder does)."""
+        run = Run(sources=list(self.sources) or [Source("<live>")], events=list(self.events),
+                  meta=dict(self.meta_values))
+        for name, b in self.bufs.items():
+            n = len(b.steps)
+            lo = max(0, n - window)
+            steps = np.array(b.steps[lo:], dtype=np.int64)
+            values = np.array(b.values[lo:], dtype=np.float64)
+            lines = np.array(b.lines[lo:], dtype=np.int64)
+            if steps.size > 1 and np.any(np.diff(steps) <= 0):
+                order = np.argsort(steps, kind="stable")
+                steps, values, lines = steps[order], values[order], lines[order]
+                keep = np.append(steps[1:] != steps[:-1], True)
+                steps, values, lines = steps[keep], values[keep], lines[keep]
+            run.series[name] = Series(name, steps, values, lines, np.zeros(steps.size, dtype=np.int16))
+        return run
+
+
+@dataclass
+class OnlineRules:
+    """Evaluate the rules on the live run every ``every`` steps (and at once when the caller
+    says it is urgent: a non-finite value, an lr change), over the last ``window`` points; return
+    only new alerts. ``budget`` caps the share of wall time spent in routine evaluations: with
+    very fast steps they are spaced out so that their cost stays under it."""
+
+    config: Config | None = None
+    every: int = 25
+    window: int = 2000
+    min_points: int = 20
+    budget: float = 0.02
+    live: LiveRun = field(default_factory=LiveRun)
+    fired: dict[tuple[str, str | None], Alert] = field(default_factory=dict)
+    _rules: list[Rule] = field(default_factory=list)
+    _last_eval: int | None = None
+    _eval_cost: float = 0.0
+    _eval_end: float = 0.0
+
+    def __post_init__(self) -> None:
+        self._rules = [r for r in active_rules(self.config) if r.id not in END_OF_RUN_RULES]
+        self._final = [r for r in active_rules(self.config) if r.id in END_OF_RUN_RULES]
+
+    @property
+    def alerts(self) -> list[Alert]:
+        return list(self.fired.values())
+
+    def due(self, step: int, urgent: bool = False) -> bool:
+        if urgent:
+            return True
+        if self._last_eval is None:
+            return step >= self.min_points
+        if step - self._last_eval < self.every:
+            return False
+        return self.budget <= 0 or time.perf_counter() - self._eval_end >= self._eval_cost / self.budget
+
+    def evaluate(self, step: int, *, final: bool = False) -> list[Alert]:
+        t0 = time.perf_counter()
+        try:
+            return self._evaluate(step, final)
+        finally:
+            self._eval_end = time.perf_counter()
+            self._eval_cost = self._eval_end - t0
+
+    def _evaluate(self, step: int, final: bool) -> list[Alert]:
+        self._last_eval = step
+        run = self.live.snapshot(self.window)
+        if not run.series and not run.events:
+            return []
+        ctx = Context.of(run)
+        new: list[Alert] = []
+        rules = self._rules + (self._final if final else [])
+        for rule in rules:
+            for hit in rule.check(ctx):
+                key = (hit.rule, hit.metric)
+                if key in self.fired:
+                    continue
+                a = Alert(hit.rule, hit.category, hit.severity, hit.message, step, hit.first_bad_step, hit.metric,
+                          {"confidence": hit.confidence})
+                self.fired[key] = a
+                new.append(a)
+        return new
+
+    def record(self, alert: Alert) -> bool:
+        """Add an alert found outside the rules (the monitor's own checks); False if known."""
+        key = (alert.rule, alert.metric)
+        if key in self.fired:
+            return False
+        self.fired[key] = alert
+        return True

@@ -1,0 +1,147 @@
+"""The live monitor on real tiny CPU training runs with injected faults (see tinyloop.py).
+
+Routine rule evaluations are spaced by a CPU-time budget by default; the tests set
+``rules_budget=0`` so that "evaluated every ``rules_every`` steps" holds exactly whatever the
+machine's load, which makes detection steps deterministic."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from conftest import run_cli
+from tinyloop import build, records, train
+from trainaudit.ingest import load_run
+from trainaudit.model import EventKind
+
+FAST = {"rules_budget": 0.0, "warn": None}
+
+
+def _by_rule(res, rule: str):  # type: ignore[no-untyped-def]
+    return [a for a in res.monitor.alerts if a.rule == rule]
+
+
+def test_healthy_run_raises_nothing_and_diagnose_reads_the_jsonl(tmp_path: Path) -> None:
+    res = train(tmp_path, steps=150, **FAST)
+    assert res.monitor.alerts == []
+    recs = records(tmp_path)
+    assert recs[0]["trainaudit_monitor"] == 1 and recs[0]["type"] == "start"
+    assert recs[-1] == {"type": "end", "step": 150, "status": "completed", "completed": True, "alerts": 0}
+    run, problems = load_run([str(tmp_path / "trainaudit-monitor.jsonl")])
+    assert not problems and run.sources[0].format == "trainaudit-monitor"
+    loss = run.series["loss"]
+    assert len(loss) == 150
+    # exactly the values the loop computed, at the right steps
+    assert loss.value_at(1) == res.losses[0] and loss.value_at(150) == res.losses[149]
+    assert res.losses[-1] < 0.5 * res.losses[0]
+    # per-layer statistics at step 1 and every 50 steps only
+    assert run.series["grad_norm/0"].steps.tolist() == [1, 50, 100, 150]
+    assert run.series["update_ratio/2"].steps.tolist() == [1, 50, 100, 150]
+    assert np.all(run.series["update_ratio/2"].values > 0)
+    assert any(e.kind == EventKind.PHASE and e.data["completed"] for e in run.events)
+
+
+def test_nan_batch_at_step_57_alerts_at_57_and_names_the_input_layer(tmp_path: Path) -> None:
+    def nan_batch(step: int, _model: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
+        if step == 57:
+            x = x.clone()
+            x[3, 2] = float("nan")
+        return x
+
+    seen = []
+    res = train(tmp_path, steps=80, fault=nan_batch, on_alert=seen.append, save_batch_on="critical", **FAST)
+    origin = _by_rule(res, "MON101")
+    assert len(origin) == 1 and origin[0].step == 57 and origin[0].since == 57
+    assert origin[0].data["phase"] == "forward" and origin[0].metric == "0" and origin[0].data["input_nonfinite"]
+    ta101 = _by_rule(res, "TA101")
+    assert ta101 and all(a.step == 57 and a.since == 57 for a in ta101)
+    assert all(a.step >= 57 for a in res.monitor.alerts)  # nothing before the fault
+    assert [a.rule for a in seen] == [a.rule for a in res.monitor.alerts]  # the callback saw every alert
+    saved = torch.load(tmp_path / "batches" / "step57.pt")
+    assert torch.isnan(saved[0][3, 2]) and int(torch.isnan(saved[0]).sum()) == 1
+    nonfinite = [r for r in records(tmp_path) if r["type"] == "nonfinite"]
+    assert nonfinite == [{"type": "nonfinite", "step": 57, "phase": "forward", "module": "0", "input_nonfinite": True,
+                          "call": 0, "detail": "non-finite input entering 0"}]
+
+
+def test_forward_nan_inside_the_model_is_attributed_and_stop_ends_cleanly(tmp_path: Path) -> None:
+    def broken(step: int, model: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
+        if step == 33:
+            model[2].shift = 1e6  # log of a negative number from here on
+        return x
+
+    res = train(tmp_path, steps=80, model=build("log"), fault=broken, stop_on="critical", **FAST)
+    assert res.steps_run == 33  # the with-block ended right after step 33, no exception escaped
+    assert res.monitor.stopped is not None and res.monitor.stopped.step == 33
+    origin = _by_rule(res, "MON101")[0]
+    assert origin.metric == "2" and origin.data["phase"] == "forward" and not origin.data["input_nonfinite"]
+    recs = records(tmp_path)
+    assert recs[-1]["type"] == "end" and recs[-1]["status"] == "stopped" and recs[-1]["step"] == 33
+    assert max(r["step"] for r in recs if r["type"] == "step") == 33
+
+
+def test_backward_nan_is_attributed_to_the_module_whose_backward_made_it(tmp_path: Path) -> None:
+    def arm(step: int, model: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
+        model[2].armed = step == 40
+        return x
+
+    res = train(tmp_path, steps=45, model=build("bomb"), fault=arm, clip=None, **FAST)
+    origin = _by_rule(res, "MON101")[0]
+    assert origin.step == 40 and origin.data["phase"] == "backward"
+    assert origin.metric == "2" and origin.data["grad_at_output_of"] == "1"
+    assert np.isfinite(res.losses[39])  # the forward of step 40 was clean: only gradients were NaN
+
+
+def test_lr_jump_alerts_at_the_jump_step(tmp_path: Path) -> None:
+    res = train(tmp_path, steps=160, lr_at=lambda s: 3e-3 if s < 120 else 0.5, clip=None, **FAST)
+    jump = _by_rule(res, "TA206")
+    assert len(jump) == 1 and jump[0].step == 120 and jump[0].since == 120
+    assert "0.003 -> 0.5" in jump[0].message
+    assert all(a.since is None or a.since >= 120 for a in res.monitor.alerts)
+
+
+def test_params_left_out_of_the_optimizer_alert_at_step_1(tmp_path: Path) -> None:
+    res = train(tmp_path, steps=30, optimizer_params=lambda m: m[4].parameters(), **FAST)
+    miss = _by_rule(res, "MON201")
+    assert len(miss) == 1 and miss[0].step == 1 and miss[0].severity == "high"
+    assert miss[0].data["params"] == ["0.weight", "0.bias", "2.weight", "2.bias"]
+
+
+def test_frozen_body_is_reported(tmp_path: Path) -> None:
+    model = build()
+    for p in list(model[0].parameters()) + list(model[2].parameters()):
+        p.requires_grad_(False)
+    res = train(tmp_path, steps=10, model=model, **FAST)
+    frozen = _by_rule(res, "MON203")
+    assert len(frozen) == 1 and frozen[0].step == 1 and frozen[0].severity == "medium"
+    assert abs(frozen[0].data["frozen_share"] - (16 * 32 + 32 + 32 * 32 + 32) / (16 * 32 + 32 + 32 * 32 + 32 + 32 * 4 + 4)) < 1e-9
+
+
+def test_diagnose_reads_the_monitor_file_of_a_nan_run(tmp_path: Path) -> None:
+    def nan_batch(step: int, _model: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
+        return x * float("nan") if step == 57 else x
+
+    train(tmp_path / "run", steps=70, **FAST, fault=nan_batch)
+    res = run_cli("diagnose", str(tmp_path / "run" / "trainaudit-monitor.jsonl"), "-o", str(tmp_path / "out"), "--quiet")
+    assert res.returncode == 0, res.stderr
+    answer = json.loads((tmp_path / "out" / "answer.json").read_text())
+    assert answer["final_answer"]["category"] == "nan_inf"
+    assert answer["final_answer"]["first_bad_step"] == 57
+
+
+def test_tensorboard_writer_is_read_back(tmp_path: Path) -> None:
+    res = train(tmp_path, steps=20, tensorboard=True, **FAST)
+    run, _ = load_run([str(tmp_path / "tb")])
+    assert run.series["loss"].steps.tolist() == list(range(1, 21))
+    assert abs(run.series["loss"].value_at(20) - res.losses[19]) < 1e-6  # float32 in the event file
+
+
+def test_import_trainaudit_does_not_import_torch() -> None:
+    code = "import sys, trainaudit, trainaudit.monitor; print('torch' in sys.modules, callable(trainaudit.monitor))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert out == ["False", "True"]
