@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from trainaudit.ingest import format_names
+from trainaudit.llm.options import llm_options, narrate_if_requested  # issue 7: optional LLM narrator
 from trainaudit.post.delivery import delivery_options  # issue 8
 
 
@@ -38,6 +39,7 @@ from trainaudit.post.delivery import delivery_options  # issue 8
 @click.option("--json", "as_json", is_flag=True, help="Print answer.json to stdout instead of the summary.")
 @click.option("--quiet", is_flag=True, help="No summary and no progress.")
 @click.option("--format", "fmt", metavar="NAME", help="Force the format of the run files (see below).")
+@llm_options  # issue 7: --llm, --llm-base-url, --llm-timeout
 def audit(inputs: tuple[str, ...], passing: tuple[str, ...], repo: str | None, good: str | None, bad: str | None,
           golden: str | None, model_config: str | None, github: tuple[str, ...], gitlab: tuple[str, ...],
           github_api_url: str | None, find_fix: bool, policy: str, out: Path, as_json: bool, quiet: bool,
@@ -79,6 +81,7 @@ def audit(inputs: tuple[str, ...], passing: tuple[str, ...], repo: str | None, g
             answer, plots, info = run_audit(opts, step=step, fetch_progress=fetched)
     else:
         answer, plots, info = run_audit(opts)
+    answer = narrate_if_requested(answer)  # issue 7: wording only, verified; never changes the verdict
     paths = write_report(answer, out, plots)
     _append_reasoning(paths.markdown, answer, info)
     if as_json:

@@ -9,6 +9,7 @@ import click
 
 from trainaudit.errors import UsageError
 from trainaudit.ingest import format_names
+from trainaudit.llm.options import llm_options, narrate_if_requested  # issue 7: optional LLM narrator
 from trainaudit.post.delivery import delivery_options  # issue 8
 
 
@@ -42,6 +43,7 @@ from trainaudit.post.delivery import delivery_options  # issue 8
 @click.option("--json", "as_json", is_flag=True, help="Print answer.json to stdout instead of the summary.")
 @click.option("--quiet", is_flag=True, help="No summary on stdout.")
 @click.option("--format", "fmt", metavar="NAME", help="Force the input format (see below).")
+@llm_options  # issue 7: --llm, --llm-base-url, --llm-timeout
 def compare(inputs: tuple[str, ...], golden: str | None, baselines: tuple[str, ...], model_config: str | None,
             deterministic: bool | None, pipeline: str | None, train_iters: int | None, policy: str,
             ci_logs: tuple[str, ...], out: Path, as_json: bool, quiet: bool, fmt: str | None) -> int:
@@ -74,6 +76,7 @@ def compare(inputs: tuple[str, ...], golden: str | None, baselines: tuple[str, .
         from trainaudit.compare.runs import compare_runs
 
         answer, plots, passed = compare_runs([inputs[0], *baselines], inputs[1], fmt)
+    answer = narrate_if_requested(answer)  # issue 7: wording only, verified; never changes `passed`
     paths = write_report(answer, out, plots)
     if as_json:
         click.echo(answer.model_dump_json(indent=2))

@@ -12,6 +12,7 @@ from rich.table import Table
 from trainaudit.diagnosis import build_answer, diagnose_run, plot_specs
 from trainaudit.errors import InputError
 from trainaudit.ingest import format_names, load_run
+from trainaudit.llm.options import llm_options, narrate_if_requested  # issue 7: optional LLM narrator
 from trainaudit.report.schema import SEVERITY_ORDER, Answer
 from trainaudit.report.write import display_path, write_report
 from trainaudit.rules import load_config
@@ -33,6 +34,7 @@ _STYLE = {"critical": "bold red", "high": "red", "medium": "yellow", "low": "cya
 @click.option("--config", "config", type=click.Path(dir_okay=False, path_type=Path),
               help="A pyproject.toml / trainaudit.toml with [tool.trainaudit] rule settings "
                    "(default: the nearest pyproject.toml).")
+@llm_options  # issue 7: --llm, --llm-base-url, --llm-timeout
 def diagnose(inputs: tuple[str, ...], out: Path, fmt: str | None, as_json: bool, quiet: bool, fail_on: str | None,
              config: Path | None) -> int:
     """Diagnose one training run: logs, metric files, TensorBoard files, stderr, archives.
@@ -48,6 +50,7 @@ def diagnose(inputs: tuple[str, ...], out: Path, fmt: str | None, as_json: bool,
         raise InputError(f"{', '.join(inputs)}: no metrics or events found")
     result = diagnose_run(run, cfg)
     answer = build_answer(list(inputs), run, result)
+    answer = narrate_if_requested(answer)  # issue 7: wording only, verified; no-op without --llm
     paths = write_report(answer, out, plot_specs(run, result))
     if as_json:
         click.echo(answer.model_dump_json(indent=2))
