@@ -197,3 +197,29 @@ def test_cli_refuses_a_non_loopback_http_host(tmp_path: Path) -> None:
                                 "only loopback addresses are allowed")
     r = run_cli("mcp", "--root", str(tmp_path / "nope"))
     assert r.returncode == 2 and "not a directory" in r.stderr
+
+
+def test_streamable_http_on_loopback(world: Path) -> None:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen([sys.executable, "-m", "trainaudit", "mcp", "--http", "--port", str(port),
+                             "--root", str(world)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        async def main() -> Any:
+            for _ in range(100):  # the server needs a moment to import and bind
+                try:
+                    with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                        break
+                except OSError:
+                    await anyio.sleep(0.1)
+            async with Client(f"http://127.0.0.1:{port}/mcp", read_timeout_seconds=120) as client:
+                return await client.call_tool("parse_summary", {"paths": ["runs/train.log"]})
+
+        res = _ok(anyio.run(main))
+        assert res["sources"][0]["format"] == "megatron" and res["sources"][0]["events"]["oom"] == 1
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
