@@ -63,3 +63,12 @@ def test_first_sustained():
     m = np.array([0, 1, 0, 0, 1, 1, 1, 0, 1, 1], dtype=bool)
     assert first_sustained(m, 0.8) == 4
     assert first_sustained(np.zeros(5, dtype=bool)) == -1
+
+
+def test_docs_rules_md_is_generated_from_the_registry():
+    from conftest import REPO
+
+    from trainaudit.rules.docs import render
+
+    assert (REPO / "docs" / "rules.md").read_text(encoding="utf-8") == render(), \
+        "docs/rules.md is stale: run python -m trainaudit.rules.docs"

@@ -144,6 +144,86 @@ def _story(category: str, hits: list[Hit], issue: str, n_loss: int) -> Story:
     return st
 
 
+def _incidents(num: list[Hit]) -> list[list[Hit]]:
+    """Split numeric hits into incidents: symptoms that start after the previous incident ended
+    (plus a small gap) are a separate story; each precursor joins the incident it precedes."""
+    symptoms = sorted((h for h in num if not h.precursor), key=_step)
+    groups: list[list[Hit]] = []
+    end = -math.inf
+    for h in symptoms:
+        gap = max(10.0, 0.01 * _step(h))
+        if groups and _step(h) <= end + gap:
+            groups[-1].append(h)
+        else:
+            groups.append([h])
+            end = -math.inf
+        last = h.last_step if h.last_step is not None else h.first_bad_step
+        end = max(end, float(last) if last is not None else _step(h))
+    for p in (h for h in num if h.precursor):
+        target = next((g for g in groups if _step(p) <= _step(g[0]) + max(10.0, 0.01 * _step(g[0]))
+                       and _step(g[0]) - _step(p) <= max(50.0, 0.05 * _step(g[0]))), None)
+        if target is not None:
+            target.append(p)
+        else:
+            groups.append([p])  # a cause with no symptom after it (e.g. an lr jump the run absorbed)
+    return groups
+
+
+def _numeric_story(num: list[Hit], n_loss_points: int, has: set[str]) -> Story:
+    symptoms = [h for h in num if not h.precursor]
+    if not symptoms:
+        return _story(num[0].category, num, num[0].message, n_loss_points)
+    if any(h.category == "loss_scale_collapse" for h in symptoms):
+        cat = "loss_scale_collapse"
+    else:
+        first = min(_step(h) for h in symptoms)
+        # the earliest symptom; ties (same step) go to the one that explains the others
+        cat = min((h for h in symptoms if _step(h) == first), key=lambda h: _NUMERIC_TIE[h.category]).category
+        # sustained gradient growth (TA204) that starts with the first symptom explains it
+        boom = [h for h in symptoms if h.rule == "TA204"]
+        if boom and cat in ("divergence", "loss_spike", "nan_inf") and _step(boom[0]) <= first + max(10.0, 0.05 * first):
+            cat = "grad_explosion"
+    prim = min((h for h in symptoms if h.category == cat), key=_step)
+    parts = [prim.message]
+    for h in sorted(symptoms, key=_step):
+        if h is not prim:
+            parts.append(f"then: {h.message}" if _step(h) >= _step(prim) else f"before it: {h.message}")
+    issue = "; ".join(parts)
+    start = _step(prim)
+    cause = ""
+    lr_step = None
+    for h in [x for x in num if x.rule == "TA206"]:
+        near = max(50.0, 0.05 * max(start, 1.0))
+        if -3 <= _step(h) - start <= 0 or (_step(h) <= start and start - _step(h) <= near):
+            cause = f"likely cause: {h.message}, at or just before the first symptom"
+            lr_step = h.first_bad_step
+        elif 0 < _step(h) - start <= 3:
+            # the symptom "starts" a noisy point or two before the jump: it starts at the jump
+            cause = f"likely cause: {h.message}, where the symptom starts"
+            lr_step = h.first_bad_step
+    for h in [x for x in num if x.rule == "TA103"]:
+        lead = h.data.get("lead_steps")
+        if lead is not None and _step(h) <= start + 1:
+            cause += ("; " if cause else "") + f"the gradient norm spiked first ({h.message})"
+    if cause:
+        issue = cause + ". " + issue
+    st = _story(cat, [prim] + [h for h in num if h is not prim], issue, n_loss_points)
+    st.first_bad_step = min((h.first_bad_step for h in symptoms if h.first_bad_step is not None), default=None)
+    if lr_step is not None and st.first_bad_step is not None and st.first_bad_step < lr_step:
+        st.first_bad_step = lr_step  # a symptom cannot precede its cause
+    if any(h.rule == "TA206" for h in num) and "likely cause" in issue:
+        st.fix = "Restore the intended lr schedule (the lr jump precedes the symptom); " + st.fix[0].lower() + st.fix[1:]
+        st.confidence = min(0.97, st.confidence + 0.05)
+    if "grad_norm" not in has:
+        st.needs_more_data.append("log the gradient norm (to see whether gradients blew up first)")
+        st.confidence *= 0.9
+    if "lr" not in has:
+        st.needs_more_data.append("log the learning rate (to rule out a schedule change)")
+    if cat == "loss_scale_collapse" and "loss_scale" not in has:
+        st.needs_more_data.append("log the loss scale every step")
+    return st
+
+
 def diagnose(hits: list[Hit], *, n_loss_points: int = 0, has: set[str] | None = None) -> Diagnosis:
     """``has``: roles that the run logs (``grad_norm``, ``lr``, ``val_loss``, ``loss_scale``...),
     used to say what data would settle a story."""
@@ -185,61 +265,12 @@ def diagnose(hits: list[Hit], *, n_loss_points: int = 0, has: set[str] | None = 
             st.needs_more_data.append("the full stderr with the Python traceback")
         stories.append(st)
 
-    # -- numerics -----------------------------------------------------------------------------
+    # -- numerics: one story per incident (symptoms that overlap in time), precursors attached
     num = take(lambda h: h.category in NUMERIC or h.rule in ("TA103", "TA206"))
     if any(h.category == "loss_scale_collapse" for h in num):
         num += take(lambda h: h.rule == "TA203")
-    symptoms = [h for h in num if not h.precursor]
-    if symptoms:
-        if any(h.category == "loss_scale_collapse" for h in symptoms):
-            cat = "loss_scale_collapse"
-        else:
-            first = min(_step(h) for h in symptoms)
-            # the earliest symptom; ties (same step) go to the one that explains the others
-            cat = min((h for h in symptoms if _step(h) == first), key=lambda h: _NUMERIC_TIE[h.category]).category
-            # sustained gradient growth (TA204) that starts with the first symptom explains it
-            boom = [h for h in symptoms if h.rule == "TA204"]
-            if boom and cat in ("divergence", "loss_spike", "nan_inf") and _step(boom[0]) <= first + max(10.0, 0.05 * first):
-                cat = "grad_explosion"
-        prim = min((h for h in symptoms if h.category == cat), key=_step)
-        parts = [prim.message]
-        for h in sorted(symptoms, key=_step):
-            if h is not prim:
-                parts.append(f"then: {h.message}" if _step(h) >= _step(prim) else f"before it: {h.message}")
-        issue = "; ".join(parts)
-        start = _step(prim)
-        cause = ""
-        lr_step = None
-        for h in [x for x in num if x.rule == "TA206"]:
-            near = max(50.0, 0.05 * max(start, 1.0))
-            if -3 <= _step(h) - start <= 0 or (_step(h) <= start and start - _step(h) <= near):
-                cause = f"likely cause: {h.message}, at or just before the first symptom"
-                lr_step = h.first_bad_step
-            elif 0 < _step(h) - start <= 3:
-                # the symptom "starts" a noisy point or two before the jump: it starts at the jump
-                cause = f"likely cause: {h.message}, where the symptom starts"
-                lr_step = h.first_bad_step
-        for h in [x for x in num if x.rule == "TA103"]:
-            lead = h.data.get("lead_steps")
-            if lead is not None and _step(h) <= start + 1:
-                cause += ("; " if cause else "") + f"the gradient norm spiked first ({h.message})"
-        if cause:
-            issue = cause + ". " + issue
-        st = _story(cat, [prim] + [h for h in num if h is not prim], issue, n_loss_points)
-        st.first_bad_step = min((h.first_bad_step for h in symptoms if h.first_bad_step is not None), default=None)
-        if lr_step is not None and st.first_bad_step is not None and st.first_bad_step < lr_step:
-            st.first_bad_step = lr_step  # a symptom cannot precede its cause
-        if any(h.rule == "TA206" for h in num) and "likely cause" in issue:
-            st.fix = "Restore the intended lr schedule (the lr jump precedes the symptom); " + st.fix[0].lower() + st.fix[1:]
-            st.confidence = min(0.97, st.confidence + 0.05)
-        if "grad_norm" not in has:
-            st.needs_more_data.append("log the gradient norm (to see whether gradients blew up first)")
-            st.confidence *= 0.9
-        if "lr" not in has:
-            st.needs_more_data.append("log the learning rate (to rule out a schedule change)")
-        if cat == "loss_scale_collapse" and "loss_scale" not in has:
-            st.needs_more_data.append("log the loss scale every step")
-        stories.append(st)
+    for group in _incidents(num):
+        stories.append(_numeric_story(group, n_loss_points, has))
 
     # -- not learning ---------------------------------------------------------------------------
     flat = take(lambda h: h.category in ("plateau", "grad_vanishing"))

@@ -329,6 +329,12 @@ class IncompleteRun(Rule):
         return [h]
 
 
+def _to_seconds(name: str) -> float:
+    """Step-time unit from the metric name: ``(ms)``, ``_ms``, ``ms`` -> milliseconds, else seconds."""
+    n = name.lower()
+    return 1e-3 if ("ms" in n.replace("(", " ").replace(")", " ").replace("_", " ").split()) else 1.0
+
+
 def _first_slow(v: np.ndarray, start: int, thr: float, ahead: int = 5) -> int:
     seg = v[start:]
     k = min(ahead, seg.size)
@@ -404,9 +410,7 @@ class ThroughputRegression(Rule):
             return []
         if time_like:
             # sub-millisecond "regressions" are OS scheduling noise of a busy host, not training
-            to_s = 1e-3 if ("ms" in s.name.lower().replace("(", " ").replace(")", " ").split() or
-                            s.name.lower().endswith(("_ms", "(ms)"))) else 1.0
-            if (after - before) * to_s < self.p.min_delta_s:
+            if (after - before) * _to_seconds(s.name) < self.p.min_delta_s:
                 return []
         thr = before * math.sqrt(r)
         if float(np.mean(x[k:] > thr)) < self.p.consistency:
@@ -499,7 +503,8 @@ class DataLoaderStall(Rule):
     Example: step time 0.12, 0.11, 0.12, 0.95, 0.12, 0.11, 0.12, 0.97 (every 4th step: 4 workers).
 
     Thresholds: ``slow_factor`` (3), ``min_frac`` (0.05), ``max_frac`` (0.5), ``periodic``
-    share of gaps equal to the most common gap (0.7).
+    share of gaps equal to the most common gap (0.7), ``min_stall_s`` extra seconds a slow step
+    must take (0.01; unit from the name, ``(ms)``/``_ms`` = milliseconds).
     """
 
     id = "TA408"
@@ -514,6 +519,7 @@ class DataLoaderStall(Rule):
         max_frac: float = 0.5
         periodic: float = 0.7
         min_points: int = 20
+        min_stall_s: float = 0.01
 
     def check(self, ctx: Context) -> list[Hit]:
         s = ctx.series("step_time", finite=True)
@@ -524,7 +530,9 @@ class DataLoaderStall(Rule):
         med = float(np.median(x))
         if med <= 0:
             return []
-        slow = np.flatnonzero(x > self.p.slow_factor * med)
+        # a stall must cost real time too: sub-10 ms hiccups of a toy run are logging/GC noise
+        floor = med + self.p.min_stall_s / _to_seconds(s.name)
+        slow = np.flatnonzero((x > self.p.slow_factor * med) & (x > floor))
         frac = slow.size / x.size
         if not (self.p.min_frac <= frac <= self.p.max_frac) or slow.size < 4:
             return []
