@@ -14,6 +14,7 @@ Findings are grouped by what explains what, then ordered by severity and by what
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 
 from trainaudit.report.schema import SEVERITY_ORDER
@@ -329,7 +330,7 @@ def diagnose(hits: list[Hit], *, n_loss_points: int = 0, has: set[str] | None = 
                 needs.append(n)
     quick = []
     for s in stories[:3]:
-        q = s.fix.split(". ")[0].rstrip(".") + "."
+        q = re.split(r"(?<=[a-z0-9)])\. (?=[A-Z])", s.fix)[0].rstrip(".") + "."  # first sentence ("e.g. x" stays)
         if q not in quick:
             quick.append(q)
     return Diagnosis(verdict=verdict, category=category, first_bad_step=first, stories=stories, hits=hits,

@@ -63,7 +63,8 @@ class NonFiniteMetric(Rule):
                 lv = loss.value_at(int(s.steps[i])) if loss is not None else None
                 if lv is not None and math.isfinite(lv):
                     msg += f"; the loss still prints {lv:g} at that step, so the NaN is hidden from the loss curve"
-            missing = [e for e in ctx.events(EventKind.MISSING_METRIC) if e.step == int(s.steps[i])]
+            missing = [e for e in ctx.events(EventKind.MISSING_METRIC)
+                       if e.step == int(s.steps[i]) and s.name in e.data.get("metrics", [s.name])] if role == "loss" else []
             if missing:
                 msg += " (the loss field is absent from the log line: Megatron omits a NaN/Inf loss)"
             h = self.hit(msg, 0.97 if role != "val_loss" else 0.9, metric=s.name, first_bad_step=int(s.steps[i]),
