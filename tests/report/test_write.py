@@ -92,3 +92,14 @@ def test_paths_quoted_from_logs_are_evidence_but_this_machines_paths_are_leaks(t
     bad = b.build(FinalAnswer(verdict="crash", category="crash", summary="crashed"))
     failed = [c for c in bad.validation.checks if not c.passed]
     assert [c.name for c in failed] == ["no_absolute_paths"] and str(tmp_path) in failed[0].detail
+
+
+def test_root_cause_text_is_masked() -> None:
+    b = AnswerBuilder("diagnose")
+    answer = b.build(FinalAnswer(verdict="crash", category="crash", summary="crashed", root_causes=[RootCause(
+        issue="RuntimeError: cannot reach https://u:s3cretpass@hub.example.org with hf_abcdefghijklmnopqrstuvwxyz0123456789",
+        category="crash", severity="critical", fix="rotate token=abcdef123456", expected_impact="-", verify="-",
+        confidence=0.5)]))
+    text = answer.model_dump_json()
+    assert "s3cretpass" not in text and "hf_abcdefghij" not in text and "abcdef123456" not in text
+    assert answer.validation.all_passed

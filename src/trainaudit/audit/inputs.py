@@ -80,7 +80,8 @@ class Staging:
         side = Side(side_name, run_dir=self.root / f"{side_name}-run")
         side.run_dir.mkdir(parents=True, exist_ok=True)
         for given in paths:
-            shown = names.get(given, given)
+            # an absolute path under the working directory is shown relative, as everywhere else
+            shown = names.get(given) or display_path(given)
             for inp in expand_inputs([given]):
                 display = shown + inp.display[len(given):] if inp.display.startswith(given) else inp.display
                 side.items.append(self._stage_one(side, inp, display))

@@ -123,6 +123,12 @@ class AnswerBuilder:
 
     def build(self, final: FinalAnswer) -> Answer:
         final.summary = mask_secrets(final.summary)
+        # Root causes quote exception messages and log text: mask them like every other string.
+        for rc in final.root_causes:
+            rc.issue, rc.fix = mask_secrets(rc.issue), mask_secrets(rc.fix)
+            rc.expected_impact, rc.verify = mask_secrets(rc.expected_impact), mask_secrets(rc.verify)
+        final.quick_fixes = [mask_secrets(q) for q in final.quick_fixes]
+        final.needs_more_data = [mask_secrets(n) for n in final.needs_more_data]
         answer = Answer(tool=ToolInfo(version=__version__), task=self.task, source_refs=self.sources,
                         extracted_facts=self.facts, calculations=self.calcs, findings=self.findings,
                         comparisons=self.comparisons, commits=self.commits, final_answer=final)
