@@ -75,7 +75,7 @@ class Monitor:
 
     def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer | None = None,
                  log_dir: str | os.PathLike[str] = "trainaudit-monitor", *, every: int = 50, rules_every: int = 25,
-                 window: int = 2000, rules_budget: float = 0.02, warn: str | None = "low", on_alert: Callable[[Alert], None] | None = None,
+                 window: int = 2000, rules_budget: float = 0.005, mem_every: int = 10, warn: str | None = "low", on_alert: Callable[[Alert], None] | None = None,
                  callback_on: str = "low", save_batch_on: str | None = None, stop_on: str | None = None,
                  nan_origin: bool = True, tensorboard: bool = False, config: Config | None = None,
                  filename: str = "trainaudit-monitor.jsonl", meta: dict[str, Any] | None = None) -> None:
@@ -89,6 +89,7 @@ class Monitor:
         self.optimizer = optimizer
         self.log_dir = Path(log_dir)
         self.every = every
+        self.mem_every = max(1, mem_every)
         self.warn_on, self.callback_on, self.save_batch_on, self.stop_on = warn, callback_on, save_batch_on, stop_on
         self.on_alert = on_alert
         self.nan_origin = nan_origin
@@ -111,6 +112,7 @@ class Monitor:
         self._gstats: tuple[float, int, list[float | None]] | None = None
         self._checked_params = False
         self._user_gn = False
+        self._cuda = torch.cuda.is_available()  # once: the query is not free
         self._statm: int | None = None
         try:
             self._statm = os.open("/proc/self/statm", os.O_RDONLY)
@@ -135,7 +137,7 @@ class Monitor:
             self._handles.append(self.optimizer.register_step_post_hook(self._on_opt_post))
 
     def _on_forward(self, name: str, _mod: nn.Module, inp: Any, out: Any) -> None:
-        t = _first_tensor(out)
+        t = out if type(out) is torch.Tensor else _first_tensor(out)  # the common case without a call
         if t is None or len(self._fw) >= self._fw_cap:
             return
         self._fw.append((name, inp, t))
@@ -294,8 +296,9 @@ class Monitor:
         if self._t_last is not None:
             rec["step_time"] = now - self._t_last
         self._t_last = now
-        rec["cpu_mem_rss_mb"] = self._rss_mb()
-        if torch.cuda.is_available() and torch.cuda.is_initialized():
+        if s % self.mem_every == 0 or s == 1:  # reading /proc costs ~15 us: sampled
+            rec["cpu_mem_rss_mb"] = self._rss_mb()
+        if self._cuda and torch.cuda.is_initialized():
             rec["cuda_mem_allocated_mb"] = torch.cuda.memory_allocated() / 2**20
             rec["cuda_mem_max_allocated_mb"] = torch.cuda.max_memory_allocated() / 2**20
         for k, v in metrics.items():
@@ -330,10 +333,10 @@ class Monitor:
             urgent = urgent or not 0.5 <= lr / self._prev_lr <= 2.0
         self._prev_lr = lr
 
-        live = self.rules.live
+        add = self.rules.live.add
         for k, v in rec.items():
-            if k not in ("type", "step") and isinstance(v, (int, float)):
-                live.add(k, s, float(v), 0)
+            if k != "type" and k != "step" and k != "nonfinite_grads":  # no rule reads that one
+                add(k, s, v, 0)
         self.writer.write(rec)
         if self.tb is not None:
             self.tb.write(s, rec)

@@ -30,7 +30,10 @@ class JsonlWriter:
     def write(self, record: dict[str, Any]) -> None:
         if self._fh.closed:
             return
-        self._fh.write(json.dumps({k: _clean(v) for k, v in record.items()}, default=str) + "\n")
+        line = json.dumps(record, default=str)
+        if "NaN" in line or "Infinity" in line:  # rare: redo with JSON-valid spellings
+            line = json.dumps({k: _clean(v) for k, v in record.items()}, default=str)
+        self._fh.write(line + "\n")
         now = time.monotonic()
         if record.get("type") != "step" or now - self._last >= self.flush_s:
             self._fh.flush()

@@ -1,0 +1,8 @@
+"""Model inspection (``trainaudit inspect``): where the parameters are, what trains, and, with a
+sample batch, whether gradients flow. torch is imported lazily by :mod:`.model`."""
+
+from __future__ import annotations
+
+from trainaudit.inspect.report import Finding, Inspection
+
+__all__ = ["Finding", "Inspection"]
