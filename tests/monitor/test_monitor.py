@@ -18,8 +18,12 @@ from conftest import run_cli
 from tinyloop import build, records, train
 from trainaudit.ingest import load_run
 from trainaudit.model import EventKind
+from trainaudit.rules import Config
 
-FAST = {"rules_budget": 0.0, "warn": None}
+# Wall-clock rules (step-time regression, stragglers, periodic stalls) are left out: on a shared
+# CI machine another process can slow these millisecond steps at any time, and no fault here is
+# about throughput.
+FAST = {"rules_budget": 0.0, "warn": None, "config": Config(ignore=["TA406", "TA407", "TA408"])}
 
 
 def _by_rule(res, rule: str):  # type: ignore[no-untyped-def]

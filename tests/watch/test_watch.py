@@ -42,21 +42,29 @@ with open(log, "a") as f:
 '''
 
 
-def _start_writer(tmp: Path, nan_at: int) -> tuple[subprocess.Popen[str], Path]:
+def _watch_then_write(tmp: Path, nan_at: int, *watch_args: str) -> tuple[subprocess.CompletedProcess[str], float]:
+    """Start ``watch`` first and the writer only once watch says it waits for the file, so that
+    watch sees the first file before it is rotated however slowly the machine starts Python."""
     template = sample_block("megatron.txt", "Megatron-LLM/issues/33")[0]
     script = tmp / "writer.py"
     script.write_text(WRITER)
     log = tmp / "train.log"
-    proc = subprocess.Popen([sys.executable, str(script), template, str(log), str(nan_at)], text=True)
-    return proc, log
+    args = [sys.executable, "-m", "trainaudit", "watch", str(log), "--interval", "0.05", *watch_args]
+    t0 = time.monotonic()
+    watch = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert watch.stderr is not None
+    first = watch.stderr.readline()
+    assert "waiting for" in first, first
+    writer = subprocess.Popen([sys.executable, str(script), template, str(log), str(nan_at)], text=True)
+    try:
+        out, err = watch.communicate(timeout=120)
+    finally:
+        writer.wait(timeout=60)
+    return subprocess.CompletedProcess(args, watch.returncode, out, first + err), time.monotonic() - t0
 
 
 def test_watch_follows_rotation_and_truncation_and_alerts_on_nan(tmp_path: Path) -> None:
-    proc, log = _start_writer(tmp_path, nan_at=36)
-    try:
-        res = run_cli("watch", str(log), "--interval", "0.05")
-    finally:
-        proc.wait(timeout=60)
+    res, _ = _watch_then_write(tmp_path, 36)
     assert res.returncode == 0, res.stderr
     out = res.stdout
     # an alert naming the NaN and its first step, printed as it appeared
@@ -74,13 +82,7 @@ def test_watch_follows_rotation_and_truncation_and_alerts_on_nan(tmp_path: Path)
 
 
 def test_watch_fail_on_exits_1_at_the_alert(tmp_path: Path) -> None:
-    proc, log = _start_writer(tmp_path, nan_at=20)
-    try:
-        t0 = time.monotonic()
-        res = run_cli("watch", str(log), "--interval", "0.05", "--fail-on", "critical")
-        took = time.monotonic() - t0
-    finally:
-        proc.wait(timeout=60)
+    res, took = _watch_then_write(tmp_path, 20, "--fail-on", "critical")
     assert res.returncode == 1, res.stdout + res.stderr
     assert "alert at or above critical" in res.stdout
     assert "since step 20" in res.stdout
