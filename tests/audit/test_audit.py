@@ -15,7 +15,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fetch"))
 from stories import GPT_GOLDEN, MIMO_GOLDEN, MIMO_NEW, MIMO_OLD, build_artifacts, build_repo  # noqa: E402
 
-from tests.conftest import run_cli  # noqa: E402
+from shared_data import run_cli  # noqa: E402
 
 TOKEN = "ghp_testtoken0123456789abcdefghij"
 

@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.conftest import REPO
+from shared_data import REPO
 
 
 def test_demo_builds_and_names_the_suspect(tmp_path: Path) -> None:

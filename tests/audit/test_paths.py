@@ -6,7 +6,7 @@ import json
 import shutil
 from pathlib import Path
 
-from conftest import REPO, run_cli
+from shared_data import REPO, run_cli
 
 
 def test_absolute_inputs_under_cwd_become_relative(tmp_path: Path) -> None:

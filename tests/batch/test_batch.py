@@ -8,7 +8,7 @@ import json
 import math
 from pathlib import Path
 
-from tests.conftest import run_cli
+from shared_data import run_cli
 from trainaudit.batch import BatchResult, Member, compare_members
 from trainaudit.report.builder import AnswerBuilder
 from trainaudit.report.schema import FinalAnswer, RootCause

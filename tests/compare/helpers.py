@@ -10,7 +10,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from tests.conftest import MEGATRON
+from shared_data import MEGATRON
 
 MIMO = MEGATRON / "mimo_vlm_pretrain_convergence_tp1_pp1_cp1_dp8_seq_packing"
 MIMO_GOLDEN = MIMO / "golden_values_dev_dgx_h100.json"

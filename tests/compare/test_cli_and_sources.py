@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from tests.compare.helpers import MIMO, MIMO_CONFIG, MIMO_GOLDEN, load, perturbed
-from tests.conftest import run_cli, write_lines
+from shared_data import run_cli, write_lines
 from trainaudit.compare.cilog import read_ci_log
 from trainaudit.compare.pipeline import run_golden
 from trainaudit.compare.runs import compare_runs

@@ -10,7 +10,7 @@ import pytest
 
 from tests.compare.helpers import (MIMO, MIMO_CONFIG, MIMO_GOLDEN, NONDET, RESUME, SHORT, dump, hand_check,
                                    hand_iteration_time, load, perturbed)
-from tests.conftest import MEGATRON
+from shared_data import MEGATRON
 from trainaudit.compare.pipeline import run_golden
 
 ALL_GOLDENS = sorted(p for p in MEGATRON.rglob("*.json"))

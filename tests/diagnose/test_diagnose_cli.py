@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from conftest import run_cli, sample_block, write_lines
+from shared_data import run_cli, sample_block, write_lines
 from synth_fixture import synth_runs  # noqa: F401
 
 from trainaudit.report.validate import validate_file

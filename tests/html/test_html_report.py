@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, run_cli
+from shared_data import REPO, run_cli
 from trainaudit.report.builder import AnswerBuilder
 from trainaudit.report.plots import Band, Curve, PlotSpec
 from trainaudit.report.schema import FinalAnswer, RootCause

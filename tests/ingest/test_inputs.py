@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import run_cli, sample_block, write_lines
+from shared_data import run_cli, sample_block, write_lines
 from trainaudit.errors import InputError
 from trainaudit.ingest import load_run
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import LOG_SAMPLES, sample_blocks
+from shared_data import LOG_SAMPLES, sample_blocks
 from trainaudit.ingest.fastnum import PAD, Layout, padded, parse_regions
 from trainaudit.ingest.readers import megatron_fast
 from trainaudit.ingest.readers.megatron import MegatronReader

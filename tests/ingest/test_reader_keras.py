@@ -6,7 +6,7 @@ import csv
 import math
 from pathlib import Path
 
-from conftest import run_cli, sample_block, write_lines
+from shared_data import run_cli, sample_block, write_lines
 from trainaudit.ingest import detect, load_run
 from trainaudit.ingest.sources import expand_inputs
 from trainaudit.model import EventKind

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import run_cli, sample_block, write_lines
+from shared_data import run_cli, sample_block, write_lines
 from trainaudit.ingest.readers.megatron import MegatronReader
 from trainaudit.ingest.sink import RunBuilder
 from trainaudit.ingest.sources import expand_inputs

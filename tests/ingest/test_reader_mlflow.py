@@ -7,7 +7,7 @@ import math
 from pathlib import Path
 
 import pytest
-from conftest import run_cli, sample_block, write_lines
+from shared_data import run_cli, sample_block, write_lines
 
 from trainaudit.ingest import load_run
 from trainaudit.ingest.base import Sample

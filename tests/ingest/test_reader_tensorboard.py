@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import run_cli
+from shared_data import run_cli
 from tensorboard.backend.event_processing.event_accumulator import SCALARS, EventAccumulator
 from tensorboard.summary import Writer
 from torch.utils.tensorboard import SummaryWriter

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import LOG_SAMPLES, sample_block, sample_blocks, write_lines
+from shared_data import LOG_SAMPLES, sample_block, sample_blocks, write_lines
 from trainaudit.ingest.signatures import GATE, SignatureScanner, is_user_frame, to_gib
 from trainaudit.ingest.text import iter_lines
 from trainaudit.model import Event, EventKind

@@ -5,7 +5,7 @@ from __future__ import annotations
 import io
 import math
 
-from conftest import sample_block
+from shared_data import sample_block
 from trainaudit.ingest.text import iter_lines, parse_number, strip_prefixes
 
 

@@ -9,7 +9,7 @@ import torch
 
 import pytest
 
-from conftest import run_cli
+from shared_data import run_cli
 from trainaudit.errors import InputError
 from trainaudit.inspect.model import inspect_target
 

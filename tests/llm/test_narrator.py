@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import run_cli, sample_block, write_lines
+from shared_data import run_cli, sample_block, write_lines
 from trainaudit.diagnosis import build_answer, diagnose_run
 from trainaudit.ingest import load_run
 from trainaudit.llm import narrate, parse_spec

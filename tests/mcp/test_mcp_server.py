@@ -17,7 +17,7 @@ import anyio
 import pytest
 from mcp import Client, StdioServerParameters
 
-from tests.conftest import MEGATRON, sample_block, write_lines
+from shared_data import MEGATRON, sample_block, write_lines
 
 MIMO = MEGATRON / "mimo_vlm_pretrain_convergence_tp1_pp1_cp1_dp8_seq_packing"
 OOM_LINE = sample_block("error_signatures.txt", "murong-xu/CADS/issues/4")
@@ -189,7 +189,7 @@ def test_paths_outside_the_root_are_refused(world: Path) -> None:
 
 
 def test_cli_refuses_a_non_loopback_http_host(tmp_path: Path) -> None:
-    from tests.conftest import run_cli
+    from shared_data import run_cli
 
     r = run_cli("mcp", "--http", "--host", "0.0.0.0", "--root", str(tmp_path))
     assert r.returncode == 2

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from conftest import run_cli
+from shared_data import run_cli
 from tinyloop import build, records, train
 from trainaudit.ingest import load_run
 from trainaudit.model import EventKind

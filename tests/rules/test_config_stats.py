@@ -66,7 +66,7 @@ def test_first_sustained():
 
 
 def test_docs_rules_md_is_generated_from_the_registry():
-    from conftest import REPO
+    from shared_data import REPO
 
     from trainaudit.rules.docs import render
 

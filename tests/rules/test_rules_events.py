@@ -6,7 +6,7 @@ import math
 from pathlib import Path
 
 import pytest
-from conftest import sample_block, write_lines
+from shared_data import sample_block, write_lines
 
 from trainaudit.diagnosis import diagnose_run
 from trainaudit.ingest import load_run

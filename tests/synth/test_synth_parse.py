@@ -6,7 +6,7 @@ import csv
 import io
 
 import pytest
-from conftest import run_cli
+from shared_data import run_cli
 from synth_fixture import SynthRuns, synth_runs  # noqa: F401
 
 from trainaudit.synth import catalogue

@@ -12,7 +12,7 @@ import sys
 import time
 from pathlib import Path
 
-from conftest import run_cli, sample_block
+from shared_data import run_cli, sample_block
 
 WRITER = r'''
 import math, os, sys, time
