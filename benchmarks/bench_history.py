@@ -46,7 +46,7 @@ def generate() -> None:
         lines.append(f"M 100644 inline {path}\n".encode())
         lines.append(f"data {len(body)}\n".encode() + body + b"\n")
     subprocess.run(["git", "-C", str(REPO), "fast-import", "--quiet"], input=b"".join(lines), check=True)
-    subprocess.run(["git", "-C", str(REPO), "tag", "good-1k", f"main~1000"], check=True)
+    subprocess.run(["git", "-C", str(REPO), "tag", "good-1k", "main~1000"], check=True)
     root = subprocess.run(["git", "-C", str(REPO), "rev-list", "--max-parents=0", "main"], check=True,
                           capture_output=True, text=True).stdout.strip()
     subprocess.run(["git", "-C", str(REPO), "tag", "root", root], check=True)

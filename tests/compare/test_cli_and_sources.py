@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tests.compare.helpers import MIMO, MIMO_CONFIG, MIMO_GOLDEN, load, perturbed
+from tests.compare.helpers import MIMO, MIMO_CONFIG, MIMO_GOLDEN, load
 from shared_data import run_cli, write_lines
 from trainaudit.compare.cilog import read_ci_log
 from trainaudit.compare.pipeline import run_golden

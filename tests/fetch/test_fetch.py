@@ -24,7 +24,7 @@ def test_github_run_job_logs_and_artifacts_with_retry_and_a_failing_download(tmp
                       expired=("old-logs",))
         ci.fail_once.add("/blobs/job-7.txt")  # transient 503: retried
         ci.missing.add("/blobs/artifact-2.zip")  # this download fails for good
-        got = acquire([], tmp_path, github=[f"https://github.com/acme/llm/actions/runs/42"],
+        got = acquire([], tmp_path, github=["https://github.com/acme/llm/actions/runs/42"],
                       github_api_url=ci.url, backoff_s=0.01)
         names = sorted(got.names.values())
         assert names == ["github:acme/llm/runs/42/artifact/tb-logs.zip", "github:acme/llm/runs/42/job/lint.log",

@@ -60,7 +60,7 @@ def story_repo(root: Path) -> dict[str, str]:
     shas["broken"] = commit(root, "Move gpt3_tp1_pp1 to broken: iteration-time keeps failing", {
         "tests/test_utils/recipes/gpt.yaml": "products:\n  - test_case: [gpt3_tp1_pp1]\n    scope: [mr-github-broken]\n"},
         "2026-04-07T10:00:00+00:00")
-    shas["revert"] = commit(root, f'Revert "Fuse attention softmax scaling"', {
+    shas["revert"] = commit(root, 'Revert "Fuse attention softmax scaling"', {
         "megatron/core/transformer/attention.py": "def attention(q, k, v):\n    return q @ k.T @ v\n"},
         "2026-04-08T10:00:00+00:00", body=f"This reverts commit {shas['model']}.")
     return shas

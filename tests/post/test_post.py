@@ -62,7 +62,7 @@ def test_issue_created_then_updated_and_slack(answers: tuple[Path, Path]) -> Non
         r2 = cli("post", str(a2), "--github-issue", REPO, "--send", "--slack-webhook",
                  f"{svc.url}/slack/hook/T000/B000/good", "--link", "https://ci.example/run/7", env=env)
         assert r2.returncode == 0, r2.stderr
-        assert f"github: updated issue #1" in r2.stdout and "slack: posted" in r2.stdout
+        assert "github: updated issue #1" in r2.stdout and "slack: posted" in r2.stdout
         assert len(svc.issues[REPO]) == 1  # deduplicated
         assert "from step 153" in svc.issues[REPO][0]["title"]
         assert "https://ci.example/run/7" in svc.comments[1][0] and marker(fp) in svc.comments[1][0]

@@ -16,9 +16,8 @@ import json
 import math
 import re
 from dataclasses import dataclass, field
-from pathlib import Path
 
-from trainaudit.errors import InputError
+from trainaudit.errors import InputError, read_text
 
 Raw = float | int | str
 _STEP_KEY = re.compile(r'"(-?\d+)"\s*:')
@@ -72,12 +71,7 @@ def looks_like_golden(text: str) -> bool:
 def load_golden(path: str, text: str | None = None) -> GoldenFile:
     """Parse a golden/actual-values file; ``path`` is the display path used in error messages."""
     if text is None:
-        try:
-            text = Path(path).read_text(encoding="utf-8")
-        except FileNotFoundError:
-            raise InputError(f"{path}: no such file") from None
-        except (OSError, UnicodeDecodeError) as exc:
-            raise InputError(f"{path}: cannot read ({exc})") from None
+        text = read_text(path)
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:

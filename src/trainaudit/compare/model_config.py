@@ -6,12 +6,11 @@ gate skip exact checks, ``TEST_TYPE`` and ``--train-iters``.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import yaml
 
-from trainaudit.errors import InputError
+from trainaudit.errors import InputError, read_text
 
 DEFAULT_METRICS: tuple[str, ...] = ("lm loss", "num-zeros")
 # run_ci_test.sh passes --allow-nondeterministic-algo when either of these is "1" (typo upstream).
@@ -40,13 +39,7 @@ class ModelConfig:
 
 
 def load_model_config(path: str) -> ModelConfig:
-    p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise InputError(f"{path}: no such file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"{path}: cannot read ({exc})") from None
+    text = read_text(path)
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:

@@ -96,7 +96,7 @@ def compare_runs(baseline_paths: list[str], candidate_path: str, fmt: str | None
     sc = b.source(display_path(candidate_path), _kind(cand), description="candidate run")
     plots: list[PlotSpec] = []
     causes: list[RootCause] = []
-    verdict, category, conf, first_bad = "pass", "healthy", 0.8, None
+    verdict, category, first_bad = "pass", "healthy", None
     loss_fail: list[MetricDiff] = []
     for md in diffs:
         fb = b.fact(sb[0], f"baseline {md.metric} on the steps both runs logged", metric=md.metric, steps=md.steps,
@@ -145,8 +145,8 @@ def compare_runs(baseline_paths: list[str], candidate_path: str, fmt: str | None
     needs: list[str] = []
     if short is not None:
         infra = any(e.kind in (EventKind.NCCL_TIMEOUT, EventKind.XID, EventKind.ECC, EventKind.GPU_LOST) for e in crashed)
-        verdict, category, conf, first_bad = ("infrastructure_failure" if infra else "crash"), \
-            ("distributed_failure" if infra else "crash"), 0.8, short
+        verdict, category, first_bad = ("infrastructure_failure" if infra else "crash"), \
+            ("distributed_failure" if infra else "crash"), short
         f = b.fact(sc, f"candidate's last logged step is {short} (the baseline goes further)", step=short)
         causes.insert(0, RootCause(issue=f"the candidate run stopped at step {short}", category=category,  # type: ignore[arg-type]
                                    severity="critical", evidence=[f], fix="see why the candidate ended "
@@ -154,12 +154,11 @@ def compare_runs(baseline_paths: list[str], candidate_path: str, fmt: str | None
                                    verify="the candidate reaches the baseline's last step", confidence=0.8))
     elif loss_fail:
         first = min((m.diverge_step for m in loss_fail if m.diverge_step is not None), default=None)
-        verdict, category, conf, first_bad = "real_regression", "divergence", \
-            (0.85 if all(m.noise is not None for m in loss_fail) else 0.65), first
+        verdict, category, first_bad = "real_regression", "divergence", first
         if any(m.noise is None for m in loss_fail):
             needs.append("two or more baseline runs (--baseline) to measure the run-to-run noise band")
     elif not diffs:
-        verdict, category, conf = "inconclusive", "healthy", 0.3
+        verdict, category = "inconclusive", "healthy"
         needs.append("the two runs share no metric on common steps: give runs in comparable formats")
     summary = {"pass": "The candidate stays inside the baseline band on every shared metric.",
                "real_regression": f"The candidate's loss leaves the baseline band from step {first_bad}.",

@@ -15,7 +15,6 @@ from trainaudit.report.builder import AnswerBuilder, sha256_of
 from trainaudit.report.plots import Curve, PlotSpec
 from trainaudit.report.schema import Answer, FinalAnswer, RootCause
 from trainaudit.report.write import display_path
-from trainaudit.rules.base import Hit
 
 MAX_EXCERPT = 200  # values quoted in one fact; longer windows are evenly thinned
 

@@ -8,7 +8,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from trainaudit.errors import InputError
+from trainaudit.errors import InputError, read_text
 from trainaudit.html.chartdata import charts_from_answer, load_charts
 from trainaudit.html.render import render_html
 from trainaudit.report.schema import Answer
@@ -20,12 +20,7 @@ CHARTS_NAME = "charts.json"
 def load_answer(path: Path) -> Answer:
     """answer.json as the model; anything else is one clear input error."""
     where = display_path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise InputError(f"{where}: no such file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"{where}: cannot read ({exc.__class__.__name__})") from None
+    text = read_text(path, where)
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:

@@ -15,7 +15,6 @@ import re
 from dataclasses import dataclass
 
 import numpy as np
-from numpy.lib.stride_tricks import sliding_window_view
 from numpy.typing import NDArray
 
 P10 = np.array([10.0**k for k in range(23)])  # all exact in binary64

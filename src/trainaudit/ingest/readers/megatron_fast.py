@@ -22,7 +22,6 @@ from dataclasses import dataclass, field
 from typing import Any, BinaryIO
 
 import numpy as np
-from numpy.lib.stride_tricks import sliding_window_view
 from numpy.typing import NDArray
 
 from trainaudit.ingest.base import LineReader
