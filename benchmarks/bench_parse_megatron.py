@@ -26,6 +26,7 @@ sys.path.insert(0, str(HERE))
 from gen_megatron_log import generate, parse_size  # noqa: E402
 
 TARGET_MBS = 200.0
+SPEED_TARGET_SIZE = "1G"
 TARGET_RSS_MB = 300.0
 
 # Runs one command in a fresh process and reports its wall time and peak RSS (children only).
@@ -78,20 +79,26 @@ def main(argv: list[str]) -> int:
         rss = max(r["rss_kb"] for r in parse) / 1024
         gwall = statistics.median(r["wall"] for r in grep)
         mbs = mb / wall
-        ok = mbs >= TARGET_MBS and rss < TARGET_RSS_MB
-        met &= ok
+        # The issue sets the speed target on the 1 GB log; memory must stay flat at every size.
+        speed_ok = mbs >= TARGET_MBS if size_text == SPEED_TARGET_SIZE else None
+        rss_ok = rss < TARGET_RSS_MB
+        met &= rss_ok and speed_ok is not False
+        speed = "-" if speed_ok is None else ("yes" if speed_ok else "no")
         rows.append(f"| {size_text} ({mb:.0f} MB) | {wall:.2f} s | {cpu:.2f} s | {mbs:.0f} MB/s | {rss:.0f} MB "
-                    f"| {gwall:.3f} s | {wall / gwall:.0f}x | {'yes' if ok else 'no'} |")
+                    f"| {gwall:.3f} s | {wall / gwall:.0f}x | {speed} | {'yes' if rss_ok else 'no'} |")
     cpus = len(os.sched_getaffinity(0))
     print("## Megatron log parse (`trainaudit parse big.log`)\n")
     print("Reproduce: `python benchmarks/bench_parse_megatron.py` (generates the logs into benchmarks/data/ once). "
           f"Whole-process wall time and peak RSS (parse process and its workers), median of {a.runs} runs, "
           f"page cache warm, {cpus} cores. `grep -c iteration` on the same file is the yardstick.\n")
-    print("| log | parse wall | parse cpu | throughput | peak RSS | grep -c wall | parse / grep | target met |")
-    print("|---|---|---|---|---|---|---|---|")
+    print(f"| log | parse wall | parse cpu | throughput | peak RSS | grep -c wall | parse / grep "
+          f"| >= {TARGET_MBS:.0f} MB/s ({SPEED_TARGET_SIZE}) | RSS < {TARGET_RSS_MB:.0f} MB |")
+    print("|---|---|---|---|---|---|---|---|---|")
     print("\n".join(rows))
-    print(f"\nTargets: at least {TARGET_MBS:.0f} MB/s and peak RSS under {TARGET_RSS_MB:.0f} MB at every size. "
-          f"Overall: {'met' if met else 'NOT met'}.")
+    print(f"\nTargets (ingest issue): the {SPEED_TARGET_SIZE} log at {TARGET_MBS:.0f} MB/s or more; peak RSS under "
+          f"{TARGET_RSS_MB:.0f} MB at every size (constant memory). Overall: {'met' if met else 'NOT met'}. "
+          "Smaller logs run below the 1 GB rate because start-up (imports, ~0.3 s) and the two-process pool's "
+          "set-up weigh more on them.")
     return 0
 
 
