@@ -55,6 +55,14 @@ def test_batch_groups_generated_failures(tmp_path: Path) -> None:
     md = (tmp_path / "out" / "batch.md").read_text()
     assert "3 failures, 2 distinct root causes" in md
     assert "- **G1** nan_inf (TA101): 2 failures (job-101, job-103)" in md
+    # the spelling, `trainaudit audit` over several failures, gives the same grouping
+    res = run_cli("audit", "--batch", "failures", "-o", "out2", "--json", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    again = json.loads(res.stdout)
+    assert [(g["category"], g["members"]) for g in again["groups"]] == groups
+    assert (tmp_path / "out2" / "job-102" / "answer.json").is_file()
+    res = run_cli("audit", "--batch", "failures", "--golden", "g.json", cwd=tmp_path)
+    assert res.returncode == 2 and "trainaudit-set.json" in res.stderr and "Traceback" not in res.stderr
 
 
 def _ci_answer(category: str, rule: str, step: int, commits: list[tuple[str, str, str]]):

@@ -39,11 +39,16 @@ from trainaudit.post.delivery import delivery_options  # issue 8
 @click.option("--json", "as_json", is_flag=True, help="Print answer.json to stdout instead of the summary.")
 @click.option("--quiet", is_flag=True, help="No summary and no progress.")
 @click.option("--format", "fmt", metavar="NAME", help="Force the format of the run files (see below).")
+@click.option("--batch", "batch_mode", is_flag=True,
+              help="Several failures at once: every INPUT is a folder of artifact sets (one failure per subfolder "
+                   "or archive); writes one answer per failure plus batch.md / batch.json grouping shared root "
+                   "causes, commits and environment changes (default -o trainaudit-batch). Same as `trainaudit batch`.")
 @llm_options  # issue 7: --llm, --llm-base-url, --llm-timeout
-def audit(inputs: tuple[str, ...], passing: tuple[str, ...], repo: str | None, good: str | None, bad: str | None,
-          golden: str | None, model_config: str | None, github: tuple[str, ...], gitlab: tuple[str, ...],
-          github_api_url: str | None, find_fix: bool, policy: str, out: Path, as_json: bool, quiet: bool,
-          fmt: str | None) -> int:
+@click.pass_context
+def audit(ctx: click.Context, inputs: tuple[str, ...], passing: tuple[str, ...], repo: str | None, good: str | None,
+          bad: str | None, golden: str | None, model_config: str | None, github: tuple[str, ...],
+          gitlab: tuple[str, ...], github_api_url: str | None, find_fix: bool, policy: str, out: Path, as_json: bool,
+          quiet: bool, fmt: str | None, batch_mode: bool = False, batch_html: bool = False) -> int:
     """The whole CI-failure audit: reproduce the gate, diagnose the runs, trace the git history
     between --good and --bad, and decide: real_regression, numerical_drift, gating_policy_issue,
     infrastructure_failure, crash, pass or inconclusive. INPUT: the failing run's artifacts (files,
@@ -56,11 +61,22 @@ def audit(inputs: tuple[str, ...], passing: tuple[str, ...], repo: str | None, g
           --repo ~/Megatron-LM --good v0.14.0 --bad HEAD --find-fix
       trainaudit audit --github NVIDIA/Megatron-LM/actions/runs/123 --repo . --good main~20
       trainaudit audit --golden golden_values_dev_dgx_h100.json actual.json -o report/
+      trainaudit audit --batch nightly-failures/ --repo megatron-lm
     """
     from trainaudit.audit import AuditOptions, run_audit
     from trainaudit.errors import UsageError
     from trainaudit.report.write import display_path, write_report
 
+    if batch_mode:
+        from trainaudit.commands.batch import batch
+
+        if passing or golden or model_config or github or gitlab or find_fix:
+            raise UsageError("--batch takes folders of artifact sets; per-set golden/config go in trainaudit-set.json")
+        if not inputs:
+            raise UsageError("--batch needs at least one folder of artifact sets")
+        return ctx.invoke(batch, roots=tuple(Path(i) for i in inputs), repo=repo, good=good, bad=bad,
+                          out=Path("trainaudit-batch") if out == Path(".") else out, html=batch_html,
+                          as_json=as_json, fmt=fmt)
     if not (inputs or github or gitlab or repo):
         raise UsageError("give the failing run's artifacts (INPUT..., --github or --gitlab) and/or --repo")
     opts = AuditOptions(inputs=list(inputs), passing=list(passing), repo=repo, good=good, bad=bad, golden=golden,

@@ -19,6 +19,8 @@ from typing import Any
 
 import click
 
+from trainaudit.errors import UsageError
+
 from trainaudit.post.ci import github_summary, write_gitlab_codequality
 
 HTML_NAME = "report.html"
@@ -74,6 +76,11 @@ def delivery_options(cmd: click.Command) -> click.Command:
     def callback(**kw: Any) -> Any:
         d = Delivery(kw.pop("html"), kw.pop("github_summary"), kw.pop("gitlab_codequality"),
                      annotations_to_stderr=bool(kw.get("as_json")))
+        if kw.get("batch_mode"):  # `audit --batch`: one report per failure, HTML written per set
+            kw["batch_html"] = d.html
+            if d.github_summary or d.gitlab:
+                raise UsageError("--github-summary / --gitlab-codequality apply to one audit, not to --batch")
+            return inner(**kw)
         rv = inner(**kw)
         if d:
             out = kw.get("out")
