@@ -72,6 +72,19 @@ def test_parse_writes_csv_and_jsonl_rows_with_source_and_line(tmp_path: Path) ->
     assert '"metric": "grad norm", "value": 1.611' in (tmp_path / "s.jsonl").read_text()
 
 
+def test_parse_writes_parquet_with_the_same_rows(tmp_path: Path) -> None:
+    import pyarrow.parquet as pq
+
+    log = _megatron_log(tmp_path)
+    proc = run_cli("parse", str(log), "-o", str(tmp_path / "s.parquet"), "--quiet")
+    assert proc.returncode == 0, proc.stderr
+    table = pq.read_table(tmp_path / "s.parquet").to_pylist()
+    assert table[0].keys() == {"source", "format", "line", "step", "metric", "value"}
+    loss = sorted((r["step"], r["value"], r["line"]) for r in table if r["metric"] == "lm loss")
+    assert loss == [(43, 1.825991, 1), (44, 1.875063, 2), (45, 1.834162, 3)]
+    assert {r["source"] for r in table} == {str(log)} and {r["format"] for r in table} == {"megatron"}
+
+
 def test_parse_summary_table(tmp_path: Path) -> None:
     proc = run_cli("parse", str(_megatron_log(tmp_path)))
     assert proc.returncode == 0 and "megatron" in proc.stdout and "43..45" in proc.stdout
