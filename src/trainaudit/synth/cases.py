@@ -269,24 +269,33 @@ def train_lr_too_high() -> RunLog:
     return _classifier(13, opt="sgdm", lr=1.0, clip=None, lr_at=lambda s: 1.0 * min(1.0, s / 100))
 
 
+def centred_median(v: np.ndarray, w: int = 5) -> np.ndarray:
+    """Centred rolling median: no lag, so a turn of the curve stays where it happened."""
+    h = w // 2
+    return np.array([np.median(v[max(0, i - h):i + h + 1]) for i in range(len(v))])
+
+
 def truth_divergence(log: RunLog) -> Truth:
     s, loss = arr(log, "loss")
     require(bool(np.isfinite(loss).all()), "divergence case has non-finite loss (that would be nan_inf)")
-    sm = smooth(loss)
-    best = np.minimum.accumulate(sm)
-    first = None
-    for i in range(1, len(sm)):
-        if sm[i] > 2 * best[i] and bool(np.all(sm[i:] > 1.5 * best[i])):
-            first = i
-            break
-    require(first is not None, "smoothed loss never rose to 2x its best and stayed up")
+    # The onset, not the moment the rise got large: the first step after the run's best from which
+    # the loss never comes back near that best. (A trailing median vs "2x its running best" marked
+    # the step ~35 steps later where the rise had doubled a lag-inflated best.)
+    cm = centred_median(loss)
+    b = int(np.argmin(cm))
+    best = float(cm[b])
+    above = cm > 1.3 * best
+    stays = np.flatnonzero(above & np.logical_and.accumulate(above[::-1])[::-1])
+    stays = stays[stays > b]
+    require(stays.size > 0, "loss never rose above 1.3x its best and stayed up")
+    first = int(stays[0])
     step = int(s[first])
     tail = float(np.median(loss[-30:]))
-    require(tail > 2 * float(best[first]), "loss at the end is not far above its best")
-    return Truth(step, (max(1, step - 15), step + 15), 1,
-                 {"best_smoothed_loss": float(best[first]), "median_loss_last_30": tail,
-                  "definition": "first step where the rolling median (9) of the loss exceeds 2x its running best "
-                                "and stays above 1.5x that best to the end"})
+    require(tail > 2 * best, "loss at the end is not far above its best")
+    return Truth(step, (max(int(s[b]) + 1, step - 15), step + 15), 1,
+                 {"best_smoothed_loss": best, "best_step": int(s[b]), "median_loss_last_30": tail,
+                  "definition": "first step after the minimum of the centred rolling median (5) of the loss from "
+                                "which that median stays above 1.3x the minimum to the end"})
 
 
 def train_lr_jump() -> RunLog:
