@@ -13,7 +13,7 @@ import numpy as np
 from trainaudit.model import Event, EventKind, Series
 from trainaudit.rules.base import Context, Hit, Rule
 from trainaudit.rules.numerics import MIN_SCALE_RE
-from trainaudit.series.stats import change_point, downsample, rolling_median, trend_slope
+from trainaudit.series.stats import change_point, downsample, first_sustained, rolling_median, trend_slope
 
 _UNITS = {"b": 1 / 2 ** 30, "kib": 1 / 2 ** 20, "kb": 1 / 2 ** 20, "mib": 1 / 1024, "mb": 1 / 1024, "gib": 1.0,
           "gb": 1.0, "tib": 1024.0, "tb": 1024.0}
@@ -439,18 +439,46 @@ class ThroughputRegression(Rule):
         return [h]
 
 
+def _aligned(per: dict[str, Series]) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """Steps logged by every rank, and each series' index (first occurrence) at those steps."""
+    firsts = {}
+    for k, s in per.items():
+        u, i = np.unique(s.steps, return_index=True)
+        firsts[k] = (u, i)
+    common = firsts[next(iter(firsts))][0]
+    for u, _ in firsts.values():
+        common = np.intersect1d(common, u)
+    return common, {k: i[np.searchsorted(u, common)] for k, (u, i) in firsts.items()}
+
+
+def _rank_of(name: str, per: dict[str, Series]) -> int | None:
+    """The rank of one per-rank series. The first rank seen keeps the plain name (ingest sink); with
+    the usual contiguous ranks 0..N-1 it is the one number the ``@rank`` copies lack."""
+    _, sep, r = name.partition("@rank")
+    if sep:
+        return int(r) if r.isdigit() else None
+    seen = {int(k.partition("@rank")[2]) for k in per if k.partition("@rank")[2].isdigit()}
+    missing = sorted(set(range(len(per))) - seen)
+    return missing[0] if len(missing) == 1 else None
+
+
 class StragglerRank(Rule):
-    """Detects a straggler: one rank's step time consistently slower than the others (per-rank
-    series ``<step time>@rank<r>``).
+    """Detects a straggler: one rank's own time per step consistently slower than the other
+    ranks' from some step on (per-rank series ``<time>@rank<r>``, from launcher prefixes such as
+    ``[rank1]:`` or ``[default1]:``). Every per-rank time series is checked: with synchronous
+    data parallelism the collective makes the total step time equal on all ranks, so the
+    straggler shows in the rank-local part (compute, data loading), when the log has it.
 
     Why: synchronous training runs at the speed of the slowest rank.
 
     Fix: check that GPU / node (clocks, thermal, PCIe/NVLink errors, other processes), its data
     shard, and CPU affinity.
 
-    Example: ``step_time@rank3`` median 0.61 s while ranks 0-2 and 4-7 take 0.42 s.
+    Example: ``compute_time@rank3`` 0.61 s from step 1200 while ranks 0-2 and 4-7 take 0.42 s.
 
-    Thresholds: ``ratio`` slowest rank median over the median of the others (1.2).
+    Thresholds: ``ratio`` a rank's time over the median of the other ranks at the same step
+    (1.2), ``min_points`` slow steps (10), ``min_delta_s`` smallest extra time that matters, in
+    seconds (0.002; ``(ms)``/``_ms`` in the name means milliseconds).
     """
 
     id = "TA407"
@@ -462,31 +490,59 @@ class StragglerRank(Rule):
     class Params:
         ratio: float = 1.2
         min_points: int = 10
+        min_delta_s: float = 0.002
+
+    def _families(self, ctx: Context) -> dict[str, dict[str, Series]]:
+        base_role = ctx.roles.names.get("step_time")
+        fams: dict[str, dict[str, Series]] = {}
+        for name, s in ctx.run.series.items():
+            base, sep, _ = name.partition("@rank")
+            if not sep or base not in ctx.run.series:
+                continue
+            n = base.lower()
+            if base != base_role and ("time" not in n or "stamp" in n):
+                continue
+            fams.setdefault(base, {base: ctx.run.series[base].finite()})[name] = s.finite()
+        return fams
 
     def check(self, ctx: Context) -> list[Hit]:
-        base = ctx.roles.names.get("step_time")
-        if not base:
-            return []
-        per = {base: ctx.run.series[base].finite()}
-        for name, s in ctx.run.series.items():
-            if name.startswith(base + "@rank"):
-                per[name] = s.finite()
-        per = {k: v for k, v in per.items() if len(v) >= self.p.min_points}
-        if len(per) < 3:
-            return []
-        meds = {k: float(np.median(v.values)) for k, v in per.items()}
-        worst = max(meds, key=meds.__getitem__)
-        others = float(np.median([m for k, m in meds.items() if k != worst]))
-        if others <= 0 or meds[worst] / others < self.p.ratio:
-            return []
-        s = per[worst]
-        h = self.hit(f"{worst} is {meds[worst] / others:.2f}x slower than the median of the other ranks", 0.75,
-                     metric=worst, first_bad_step=int(s.steps[0]), last_step=int(s.steps[-1]))
-        h.point("slow", s, len(s) - 1, f"{worst} step times", indices=np.arange(len(s)))
-        other = per[next(k for k in per if k != worst)]
-        h.point("other", other, len(other) - 1, f"{other.name} step times", indices=np.arange(len(other)))
-        h.calc("ratio", "slow rank over another rank (median step time)", "median({slow}) / median({other})", unit="x")
-        return [h]
+        best: tuple[int, Hit] | None = None
+        for base, per in self._families(ctx).items():
+            per = {k: v for k, v in per.items() if len(v) >= self.p.min_points}
+            if len(per) < 2:
+                continue
+            steps, idx = _aligned(per)
+            if steps.size < self.p.min_points:
+                continue
+            vals = {k: per[k].values[i] for k, i in idx.items()}
+            unit = _to_seconds(base)
+            for cand in per:
+                others = np.median(np.stack([v for k, v in vals.items() if k != cand]), axis=0)
+                mine = vals[cand]
+                # slower by the ratio AND by real time: sub-ms differences are OS scheduling noise
+                slow = (mine >= self.p.ratio * others) & ((mine - others) * unit >= self.p.min_delta_s)
+                j = first_sustained(slow, 0.8, self.p.min_points)
+                if j < 0:
+                    continue
+                n_slow = int(slow[j:].sum())
+                if best is not None and n_slow <= best[0]:
+                    continue
+                r = float(np.median(mine[j:]) / np.median(others[j:]))
+                other = next(k for k in per if k != cand)
+                rank = _rank_of(cand, per)
+                who = f"rank {rank} ({cand})" if rank is not None else cand
+                msg = (f"{who} is {r:.2f}x slower than the median of the other ranks from step {int(steps[j])} "
+                       f"({n_slow} of the {steps.size - j} steps from there)")
+                h = self.hit(msg, 0.75, metric=cand, first_bad_step=int(steps[j]), last_step=int(steps[-1]),
+                             data={"ratio": r, "base": base, "ranks": len(per), "rank": rank})
+                h.point("slow", per[cand], int(idx[cand][-1]), f"{cand} from the first slow step",
+                        indices=idx[cand][j:])
+                h.point("other", per[other], int(idx[other][-1]), f"{other} at the same steps",
+                        indices=idx[other][j:])
+                h.calc("ratio", "slow rank over another rank (median time at the same steps)",
+                       "median({slow}) / median({other})", unit="x")
+                best = (n_slow, h)
+        return [best[1]] if best else []
 
 
 class DataLoaderStall(Rule):
