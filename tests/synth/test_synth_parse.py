@@ -11,7 +11,8 @@ from synth_fixture import SynthRuns, synth_runs  # noqa: F401
 
 from trainaudit.synth import catalogue
 
-PARSE_FORMAT = {"megatron": "megatron", "hf": "hf", "jsonl": "jsonl", "tensorboard": "tensorboard"}
+PARSE_FORMAT = {"megatron": "megatron", "hf": "hf", "jsonl": "jsonl", "tensorboard": "tensorboard",
+                "hf_trainer_state": "hf_trainer_state", "lightning": "lightning"}  # framework cases (synth/frameworks.py)
 
 
 @pytest.mark.parametrize("name", list(catalogue()))

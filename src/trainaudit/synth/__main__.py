@@ -23,8 +23,12 @@ def main(out_dir: Path | None, cases: tuple[str, ...], list_only: bool) -> None:
     from trainaudit.synth.generate import generate
 
     if list_only:
+        from trainaudit.synth.frameworks import needs
+
         for case in catalogue().values():
-            click.echo(f"{case.name:28s} {case.category:22s} {case.style:10s} {case.description}")
+            lib = needs(case)
+            click.echo(f"{case.name:28s} {case.category:22s} {case.style:10s} "
+                       f"{f'[needs {lib}] ' if lib else ''}{case.description}")
         return
     if out_dir is None:
         raise click.UsageError("OUT_DIR is required (or use --list)")

@@ -631,4 +631,6 @@ def _catalogue() -> list[Case]:
 
 
 def catalogue() -> dict[str, Case]:
-    return {c.name: c for c in _catalogue()}
+    from trainaudit.synth import frameworks  # HF Trainer / Lightning cases, when those libraries are installed
+
+    return {c.name: c for c in _catalogue() + frameworks.cases()}

@@ -112,6 +112,10 @@ class LightningReader(LineReader):
             state["total"] = total
             sink.meta("lightning.batches_per_epoch", total)
         state["last_n"] = max(state["last_n"], n)
+        if n == 0:
+            # no batch of this epoch has run: at the start, or when Lightning 2.x resets the bar
+            # after an epoch (still "Epoch k: 0/N" with the epoch's last postfix values)
+            return
         step = state["offset"] + n
         sink.add("epoch", step, float(epoch), line.no, line.rank)
         postfix = m.group("postfix")

@@ -1,0 +1,72 @@
+"""The rules on what the real HF Trainer and Lightning printed and wrote (synth/frameworks.py):
+each fires with the right category and first bad step, and the healthy framework runs stay silent."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from synth_fixture import synth_runs  # noqa: F401
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+from trainaudit.diagnosis import diagnose_run  # noqa: E402
+from trainaudit.ingest import load_run  # noqa: E402
+from trainaudit.rules import run_rules  # noqa: E402
+
+# case, file, rule, category, exact first bad step (None: inside the label's window)
+FIRES = [
+    ("hf-trainer-nan-batch", "stdout.log", "TA101", "nan_inf", 120),  # hidden NaN: loss '0', grad_norm 'nan'
+    ("hf-trainer-nan-batch", "trainer_state.json", "TA101", "nan_inf", 120),
+    ("hf-trainer-lr-jump", "stdout.log", "TA206", "divergence", 120),  # the cause, at the injected step
+    ("hf-trainer-lr-jump", "trainer_state.json", "TA206", "divergence", 120),
+    ("hf-trainer-lr-jump", "stdout.log", "TA201", "divergence", None),
+    ("lightning-nan-after-lr-jump", "stdout.log", "TA101", "nan_inf", None),  # train_loss=nan.0 in the bar
+    ("lightning-nan-after-lr-jump", "metrics.csv", "TA101", "nan_inf", None),
+    ("lightning-nan-after-lr-jump", "metrics.csv", "TA206", "divergence", 119),  # lr-SGD x1000 (CSV step 119 = K)
+    ("lightning-overfit", "metrics.csv", "TA301", "overfitting", None),
+    ("lightning-overfit", "stdout.log", "TA301", "overfitting", None),  # val_loss from the epoch bar's postfix
+]
+
+
+@pytest.mark.parametrize("case,file,rule,category,exact", FIRES, ids=[f"{c}-{r}-{f}" for c, f, r, _, _ in FIRES])
+def test_rule_fires_on_framework_output(synth_runs, case, file, rule, category, exact):  # noqa: F811
+    c = synth_runs.get(case)
+    run, problems = load_run([str(c.file(file))])
+    assert not problems
+    hits = [h for h in run_rules(run) if h.rule == rule]
+    assert hits, f"{rule} silent on {case}/{file}"
+    h = min(hits, key=lambda x: x.first_bad_step)
+    assert h.category == category and h.severity != "info"
+    lo, hi = c.label["first_bad_step_window"]
+    if exact is not None:
+        assert h.first_bad_step == exact, h.message
+    else:
+        assert lo <= h.first_bad_step <= hi, (h.first_bad_step, (lo, hi), h.message)
+
+
+DIAGNOSED = [("hf-trainer-nan-batch", None), ("lightning-nan-after-lr-jump", None), ("lightning-overfit", "metrics.csv")]
+
+
+@pytest.mark.parametrize("case,file", DIAGNOSED)
+def test_diagnosis_on_framework_runs(synth_runs, case, file):  # noqa: F811
+    c = synth_runs.get(case)
+    run, _ = load_run([str(c.file(file) if file else c.dir)])
+    d = diagnose_run(run)
+    assert d.category == c.label["category"] or d.category in c.label["also_acceptable"], d.summary
+    lo, hi = c.label["first_bad_step_window"]
+    assert d.first_bad_step is not None and lo <= d.first_bad_step <= hi, (d.first_bad_step, d.summary)
+    assert d.verdict == "unhealthy"
+
+
+@pytest.mark.parametrize("case", ["hf-trainer-healthy", "lightning-healthy"])
+def test_healthy_framework_runs_are_silent(synth_runs, case):  # noqa: F811
+    c = synth_runs.get(case)
+    for f in c.label["files"]:
+        run, _ = load_run([str(c.dir.parent / f["path"])])
+        assert run.meta.get("framework") in ("hf", "lightning")
+        loud = [(h.rule, h.severity, h.message) for h in run_rules(run) if h.severity != "info"]
+        assert not loud, f"{f['path']}: {loud}"
+    d = diagnose_run(load_run([str(c.dir)])[0])  # every file of the run together
+    assert (d.verdict, d.category, d.first_bad_step) == ("healthy", "healthy", None)
