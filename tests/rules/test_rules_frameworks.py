@@ -46,7 +46,8 @@ def test_rule_fires_on_framework_output(synth_runs, case, file, rule, category, 
         assert lo <= h.first_bad_step <= hi, (h.first_bad_step, (lo, hi), h.message)
 
 
-DIAGNOSED = [("hf-trainer-nan-batch", None), ("lightning-nan-after-lr-jump", None), ("lightning-overfit", "metrics.csv")]
+DIAGNOSED = [("hf-trainer-nan-batch", None), ("hf-trainer-lr-jump", None), ("lightning-nan-after-lr-jump", None),
+             ("lightning-overfit", "metrics.csv")]
 
 
 @pytest.mark.parametrize("case,file", DIAGNOSED)

@@ -118,8 +118,11 @@ class NotLearning(Rule):
 
     Example: 10 classes, loss 2.303, 2.302, 2.304, ... for 2000 steps (ln 10 = 2.303).
 
+    A loss that did learn (some 10% stretch of the run sits ``learned`` below the start) and then
+    climbed back is not "flat from the start": that is divergence (TA201), not this rule.
+
     Thresholds: ``min_improvement`` relative (0.02), ``uniform_tol`` relative distance to ln(C)
-    (0.05), ``min_points`` (10).
+    (0.05), ``learned`` relative drop of the best 10% stretch (0.1), ``min_points`` (10).
     """
 
     id = "TA202"
@@ -131,6 +134,7 @@ class NotLearning(Rule):
     class Params:
         min_improvement: float = 0.02
         uniform_tol: float = 0.05
+        learned: float = 0.1
         min_points: int = 10
 
     def check(self, ctx: Context) -> list[Hit]:
@@ -143,6 +147,10 @@ class NotLearning(Rule):
         improvement = (head - tail) / abs(head)
         if improvement >= self.p.min_improvement or improvement < -0.3:  # a big rise is divergence's
             return []
+        k = max(1, len(s) // 10)
+        stretches = np.median(s.values[: len(s) // k * k].reshape(-1, k), axis=1)
+        if (head - float(stretches.min())) / abs(head) >= self.p.learned:
+            return []  # it learned, then came back up: divergence, not a flat start
         n_cls = None
         for key in ("num_classes", "config.num_classes", "vocab_size", "config.vocab_size", "padded_vocab_size"):
             v = ctx.run.meta.get(key)
