@@ -19,6 +19,7 @@ from __future__ import annotations
 import functools
 import logging
 import math
+import operator
 import os
 import time
 from collections.abc import Callable
@@ -36,6 +37,8 @@ from trainaudit.rules import Config
 log = logging.getLogger("trainaudit.monitor")
 
 SEVERITIES = tuple(SEVERITY_ORDER)
+# record fields that are not series the rules read
+_NOT_FOR_RULES = frozenset({"type", "step", "nonfinite_grads"})
 
 
 def _first_tensor(x: Any) -> torch.Tensor | None:
@@ -59,6 +62,9 @@ def _finite(t: torch.Tensor) -> bool:
     if not (t.is_floating_point() or t.is_complex()):
         return True
     return bool(torch.isfinite(t).all())
+
+
+_grad_of = operator.attrgetter("grad")
 
 
 def _peak_rss_mb() -> float:
@@ -104,6 +110,7 @@ class Monitor:
         self.origin: dict[str, Any] | None = None
         self._handles: list[Any] = []
         self._fw: list[tuple[str, Any, torch.Tensor]] = []
+        self._bw: dict[int, torch.Tensor] = {}  # index in _fw -> gradient at that output, this step
         self._fw_cap = 0
         self._t_last: float | None = None
         self._prev_lr: float | None = None
@@ -120,6 +127,7 @@ class Monitor:
             pass
         self._page_mb = os.sysconf("SC_PAGE_SIZE") / 2**20 if hasattr(os, "sysconf") else 4096 / 2**20
         self._named = [(n, p) for n, p in model.named_parameters()]
+        self._params = [p for _, p in self._named]
         self._module_of = [n.rsplit(".", 1)[0] if "." in n else n for n, _ in self._named]
         self._attach()
         self.writer.write({"trainaudit_monitor": 1, "type": "start", "time": time.time(),
@@ -140,11 +148,12 @@ class Monitor:
         t = out if type(out) is torch.Tensor else _first_tensor(out)  # the common case without a call
         if t is None or len(self._fw) >= self._fw_cap:
             return
-        self._fw.append((name, inp, t))
         if t.requires_grad:
-            # a tensor hook (C++ side, far cheaper than a Python closure per call) that keeps the
-            # gradient at this output until step() looks at it
-            t.retain_grad()
+            # keep a reference to the gradient at this output until step() looks at it: a partial
+            # of dict.__setitem__ runs no Python frame per call, and unlike retain_grad() (which
+            # clones every output gradient) it copies nothing
+            t.register_hook(functools.partial(self._bw.__setitem__, len(self._fw)))
+        self._fw.append((name, inp, t))
 
     def _sampling(self, step: int) -> bool:
         return step == 1 or step % self.every == 0
@@ -154,7 +163,7 @@ class Monitor:
         # grads as the optimizer sees them; skipped when the caller passes grad_norm (then a
         # finite norm proves every grad finite, and per-layer norms are only needed when sampling)
         if sampling or not self._user_gn:
-            self._gstats = self._grad_stats()
+            self._gstats = self._grad_stats(sampling)
         if sampling:
             self._snap = {n: p.detach().clone() for n, p in self._named if p.grad is not None}
 
@@ -176,19 +185,24 @@ class Monitor:
                         for m, (a, b) in upd.items()}
         self._snap = None
 
-    def _grad_stats(self) -> tuple[float, int, list[float | None]]:
-        """(global L2 norm, tensors with non-finite grads, per-tensor norms in named order)."""
-        grads = [p.grad.detach() for _, p in self._named if p.grad is not None]
+    def _grad_stats(self, per_tensor: bool) -> tuple[float, int, list[float | None]]:
+        """(global L2 norm, tensors with non-finite grads, per-tensor norms in named order; the
+        per-tensor list only when ``per_tensor`` or when the norm is non-finite)."""
+        grads = [g for g in map(_grad_of, self._params) if g is not None]
         if not grads:
             return 0.0, 0, []
         with torch.no_grad():
-            norms = torch._foreach_norm(grads)  # one fused pass over all grads
-            stacked = torch.stack([n.float().cpu() for n in norms]) if norms[0].device.type != "cpu" else torch.stack(norms)
-            total = float(torch.linalg.vector_norm(stacked))
+            norms = torch._foreach_norm(grads)  # one fused pass over all grads, one result each
+            if norms[0].device.type != "cpu":
+                norms = [n.float().cpu() for n in norms]
+            stacked = torch.stack(norms)
+            total = float(torch.linalg.vector_norm(stacked))  # the only sync on a healthy step
+            if not per_tensor and math.isfinite(total):
+                return total, 0, []  # a finite sum of squares: every tensor is finite
             per = stacked.tolist()
         bad = sum(1 for v in per if not math.isfinite(v))
         full = iter(per)
-        return total, bad, [next(full) if p.grad is not None else None for _, p in self._named]
+        return total, bad, [next(full) if p.grad is not None else None for p in self._params]
 
     def _rss_mb(self) -> float:
         """Current RSS from a kept-open /proc/self/statm (pread: no open per step)."""
@@ -253,7 +267,7 @@ class Monitor:
             if not loss_finite:
                 return {"phase": "loss", "module": None, "detail": "the loss itself is non-finite (module outputs finite)"}
             order = [n for n, _, _ in self._fw]
-            seen = [(n, out.grad) for n, _, out in reversed(self._fw) if out.requires_grad and out.grad is not None]
+            seen = [(self._fw[i][0], self._bw[i]) for i in sorted(self._bw, reverse=True)]
             for name, g in seen:  # backward order
                 if not _finite(g):
                     # the gradient at name's output came from the backward of what consumed it
@@ -278,14 +292,14 @@ class Monitor:
         self.step_no = int(step) if step is not None else self.step_no + 1
         s = self.step_no
         rec: dict[str, Any] = {"type": "step", "step": s}
-        loss_v = float(loss.detach().float()) if isinstance(loss, torch.Tensor) else (None if loss is None else float(loss))
+        loss_v = float(loss.item()) if isinstance(loss, torch.Tensor) else (None if loss is None else float(loss))
         if loss_v is not None:
             rec["loss"] = loss_v
         self._user_gn = grad_norm is not None
         gstats = self._gstats
         self._gstats = None
         if gstats is None and (grad_norm is None or not math.isfinite(grad_norm) or self._sampling(s)):
-            gstats = self._grad_stats()
+            gstats = self._grad_stats(self._sampling(s))
         gn, n_bad, per = gstats if gstats is not None else (0.0, 0, [])
         rec["grad_norm"] = float(grad_norm) if grad_norm is not None else gn
         rec["nonfinite_grads"] = n_bad
@@ -333,16 +347,14 @@ class Monitor:
             urgent = urgent or not 0.5 <= lr / self._prev_lr <= 2.0
         self._prev_lr = lr
 
-        add = self.rules.live.add
-        for k, v in rec.items():
-            if k != "type" and k != "step" and k != "nonfinite_grads":  # no rule reads that one
-                add(k, s, v, 0)
+        self.rules.live.add_row(s, rec, _NOT_FOR_RULES)
         self.writer.write(rec)
         if self.tb is not None:
             self.tb.write(s, rec)
         if self.rules.due(s, urgent):
             new += self.rules.evaluate(s)
         self._fw.clear()
+        self._bw.clear()
         if new:
             self._act(new, batch)
         return new
@@ -383,6 +395,7 @@ class Monitor:
             h.remove()
         self._handles.clear()
         self._fw.clear()
+        self._bw.clear()
         if self._statm is not None:
             os.close(self._statm)
             self._statm = None

@@ -108,6 +108,26 @@ class LiveRun(Sink):
         if len(b.steps) > 2 * self.keep:
             del b.steps[:-self.keep], b.values[:-self.keep], b.lines[:-self.keep]
 
+    def add_row(self, step: int, values: dict[str, Any], skip: frozenset[str] = frozenset()) -> None:
+        """All numeric values of one step (the monitor's per-step record) in one call: the same
+        effect as :meth:`add` per value (line 0, no rank) without a method call for each."""
+        bufs = self.bufs
+        n = 0
+        for metric, value in values.items():
+            if metric in skip:
+                continue
+            b = bufs.get(metric)
+            if b is None:
+                b = bufs[metric] = _Buf()
+            b.steps.append(step)
+            b.values.append(value)
+            b.lines.append(0)
+            n += 1
+            if len(b.steps) > 2 * self.keep:
+                del b.steps[:-self.keep], b.values[:-self.keep], b.lines[:-self.keep]
+        self.n_values += n
+        self.last_step = step
+
     def add_many(self, metric: str, steps: ArrayLike, values: ArrayLike, lines: ArrayLike) -> None:
         for s, v, ln in zip(np.asarray(steps).tolist(), np.asarray(values).tolist(), np.asarray(lines).tolist()):
             self.add(metric, int(s), float(v), int(ln))

@@ -26,11 +26,12 @@ class JsonlWriter:
         self.flush_s = flush_s
         self._fh = path.open("a", encoding="utf-8")
         self._last = time.monotonic()
+        self._encode = json.JSONEncoder(default=str).encode  # one encoder, not one per record
 
     def write(self, record: dict[str, Any]) -> None:
         if self._fh.closed:
             return
-        line = json.dumps(record, default=str)
+        line = self._encode(record)
         if "NaN" in line or "Infinity" in line:  # rare: redo with JSON-valid spellings
             line = json.dumps({k: _clean(v) for k, v in record.items()}, default=str)
         self._fh.write(line + "\n")
