@@ -171,13 +171,17 @@ class Monitor:
         if self._snap is None:
             return
         upd: dict[str, list[float]] = {}
-        with torch.no_grad():
-            for (n, p), mod in zip(self._named, self._module_of):
-                old = self._snap.get(n)
-                if old is None:
-                    continue
-                d = float(torch.linalg.vector_norm(p.detach() - old))
-                w = float(torch.linalg.vector_norm(old))
+        keep = [(p, mod, self._snap[n]) for (n, p), mod in zip(self._named, self._module_of) if n in self._snap]
+        if keep:
+            with torch.no_grad():
+                new, old = [p.detach() for p, _, _ in keep], [o for _, _, o in keep]
+                # fused: one subtraction and two norm passes over all tensors, one sync
+                d_norms = torch._foreach_norm(torch._foreach_sub(new, old))
+                w_norms = torch._foreach_norm(old)
+                # float on the CPU first: parameters may differ in dtype or device (model parallel)
+                both = [torch.stack([t.float().cpu() for t in d_norms]).tolist(),
+                        torch.stack([t.float().cpu() for t in w_norms]).tolist()]
+            for (_, mod, _), d, w in zip(keep, both[0], both[1]):
                 acc = upd.setdefault(mod, [0.0, 0.0])
                 acc[0] += d * d
                 acc[1] += w * w
