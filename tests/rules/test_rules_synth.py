@@ -21,6 +21,7 @@ FIRES = [
     ("rnn-exploding", "metrics.jsonl", "TA204", "grad_explosion"),
     ("slow-from-step-k", "metrics.jsonl", "TA406", "throughput_regression"),
     ("memory-growth", "metrics.jsonl", "TA403", "memory_growth"),
+    ("memory-growth", "tb", "TA403", "memory_growth"),  # TensorBoard tag train/rss_mb
 ]
 
 

@@ -66,7 +66,7 @@ def _keyword(role: str, n: str) -> bool:
         return any(k in n for k in ("per_sec", "per_second", "tflop", "throughput", "tokens_s"))
     if role == "memory":
         return (("mem" in n and any(k in n for k in ("alloc", "reserved", "used", "gb", "mb", "bytes"))) or "memory" in n
-                or n.startswith("rss"))
+                or "rss" in n.split("_"))  # rss_mb, train/rss_mb (TensorBoard tags carry prefixes)
     if role == "val_acc":
         return ("acc" in n) and is_val
     return False
