@@ -320,7 +320,7 @@ def diagnose(hits: list[Hit], *, n_loss_points: int = 0, has: set[str] | None = 
         verdict = "crash" if fatal else "unhealthy"
         category, first = p.category, p.first_bad_step
         where = f" from step {first}" if first is not None else ""
-        summary = f"{'The run crashed' if fatal else 'The run is unhealthy'}: {category.replace('_', ' ')}{where}. {_sentence(p.issue)}"
+        summary = f"{'The run crashed' if fatal else 'The run is unhealthy'}: {_CATEGORY_WORDS.get(category, category.replace('_', ' '))}{where}. {_sentence(p.issue)}"
         if len(stories) > 1:
             summary += f" {len(stories) - 1} further problem(s): " + ", ".join(s.category for s in stories[1:4]) + "."
     needs: list[str] = []
@@ -335,6 +335,12 @@ def diagnose(hits: list[Hit], *, n_loss_points: int = 0, has: set[str] | None = 
             quick.append(q)
     return Diagnosis(verdict=verdict, category=category, first_bad_step=first, stories=stories, hits=hits,
                      summary=summary, needs_more_data=needs, quick_fixes=quick)
+
+
+# How a category reads in a summary sentence (the rest read fine with "_" as a space).
+_CATEGORY_WORDS = {"nan_inf": "NaN/Inf values", "oom": "out of memory", "grad_explosion": "exploding gradients",
+                   "grad_vanishing": "vanishing gradients", "loss_scale_collapse": "loss-scale collapse",
+                   "distributed_failure": "distributed failure", "data_pipeline": "data-pipeline problem"}
 
 
 def _sentence(text: str, limit: int = 300) -> str:
