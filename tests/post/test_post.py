@@ -55,7 +55,7 @@ def test_issue_created_then_updated_and_slack(answers: tuple[Path, Path]) -> Non
         assert r1.returncode == 0, r1.stderr
         assert r1.stdout.strip() == f"github: created issue #1 https://github.com/{REPO}/issues/1"
         issue = svc.issues[REPO][0]
-        assert marker(fp) in issue["body"] and "unhealthy: NaN/Inf values" in issue["title"]
+        assert marker(fp) in issue["body"] and "unhealthy: nan inf" in issue["title"]
         assert "from step 150" in issue["title"] and "loss is NaN from step 150" in issue["body"]
         assert [lab["name"] for lab in issue["labels"]] == ["trainaudit"]
 
