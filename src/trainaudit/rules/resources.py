@@ -524,6 +524,11 @@ class StragglerRank(Rule):
                 j = first_sustained(slow, 0.8, self.p.min_points)
                 if j < 0:
                     continue
+                # The onset is the best change point of the slow/not-slow sequence from there (the
+                # start k maximising slow minus not-slow steps after it), so a lone scheduling hiccup
+                # a few steps before the real onset does not pull the first bad step earlier.
+                gain = np.cumsum((2 * slow[j:].astype(np.int64) - 1)[::-1])[::-1]
+                j += int(np.argmax(gain))
                 n_slow = int(slow[j:].sum())
                 if best is not None and n_slow <= best[0]:
                     continue
