@@ -60,6 +60,11 @@ def timed_monitor(model: nn.Module, opt: torch.optim.Optimizer, log_dir: Path) -
             super()._on_forward(*a)
             self.spent += time.thread_time() - t
 
+        def _on_model_forward(self, *a: Any) -> None:
+            t = time.thread_time()
+            super()._on_model_forward(*a)
+            self.spent += time.thread_time() - t
+
         def _on_opt_pre(self, *a: Any) -> None:
             t = time.thread_time()
             super()._on_opt_pre(*a)
@@ -153,8 +158,9 @@ def main() -> int:
           f"copy of the loop in one process, alternating in blocks of {args.block} steps, ABBA, {args.rounds} rounds "
           f"({args.rounds * 2 * args.block} steps each). Monitor at default settings: every=50 (per-layer grad norms and "
           "update/weight ratios), global stats every step (loss, lr, grad norm, non-finite count, step time), RSS every "
-          "10 steps, nan_origin=True (forward hooks + output-gradient hooks), online rules every 25 steps over the last "
-          "2000 points within a 0.5 % wall-time budget, JSONL every step (flushed every 0.5 s), no TensorBoard, warnings "
+          "10 steps, nan_origin=True (forward hooks + backward pre-hooks on the nodes of module outputs), records built, "
+          "written as JSONL and fed to the online rules in batches (every 25 steps or 0.5 s, at once on urgent steps), "
+          "rules over the last 2000 points within a 0.5 % wall-time budget, no TensorBoard, warnings "
           f"off. Machine: {os.cpu_count()} cores shared with other jobs, 1-min load average {load0:.2f} at the start, "
           f"{load1:.2f} at the end.\n")
     print("| loop | median step CPU (ms) |")

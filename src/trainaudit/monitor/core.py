@@ -10,8 +10,16 @@ Per step (cheap): loss, lr, global grad norm, number of parameter tensors with n
 gradients, step time, process RSS / CUDA memory. Every ``every`` steps: per-module grad norms and
 update-to-weight ratios. When the loss or the gradients turn non-finite, the module where the
 first NaN/Inf appeared (forward: outputs kept by forward hooks for the current step; backward:
-gradients seen by tensor hooks on those outputs). Online rules (the diagnose rules) every
-``rules_every`` steps, at once on a non-finite value or an lr change.
+gradients seen by pre-hooks on the autograd nodes that made those outputs). Online rules (the
+diagnose rules) every ``rules_every`` steps, at once on a non-finite value or an lr change.
+
+Batching: ``step()`` only checks what must be known at that step (is anything non-finite, did
+the lr jump) and appends the step's raw numbers to a list; the JSONL records are built, written
+and fed to the online rules every ``flush_every`` steps (at most ``rules_every``), every
+``flush_s`` seconds, and at once on an urgent step (non-finite loss or gradients, an lr change
+above 2x, a sampled per-layer step) and on ``close()``. Work done in one tight loop once per batch
+costs a fraction of the same work done cold after every backward/optimizer step, and an urgent
+step is still flushed, evaluated and stopped at that very step.
 """
 
 from __future__ import annotations
@@ -24,7 +32,7 @@ import os
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from torch import nn
@@ -39,6 +47,23 @@ log = logging.getLogger("trainaudit.monitor")
 SEVERITIES = tuple(SEVERITY_ORDER)
 # record fields that are not series the rules read
 _NOT_FOR_RULES = frozenset({"type", "step", "nonfinite_grads"})
+
+
+class _Pending(NamedTuple):
+    """What ``step()`` keeps of one step until the batch is flushed (raw numbers, no record)."""
+
+    step: int
+    loss: Any  # float, None, or a detached accelerator tensor read at the flush (no sync per step)
+    grad_norm: float
+    nonfinite: int
+    lr: float | None
+    t: float  # perf_counter at step()
+    rss: float | None
+    cuda: tuple[float, float] | None
+    metrics: dict[str, float] | None
+    per: list[float | None] | None  # per-tensor grad norms, sampled steps only
+    ratios: dict[str, float] | None
+    before: dict[str, Any] | None  # a record written just before this step's (the NaN origin)
 
 
 def _first_tensor(x: Any) -> torch.Tensor | None:
@@ -84,7 +109,8 @@ class Monitor:
                  window: int = 2000, rules_budget: float = 0.005, mem_every: int = 10, warn: str | None = "low", on_alert: Callable[[Alert], None] | None = None,
                  callback_on: str = "low", save_batch_on: str | None = None, stop_on: str | None = None,
                  nan_origin: bool = True, tensorboard: bool = False, config: Config | None = None,
-                 filename: str = "trainaudit-monitor.jsonl", meta: dict[str, Any] | None = None) -> None:
+                 filename: str = "trainaudit-monitor.jsonl", meta: dict[str, Any] | None = None,
+                 flush_every: int = 32, flush_s: float = 0.5) -> None:
         for name, sev in (("warn", warn), ("callback_on", callback_on), ("save_batch_on", save_batch_on),
                           ("stop_on", stop_on)):
             if sev is not None and sev not in SEVERITY_ORDER:
@@ -99,6 +125,11 @@ class Monitor:
         self.warn_on, self.callback_on, self.save_batch_on, self.stop_on = warn, callback_on, save_batch_on, stop_on
         self.on_alert = on_alert
         self.nan_origin = nan_origin
+        # a batch never spans a routine rule evaluation: rules_every keeps its meaning
+        self.flush_every = max(1, min(flush_every, rules_every))
+        self.flush_s = flush_s
+        self._pending: list[_Pending] = []
+        self._t_flush = time.perf_counter()
         self.rules = OnlineRules(config=config, every=rules_every, window=window, budget=rules_budget)
         self.log_dir.mkdir(parents=True, exist_ok=True)
         self.path = self.log_dir / filename
@@ -112,6 +143,8 @@ class Monitor:
         self._fw: list[tuple[str, Any, torch.Tensor]] = []
         self._bw: dict[int, torch.Tensor] = {}  # index in _fw -> gradient at that output, this step
         self._fw_cap = 0
+        self._n_armed = 0  # entries of _fw whose backward pre-hook is registered
+        self._opt_handles: list[Any] = []
         self._t_last: float | None = None
         self._prev_lr: float | None = None
         self._snap: dict[str, torch.Tensor] | None = None
@@ -140,20 +173,42 @@ class Monitor:
             self._fw_cap = 8 * max(1, len(leaves))
             for name, mod in leaves:
                 self._handles.append(mod.register_forward_hook(functools.partial(self._on_forward, name)))
-        if self.optimizer is not None:
-            self._handles.append(self.optimizer.register_step_pre_hook(self._on_opt_pre))
-            self._handles.append(self.optimizer.register_step_post_hook(self._on_opt_post))
+            # after the leaves' hooks (registered first when the model is itself a leaf)
+            self._handles.append(self.model.register_forward_hook(self._on_model_forward))
+        self._arm_optimizer(True)
+
+    def _arm_optimizer(self, on: bool) -> None:
+        """Optimizer hooks only for steps that need them (sampled steps; every step when the
+        caller does not pass grad_norm): an idle hook still costs a cold Python call per step."""
+        if self.optimizer is None or on == bool(self._opt_handles):
+            return
+        if on:
+            self._opt_handles = [self.optimizer.register_step_pre_hook(self._on_opt_pre),
+                                 self.optimizer.register_step_post_hook(self._on_opt_post)]
+        else:
+            for h in self._opt_handles:
+                h.remove()
+            self._opt_handles = []
 
     def _on_forward(self, name: str, _mod: nn.Module, inp: Any, out: Any) -> None:
+        # only a reference (input, output) for this step; the backward hooks are added in one
+        # pass by _on_model_forward, a warm loop instead of work in every leaf's hook
         t = out if type(out) is torch.Tensor else _first_tensor(out)  # the common case without a call
-        if t is None or len(self._fw) >= self._fw_cap:
-            return
-        if t.requires_grad:
-            # keep a reference to the gradient at this output until step() looks at it: a partial
-            # of dict.__setitem__ runs no Python frame per call, and unlike retain_grad() (which
-            # clones every output gradient) it copies nothing
-            t.register_hook(functools.partial(self._bw.__setitem__, len(self._fw)))
-        self._fw.append((name, inp, t))
+        if t is not None and len(self._fw) < self._fw_cap:
+            self._fw.append((name, inp, t))
+
+    def _on_model_forward(self, _mod: nn.Module, _inp: Any, _out: Any) -> None:
+        fw, bw = self._fw, self._bw
+        for i in range(self._n_armed, len(fw)):
+            fn = fw[i][2].grad_fn
+            if fn is not None:
+                # keep a reference to the gradients arriving at the node that made this output
+                # (the gradient at the output is item ``output_nr``) until step() looks at
+                # them: a node pre-hook is registered in C++ (Tensor.register_hook builds Python
+                # dicts per call), a partial of dict.__setitem__ runs no Python frame when
+                # called, and nothing is copied (retain_grad() clones every output gradient)
+                fn.register_prehook(functools.partial(bw.__setitem__, i))
+        self._n_armed = len(fw)
 
     def _sampling(self, step: int) -> bool:
         return step == 1 or step % self.every == 0
@@ -271,9 +326,9 @@ class Monitor:
             if not loss_finite:
                 return {"phase": "loss", "module": None, "detail": "the loss itself is non-finite (module outputs finite)"}
             order = [n for n, _, _ in self._fw]
-            seen = [(self._fw[i][0], self._bw[i]) for i in sorted(self._bw, reverse=True)]
+            seen = [(self._fw[i][0], self._bw[i][self._fw[i][2].output_nr]) for i in sorted(self._bw, reverse=True)]
             for name, g in seen:  # backward order
-                if not _finite(g):
+                if g is not None and not _finite(g):
                     # the gradient at name's output came from the backward of what consumed it
                     idx = order.index(name) if name in order else -1
                     nxt = order[idx + 1] if 0 <= idx < len(order) - 1 else "the loss"
@@ -290,81 +345,121 @@ class Monitor:
     def step(self, loss: torch.Tensor | float | None = None, *, batch: Any = None, step: int | None = None,
              lr: float | None = None, grad_norm: float | None = None, **metrics: float) -> list[Alert]:
         """Record one optimizer step (call it after ``optimizer.step()``). ``grad_norm``: pass the
-        value ``clip_grad_norm_`` returned to log the norm before clipping. Returns new alerts;
-        raises :class:`TrainingStopped` (after recording the step) when an alert's action is stop."""
+        value ``clip_grad_norm_`` returned to log the norm before clipping. Returns new alerts
+        (found when a batch of steps is flushed, see the module docstring); raises
+        :class:`TrainingStopped` (after recording the step) when an alert's action is stop."""
         now = time.perf_counter()
-        self.step_no = int(step) if step is not None else self.step_no + 1
-        s = self.step_no
-        rec: dict[str, Any] = {"type": "step", "step": s}
-        loss_v = float(loss.item()) if isinstance(loss, torch.Tensor) else (None if loss is None else float(loss))
-        if loss_v is not None:
-            rec["loss"] = loss_v
+        self.step_no = s = int(step) if step is not None else self.step_no + 1
+        sampling = s == 1 or s % self.every == 0
+        if isinstance(loss, torch.Tensor):
+            # a CPU scalar is read now (about a microsecond); an accelerator loss is kept and read
+            # at the flush, so step() adds no device sync (the grad norm, synced anyway, still
+            # makes a non-finite step urgent)
+            loss_v: Any = float(loss.item()) if loss.device.type == "cpu" else loss.detach()
+        else:
+            loss_v = None if loss is None else float(loss)
         self._user_gn = grad_norm is not None
         gstats = self._gstats
         self._gstats = None
-        if gstats is None and (grad_norm is None or not math.isfinite(grad_norm) or self._sampling(s)):
-            gstats = self._grad_stats(self._sampling(s))
+        if gstats is None and (grad_norm is None or not math.isfinite(grad_norm) or sampling):
+            gstats = self._grad_stats(sampling)
         gn, n_bad, per = gstats if gstats is not None else (0.0, 0, [])
-        rec["grad_norm"] = float(grad_norm) if grad_norm is not None else gn
-        rec["nonfinite_grads"] = n_bad
+        if grad_norm is not None:
+            gn = float(grad_norm)
         if lr is None and self.optimizer is not None and self.optimizer.param_groups:
             lr = float(self.optimizer.param_groups[0]["lr"])
-        if lr is not None:
-            rec["lr"] = lr
-        if self._t_last is not None:
-            rec["step_time"] = now - self._t_last
-        self._t_last = now
-        if s % self.mem_every == 0 or s == 1:  # reading /proc costs ~15 us: sampled
-            rec["cpu_mem_rss_mb"] = self._rss_mb()
+        rss = self._rss_mb() if s % self.mem_every == 0 or s == 1 else None  # reading /proc costs ~15 us
+        cuda = None
         if self._cuda and torch.cuda.is_initialized():
-            rec["cuda_mem_allocated_mb"] = torch.cuda.memory_allocated() / 2**20
-            rec["cuda_mem_max_allocated_mb"] = torch.cuda.max_memory_allocated() / 2**20
-        for k, v in metrics.items():
-            rec[k] = float(v)
-        if self._sampling(s) and per:
-            by_mod: dict[str, float] = {}
-            for v, mod in zip(per, self._module_of):
-                if v is not None:  # None: that parameter has no gradient
-                    by_mod[mod] = by_mod.get(mod, 0.0) + v * v
-            for mod, sq in by_mod.items():
-                rec[f"grad_norm/{mod}"] = math.sqrt(sq)
-            for mod, r in self._ratios.items():
-                rec[f"update_ratio/{mod}"] = r
-            self._ratios = {}
+            cuda = (torch.cuda.memory_allocated() / 2**20, torch.cuda.max_memory_allocated() / 2**20)
+        ratios = None
+        if sampling:
+            ratios, self._ratios = self._ratios, {}
 
         new: list[Alert] = []
         if not self._checked_params:
             self._checked_params = True
             new += [a for a in self._check_params() if self.rules.record(a)]
-        loss_finite = loss_v is None or math.isfinite(loss_v)
-        urgent = not loss_finite or not math.isfinite(rec["grad_norm"]) or n_bad > 0
+        loss_finite = not isinstance(loss_v, float) or math.isfinite(loss_v)
+        urgent = not loss_finite or not math.isfinite(gn) or n_bad > 0
+        before = None
         if urgent and self.origin is None:
             origin = self._locate_nonfinite(loss_finite)
             if origin is not None:
                 self.origin = {"step": s, **origin}
-                self.writer.write({"type": "nonfinite", "step": s, **origin})
+                before = {"type": "nonfinite", "step": s, **origin}
                 a = Alert("MON101", "nan_inf", "critical", f"first NaN/Inf at step {s} ({origin['phase']}): "
                           f"{origin['detail']}", s, s, origin.get("module"), dict(origin))
                 if self.rules.record(a):
                     new.append(a)
-        if lr is not None and self._prev_lr is not None and lr > 0 and self._prev_lr > 0:
-            urgent = urgent or not 0.5 <= lr / self._prev_lr <= 2.0
+        prev = self._prev_lr
+        if lr is not None and prev is not None and lr > 0 and prev > 0 and not 0.5 <= lr / prev <= 2.0:
+            urgent = True
         self._prev_lr = lr
-
-        self.rules.live.add_row(s, rec, _NOT_FOR_RULES)
-        self.writer.write(rec)
-        if self.tb is not None:
-            self.tb.write(s, rec)
-        if self.rules.due(s, urgent):
-            new += self.rules.evaluate(s)
         self._fw.clear()
         self._bw.clear()
+        self._n_armed = 0
+        self._arm_optimizer(self._sampling(s + 1) or not self._user_gn)
+        self._pending.append(_Pending(s, loss_v, gn, n_bad, lr, now, rss, cuda, metrics or None,
+                                      per if sampling and per else None, ratios, before))
+        if urgent or sampling or new or len(self._pending) >= self.flush_every or now - self._t_flush >= self.flush_s:
+            new += self._flush(urgent)
         if new:
             self._act(new, batch)
         return new
 
-    def _act(self, alerts: list[Alert], batch: Any) -> None:
-        stop: Alert | None = None
+    def _flush(self, urgent: bool = False) -> list[Alert]:
+        """Build, write and feed to the online rules the pending steps' records; evaluate the
+        rules when due. Returns their new alerts (the caller acts on them)."""
+        pending, self._pending = self._pending, []
+        self._t_flush = time.perf_counter()
+        if not pending:
+            return []
+        out: list[dict[str, Any]] = []
+        add_row = self.rules.live.add_row
+        for p in pending:
+            rec: dict[str, Any] = {"type": "step", "step": p.step}
+            loss = p.loss
+            if loss is not None:
+                rec["loss"] = loss if isinstance(loss, float) else float(loss.item())
+            rec["grad_norm"] = p.grad_norm
+            rec["nonfinite_grads"] = p.nonfinite
+            if p.lr is not None:
+                rec["lr"] = p.lr
+            if self._t_last is not None:
+                rec["step_time"] = p.t - self._t_last
+            self._t_last = p.t
+            if p.rss is not None:
+                rec["cpu_mem_rss_mb"] = p.rss
+            if p.cuda is not None:
+                rec["cuda_mem_allocated_mb"], rec["cuda_mem_max_allocated_mb"] = p.cuda
+            if p.metrics:
+                for k, v in p.metrics.items():
+                    rec[k] = float(v)
+            if p.per is not None:
+                by_mod: dict[str, float] = {}
+                for v, mod in zip(p.per, self._module_of):
+                    if v is not None:  # None: that parameter has no gradient
+                        by_mod[mod] = by_mod.get(mod, 0.0) + v * v
+                for mod, sq in by_mod.items():
+                    rec[f"grad_norm/{mod}"] = math.sqrt(sq)
+            if p.ratios:
+                for mod, r in p.ratios.items():
+                    rec[f"update_ratio/{mod}"] = r
+            if p.before is not None:
+                out.append(p.before)
+            out.append(rec)
+            add_row(p.step, rec, _NOT_FOR_RULES)
+            if self.tb is not None:
+                self.tb.write(p.step, rec)
+        self.writer.write_many(out)
+        last = pending[-1].step
+        if self.rules.due(last, urgent):
+            return self.rules.evaluate(last)
+        return []
+
+    def _act(self, alerts: list[Alert], batch: Any, stop: bool = True) -> None:
+        stopping: Alert | None = None
         for a in alerts:
             self.writer.write({"type": "alert", **a.to_dict()})
             if self.warn_on is not None and a.at_least(self.warn_on):
@@ -378,12 +473,12 @@ class Monitor:
                 if not target.exists():
                     torch.save(batch, target)
                     self.writer.write({"type": "batch_saved", "step": a.step, "path": f"batches/{target.name}"})
-            if stop is None and self.stop_on is not None and a.at_least(self.stop_on):
-                stop = a
-        if stop is not None:
-            self.stopped = stop
+            if stop and stopping is None and self.stop_on is not None and a.at_least(self.stop_on):
+                stopping = a
+        if stopping is not None:
+            self.stopped = stopping
             self.close(status="stopped")
-            raise TrainingStopped(stop)
+            raise TrainingStopped(stopping)
 
     # -- lifecycle --------------------------------------------------------------------------
     @property
@@ -395,9 +490,14 @@ class Monitor:
         if self.closed:
             return
         self.closed = True
+        if self._pending:  # the steps since the last flush, their rules and actions (no stop: it ends anyway)
+            late = self._flush()
+            if late:
+                self._act(late, None, stop=False)
         for h in self._handles:
             h.remove()
         self._handles.clear()
+        self._arm_optimizer(False)
         self._fw.clear()
         self._bw.clear()
         if self._statm is not None:

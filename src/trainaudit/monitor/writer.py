@@ -1,5 +1,6 @@
-"""Monitor outputs: an append-only JSONL file (one flushed line per record, so ``watch`` and a
-crash both see every finished step) and, when asked, TensorBoard scalars."""
+"""Monitor outputs: an append-only JSONL file (whole lines, written per batch of steps and
+flushed at least every ``flush_s`` seconds, so ``watch`` sees a run within about a second and
+a crash inside the monitor's ``with`` block loses nothing) and, when asked, TensorBoard scalars."""
 
 from __future__ import annotations
 
@@ -28,15 +29,23 @@ class JsonlWriter:
         self._last = time.monotonic()
         self._encode = json.JSONEncoder(default=str).encode  # one encoder, not one per record
 
-    def write(self, record: dict[str, Any]) -> None:
-        if self._fh.closed:
-            return
+    def _line(self, record: dict[str, Any]) -> str:
         line = self._encode(record)
         if "NaN" in line or "Infinity" in line:  # rare: redo with JSON-valid spellings
             line = json.dumps({k: _clean(v) for k, v in record.items()}, default=str)
-        self._fh.write(line + "\n")
+        return line
+
+    def write(self, record: dict[str, Any]) -> None:
+        self.write_many([record])
+
+    def write_many(self, records: list[dict[str, Any]]) -> None:
+        """Several records with one write call (the monitor's batch of steps)."""
+        if self._fh.closed or not records:
+            return
+        line = self._line
+        self._fh.write("".join([line(r) + "\n" for r in records]))
         now = time.monotonic()
-        if record.get("type") != "step" or now - self._last >= self.flush_s:
+        if now - self._last >= self.flush_s or any(r.get("type") != "step" for r in records):
             self._fh.flush()
             self._last = now
 
