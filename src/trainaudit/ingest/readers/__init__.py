@@ -7,25 +7,25 @@ ones to ``READER_CLASSES``.
 from __future__ import annotations
 
 from trainaudit.ingest.base import Reader
-from trainaudit.ingest.readers.megatron import MegatronReader
 from trainaudit.ingest.readers.composer import ComposerReader
-from trainaudit.ingest.readers.hf import HFReader, HFTrainerStateReader
-from trainaudit.ingest.readers.keras import KerasCSVReader, KerasReader
-from trainaudit.ingest.readers.lightning import LightningCSVReader, LightningReader
-from trainaudit.ingest.readers.nanogpt import NanoGPTReader
-from trainaudit.ingest.readers.torchtitan import TorchtitanReader
 from trainaudit.ingest.readers.deepspeed import DeepSpeedReader
 from trainaudit.ingest.readers.fairseq import FairseqReader
 from trainaudit.ingest.readers.generic import CsvReader, JsonlReader, KeyValueReader
+from trainaudit.ingest.readers.golden import GoldenValuesReader
+from trainaudit.ingest.readers.hf import HFReader, HFTrainerStateReader
+from trainaudit.ingest.readers.keras import KerasCSVReader, KerasReader
+from trainaudit.ingest.readers.lightning import LightningCSVReader, LightningReader
+from trainaudit.ingest.readers.megatron import MegatronReader
+from trainaudit.ingest.readers.mlflow import MLflowReader
 from trainaudit.ingest.readers.mmengine import MMEngineReader
+from trainaudit.ingest.readers.monitor import MonitorReader
+from trainaudit.ingest.readers.nanogpt import NanoGPTReader
 from trainaudit.ingest.readers.nemo import NemoReader
-from trainaudit.ingest.readers.ultralytics import UltralyticsReader
 from trainaudit.ingest.readers.plain import PlainTextReader
 from trainaudit.ingest.readers.tensorboard import TensorBoardReader
-from trainaudit.ingest.readers.mlflow import MLflowReader
+from trainaudit.ingest.readers.torchtitan import TorchtitanReader
+from trainaudit.ingest.readers.ultralytics import UltralyticsReader
 from trainaudit.ingest.readers.wandb import WandbReader
-from trainaudit.ingest.readers.golden import GoldenValuesReader
-from trainaudit.ingest.readers.monitor import MonitorReader
 
 READER_CLASSES: list[type[Reader]] = [
     MegatronReader,
