@@ -118,3 +118,16 @@ def parse_number(token: str) -> float | None:
         except ValueError:
             return None
     return None
+
+
+def json_number(v: object) -> float | None:
+    """A number from a parsed JSON/dict value: ints and floats as they are, strings as logs spell
+    numbers (``"nan"``, ``"1.2e-05"``), booleans and everything else not a number."""
+    if isinstance(v, bool):
+        return None
+    if isinstance(v, (int, float)):
+        return float(v)
+    if isinstance(v, str):
+        return parse_number(v)
+    return None
+

@@ -29,7 +29,7 @@ from trainaudit.errors import InputError
 from trainaudit.ingest.base import LineReader, Reader, Sample
 from trainaudit.ingest.sink import Sink
 from trainaudit.ingest.sources import InputFile
-from trainaudit.ingest.text import Line, parse_number
+from trainaudit.ingest.text import Line, json_number, parse_number
 from trainaudit.model import Event, EventKind, SourceKind
 
 # A dict repr at the end of a segment; the leading "{" is optional (lost in quoted copies).
@@ -178,7 +178,7 @@ class HFTrainerStateReader(Reader):
             for key, v in entry.items():
                 if key == "step":
                     continue
-                num = _num(v)
+                num = json_number(v)
                 if num is not None:
                     sink.add(key, step, num, lines.get(key, lines.get("step", 0)))
             if any(k in entry for k in SUMMARY_KEYS):
@@ -195,16 +195,6 @@ class HFTrainerStateReader(Reader):
                              inp.display, line_no, _line_text(text, line_no), step=gs,
                              data={"phase": "trainer_state", "global_step": gs, "max_steps": ms,
                                    "completed": done}))
-
-
-def _num(v: Any) -> float | None:
-    if isinstance(v, bool):
-        return None
-    if isinstance(v, (int, float)):
-        return float(v)
-    if isinstance(v, str):
-        return parse_number(v)
-    return None
 
 
 def _line_no(text: str, pos: int) -> int:

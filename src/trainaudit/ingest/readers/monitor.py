@@ -8,24 +8,13 @@ alerts become warnings, and the end record is the completion marker (``completed
 from __future__ import annotations
 
 import json
-from typing import Any
 
 from trainaudit.ingest.base import LineReader, Sample
 from trainaudit.ingest.sink import Sink
-from trainaudit.ingest.text import Line, parse_number
+from trainaudit.ingest.text import Line, json_number
 from trainaudit.model import Event, EventKind, SourceKind
 
 MARKER = '"trainaudit_monitor"'
-
-
-def _num(v: Any) -> float | None:
-    if isinstance(v, bool):
-        return None
-    if isinstance(v, (int, float)):
-        return float(v)
-    if isinstance(v, str):
-        return parse_number(v)
-    return None
 
 
 class MonitorReader(LineReader):
@@ -51,7 +40,7 @@ class MonitorReader(LineReader):
             for k, v in rec.items():
                 if k in ("type", "step"):
                     continue
-                x = _num(v)
+                x = json_number(v)
                 if x is not None:
                     sink.add(k, step, x, line.no, line.rank)
         elif kind == "start":
