@@ -24,16 +24,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from trainaudit.errors import InputError
+from trainaudit.ingest.signatures import CI_FAILED_RE, GATE_CHECK_RE, GATE_METRICS_RE
 from trainaudit.ingest.text import parse_number
 
 _VALUES = re.compile(r"\b(Actual|Golden) values:\s*(.*)$")
-_FAILED = re.compile(r"\b(Exact|Approximate) comparison of (.+?): FAILED")
+_FAILED = GATE_CHECK_RE
 _PASSED = re.compile(r"\b(DETERMINISTIC|APPROXIMATE) test for metric (.+?): PASSED")
-_SUMMARY_FAIL = re.compile(r"The following metrics failed: (.*?)\s*$")
+_SUMMARY_FAIL = GATE_METRICS_RE
 _MISSING_ACTUAL = re.compile(r"Metric (.+?) not found in Tensorboard logs!")
 _MISSING_GOLDEN = re.compile(r"required but not provided in golden values: (.*?)\s*$")
 _PYTEST = re.compile(r"=+ (.*?\b(?:passed|failed|error|errors)\b.*?) in [\d.]+s(?: \([^)]*\))? =+")
-_TRAINING_FAILED = re.compile(r"Training failed\. Aborting\.")
+_TRAINING_FAILED = CI_FAILED_RE
 _ELLIPSIS = ("...", "…")
 
 

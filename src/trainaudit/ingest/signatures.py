@@ -463,9 +463,10 @@ def _dist(line: Line, text: str) -> list[tuple[EventKind, str, dict[str, Any]]]:
 #   triggered", ...); megatron_golden.md §0/§1.1 (Megatron CI: "Training failed. Aborting.", "Exact|Approximate
 #   comparison of <metric>: FAILED", "AssertionError: The following metrics failed: <m1>, <m2>").
 CUDA_ERR_RE = re.compile(r"CUDA error: (?P<err>[^.\n]+?)(?:\.|$| when calling)")
+# The gate's own messages: also read by compare/cilog.py, which imports these (one definition).
 CI_FAILED_RE = re.compile(r"Training failed\. Aborting\.")
-GATE_CHECK_RE = re.compile(r"(?P<check>Exact|Approximate) comparison of (?P<metric>.+?): FAILED")
-GATE_METRICS_RE = re.compile(r"The following metrics failed: (?P<metrics>.+)$")
+GATE_CHECK_RE = re.compile(r"\b(?P<check>Exact|Approximate) comparison of (?P<metric>.+?): FAILED")
+GATE_METRICS_RE = re.compile(r"The following metrics failed: (?P<metrics>.*?)\s*$")
 
 
 def _cuda(line: Line, text: str) -> list[tuple[EventKind, str, dict[str, Any]]]:

@@ -97,11 +97,14 @@ class Context:
     def of(cls, run: Run) -> Context:
         return cls(run, find_roles(run))
 
-    def series(self, role: str, finite: bool = False) -> Series | None:
+    def series(self, role: str, finite: bool = False, min_points: int = 0) -> Series | None:
+        """The series playing ``role`` (finite points only if asked), or None when there is none
+        or it has fewer than ``min_points`` points: too short to judge."""
         s = self.roles.get(self.run, role)
         if s is None:
             return None
-        return s.finite() if finite else s
+        s = s.finite() if finite else s
+        return s if len(s) >= min_points else None
 
     def events(self, *kinds: EventKind) -> list[Event]:
         return [e for e in self.run.events if e.kind in kinds]

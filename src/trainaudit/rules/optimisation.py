@@ -68,8 +68,8 @@ class Divergence(Rule):
         min_points: int = 8
 
     def check(self, ctx: Context) -> list[Hit]:
-        s = ctx.series("loss", finite=True)
-        if s is None or len(s) < self.p.min_points:
+        s = ctx.series("loss", finite=True, min_points=self.p.min_points)
+        if s is None:
             return []
         st, sm, w = _smooth(s)
         best = np.minimum.accumulate(sm)
@@ -138,8 +138,8 @@ class NotLearning(Rule):
         min_points: int = 10
 
     def check(self, ctx: Context) -> list[Hit]:
-        s = ctx.series("loss", finite=True)
-        if s is None or len(s) < self.p.min_points:
+        s = ctx.series("loss", finite=True, min_points=self.p.min_points)
+        if s is None:
             return []
         head, tail = _head_tail(s.values)
         if head == 0:
@@ -249,8 +249,8 @@ class ExplodingGradients(Rule):
         min_points: int = 10
 
     def check(self, ctx: Context) -> list[Hit]:
-        g = ctx.series("grad_norm", finite=True)
-        if g is None or len(g) < self.p.min_points:
+        g = ctx.series("grad_norm", finite=True, min_points=self.p.min_points)
+        if g is None:
             return []
         x = g.values
         k = max(3, len(g) // 5)
@@ -432,8 +432,8 @@ class LearningRateZero(Rule):
         min_points: int = 5
 
     def check(self, ctx: Context) -> list[Hit]:
-        lr = ctx.series("lr", finite=True)
-        if lr is None or len(lr) < self.p.min_points:
+        lr = ctx.series("lr", finite=True, min_points=self.p.min_points)
+        if lr is None:
             return []
         end = max(2, int(len(lr) * 0.9))
         body = lr.values[1:end]

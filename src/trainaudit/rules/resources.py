@@ -178,8 +178,8 @@ class MemoryGrowth(Rule):
         blocks: int = 10
 
     def check(self, ctx: Context) -> list[Hit]:
-        m = ctx.series("memory", finite=True)
-        if m is None or len(m) < self.p.min_points:
+        m = ctx.series("memory", finite=True, min_points=self.p.min_points)
+        if m is None:
             return []
         skip = max(1, len(m) // 10)
         st, x = m.steps[skip:], m.values[skip:]
@@ -583,8 +583,8 @@ class DataLoaderStall(Rule):
         min_stall_s: float = 0.01
 
     def check(self, ctx: Context) -> list[Hit]:
-        s = ctx.series("step_time", finite=True)
-        if s is None or len(s) < self.p.min_points:
+        s = ctx.series("step_time", finite=True, min_points=self.p.min_points)
+        if s is None:
             return []
         skip = max(2, len(s) // 20)
         x = s.values[skip:]
