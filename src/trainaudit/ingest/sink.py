@@ -58,7 +58,10 @@ class Sink:
         """The series name a value of ``metric`` from ``rank`` goes to (the first rank seen owns the
         plain name). Bulk readers call it in line order before ``add_many``."""
         if rank is not None:
-            primary = self._primary_rank.setdefault(metric, rank)
+            primary = self._primary_rank.get(metric)
+            if primary is None:
+                primary = self._primary_rank[metric] = rank
+                self.meta(f"rank_of.{metric}", rank)  # who owns the plain name, for per-rank rules
             if rank != primary:
                 return f"{metric}@rank{rank}"
         return metric

@@ -451,12 +451,15 @@ def _aligned(per: dict[str, Series]) -> tuple[np.ndarray, dict[str, np.ndarray]]
     return common, {k: i[np.searchsorted(u, common)] for k, (u, i) in firsts.items()}
 
 
-def _rank_of(name: str, per: dict[str, Series]) -> int | None:
-    """The rank of one per-rank series. The first rank seen keeps the plain name (ingest sink); with
-    the usual contiguous ranks 0..N-1 it is the one number the ``@rank`` copies lack."""
+def _rank_of(name: str, per: dict[str, Series], meta: dict) -> int | None:
+    """The rank of one per-rank series. The first rank seen keeps the plain name and the ingest
+    sink records it as ``rank_of.<name>``; for runs built otherwise, with the usual contiguous
+    ranks 0..N-1, it is the one number the ``@rank`` copies lack."""
     _, sep, r = name.partition("@rank")
     if sep:
         return int(r) if r.isdigit() else None
+    if isinstance(meta.get(f"rank_of.{name}"), int):
+        return int(meta[f"rank_of.{name}"])
     seen = {int(k.partition("@rank")[2]) for k in per if k.partition("@rank")[2].isdigit()}
     missing = sorted(set(range(len(per))) - seen)
     return missing[0] if len(missing) == 1 else None
@@ -534,7 +537,7 @@ class StragglerRank(Rule):
                     continue
                 r = float(np.median(mine[j:]) / np.median(others[j:]))
                 other = next(k for k in per if k != cand)
-                rank = _rank_of(cand, per)
+                rank = _rank_of(cand, per, ctx.run.meta)
                 who = f"rank {rank} ({cand})" if rank is not None else cand
                 msg = (f"{who} is {r:.2f}x slower than the median of the other ranks from step {int(steps[j])} "
                        f"({n_slow} of the {steps.size - j} steps from there)")
