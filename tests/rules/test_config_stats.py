@@ -4,10 +4,17 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from numpy.lib.stride_tricks import sliding_window_view
 
 from trainaudit.errors import InputError
 from trainaudit.rules import RULE_CLASSES, active_rules, load_config, rule_class
-from trainaudit.series.stats import change_point, first_sustained, rolling_median, trailing_median_mad
+from trainaudit.series.stats import (
+    change_point,
+    first_sustained,
+    rolling_median,
+    sliding_max,
+    trailing_median_mad,
+)
 
 
 def test_registry_ids_names_docs():
@@ -50,6 +57,30 @@ def test_trailing_median_excludes_the_point_itself():
     x = np.array([1, 1, 1, 1, 100, 1, 1], dtype=float)
     med, mad = trailing_median_mad(x, 3)
     assert np.isnan(med[:3]).all() and med[4] == 1.0 and mad[4] == 0.0 and med[5] == 1.0
+
+
+@pytest.mark.parametrize("window", [1, 2, 3, 10, 51, 64, 100, 127, 129])
+def test_window_statistics_equal_numpy_bit_for_bit(window):
+    # the fast paths (partition at the middle ranks, doubling maxima) must give exactly what the
+    # plain numpy expressions give, or online and offline diagnoses could disagree
+    rng = np.random.default_rng(window)
+    x = rng.standard_normal(1000) * rng.random(1000) ** 4
+    view = sliding_window_view(x[:-1], window)
+    med, dev = trailing_median_mad(x, window)
+    ref = np.median(view, axis=1)
+    assert np.array_equal(med[window:], ref)
+    assert np.array_equal(dev[window:], np.median(np.abs(view - ref[:, None]), axis=1))
+    assert np.array_equal(sliding_max(x, window), sliding_window_view(x, window).max(axis=1))
+    odd = window | 1
+    core = np.median(sliding_window_view(x, odd), axis=1)
+    assert np.array_equal(rolling_median(x, odd)[(odd - 1) // 2:][:core.size], core)
+
+
+def test_window_median_keeps_nan_propagation():
+    x = np.arange(20.0)
+    x[7] = np.nan
+    med, _ = trailing_median_mad(x, 4)
+    assert np.isnan(med[8:12]).all() and np.isfinite(med[12:]).all() and med[4] == 1.5
 
 
 def test_rolling_median_and_change_point():

@@ -10,7 +10,7 @@ import numpy as np
 
 from trainaudit.model import Event, EventKind, Series
 from trainaudit.rules.base import Context, Hit, Rule
-from trainaudit.series.stats import robust_z, trailing_median_mad
+from trainaudit.series.stats import robust_z, sliding_max, trailing_median_mad
 
 TRAINING_ROLES = ("loss", "grad_norm", "lr", "loss_scale", "val_loss")
 
@@ -108,9 +108,7 @@ def spike_mask(s: Series, window: int, z_thr: float, rel_thr: float, min_history
     mw = max(w, min(max_window, x.size // 3))
     prev_max = np.full(x.size, np.inf)
     if x.size > mw:
-        from numpy.lib.stride_tricks import sliding_window_view
-
-        prev_max[mw:] = sliding_window_view(x[:-1], mw).max(axis=1)
+        prev_max[mw:] = sliding_max(x[:-1], mw)
     # scale: a jump must also be a real fraction of how far the metric has come down, so the
     # relative noise of a loss converged near 0 is not a spike (same rule for loss 10 and 0.01)
     first = float(np.median(x[:min(5, x.size)]))

@@ -8,6 +8,8 @@ makes a median trustworthy.
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 from numpy.typing import NDArray
@@ -25,21 +27,49 @@ def mad(x: FloatArray) -> float:
     return float(np.median(np.abs(x - np.median(x))))
 
 
+def _row_median(block: FloatArray) -> FloatArray:
+    """Median of each row of a finite 2-D array, equal to ``np.median(block, axis=1)``.
+
+    A partition at the middle rank(s) alone: ``np.median`` along an axis spends most of its time
+    around the selection (NaN checks, a generic mean of the middle pair), 6x slower on 2000
+    windows of 51 points, and the rules recompute these windows at every online evaluation."""
+    w = block.shape[1]
+    k = w // 2
+    if w % 2:
+        return np.partition(block, k, axis=1)[:, k]
+    part = np.partition(block, (k - 1, k), axis=1)
+    return 0.5 * (part[:, k - 1] + part[:, k])
+
+
 def _window_stat(x: FloatArray, window: int, fn: str) -> FloatArray:
     """``fn`` ("median" or "mad") of each full window ``x[i:i+window]``; length n-window+1."""
     n = x.size - window + 1
     out = np.empty(max(n, 0), dtype=np.float64)
     if n <= 0:
         return out
+    # a NaN makes its windows' median NaN, which only np.median does
+    median = _row_median if np.isfinite(x).all() else functools.partial(np.median, axis=1)
     view = sliding_window_view(x, window)
     for lo in range(0, n, _CHUNK):
         block = view[lo:lo + _CHUNK]
-        med = np.median(block, axis=1)
+        med = median(block)
         if fn == "median":
             out[lo:lo + block.shape[0]] = med
         else:
-            out[lo:lo + block.shape[0]] = np.median(np.abs(block - med[:, None]), axis=1)
+            out[lo:lo + block.shape[0]] = median(np.abs(block - med[:, None]))
     return out
+
+
+def sliding_max(x: FloatArray, window: int) -> FloatArray:
+    """Maximum of each full window ``x[i:i+window]`` (length n-window+1), equal to
+    ``sliding_window_view(x, window).max(axis=1)`` in O(n log window): maxima of power-of-two
+    windows by doubling, then two overlapping ones per window (18x faster at 2000 x 100)."""
+    m, p = x, 1
+    while 2 * p <= window:
+        m = np.maximum(m[:-p], m[p:])
+        p *= 2
+    n = x.size - window + 1
+    return np.maximum(m[:n], m[window - p:window - p + n])
 
 
 def trailing_median_mad(x: FloatArray, window: int) -> tuple[FloatArray, FloatArray]:
