@@ -9,15 +9,17 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
 import torch
-
 from shared_data import run_cli
 from tinyloop import build, records, train
+
 from trainaudit.ingest import load_run
 from trainaudit.model import EventKind
+from trainaudit.monitor.core import Monitor
 from trainaudit.rules import Config
 
 # Wall-clock rules (step-time regression, stragglers, periodic stalls) are left out: on a shared
@@ -99,6 +101,50 @@ def test_backward_nan_is_attributed_to_the_module_whose_backward_made_it(tmp_pat
     assert origin.step == 40 and origin.data["phase"] == "backward"
     assert origin.metric == "2" and origin.data["grad_at_output_of"] == "1"
     assert np.isfinite(res.losses[39])  # the forward of step 40 was clean: only gradients were NaN
+
+
+def test_evaluation_forwards_between_steps_do_not_hide_the_nan_origin(tmp_path: Path) -> None:
+    # 60 forwards under no_grad before every training step: more leaf calls than the monitor
+    # keeps per step (8 per leaf), so had they been recorded the training forward would not be
+    def eval_then_nan(step: int, model: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
+        with torch.no_grad():
+            for _ in range(60):
+                model(x)
+        if step == 21:
+            x = x.clone()
+            x[0, 0] = float("inf")
+        return x
+
+    res = train(tmp_path, steps=25, fault=eval_then_nan, **FAST)
+    origin = _by_rule(res, "MON101")
+    assert len(origin) == 1 and origin[0].step == 21
+    assert origin[0].data["phase"] == "forward" and origin[0].metric == "0" and origin[0].data["input_nonfinite"]
+
+
+def test_paused_block_is_not_recorded_nor_counted_in_step_time(tmp_path: Path) -> None:
+    model = build()
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    x, y = torch.randn(8, 16), torch.randint(0, 4, (8,))
+    mon = Monitor(model, opt, tmp_path, **FAST)
+
+    def step() -> torch.Tensor:
+        opt.zero_grad()
+        loss = torch.nn.functional.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+        return loss
+
+    mon.step(step())
+    with mon.paused():
+        for _ in range(3):
+            step()
+            assert mon._fw == []  # no hook ran
+        time.sleep(0.3)
+    mon.step(step())
+    mon.close()
+    steps = [r for r in records(tmp_path) if r["type"] == "step"]
+    assert [r["step"] for r in steps] == [1, 2]
+    assert 0 < steps[1]["step_time"] < 0.3  # the pause is not part of the step
 
 
 def test_lr_jump_alerts_at_the_jump_step(tmp_path: Path) -> None:

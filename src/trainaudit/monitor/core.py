@@ -10,7 +10,9 @@ Per step (cheap): loss, lr, global grad norm, number of parameter tensors with n
 gradients, step time, process RSS / CUDA memory. Every ``every`` steps: per-module grad norms and
 update-to-weight ratios. When the loss or the gradients turn non-finite, the module where the
 first NaN/Inf appeared (forward: outputs kept by forward hooks for the current step; backward:
-gradients seen by pre-hooks on the autograd nodes that made those outputs). Online rules (the
+the gradient at each module's output, read from the module's own parameter gradients when it
+has trainable parameters and is called once per step, else seen by a pre-hook on the autograd
+node that made the output). Online rules (the
 diagnose rules) every ``rules_every`` steps, at once on a non-finite value or an lr change.
 
 Batching: ``step()`` only checks what must be known at that step (is anything non-finite, did
@@ -24,13 +26,14 @@ step is still flushed, evaluated and stopped at that very step.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import math
 import operator
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -47,6 +50,16 @@ log = logging.getLogger("trainaudit.monitor")
 SEVERITIES = tuple(SEVERITY_ORDER)
 # record fields that are not series the rules read
 _NOT_FOR_RULES = frozenset({"type", "step", "nonfinite_grads"})
+
+
+def _grad_sum(sums: dict[int, torch.Tensor], i: int, k: int, grads: tuple[torch.Tensor | None, ...]) -> None:
+    """Backward pre-hook: the float32 sum of the gradient at output ``k`` of a node (non-finite
+    exactly when a value is; float32 so that a half-precision sum does not overflow), kept
+    instead of the gradient, which the backward frees as without the monitor. A 0-d tensor:
+    no device sync in the backward."""
+    g = grads[k]
+    if g is not None:
+        sums[i] = g.detach().sum(dtype=torch.float32)
 
 
 class _Pending(NamedTuple):
@@ -106,7 +119,7 @@ class Monitor:
 
     def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer | None = None,
                  log_dir: str | os.PathLike[str] = "trainaudit-monitor", *, every: int = 50, rules_every: int = 25,
-                 window: int = 2000, rules_budget: float = 0.005, mem_every: int = 10, warn: str | None = "low", on_alert: Callable[[Alert], None] | None = None,
+                 window: int = 2000, rules_budget: float = 0.0025, mem_every: int = 10, warn: str | None = "low", on_alert: Callable[[Alert], None] | None = None,
                  callback_on: str = "low", save_batch_on: str | None = None, stop_on: str | None = None,
                  nan_origin: bool = True, tensorboard: bool = False, config: Config | None = None,
                  filename: str = "trainaudit-monitor.jsonl", meta: dict[str, Any] | None = None,
@@ -140,12 +153,13 @@ class Monitor:
         self.closed = False
         self.origin: dict[str, Any] | None = None
         self._handles: list[Any] = []
-        self._fw: list[tuple[str, Any, torch.Tensor]] = []
-        self._bw: dict[int, torch.Tensor] = {}  # index in _fw -> gradient at that output, this step
+        self._fw: list[tuple[str, Any, torch.Tensor]] = []  # (leaf, input, output) of this step's calls
+        self._bw: dict[int, torch.Tensor] = {}  # index in _fw -> sum of the gradient at that output
         self._fw_cap = 0
-        self._n_armed = 0  # entries of _fw whose backward pre-hook is registered
+        self._n_armed = 0  # entries of _fw already seen by forward_done()
         self._opt_handles: list[Any] = []
         self._t_last: float | None = None
+        self._paused_s = 0.0  # time spent in paused() blocks
         self._prev_lr: float | None = None
         self._snap: dict[str, torch.Tensor] | None = None
         self._ratios: dict[str, float] = {}
@@ -162,6 +176,7 @@ class Monitor:
         self._named = [(n, p) for n, p in model.named_parameters()]
         self._params = [p for _, p in self._named]
         self._module_of = [n.rsplit(".", 1)[0] if "." in n else n for n, _ in self._named]
+        self._leaf_params: dict[str, list[nn.Parameter]] = {}
         self._attach()
         self.writer.write({"trainaudit_monitor": 1, "type": "start", "time": time.time(),
                            "every": every, "rules_every": rules_every, **self._model_summary(), **(meta or {})})
@@ -171,11 +186,34 @@ class Monitor:
         if self.nan_origin:
             leaves = [(n, m) for n, m in self.model.named_modules() if not any(True for _ in m.children())]
             self._fw_cap = 8 * max(1, len(leaves))
+            # the gradient at the output of a module with trainable parameters shows in their
+            # gradients (weight.grad of a Linear is g^T x: a NaN in g spreads to a whole row)
+            self._leaf_params = {n: ps for n, m in leaves
+                                 if (ps := [p for p in m.parameters() if p.requires_grad])}
             for name, mod in leaves:
                 self._handles.append(mod.register_forward_hook(functools.partial(self._on_forward, name)))
             # after the leaves' hooks (registered first when the model is itself a leaf)
             self._handles.append(self.model.register_forward_hook(self._on_model_forward))
-        self._arm_optimizer(True)
+        self._arm_optimizer(self._sampling(self.step_no + 1) or not self._user_gn)
+
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[None]:
+        """Record nothing inside the block (hooks detached): forwards and steps there are not
+        the monitor's, and its duration is left out of the next step time."""
+        t0 = time.perf_counter()
+        for h in self._handles:
+            h.remove()
+        self._handles.clear()
+        self._arm_optimizer(False)
+        try:
+            yield
+        finally:
+            self._fw.clear()
+            self._bw.clear()
+            self._n_armed = 0
+            self._paused_s += time.perf_counter() - t0
+            if not self.closed:
+                self._attach()
 
     def _arm_optimizer(self, on: bool) -> None:
         """Optimizer hooks only for steps that need them (sampled steps; every step when the
@@ -192,22 +230,33 @@ class Monitor:
 
     def _on_forward(self, name: str, _mod: nn.Module, inp: Any, out: Any) -> None:
         # only a reference (input, output) for this step; the backward hooks are added in one
-        # pass by _on_model_forward, a warm loop instead of work in every leaf's hook
+        # pass by _on_model_forward, a warm loop instead of work in every leaf's hook. A forward
+        # without autograd (evaluation under no_grad) is not a training step's.
         t = out if type(out) is torch.Tensor else _first_tensor(out)  # the common case without a call
-        if t is not None and len(self._fw) < self._fw_cap:
+        if t is not None and len(self._fw) < self._fw_cap and torch.is_grad_enabled():
             self._fw.append((name, inp, t))
 
     def _on_model_forward(self, _mod: nn.Module, _inp: Any, _out: Any) -> None:
-        fw, bw = self._fw, self._bw
-        for i in range(self._n_armed, len(fw)):
+        self.forward_done()
+
+    def forward_done(self) -> None:
+        """End of a forward pass that did not go through ``model(...)`` (a LightningModule's
+        ``training_step`` calling submodules): call it before ``backward()``, so that the
+        backward's gradients are watched as after ``model(...)``."""
+        fw, bw, own = self._fw, self._bw, self._leaf_params
+        new = range(self._n_armed, len(fw))
+        names = [fw[i][0] for i in new]
+        # a module called twice in a step sums both calls' gradients into its parameters
+        again = set() if len(set(names)) == len(names) else {n for n in names if names.count(n) > 1}
+        for i, name in zip(new, names):
+            if name in own and name not in again:
+                continue  # its parameter gradients tell whether the gradient at its output was finite
             fn = fw[i][2].grad_fn
             if fn is not None:
-                # keep a reference to the gradients arriving at the node that made this output
-                # (the gradient at the output is item ``output_nr``) until step() looks at
-                # them: a node pre-hook is registered in C++ (Tensor.register_hook builds Python
-                # dicts per call), a partial of dict.__setitem__ runs no Python frame when
-                # called, and nothing is copied (retain_grad() clones every output gradient)
-                fn.register_prehook(functools.partial(bw.__setitem__, i))
+                # a node pre-hook (registered in C++; Tensor.register_hook builds Python dicts per
+                # call) keeps the sum of the gradient at this output, not the gradient: holding
+                # every such gradient until step() would add them all to the backward's peak memory
+                fn.register_prehook(functools.partial(_grad_sum, bw, i, fw[i][2].output_nr))
         self._n_armed = len(fw)
 
     def _sampling(self, step: int) -> bool:
@@ -326,12 +375,11 @@ class Monitor:
             if not loss_finite:
                 return {"phase": "loss", "module": None, "detail": "the loss itself is non-finite (module outputs finite)"}
             order = [n for n, _, _ in self._fw]
-            seen = [(self._fw[i][0], self._bw[i][self._fw[i][2].output_nr]) for i in sorted(self._bw, reverse=True)]
-            for name, g in seen:  # backward order
-                if g is not None and not _finite(g):
-                    # the gradient at name's output came from the backward of what consumed it
-                    idx = order.index(name) if name in order else -1
-                    nxt = order[idx + 1] if 0 <= idx < len(order) - 1 else "the loss"
+            for i in reversed(range(len(order))):  # backward order
+                if self._output_grad_finite(i) is False:
+                    # the gradient at this output came from the backward of what consumed it
+                    name = order[i]
+                    nxt = order[i + 1] if i < len(order) - 1 else "the loss"
                     return {"phase": "backward", "module": nxt, "grad_at_output_of": name,
                             "detail": f"non-finite gradient first produced by the backward of {nxt} "
                                       f"(seen at the output of {name})"}
@@ -341,14 +389,27 @@ class Monitor:
                         "detail": f"non-finite parameter gradients: {', '.join(bad[:5])}"}
         return None
 
+    def _output_grad_finite(self, i: int) -> bool | None:
+        """Whether the gradient at the output of forward call ``i`` was finite (None: unknown,
+        e.g. an output that needs no gradient). With a clean forward (inputs finite), a
+        module's parameter gradients are non-finite exactly when the gradient at its output is."""
+        name, _, out = self._fw[i]
+        if i in self._bw:
+            return math.isfinite(self._bw[i].item())
+        if out.grad_fn is None:
+            return None
+        grads = [p.grad for p in self._leaf_params.get(name, ()) if p.grad is not None]
+        return all(_finite(g) for g in grads) if grads else None
+
     # -- the per-step call ------------------------------------------------------------------
     def step(self, loss: torch.Tensor | float | None = None, *, batch: Any = None, step: int | None = None,
-             lr: float | None = None, grad_norm: float | None = None, **metrics: float) -> list[Alert]:
-        """Record one optimizer step (call it after ``optimizer.step()``). ``grad_norm``: pass the
-        value ``clip_grad_norm_`` returned to log the norm before clipping. Returns new alerts
+             lr: float | None = None, grad_norm: torch.Tensor | float | None = None, **metrics: float) -> list[Alert]:
+        """Record one optimizer step (call it after ``optimizer.step()``). ``grad_norm``: pass what
+        ``clip_grad_norm_`` returned (the norm before clipping, a tensor or a float); the monitor
+        then needs no norm of its own on most steps. Returns new alerts
         (found when a batch of steps is flushed, see the module docstring); raises
         :class:`TrainingStopped` (after recording the step) when an alert's action is stop."""
-        now = time.perf_counter()
+        now = time.perf_counter() - self._paused_s  # step times leave paused() blocks out
         self.step_no = s = int(step) if step is not None else self.step_no + 1
         sampling = s == 1 or s % self.every == 0
         if isinstance(loss, torch.Tensor):
@@ -358,6 +419,8 @@ class Monitor:
             loss_v: Any = float(loss.item()) if loss.device.type == "cpu" else loss.detach()
         else:
             loss_v = None if loss is None else float(loss)
+        if isinstance(grad_norm, torch.Tensor):
+            grad_norm = grad_norm.item()  # a sync on an accelerator, as float() in the caller would be
         self._user_gn = grad_norm is not None
         gstats = self._gstats
         self._gstats = None
@@ -500,6 +563,7 @@ class Monitor:
         self._arm_optimizer(False)
         self._fw.clear()
         self._bw.clear()
+        self._n_armed = 0
         if self._statm is not None:
             os.close(self._statm)
             self._statm = None

@@ -44,6 +44,11 @@ class TrainAuditCallback(Callback):
         self.monitor = Monitor(pl_module, opt, self.log_dir, **{"meta": meta, **self.options})
         self._last_step = trainer.global_step
 
+    def on_before_backward(self, trainer: Trainer, pl_module: LightningModule, loss: torch.Tensor) -> None:
+        if self.monitor is not None:
+            # training_step calls submodules, not the LightningModule's forward: its end is here
+            self.monitor.forward_done()
+
     def on_before_optimizer_step(self, trainer: Trainer, pl_module: LightningModule, optimizer: Any) -> None:
         grads = [p.grad.detach() for p in pl_module.parameters() if p.grad is not None]
         with torch.no_grad():

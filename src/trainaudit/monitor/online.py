@@ -172,7 +172,7 @@ class OnlineRules:
     every: int = 25
     window: int = 2000
     min_points: int = 20
-    budget: float = 0.005
+    budget: float = 0.0025
     live: LiveRun = field(default_factory=LiveRun)
     fired: dict[tuple[str, str | None], Alert] = field(default_factory=dict)
     _rules: list[Rule] = field(default_factory=list)
