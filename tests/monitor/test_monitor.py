@@ -147,6 +147,29 @@ def test_paused_block_is_not_recorded_nor_counted_in_step_time(tmp_path: Path) -
     assert 0 < steps[1]["step_time"] < 0.3  # the pause is not part of the step
 
 
+def test_a_copy_of_the_monitored_model_is_not_monitored(tmp_path: Path) -> None:
+    # EMA/SWA models are deep copies (torch.optim.swa_utils.AveragedModel); torch.save(model)
+    # pickles the hooks too: both failed on the monitor's open files
+    import copy
+    import io
+
+    model = build()
+    mon = Monitor(model, torch.optim.Adam(model.parameters()), tmp_path, **FAST)
+    ema = torch.optim.swa_utils.AveragedModel(model)
+    buf = io.BytesIO()
+    torch.save(model, buf)
+    buf.seek(0)
+    loaded = torch.load(buf, weights_only=False)
+    x = torch.randn(8, 16)
+    ema(x)
+    loaded(x)
+    copy.deepcopy(model)(x)
+    assert mon._fw == []  # none of the copies reached the monitor
+    model(x)
+    assert [name for name, _, _ in mon._fw] == ["0", "1", "2", "3", "4"]
+    mon.close()
+
+
 def test_lr_jump_alerts_at_the_jump_step(tmp_path: Path) -> None:
     res = train(tmp_path, steps=160, lr_at=lambda s: 3e-3 if s < 120 else 0.5, clip=None, **FAST)
     jump = _by_rule(res, "TA206")

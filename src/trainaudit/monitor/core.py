@@ -52,6 +52,24 @@ SEVERITIES = tuple(SEVERITY_ORDER)
 _NOT_FOR_RULES = frozenset({"type", "step", "nonfinite_grads"})
 
 
+def _inert(*_args: Any) -> None:
+    """What the monitor's module hooks become in a copy of the model."""
+
+
+class _Hook(functools.partial):  # type: ignore[type-arg]
+    """A module hook that a copy of the model does not take along: ``copy.deepcopy(model)`` (EMA
+    and SWA models) and ``torch.save(model)`` copy the hooks with the model, and the monitor they
+    point to (open files) cannot be copied. The copy gets a no-op instead; the original keeps
+    its hooks. A partial, so that a call still runs no Python frame of its own."""
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return _inert_hook, ()
+
+
+def _inert_hook() -> Callable[..., None]:
+    return _inert
+
+
 def _grad_sum(sums: dict[int, torch.Tensor], i: int, k: int, grads: tuple[torch.Tensor | None, ...]) -> None:
     """Backward pre-hook: the float32 sum of the gradient at output ``k`` of a node (non-finite
     exactly when a value is; float32 so that a half-precision sum does not overflow), kept
@@ -191,9 +209,9 @@ class Monitor:
             self._leaf_params = {n: ps for n, m in leaves
                                  if (ps := [p for p in m.parameters() if p.requires_grad])}
             for name, mod in leaves:
-                self._handles.append(mod.register_forward_hook(functools.partial(self._on_forward, name)))
+                self._handles.append(mod.register_forward_hook(_Hook(self._on_forward, name)))
             # after the leaves' hooks (registered first when the model is itself a leaf)
-            self._handles.append(self.model.register_forward_hook(self._on_model_forward))
+            self._handles.append(self.model.register_forward_hook(_Hook(self._on_model_forward)))
         self._arm_optimizer(self._sampling(self.step_no + 1) or not self._user_gn)
 
     @contextlib.contextmanager
