@@ -156,8 +156,8 @@ class LossSpike(Rule):
         min_excess: float = 0.1
 
     def check(self, ctx: Context) -> list[Hit]:
-        s = ctx.series("loss", finite=True)
-        if s is None or len(s) < self.p.min_history + 3:
+        s = ctx.series("loss", finite=True, min_points=self.p.min_history + 3)
+        if s is None:
             return []
         idx, med, z = spike_mask(s, self.p.window, self.p.z, self.p.rel, self.p.min_history, self.p.max_window,
                                  self.p.min_excess, self.p.over_max)
@@ -223,8 +223,8 @@ class GradNormSpike(Rule):
         min_history: int = 5
 
     def check(self, ctx: Context) -> list[Hit]:
-        g = ctx.series("grad_norm", finite=True)
-        if g is None or len(g) < self.p.min_history + 3:
+        g = ctx.series("grad_norm", finite=True, min_points=self.p.min_history + 3)
+        if g is None:
             return []
         idx, med, z = spike_mask(g, self.p.window, self.p.z, self.p.ratio - 1, self.p.min_history)
         if idx.size == 0:

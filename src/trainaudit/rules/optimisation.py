@@ -200,8 +200,8 @@ class ZeroLossOrGrad(Rule):
     def check(self, ctx: Context) -> list[Hit]:
         hits: list[Hit] = []
         for role in ("loss", "grad_norm"):
-            s = ctx.series(role)
-            if s is None or len(s) < self.p.min_run:
+            s = ctx.series(role, min_points=self.p.min_run)
+            if s is None:
                 continue
             z = (s.values == 0.0)
             if not z.any():
@@ -382,8 +382,8 @@ class LearningRateJump(Rule):
         min_history: int = 3
 
     def check(self, ctx: Context) -> list[Hit]:
-        lr = ctx.series("lr", finite=True)
-        if lr is None or len(lr) < self.p.min_history + 2:
+        lr = ctx.series("lr", finite=True, min_points=self.p.min_history + 2)
+        if lr is None:
             return []
         x = lr.values
         d = np.diff(x)

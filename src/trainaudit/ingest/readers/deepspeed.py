@@ -40,7 +40,7 @@ from __future__ import annotations
 import re
 
 from trainaudit.ingest.base import LineReader, Reader, Sample
-from trainaudit.ingest.readers.generic import num, scanner_emits
+from trainaudit.ingest.readers.generic import num
 from trainaudit.ingest.signatures import SignatureScanner
 from trainaudit.ingest.sink import Sink
 from trainaudit.ingest.sources import InputFile, read_head
@@ -64,10 +64,6 @@ PIPE_RE = re.compile(r"\bsteps: (\d+) loss: (\S+) (?:(.*?) )?iter time \(s\): (\
 BAR_BEFORE_RE = re.compile(r"(\d+)/\d+ \[[\d:]+<[\d:?]+[^\]]*\]\s*(?:\[[^\]]*\]\s*)*$")
 MIN_SCALE_RE = re.compile(r"Current loss scale already at minimum")
 ENGINE_HINT_RE = re.compile(r"\[(?:deepspeed|deepscale)\]|DeepSpeed info: version=|\[Rank \d+\] step=\d+, skipped=")
-
-
-MIN_SCALE_LINE = ("Exception: Current loss scale already at minimum - cannot decrease scale anymore. "
-                  "Exiting run.")
 
 
 def _is_engine_line(text: str) -> bool:
@@ -135,8 +131,7 @@ class DeepSpeedReader(LineReader):
         return best if score >= 0.3 else None
 
     def new_state(self) -> dict:
-        return {"anchor": None, "since": 0, "overflows": 0, "breakdowns": 0, "scale": None,
-                "min_event": not scanner_emits(MIN_SCALE_LINE, EventKind.LOSS_SCALE_MIN)}
+        return {"anchor": None, "since": 0, "overflows": 0, "breakdowns": 0, "scale": None}
 
     def feed(self, line: Line, sink: Sink, state: dict) -> None:
         self._engine(line, sink, state)
@@ -221,11 +216,7 @@ class DeepSpeedReader(LineReader):
                     sink.add(f"{key} (ms)", step, v, line.no, line.rank)
             return True
         if MIN_SCALE_RE.search(text):
-            if state["min_event"]:
-                sink.event(Event(EventKind.LOSS_SCALE_MIN, "DeepSpeed: loss scale already at minimum, run exits",
-                                 sink.source.path if sink.source else "", line.no, line.raw, rank=line.rank,
-                                 data={"scale": state["scale"]}))
-            return True
+            return True  # the event itself comes from the shared signature scanner
         return bool(ENGINE_HINT_RE.search(text))
 
     def _overflow(self, line: Line, sink: Sink, state: dict, data: dict, new: float | None,

@@ -17,8 +17,8 @@
 * tqdm (a bar per state, several glued on one physical line): the ``k=v`` postfix; a postfix cut by
   the terminal width (not closed by ``]`` or ``,``) loses its last, possibly truncated, pair.
 * fp16 ``overflow detected, setting loss scale to: X``: a ``loss_scale`` event and a
-  ``loss_scale`` value; ``Minimum loss scale reached (X)``: a ``loss_scale_min`` event, unless the
-  shared error-signature scanner already emits one for that line.
+  ``loss_scale`` value; ``Minimum loss scale reached (X)``: the ``loss_scale_min`` event comes from
+  the shared error-signature scanner, as for every reader.
 
 Step = ``num_updates`` (fairseq's global step). Lines without it take, in order: the last
 ``num_updates`` seen (summaries), ``(epoch - 1) * size + i`` (progress lines), the epoch. An
@@ -32,7 +32,7 @@ from __future__ import annotations
 import re
 
 from trainaudit.ingest.base import LineReader, Sample
-from trainaudit.ingest.readers.generic import num, parse_json_object, scanner_emits
+from trainaudit.ingest.readers.generic import num, parse_json_object
 from trainaudit.ingest.sink import Sink
 from trainaudit.ingest.text import Line
 from trainaudit.model import Event, EventKind, SourceKind
@@ -42,11 +42,8 @@ PIPES_RE = re.compile(r"\bepoch (\d+) \| (?:valid on '([^']+)' subset \| )?([\w/
 JSON_RE = re.compile(r"(\{\"epoch\": .*\})\s*$")
 TQDM_RE = re.compile(r"epoch (\d+):\s+\d+%\|[^|]*\|\s*(\d+)/(\d+)\s*\[[^\],]*(?:,\s*[\d.?]+\s*(?:it/s|s/it))?,\s*([^\]|]*)(\]?)")
 OVERFLOW_RE = re.compile(r"overflow detected, (?:ignoring gradient, )?setting loss scale to: ([\d.eE+\-]+)")
-MIN_SCALE_RE = re.compile(r"Minimum loss scale reached \(([\d.eE+\-]+)\)")
 TAG_RE = re.compile(r"\| (?:INFO|WARNING) \| (train_inner|train|valid|[\w.]+) \| ")
 KV_RE = re.compile(r"(\w+)=([^,\s]*)")
-MIN_SCALE_LINE = ("FloatingPointError: Minimum loss scale reached (0.0001). Your loss is probably exploding. "
-                  "Try lowering the learning rate, using gradient clipping or increasing the batch size.")
 FAIRSEQ_KEYS = ("num_updates", "wps", "ups", "wpb", "bsz", "nll_loss", "gnorm")
 NON_SERIES = {"epoch", "num_updates", "update"}
 
@@ -68,8 +65,7 @@ class FairseqReader(LineReader):
         return 0.9 if n else 0.0
 
     def new_state(self) -> dict:
-        return {"updates": None, "since": 0, "overflows": 0, "framework": False,
-                "min_event": not scanner_emits(MIN_SCALE_LINE, EventKind.LOSS_SCALE_MIN)}
+        return {"updates": None, "since": 0, "overflows": 0, "framework": False}
 
     def feed(self, line: Line, sink: Sink, state: dict) -> None:
         text = line.text
@@ -81,12 +77,6 @@ class FairseqReader(LineReader):
             if m:
                 self._overflow(m, line, sink, state)
                 return
-        m = MIN_SCALE_RE.search(text)
-        if m and state["min_event"]:
-            sink.event(Event(EventKind.LOSS_SCALE_MIN, f"fairseq: minimum loss scale reached ({m.group(1)})",
-                             sink.source.path if sink.source else "", line.no, line.raw, rank=line.rank,
-                             data={"scale": num(m.group(1))}))
-            return
         m = JSON_RE.search(text)
         if m:
             obj = parse_json_object(m.group(1))

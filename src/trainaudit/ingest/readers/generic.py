@@ -19,10 +19,9 @@ import re
 from typing import Any
 
 from trainaudit.ingest.base import LineReader, Sample
-from trainaudit.ingest.signatures import SignatureScanner
 from trainaudit.ingest.sink import Sink
 from trainaudit.ingest.text import Line, parse_number
-from trainaudit.model import EventKind, SourceKind
+from trainaudit.model import SourceKind
 
 STEP_KEYS = ("step", "global_step", "iteration", "iter", "epoch", "_step")
 
@@ -92,14 +91,6 @@ def space_kv_pairs(text: str) -> list[tuple[str, float]]:
             if v is not None:
                 out.append((m.group(1), v))
     return out
-
-
-def scanner_emits(text: str, kind: EventKind) -> bool:
-    """True if the shared error-signature scanner (run on every text line by ``LineReader``)
-    already turns ``text`` into a ``kind`` event, so a reader must not emit it a second time."""
-    probe = SignatureScanner("probe")
-    events = probe.feed(Line(1, text, None, text)) + probe.finish()
-    return any(e.kind == kind for e in events)
 
 
 def _step_of(pairs: list[tuple[str, float]]) -> tuple[str, int] | None:
