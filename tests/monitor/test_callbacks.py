@@ -88,8 +88,9 @@ def test_hf_callback_finds_the_nan_batch_and_stops_the_trainer(tmp_path: Path) -
     import torch
 
     saved = torch.load(tmp_path / "mon" / "batches" / f"step{K}.pt")
-    # the batch as the Trainer passed it to model(**inputs); the case's model corrupts its own copy
-    assert set(saved) == {"x", "labels"} and tuple(saved["x"].shape) == (32, 20) and bool(torch.isfinite(saved["x"]).all())
+    # the batch as the Trainer passed it to model(**inputs), with the corrupt record's NaN
+    assert set(saved) == {"x", "labels"} and tuple(saved["x"].shape) == (32, 20)
+    assert torch.isnan(saved["x"]).nonzero().tolist() == [[3, 5]]
 
 
 def test_lightning_callback_records_what_lightning_logged(tmp_path: Path) -> None:
@@ -127,3 +128,49 @@ def test_lightning_callback_stops_the_fit_at_the_first_nan(tmp_path: Path) -> No
     # trainer.should_stop: the fit ended after that step, far before the 200 planned
     assert steps[-1]["step"] == first_bad and max(csv_rows(tmp_path)) == first_bad
     assert records(tmp_path / "mon", "end")[0]["status"] == "stopped"
+
+
+def test_lightning_callback_replays_training_step_to_find_the_nan_batch(tmp_path: Path) -> None:
+    # training_step calls self.net, never the LightningModule's forward: the replay runs
+    # training_step itself, with its self.log calls silenced; two micro-batches per update
+    import lightning.pytorch as pl
+    import torch
+
+    from trainaudit.monitor.lightning import TrainAuditCallback
+
+    class Module(pl.LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.net = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 3))
+            self.logged: list[str] = []
+
+        def training_step(self, batch: Any, _idx: int) -> torch.Tensor:
+            x, y = batch
+            loss = torch.nn.functional.cross_entropy(self.net(x), y)
+            self.log("train_loss", loss)
+            return loss
+
+        def log(self, name: str, *args: Any, **kwargs: Any) -> None:  # type: ignore[override]
+            self.logged.append(name)
+            super().log(name, *args, **kwargs)
+
+        def configure_optimizers(self) -> Any:
+            return torch.optim.SGD(self.parameters(), lr=0.01)
+
+    torch.manual_seed(0)
+    n = (2 * K + 4) * 16
+    x, y = torch.randn(n, 8), torch.randint(0, 3, (n,))
+    x[(2 * (K - 1) + 1) * 16 + 5, 2] = float("nan")  # in the second micro-batch of update K
+    module = Module()
+    cb = TrainAuditCallback(log_dir=str(tmp_path / "mon"), stop_on="critical", **FAST)
+    trainer = pl.Trainer(max_epochs=1, accelerator="cpu", devices=1, logger=False, enable_checkpointing=False,
+                         enable_progress_bar=False, enable_model_summary=False, accumulate_grad_batches=2,
+                         callbacks=[cb])
+    trainer.fit(module, torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, y), batch_size=16))
+    assert cb.monitor is not None
+    [origin] = [a for a in cb.monitor.alerts if a.rule == "MON101"]
+    assert origin.step == K and origin.metric == "net.0"
+    assert origin.data["phase"] == "forward" and origin.data["input_nonfinite"] and origin.data["micro_batch"] == 1
+    assert trainer.global_step == K  # stopped after the update of the NaN batch
+    assert module.logged.count("train_loss") == 2 * K  # one per micro-batch: the replay logged nothing
+    assert "log" not in vars(module)  # the silenced log is gone again

@@ -8,12 +8,10 @@
 
 Per step (cheap): loss, lr, global grad norm, number of parameter tensors with non-finite
 gradients, step time, process RSS / CUDA memory. Every ``every`` steps: per-module grad norms and
-update-to-weight ratios. When the loss or the gradients turn non-finite, the module where the
-first NaN/Inf appeared (forward: outputs kept by forward hooks for the current step; backward:
-the gradient at each module's output, read from the module's own parameter gradients when it
-has trainable parameters and is called once per step, else seen by a pre-hook on the autograd
-node that made the output). Online rules (the
-diagnose rules) every ``rules_every`` steps, at once on a non-finite value or an lr change.
+update-to-weight ratios. When the output or the gradients turn non-finite, the module where the
+first NaN/Inf appeared, found by replaying the step before the optimizer changes the parameters
+(``trainaudit.monitor.origin``). Online rules (the diagnose rules) every ``rules_every`` steps, at
+once on a non-finite value or an lr change.
 
 Batching: ``step()`` only checks what must be known at that step (is anything non-finite, did
 the lr jump) and appends the step's raw numbers to a list; the JSONL records are built, written
@@ -41,6 +39,7 @@ import torch
 from torch import nn
 
 from trainaudit.monitor.online import Alert, OnlineRules, TrainingStopped
+from trainaudit.monitor.origin import NanOrigin
 from trainaudit.monitor.writer import JsonlWriter, TensorBoardWriter
 from trainaudit.report.schema import SEVERITY_ORDER
 from trainaudit.rules import Config
@@ -70,22 +69,12 @@ def _inert_hook() -> Callable[..., None]:
     return _inert
 
 
-def _grad_sum(sums: dict[int, torch.Tensor], i: int, k: int, grads: tuple[torch.Tensor | None, ...]) -> None:
-    """Backward pre-hook: the float32 sum of the gradient at output ``k`` of a node (non-finite
-    exactly when a value is; float32 so that a half-precision sum does not overflow), kept
-    instead of the gradient, which the backward frees as without the monitor. A 0-d tensor:
-    no device sync in the backward."""
-    g = grads[k]
-    if g is not None:
-        sums[i] = g.detach().sum(dtype=torch.float32)
-
-
 class _Pending(NamedTuple):
     """What ``step()`` keeps of one step until the batch is flushed (raw numbers, no record)."""
 
     step: int
     loss: Any  # float, None, or a detached accelerator tensor read at the flush (no sync per step)
-    grad_norm: float
+    grad_norm: Any  # float, or the caller's norm tensor read at the flush
     nonfinite: int
     lr: float | None
     t: float  # perf_counter at step()
@@ -95,29 +84,6 @@ class _Pending(NamedTuple):
     per: list[float | None] | None  # per-tensor grad norms, sampled steps only
     ratios: dict[str, float] | None
     before: dict[str, Any] | None  # a record written just before this step's (the NaN origin)
-
-
-def _first_tensor(x: Any) -> torch.Tensor | None:
-    if isinstance(x, torch.Tensor):
-        return x
-    if isinstance(x, (tuple, list)):
-        for item in x:
-            t = _first_tensor(item)
-            if t is not None:
-                return t
-    if isinstance(x, dict):
-        for item in x.values():
-            t = _first_tensor(item)
-            if t is not None:
-                return t
-    loss = getattr(x, "logits", None)  # HF ModelOutput
-    return loss if isinstance(loss, torch.Tensor) else None
-
-
-def _finite(t: torch.Tensor) -> bool:
-    if not (t.is_floating_point() or t.is_complex()):
-        return True
-    return bool(torch.isfinite(t).all())
 
 
 _grad_of = operator.attrgetter("grad")
@@ -135,9 +101,11 @@ class Monitor:
     (``on_alert(alert)``), ``save_batch`` (``torch.save`` of the batch passed to :meth:`step`
     into ``log_dir/batches/``), ``stop`` (:class:`TrainingStopped` after the current step)."""
 
+    origin_class: type[NanOrigin] = NanOrigin  # what captures and replays steps (a subclass in the benchmark)
+
     def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer | None = None,
                  log_dir: str | os.PathLike[str] = "trainaudit-monitor", *, every: int = 50, rules_every: int = 25,
-                 window: int = 2000, rules_budget: float = 0.0025, mem_every: int = 10, warn: str | None = "low", on_alert: Callable[[Alert], None] | None = None,
+                 window: int = 2000, rules_budget: float = 0.001, mem_every: int = 10, warn: str | None = "low", on_alert: Callable[[Alert], None] | None = None,
                  callback_on: str = "low", save_batch_on: str | None = None, stop_on: str | None = None,
                  nan_origin: bool = True, tensorboard: bool = False, config: Config | None = None,
                  filename: str = "trainaudit-monitor.jsonl", meta: dict[str, Any] | None = None,
@@ -161,7 +129,7 @@ class Monitor:
         self.flush_s = flush_s
         self._pending: list[_Pending] = []
         self._t_flush = time.perf_counter()
-        self.rules = OnlineRules(config=config, every=rules_every, window=window, budget=rules_budget)
+        self.rules = OnlineRules(config=config, every=rules_every, window=window, budget=rules_budget, clock=self._clock)
         self.log_dir.mkdir(parents=True, exist_ok=True)
         self.path = self.log_dir / filename
         self.writer = JsonlWriter(self.path)
@@ -171,10 +139,10 @@ class Monitor:
         self.closed = False
         self.origin: dict[str, Any] | None = None
         self._handles: list[Any] = []
-        self._fw: list[tuple[str, Any, torch.Tensor]] = []  # (leaf, input, output) of this step's calls
-        self._bw: dict[int, torch.Tensor] = {}  # index in _fw -> sum of the gradient at that output
-        self._fw_cap = 0
-        self._n_armed = 0  # entries of _fw already seen by forward_done()
+        self.nan = self.origin_class(model) if nan_origin else None
+        self._found: dict[str, Any] | None = None  # the origin found before this step's update
+        self._grads_bad: bool | None = None  # what the check before this step's update found (None: no check)
+        self._closure_steps = False  # the optimizer takes a closure: its pre-hook comes before the backward
         self._opt_handles: list[Any] = []
         self._t_last: float | None = None
         self._paused_s = 0.0  # time spent in paused() blocks
@@ -193,26 +161,20 @@ class Monitor:
         self._page_mb = os.sysconf("SC_PAGE_SIZE") / 2**20 if hasattr(os, "sysconf") else 4096 / 2**20
         self._named = [(n, p) for n, p in model.named_parameters()]
         self._params = [p for _, p in self._named]
+        trainable = [p for p in self._params if p.requires_grad]
+        self._screened = [p for p in trainable if p.dim() <= 1] or trainable
+        self._found_inf: torch.Tensor | None = None  # the screen's flag and scale, on the gradients' device
+        self._one: torch.Tensor | None = None
         self._module_of = [n.rsplit(".", 1)[0] if "." in n else n for n, _ in self._named]
-        self._leaf_params: dict[str, list[nn.Parameter]] = {}
         self._attach()
         self.writer.write({"trainaudit_monitor": 1, "type": "start", "time": time.time(),
                            "every": every, "rules_every": rules_every, **self._model_summary(), **(meta or {})})
 
     # -- hooks ------------------------------------------------------------------------------
     def _attach(self) -> None:
-        if self.nan_origin:
-            leaves = [(n, m) for n, m in self.model.named_modules() if not any(True for _ in m.children())]
-            self._fw_cap = 8 * max(1, len(leaves))
-            # the gradient at the output of a module with trainable parameters shows in their
-            # gradients (weight.grad of a Linear is g^T x: a NaN in g spreads to a whole row)
-            self._leaf_params = {n: ps for n, m in leaves
-                                 if (ps := [p for p in m.parameters() if p.requires_grad])}
-            for name, mod in leaves:
-                self._handles.append(mod.register_forward_hook(_Hook(self._on_forward, name)))
-            # after the leaves' hooks (registered first when the model is itself a leaf)
-            self._handles.append(self.model.register_forward_hook(_Hook(self._on_model_forward)))
-        self._arm_optimizer(self._sampling(self.step_no + 1) or not self._user_gn)
+        if self.nan is not None:
+            self._handles += self.nan.hooks(_Hook)
+        self._arm_optimizer(self._needs_opt_hooks(self.step_no + 1))
 
     @contextlib.contextmanager
     def paused(self) -> Iterator[None]:
@@ -226,12 +188,44 @@ class Monitor:
         try:
             yield
         finally:
-            self._fw.clear()
-            self._bw.clear()
-            self._n_armed = 0
+            if self.nan is not None:
+                self.nan.release()
+            self._gstats = self._grads_bad = None
             self._paused_s += time.perf_counter() - t0
             if not self.closed:
                 self._attach()
+
+    def begin(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
+        """For loops whose step is not ``model(...)`` (a LightningModule's ``training_step``
+        calling submodules): call before it with the function and its arguments. The NaN/Inf
+        origin replays ``fn(*args, **kwargs)`` on a non-finite step."""
+        if self.nan is not None:
+            self.nan.begin(fn, *args, **kwargs)
+
+    def before_update(self) -> None:
+        """Check the gradients before the parameters change, and replay the step if they are
+        non-finite. The optimizer's step pre-hook calls it; call it yourself (after backward,
+        before the update) when the monitor has no optimizer or the optimizer takes a closure
+        (the closure runs the backward after the pre-hook)."""
+        nan = self.nan
+        if nan is None or not nan.captured:
+            return
+        try:
+            gstats = self._gstats
+            # without them (the caller passes grad_norm, which comes after the update) a screen
+            grads_bad = self._grads_bad = (
+                (not math.isfinite(gstats[0]) or gstats[1] > 0) if gstats else not self._screen_finite())
+            if grads_bad and self.origin is None and self._found is None:
+                self._found = nan.locate(self._named, params_intact=True)
+        except Exception as exc:  # noqa: BLE001 (inside the user's optimizer step: log, never raise)
+            log.warning("trainaudit: NaN/Inf origin check failed: %s: %s", type(exc).__name__, exc)
+        finally:
+            nan.release()
+
+    def _needs_opt_hooks(self, step: int) -> bool:
+        """Optimizer hooks for steps that need them: sampled steps (update ratios), the gradient
+        statistics when the caller does not pass grad_norm, the check before the update."""
+        return self.nan is not None or self._sampling(step) or not self._user_gn
 
     def _arm_optimizer(self, on: bool) -> None:
         """Optimizer hooks only for steps that need them (sampled steps; every step when the
@@ -246,46 +240,24 @@ class Monitor:
                 h.remove()
             self._opt_handles = []
 
-    def _on_forward(self, name: str, _mod: nn.Module, inp: Any, out: Any) -> None:
-        # only a reference (input, output) for this step; the backward hooks are added in one
-        # pass by _on_model_forward, a warm loop instead of work in every leaf's hook. A forward
-        # without autograd (evaluation under no_grad) is not a training step's.
-        t = out if type(out) is torch.Tensor else _first_tensor(out)  # the common case without a call
-        if t is not None and len(self._fw) < self._fw_cap and torch.is_grad_enabled():
-            self._fw.append((name, inp, t))
-
-    def _on_model_forward(self, _mod: nn.Module, _inp: Any, _out: Any) -> None:
-        self.forward_done()
-
-    def forward_done(self) -> None:
-        """End of a forward pass that did not go through ``model(...)`` (a LightningModule's
-        ``training_step`` calling submodules): call it before ``backward()``, so that the
-        backward's gradients are watched as after ``model(...)``."""
-        fw, bw, own = self._fw, self._bw, self._leaf_params
-        new = range(self._n_armed, len(fw))
-        names = [fw[i][0] for i in new]
-        # a module called twice in a step sums both calls' gradients into its parameters
-        again = set() if len(set(names)) == len(names) else {n for n in names if names.count(n) > 1}
-        for i, name in zip(new, names):
-            if name in own and name not in again:
-                continue  # its parameter gradients tell whether the gradient at its output was finite
-            fn = fw[i][2].grad_fn
-            if fn is not None:
-                # a node pre-hook (registered in C++; Tensor.register_hook builds Python dicts per
-                # call) keeps the sum of the gradient at this output, not the gradient: holding
-                # every such gradient until step() would add them all to the backward's peak memory
-                fn.register_prehook(functools.partial(_grad_sum, bw, i, fw[i][2].output_nr))
-        self._n_armed = len(fw)
+    def _clock(self) -> float:
+        """Seconds, paused() blocks left out (step times, the rules' budget)."""
+        return time.perf_counter() - self._paused_s
 
     def _sampling(self, step: int) -> bool:
         return step == 1 or step % self.every == 0
 
-    def _on_opt_pre(self, _opt: Any, _args: Any, _kw: Any) -> None:
+    def _on_opt_pre(self, _opt: Any, args: Any, kw: Any) -> None:
         sampling = self._sampling(self.step_no + 1)
-        # grads as the optimizer sees them; skipped when the caller passes grad_norm (then a
-        # finite norm proves every grad finite, and per-layer norms are only needed when sampling)
-        if sampling or not self._user_gn:
-            self._gstats = self._grad_stats(sampling)
+        # a closure computes the gradients after this hook: the caller checks them (Lightning)
+        if (args[1] if len(args) > 1 else kw.get("closure")) is not None:  # args: (optimizer, *step's args)
+            self._closure_steps = True
+        else:
+            # grads as the optimizer sees them; skipped when the caller passes grad_norm (then a
+            # finite norm proves every grad finite, and per-layer norms are only needed when sampling)
+            if sampling or not self._user_gn:
+                self._gstats = self._grad_stats(sampling)
+            self.before_update()
         if sampling:
             self._snap = {n: p.detach().clone() for n, p in self._named if p.grad is not None}
 
@@ -297,13 +269,17 @@ class Monitor:
         if keep:
             with torch.no_grad():
                 new, old = [p.detach() for p, _, _ in keep], [o for _, _, o in keep]
-                # fused: one subtraction and two norm passes over all tensors, one sync
-                d_norms = torch._foreach_norm(torch._foreach_sub(new, old))
+                # fused: two norm passes and an in-place subtraction (the snapshot is ours: no
+                # new memory), one sync
                 w_norms = torch._foreach_norm(old)
-                # float on the CPU first: parameters may differ in dtype or device (model parallel)
-                both = [torch.stack([t.float().cpu() for t in d_norms]).tolist(),
-                        torch.stack([t.float().cpu() for t in w_norms]).tolist()]
-            for (_, mod, _), d, w in zip(keep, both[0], both[1]):
+                torch._foreach_sub_(old, new)
+                norms = w_norms + torch._foreach_norm(old)
+                try:
+                    both = torch.stack(norms).tolist()
+                except RuntimeError:  # parameters on several devices (model parallel)
+                    both = [t.item() for t in norms]
+            n = len(keep)
+            for (_, mod, _), w, d in zip(keep, both[:n], both[n:]):
                 acc = upd.setdefault(mod, [0.0, 0.0])
                 acc[0] += d * d
                 acc[1] += w * w
@@ -329,6 +305,28 @@ class Monitor:
         bad = sum(1 for v in per if not math.isfinite(v))
         full = iter(per)
         return total, bad, [next(full) if p.grad is not None else None for p in self._params]
+
+    def _screen_finite(self) -> bool:
+        """Whether the gradients of the 1-D parameters (biases, norm weights) are finite. Each is
+        a sum over the batch of the gradient at its module's output, so a NaN/Inf there, or
+        anywhere downstream in the backward (it flows upstream), shows in it: the check reads
+        a small share of the gradients. All gradients when the model has no 1-D parameters."""
+        grads = [g for g in map(_grad_of, self._screened) if g is not None]
+        if not grads:
+            return True
+        found = self._found_inf
+        if found is None or found.device != grads[0].device:
+            found = self._found_inf = torch.zeros(1, device=grads[0].device)
+            self._one = torch.ones(1, device=grads[0].device)
+        try:
+            # GradScaler's fused check, scaling by 1 (values unchanged): one kernel and one read
+            torch._amp_foreach_non_finite_check_and_unscale_(grads, found, self._one)
+        except RuntimeError:  # several devices or dtypes
+            return all(math.isfinite(x.item()) for x in torch._foreach_norm(grads, 1))  # L1: no overflow
+        if found.item() == 0:
+            return True
+        found.zero_()
+        return False
 
     def _rss_mb(self) -> float:
         """Current RSS from a kept-open /proc/self/statm (pread: no open per step)."""
@@ -377,48 +375,6 @@ class Monitor:
                              s, s, None, {"frozen_share": share, "params": frozen}))
         return out
 
-    def _locate_nonfinite(self, loss_finite: bool) -> dict[str, Any] | None:
-        """Where the first NaN/Inf appeared in this step: the first module (execution order) whose
-        output is non-finite; if the forward was clean, the first gradient (backward order) that is."""
-        if not self.nan_origin:
-            return None
-        with torch.no_grad():
-            for i, (name, inp, out) in enumerate(self._fw):
-                if not _finite(out):
-                    t_in = _first_tensor(inp)
-                    bad_in = t_in is not None and not _finite(t_in)
-                    return {"phase": "forward", "module": name, "input_nonfinite": bad_in, "call": i,
-                            "detail": (f"non-finite input entering {name}" if bad_in
-                                       else f"{name} produced NaN/Inf from finite inputs")}
-            if not loss_finite:
-                return {"phase": "loss", "module": None, "detail": "the loss itself is non-finite (module outputs finite)"}
-            order = [n for n, _, _ in self._fw]
-            for i in reversed(range(len(order))):  # backward order
-                if self._output_grad_finite(i) is False:
-                    # the gradient at this output came from the backward of what consumed it
-                    name = order[i]
-                    nxt = order[i + 1] if i < len(order) - 1 else "the loss"
-                    return {"phase": "backward", "module": nxt, "grad_at_output_of": name,
-                            "detail": f"non-finite gradient first produced by the backward of {nxt} "
-                                      f"(seen at the output of {name})"}
-            bad = [n for (n, p) in self._named if p.grad is not None and not _finite(p.grad)]
-            if bad:
-                return {"phase": "backward", "module": bad[-1].rsplit(".", 1)[0],
-                        "detail": f"non-finite parameter gradients: {', '.join(bad[:5])}"}
-        return None
-
-    def _output_grad_finite(self, i: int) -> bool | None:
-        """Whether the gradient at the output of forward call ``i`` was finite (None: unknown,
-        e.g. an output that needs no gradient). With a clean forward (inputs finite), a
-        module's parameter gradients are non-finite exactly when the gradient at its output is."""
-        name, _, out = self._fw[i]
-        if i in self._bw:
-            return math.isfinite(self._bw[i].item())
-        if out.grad_fn is None:
-            return None
-        grads = [p.grad for p in self._leaf_params.get(name, ()) if p.grad is not None]
-        return all(_finite(g) for g in grads) if grads else None
-
     # -- the per-step call ------------------------------------------------------------------
     def step(self, loss: torch.Tensor | float | None = None, *, batch: Any = None, step: int | None = None,
              lr: float | None = None, grad_norm: torch.Tensor | float | None = None, **metrics: float) -> list[Alert]:
@@ -427,26 +383,34 @@ class Monitor:
         then needs no norm of its own on most steps. Returns new alerts
         (found when a batch of steps is flushed, see the module docstring); raises
         :class:`TrainingStopped` (after recording the step) when an alert's action is stop."""
-        now = time.perf_counter() - self._paused_s  # step times leave paused() blocks out
+        now = self._clock()
         self.step_no = s = int(step) if step is not None else self.step_no + 1
         sampling = s == 1 or s % self.every == 0
         if isinstance(loss, torch.Tensor):
             # a CPU scalar is read now (about a microsecond); an accelerator loss is kept and read
             # at the flush, so step() adds no device sync (the grad norm, synced anyway, still
             # makes a non-finite step urgent)
-            loss_v: Any = float(loss.item()) if loss.device.type == "cpu" else loss.detach()
+            loss_v: Any = float(loss.item()) if loss.is_cpu else loss.detach()
         else:
             loss_v = None if loss is None else float(loss)
+        checked, self._grads_bad = self._grads_bad, None
+        gn_v: Any = grad_norm
         if isinstance(grad_norm, torch.Tensor):
-            grad_norm = grad_norm.item()  # a sync on an accelerator, as float() in the caller would be
+            if checked is None or grad_norm.requires_grad:
+                gn_v = grad_norm.item()  # a sync on an accelerator, as float() in the caller would be
+            # else read at the flush: the check before the update said whether the gradients
+            # are finite (a norm that overflows from finite gradients is then seen at the flush)
+        elif grad_norm is not None:
+            gn_v = float(grad_norm)
         self._user_gn = grad_norm is not None
         gstats = self._gstats
         self._gstats = None
-        if gstats is None and (grad_norm is None or not math.isfinite(grad_norm) or sampling):
+        gn_bad = bool(checked) if type(gn_v) is not float else not math.isfinite(gn_v)
+        if gstats is None and (grad_norm is None or gn_bad or sampling):
             gstats = self._grad_stats(sampling)
         gn, n_bad, per = gstats if gstats is not None else (0.0, 0, [])
         if grad_norm is not None:
-            gn = float(grad_norm)
+            gn = gn_v
         if lr is None and self.optimizer is not None and self.optimizer.param_groups:
             lr = float(self.optimizer.param_groups[0]["lr"])
         rss = self._rss_mb() if s % self.mem_every == 0 or s == 1 else None  # reading /proc costs ~15 us
@@ -462,10 +426,13 @@ class Monitor:
             self._checked_params = True
             new += [a for a in self._check_params() if self.rules.record(a)]
         loss_finite = not isinstance(loss_v, float) or math.isfinite(loss_v)
-        urgent = not loss_finite or not math.isfinite(gn) or n_bad > 0
+        urgent = not loss_finite or gn_bad or n_bad > 0 or (type(gn) is float and not math.isfinite(gn))
         before = None
-        if urgent and self.origin is None:
-            origin = self._locate_nonfinite(loss_finite)
+        if urgent and self.origin is None and self.nan is not None:
+            # found before the update; else now, by a replay if the held calls were not updated
+            # (no optimizer step ran: the monitor's optimizer pre-hook releases them)
+            intact = self.optimizer is not None and not self._closure_steps
+            origin = self._found or self.nan.locate(self._named, params_intact=intact, loss_finite=loss_finite)
             if origin is not None:
                 self.origin = {"step": s, **origin}
                 before = {"type": "nonfinite", "step": s, **origin}
@@ -477,10 +444,10 @@ class Monitor:
         if lr is not None and prev is not None and lr > 0 and prev > 0 and not 0.5 <= lr / prev <= 2.0:
             urgent = True
         self._prev_lr = lr
-        self._fw.clear()
-        self._bw.clear()
-        self._n_armed = 0
-        self._arm_optimizer(self._sampling(s + 1) or not self._user_gn)
+        if self.nan is not None:
+            self.nan.release()
+        self._arm_optimizer(self._needs_opt_hooks(s + 1))
+        self._found = None
         self._pending.append(_Pending(s, loss_v, gn, n_bad, lr, now, rss, cuda, metrics or None,
                                       per if sampling and per else None, ratios, before))
         if urgent or sampling or new or len(self._pending) >= self.flush_every or now - self._t_flush >= self.flush_s:
@@ -503,7 +470,8 @@ class Monitor:
             loss = p.loss
             if loss is not None:
                 rec["loss"] = loss if isinstance(loss, float) else float(loss.item())
-            rec["grad_norm"] = p.grad_norm
+            gn = p.grad_norm
+            rec["grad_norm"] = gn if type(gn) is float else float(gn.item())
             rec["nonfinite_grads"] = p.nonfinite
             if p.lr is not None:
                 rec["lr"] = p.lr
@@ -579,9 +547,8 @@ class Monitor:
             h.remove()
         self._handles.clear()
         self._arm_optimizer(False)
-        self._fw.clear()
-        self._bw.clear()
-        self._n_armed = 0
+        if self.nan is not None:
+            self.nan.release()
         if self._statm is not None:
             os.close(self._statm)
             self._statm = None

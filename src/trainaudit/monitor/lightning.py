@@ -24,6 +24,20 @@ from trainaudit.monitor.core import Monitor
 from trainaudit.monitor.online import TrainingStopped
 
 
+def _ignore(*_args: Any, **_kwargs: Any) -> None:
+    return None
+
+
+def _quiet_training_step(pl_module: LightningModule, batch: Any, batch_idx: int) -> Any:
+    """``training_step`` for a replay: its ``self.log`` calls are dropped (instance attributes
+    shadow the methods for the call), so the replayed step logs nothing twice."""
+    pl_module.log = pl_module.log_dict = _ignore  # type: ignore[method-assign]
+    try:
+        return pl_module.training_step(batch, batch_idx)
+    finally:
+        del pl_module.log, pl_module.log_dict
+
+
 class TrainAuditCallback(Callback):
     """``log_dir`` and ``options`` are those of :class:`~trainaudit.monitor.core.Monitor`. The
     monitor is created at ``on_train_start`` (the optimizers exist then) and is ``.monitor``."""
@@ -44,12 +58,17 @@ class TrainAuditCallback(Callback):
         self.monitor = Monitor(pl_module, opt, self.log_dir, **{"meta": meta, **self.options})
         self._last_step = trainer.global_step
 
-    def on_before_backward(self, trainer: Trainer, pl_module: LightningModule, loss: torch.Tensor) -> None:
-        if self.monitor is not None:
-            # training_step calls submodules, not the LightningModule's forward: its end is here
-            self.monitor.forward_done()
+    def on_train_batch_start(self, trainer: Trainer, pl_module: LightningModule, batch: Any, batch_idx: int) -> None:
+        # training_step calls submodules, not the LightningModule's forward: the step the NaN
+        # origin replays is training_step itself (not with manual optimization: it steps optimizers)
+        if self.monitor is not None and pl_module.automatic_optimization:
+            self.monitor.begin(_quiet_training_step, pl_module, batch, batch_idx)
 
     def on_before_optimizer_step(self, trainer: Trainer, pl_module: LightningModule, optimizer: Any) -> None:
+        if self.monitor is not None:
+            # Lightning's optimizer step takes a closure (forward and backward run inside it,
+            # after the optimizer's pre-hooks): the check before the update is called here
+            self.monitor.before_update()
         grads = [p.grad.detach() for p in pl_module.parameters() if p.grad is not None]
         with torch.no_grad():
             self._gn = float(torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)))) if grads else 0.0

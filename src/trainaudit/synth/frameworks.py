@@ -111,9 +111,8 @@ def _mixture_dataset(n: int, seed: int) -> Any:
     return Points()
 
 
-def _nan_classifier(seed: int, nan_at: int) -> Any:
-    """An MLP the HF Trainer trains like any model returning ``{"loss", "logits"}``; the batch of
-    training forward ``nan_at`` (= optimizer step, no accumulation) gets one NaN feature."""
+def _classifier(seed: int) -> Any:
+    """An MLP the HF Trainer trains like any model returning ``{"loss", "logits"}``."""
     import torch
     from torch import nn
 
@@ -125,23 +124,37 @@ def _nan_classifier(seed: int, nan_at: int) -> Any:
         def __init__(self) -> None:
             super().__init__()
             self.net = tasks.mlp(20, 64, 8)
-            self.calls = 0
 
         def forward(self, x: torch.Tensor, labels: torch.Tensor) -> dict[str, torch.Tensor]:
-            if self.training:
-                self.calls += 1
-                if self.calls == nan_at:  # the corrupted batch
-                    x = x.clone()
-                    x[3, 5] = torch.nan
             logits = self.net(x)
             return {"loss": nn.functional.cross_entropy(logits, labels), "logits": logits}
 
     return Classifier()
 
 
+def _nan_collator(nan_at: int) -> Callable[[list[dict[str, Any]]], dict[str, Any]]:
+    """HF's default collator, except that batch ``nan_at`` (1-based, = optimizer step without
+    accumulation) gets one NaN feature: a corrupt record in the data."""
+    import torch
+    from transformers import default_data_collator
+
+    made = 0
+
+    def collate(features: list[dict[str, Any]]) -> dict[str, Any]:
+        nonlocal made
+        batch: dict[str, Any] = default_data_collator(features)
+        made += 1
+        if made == nan_at:
+            batch["x"][3, 5] = torch.nan
+        return batch
+
+    return collate
+
+
 def _hf_train(case_dir: Path, model: Any, dataset: Any, *, seed: int, lr: float, batch: int = 32,
               scheduler: str = "constant", warmup: int = 0, factor: Callable[[int], float] | None = None,
-              max_grad_norm: float = 1.0, callbacks: list[Any] | None = None) -> list[dict[str, Any]]:
+              max_grad_norm: float = 1.0, callbacks: list[Any] | None = None,
+              data_collator: Callable[[list[dict[str, Any]]], dict[str, Any]] | None = None) -> list[dict[str, Any]]:
     """Train ``STEPS`` steps with ``logging_steps=1``; writes ``stdout.log`` and
     ``trainer_state.json``. ``factor(step)`` (1-based step) multiplies the lr through a
     ``LambdaLR`` handed to the Trainer (its scheduler steps once per optimizer step)."""
@@ -157,7 +170,8 @@ def _hf_train(case_dir: Path, model: Any, dataset: Any, *, seed: int, lr: float,
         opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
         optimizers = (opt, torch.optim.lr_scheduler.LambdaLR(opt, lambda i: factor(i + 1)))
     with _console(case_dir / "stdout.log"):
-        trainer = Trainer(model=model, args=args, train_dataset=dataset, optimizers=optimizers, callbacks=callbacks)
+        trainer = Trainer(model=model, args=args, train_dataset=dataset, optimizers=optimizers, callbacks=callbacks,
+                          data_collator=data_collator)
         trainer.train()
     trainer.state.save_to_json(str(case_dir / "trainer_state.json"))
     with contextlib.suppress(OSError):  # nothing is saved there (save_strategy="no"); drop the empty folder
@@ -190,7 +204,8 @@ def run_hf_lr_jump(case_dir: Path, callbacks: list[Any] | None = None) -> tuple[
 
 
 def run_hf_nan_batch(case_dir: Path, callbacks: list[Any] | None = None) -> tuple[RunLog, list[dict[str, Any]]]:
-    files = _hf_train(case_dir, _nan_classifier(83, K), _mixture_dataset(STEPS * 32, 83), seed=83, lr=1e-3,
+    files = _hf_train(case_dir, _classifier(83), _mixture_dataset(STEPS * 32, 83), seed=83, lr=1e-3,
+                      data_collator=_nan_collator(K),
                       callbacks=callbacks)
     return hf_log(case_dir), files
 
