@@ -322,3 +322,24 @@ def test_import_trainaudit_does_not_import_torch() -> None:
     code = "import sys, trainaudit, trainaudit.monitor; print('torch' in sys.modules, callable(trainaudit.monitor))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
     assert out == ["False", "True"]
+
+
+def test_the_gradient_screen_sees_a_nan_in_any_bias_and_forgets_it_after(tmp_path: Path) -> None:
+    # the check before the update when the caller passes grad_norm: the 1-D parameters'
+    # gradients, with parameters of two dtypes (the fused check takes one dtype at a time)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Linear(8, 2).to(torch.bfloat16))
+    mon = Monitor(model, None, tmp_path, **FAST)
+    for p in model.parameters():
+        p.grad = torch.ones_like(p)
+    assert mon._screen_finite()
+    model[1].bias.grad[1] = float("inf")
+    assert not mon._screen_finite()
+    model[1].bias.grad[1] = 0.0
+    model[0].weight.grad[0, 0] = float("nan")  # a 2-D gradient: not screened (see docs/monitor.md)
+    assert mon._screen_finite()
+    model[0].bias.grad[3] = float("nan")
+    assert not mon._screen_finite()
+    model[0].bias.grad[3] = 1.0
+    assert mon._screen_finite() and mon._screen_finite()  # the flag was reset
+    assert model[0].bias.grad.tolist() == [1.0] * 8  # checked, not changed
+    mon.close()

@@ -163,8 +163,9 @@ class Monitor:
         self._params = [p for _, p in self._named]
         trainable = [p for p in self._params if p.requires_grad]
         self._screened = [p for p in trainable if p.dim() <= 1] or trainable
-        self._found_inf: torch.Tensor | None = None  # the screen's flag and scale, on the gradients' device
-        self._one: torch.Tensor | None = None
+        # the screen's flag and scale, on the gradients' device
+        dev = self._screened[0].device if self._screened else None
+        self._found_inf, self._one = torch.zeros(1, device=dev), torch.ones(1, device=dev)
         self._module_of = [n.rsplit(".", 1)[0] if "." in n else n for n, _ in self._named]
         self._attach()
         self.writer.write({"trainaudit_monitor": 1, "type": "start", "time": time.time(),
@@ -315,14 +316,14 @@ class Monitor:
         if not grads:
             return True
         found = self._found_inf
-        if found is None or found.device != grads[0].device:
-            found = self._found_inf = torch.zeros(1, device=grads[0].device)
-            self._one = torch.ones(1, device=grads[0].device)
         try:
             # GradScaler's fused check, scaling by 1 (values unchanged): one kernel and one read
             torch._amp_foreach_non_finite_check_and_unscale_(grads, found, self._one)
-        except RuntimeError:  # several devices or dtypes
-            return all(math.isfinite(x.item()) for x in torch._foreach_norm(grads, 1))  # L1: no overflow
+        except RuntimeError:
+            if found.device != grads[0].device:  # the model moved: the flag follows
+                self._found_inf, self._one = torch.zeros(1, device=grads[0].device), torch.ones(1, device=grads[0].device)
+                return self._screen_finite()
+            return all(math.isfinite(x.item()) for x in torch._foreach_norm(grads, 1))  # several devices or dtypes
         if found.item() == 0:
             return True
         found.zero_()
