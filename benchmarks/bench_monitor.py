@@ -193,7 +193,7 @@ def main() -> int:
           f"In each of {args.processes} processes, one model alternates between plain blocks (monitor detached with "
           f"`Monitor.paused()`) and monitored blocks of {args.block} steps, ABBA, {args.rounds} rounds ({steps} steps "
           f"each way). Monitor at {'default settings' if defaults else 'default settings except ' + args.options}: "
-          "every=50 (per-layer grad norms and update/weight ratios), global "
+          "every=100 (per-layer grad norms and update/weight ratios), global "
           "stats every step (loss, lr, grad norm, non-finite count, step time), RSS every 10 steps, nan_origin=True "
           "(a forward pre-hook on the model keeps the inputs and RNG state; the optimizer's step pre-hook checks the "
           "gradients of the 1-D parameters before the update; a step is replayed only when they are non-finite), "

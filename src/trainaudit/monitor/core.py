@@ -104,7 +104,7 @@ class Monitor:
     origin_class: type[NanOrigin] = NanOrigin  # what captures and replays steps (a subclass in the benchmark)
 
     def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer | None = None,
-                 log_dir: str | os.PathLike[str] = "trainaudit-monitor", *, every: int = 50, rules_every: int = 25,
+                 log_dir: str | os.PathLike[str] = "trainaudit-monitor", *, every: int = 100, rules_every: int = 25,
                  window: int = 2000, rules_budget: float = 0.001, mem_every: int = 10, warn: str | None = "low", on_alert: Callable[[Alert], None] | None = None,
                  callback_on: str = "low", save_batch_on: str | None = None, stop_on: str | None = None,
                  nan_origin: bool = True, tensorboard: bool = False, config: Config | None = None,
@@ -143,7 +143,7 @@ class Monitor:
         self._found: dict[str, Any] | None = None  # the origin found before this step's update
         self._grads_bad: bool | None = None  # what the check before this step's update found (None: no check)
         self._closure_steps = False  # the optimizer takes a closure: its pre-hook comes before the backward
-        self._opt_handles: list[Any] = []
+        self._opt_handles: list[Any] = [None, None]  # the optimizer's step pre-hook and post-hook
         self._t_last: float | None = None
         self._paused_s = 0.0  # time spent in paused() blocks
         self._prev_lr: float | None = None
@@ -175,7 +175,7 @@ class Monitor:
     def _attach(self) -> None:
         if self.nan is not None:
             self._handles += self.nan.hooks(_Hook)
-        self._arm_optimizer(self._needs_opt_hooks(self.step_no + 1))
+        self._arm_optimizer(self.step_no + 1)
 
     @contextlib.contextmanager
     def paused(self) -> Iterator[None]:
@@ -185,7 +185,7 @@ class Monitor:
         for h in self._handles:
             h.remove()
         self._handles.clear()
-        self._arm_optimizer(False)
+        self._arm_optimizer(None)
         try:
             yield
         finally:
@@ -223,23 +223,26 @@ class Monitor:
         finally:
             nan.release()
 
-    def _needs_opt_hooks(self, step: int) -> bool:
-        """Optimizer hooks for steps that need them: sampled steps (update ratios), the gradient
-        statistics when the caller does not pass grad_norm, the check before the update."""
-        return self.nan is not None or self._sampling(step) or not self._user_gn
-
-    def _arm_optimizer(self, on: bool) -> None:
-        """Optimizer hooks only for steps that need them (sampled steps; every step when the
-        caller does not pass grad_norm): an idle hook still costs a cold Python call per step."""
-        if self.optimizer is None or on == bool(self._opt_handles):
+    def _arm_optimizer(self, step: int | None) -> None:
+        """The optimizer hooks ``step`` needs (None: none), as an idle hook still costs a cold
+        Python call per step: the pre-hook for the check before the update (nan_origin), for the
+        gradient statistics when the caller does not pass grad_norm, and on sampled steps; the
+        post-hook on sampled steps (update ratios)."""
+        opt = self.optimizer
+        if opt is None:
             return
-        if on:
-            self._opt_handles = [self.optimizer.register_step_pre_hook(self._on_opt_pre),
-                                 self.optimizer.register_step_post_hook(self._on_opt_post)]
-        else:
-            for h in self._opt_handles:
-                h.remove()
-            self._opt_handles = []
+        sampled = step is not None and (step == 1 or step % self.every == 0)
+        want = (step is not None and (self.nan is not None or sampled or not self._user_gn), sampled)
+        have = self._opt_handles
+        if want == (have[0] is not None, have[1] is not None):
+            return
+        for i, (on, register, hook) in enumerate(zip(want, (opt.register_step_pre_hook, opt.register_step_post_hook),
+                                                     (self._on_opt_pre, self._on_opt_post))):
+            if on and have[i] is None:
+                have[i] = register(hook)
+            elif not on and have[i] is not None:
+                have[i].remove()
+                have[i] = None
 
     def _clock(self) -> float:
         """Seconds, paused() blocks left out (step times, the rules' budget)."""
@@ -447,7 +450,7 @@ class Monitor:
         self._prev_lr = lr
         if self.nan is not None:
             self.nan.release()
-        self._arm_optimizer(self._needs_opt_hooks(s + 1))
+        self._arm_optimizer(s + 1)
         self._found = None
         self._pending.append(_Pending(s, loss_v, gn, n_bad, lr, now, rss, cuda, metrics or None,
                                       per if sampling and per else None, ratios, before))
@@ -547,7 +550,7 @@ class Monitor:
         for h in self._handles:
             h.remove()
         self._handles.clear()
-        self._arm_optimizer(False)
+        self._arm_optimizer(None)
         if self.nan is not None:
             self.nan.release()
         if self._statm is not None:
