@@ -127,7 +127,7 @@ class Monitor:
         # a batch never spans a routine rule evaluation: rules_every keeps its meaning
         self.flush_every = max(1, min(flush_every, rules_every))
         self.flush_s = flush_s
-        self._pending: list[_Pending] = []
+        self._pending: list[tuple[Any, ...]] = []  # _Pending fields (a plain tuple: no Python call per step)
         self._t_flush = time.perf_counter()
         self.rules = OnlineRules(config=config, every=rules_every, window=window, budget=rules_budget, clock=self._clock)
         self.log_dir.mkdir(parents=True, exist_ok=True)
@@ -452,8 +452,8 @@ class Monitor:
             self.nan.release()
         self._arm_optimizer(s + 1)
         self._found = None
-        self._pending.append(_Pending(s, loss_v, gn, n_bad, lr, now, rss, cuda, metrics or None,
-                                      per if sampling and per else None, ratios, before))
+        self._pending.append((s, loss_v, gn, n_bad, lr, now, rss, cuda, metrics or None,  # _Pending's fields
+                              per if sampling and per else None, ratios, before))
         if urgent or sampling or new or len(self._pending) >= self.flush_every or now - self._t_flush >= self.flush_s:
             new += self._flush(urgent)
         if new:
@@ -469,7 +469,7 @@ class Monitor:
             return []
         out: list[dict[str, Any]] = []
         add_row = self.rules.live.add_row
-        for p in pending:
+        for p in map(_Pending._make, pending):
             rec: dict[str, Any] = {"type": "step", "step": p.step}
             loss = p.loss
             if loss is not None:
@@ -506,7 +506,7 @@ class Monitor:
             if self.tb is not None:
                 self.tb.write(p.step, rec)
         self.writer.write_many(out)
-        last = pending[-1].step
+        last = pending[-1][0]  # its step
         if self.rules.due(last, urgent):
             return self.rules.evaluate(last)
         return []

@@ -83,7 +83,8 @@ def _autocast_state() -> list[tuple[str, torch.dtype]]:
 
 
 class _Capture(NamedTuple):
-    """One training call as it was made: what the replay needs to make it again."""
+    """One training call as it was made: what the replay needs to make it again (held as a
+    plain tuple: building a NamedTuple costs a Python call on every step)."""
 
     fn: Callable[..., Any] | None  # None: the model's forward
     args: Any
@@ -118,7 +119,7 @@ class NanOrigin:
         self.model = model
         self._cuda = torch.cuda.is_available()
         self._explicit = False  # begin() was called: the model's hook stands aside
-        self._held: list[_Capture] = []  # the training calls since the last update
+        self._held: list[tuple[Any, ...]] = []  # the training calls since the last update (_Capture fields)
 
     # -- per call ---------------------------------------------------------------------------
     def hooks(self, wrap: Callable[[Callable[..., Any]], Callable[..., Any]]) -> list[Any]:
@@ -126,9 +127,15 @@ class NanOrigin:
         return [self.model.register_forward_pre_hook(wrap(self._on_pre), with_kwargs=True)]
 
     def _on_pre(self, _mod: nn.Module, args: Any, kwargs: dict[str, Any]) -> None:
-        # a forward without autograd (evaluation under no_grad) is not a training step's
+        # a forward without autograd (evaluation under no_grad) is not a training step's; the
+        # common case (no accumulation) inline: this runs cold, right before the forward's kernels
         if not self._explicit and torch.is_grad_enabled():
-            self._capture(None, args, kwargs)
+            if self._held:
+                self._capture(None, args, kwargs)
+            else:
+                self._held.append((None, args, kwargs, torch.get_rng_state(),
+                                   torch.cuda.get_rng_state() if self._cuda and torch.cuda.is_initialized() else None,
+                                   _autocast_state() if torch._C._is_any_autocast_enabled() else None))
 
     def begin(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
         """The step's computation is ``fn(*args, **kwargs)`` (for instance a LightningModule's
@@ -138,11 +145,11 @@ class NanOrigin:
 
     def _capture(self, fn: Callable[..., Any] | None, args: Any, kwargs: dict[str, Any]) -> None:
         held = self._held
-        if held and sum(_nbytes(c.args, c.kwargs) for c in held) + _nbytes(args, kwargs) > MAX_HELD_BYTES:
+        if held and sum(_nbytes(c[1], c[2]) for c in held) + _nbytes(args, kwargs) > MAX_HELD_BYTES:
             held.clear()  # gradient accumulation with big inputs: keep the newest only
-        held.append(_Capture(fn, args, kwargs, torch.get_rng_state(),
-                             torch.cuda.get_rng_state() if self._cuda and torch.cuda.is_initialized() else None,
-                             _autocast_state() if torch._C._is_any_autocast_enabled() else None))  # ~10 us
+        held.append((fn, args, kwargs, torch.get_rng_state(),
+                     torch.cuda.get_rng_state() if self._cuda and torch.cuda.is_initialized() else None,
+                     _autocast_state() if torch._C._is_any_autocast_enabled() else None))
 
     @property
     def captured(self) -> bool:
@@ -162,7 +169,7 @@ class NanOrigin:
         if not self._held or not params_intact:
             return _from_param_grads(named) or (None if loss_finite else _loss_origin())
         several = len(self._held) > 1
-        for k, cap in enumerate(self._held):
+        for k, cap in enumerate(map(_Capture._make, self._held)):
             try:
                 origin = self._replay_one(cap, loss_finite)
             except Exception as exc:  # noqa: BLE001 (the user's forward: the monitor must not end the run)
