@@ -127,15 +127,9 @@ class NanOrigin:
         return [self.model.register_forward_pre_hook(wrap(self._on_pre), with_kwargs=True)]
 
     def _on_pre(self, _mod: nn.Module, args: Any, kwargs: dict[str, Any]) -> None:
-        # a forward without autograd (evaluation under no_grad) is not a training step's; the
-        # common case (no accumulation) inline: this runs cold, right before the forward's kernels
+        # a forward without autograd (evaluation under no_grad) is not a training step's
         if not self._explicit and torch.is_grad_enabled():
-            if self._held:
-                self._capture(None, args, kwargs)
-            else:
-                self._held.append((None, args, kwargs, torch.get_rng_state(),
-                                   torch.cuda.get_rng_state() if self._cuda and torch.cuda.is_initialized() else None,
-                                   _autocast_state() if torch._C._is_any_autocast_enabled() else None))
+            self._capture(None, args, kwargs)
 
     def begin(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
         """The step's computation is ``fn(*args, **kwargs)`` (for instance a LightningModule's
