@@ -105,7 +105,7 @@ def child(rounds: int, block: int, options: dict[str, Any]) -> dict[str, float]:
         return time.thread_time() - c0, inside
 
     def spent(mon: Monitor) -> int:
-        return getattr(mon, "spent", 0) + getattr(mon.nan, "spent", 0)
+        return getattr(mon, "spent", 0) + getattr(mon.origin_finder, "spent", 0)
 
     def abba(mon: Monitor, n: int) -> dict[str, Any]:
         def plain_block() -> tuple[float, float]:

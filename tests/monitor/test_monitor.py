@@ -242,7 +242,7 @@ def test_paused_block_is_not_recorded_nor_counted_in_step_time(tmp_path: Path) -
         for _ in range(3):
             step()
             model(x)
-            assert mon.nan is not None and not mon.nan.captured  # no hook ran
+            assert mon.origin_finder is not None and not mon.origin_finder.captured  # no hook ran
         time.sleep(0.3)
     mon.step(step())
     mon.close()
@@ -268,9 +268,9 @@ def test_a_copy_of_the_monitored_model_is_not_monitored(tmp_path: Path) -> None:
     ema(x)
     loaded(x)
     copy.deepcopy(model)(x)
-    assert mon.nan is not None and not mon.nan.captured  # none of the copies reached the monitor
+    assert mon.origin_finder is not None and not mon.origin_finder.captured  # none of the copies reached the monitor
     model(x)
-    assert mon.nan.captured
+    assert mon.origin_finder.captured
     mon.close()
 
 

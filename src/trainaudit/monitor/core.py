@@ -139,7 +139,7 @@ class Monitor:
         self.closed = False
         self.origin: dict[str, Any] | None = None
         self._handles: list[Any] = []
-        self.nan = self.origin_class(model) if nan_origin else None
+        self.origin_finder = self.origin_class(model) if nan_origin else None
         self._found: dict[str, Any] | None = None  # the origin found before this step's update
         self._grads_bad: bool | None = None  # what the check before this step's update found (None: no check)
         self._closure_steps = False  # the optimizer takes a closure: its pre-hook comes before the backward
@@ -173,8 +173,8 @@ class Monitor:
 
     # -- hooks ------------------------------------------------------------------------------
     def _attach(self) -> None:
-        if self.nan is not None:
-            self._handles += self.nan.hooks(_Hook)
+        if self.origin_finder is not None:
+            self._handles += self.origin_finder.hooks(_Hook)
         self._arm_optimizer(self.step_no + 1)
 
     @contextlib.contextmanager
@@ -189,8 +189,8 @@ class Monitor:
         try:
             yield
         finally:
-            if self.nan is not None:
-                self.nan.release()
+            if self.origin_finder is not None:
+                self.origin_finder.release()
             self._gstats = self._grads_bad = None
             self._paused_s += time.perf_counter() - t0
             if not self.closed:
@@ -200,16 +200,16 @@ class Monitor:
         """For loops whose step is not ``model(...)`` (a LightningModule's ``training_step``
         calling submodules): call before it with the function and its arguments. The NaN/Inf
         origin replays ``fn(*args, **kwargs)`` on a non-finite step."""
-        if self.nan is not None:
-            self.nan.begin(fn, *args, **kwargs)
+        if self.origin_finder is not None:
+            self.origin_finder.begin(fn, *args, **kwargs)
 
     def before_update(self) -> None:
         """Check the gradients before the parameters change, and replay the step if they are
         non-finite. The optimizer's step pre-hook calls it; call it yourself (after backward,
         before the update) when the monitor has no optimizer or the optimizer takes a closure
         (the closure runs the backward after the pre-hook)."""
-        nan = self.nan
-        if nan is None or not nan.captured:
+        finder = self.origin_finder
+        if finder is None or not finder.captured:
             return
         try:
             gstats = self._gstats
@@ -217,11 +217,11 @@ class Monitor:
             grads_bad = self._grads_bad = (
                 (not math.isfinite(gstats[0]) or gstats[1] > 0) if gstats else not self._screen_finite())
             if grads_bad and self.origin is None and self._found is None:
-                self._found = nan.locate(self._named, params_intact=True)
+                self._found = finder.locate(self._named, params_intact=True)
         except Exception as exc:  # noqa: BLE001 (inside the user's optimizer step: log, never raise)
             log.warning("trainaudit: NaN/Inf origin check failed: %s: %s", type(exc).__name__, exc)
         finally:
-            nan.release()
+            finder.release()
 
     def _arm_optimizer(self, step: int | None) -> None:
         """The optimizer hooks ``step`` needs (None: none), as an idle hook still costs a cold
@@ -232,7 +232,7 @@ class Monitor:
         if opt is None:
             return
         sampled = step is not None and (step == 1 or step % self.every == 0)
-        want = (step is not None and (self.nan is not None or sampled or not self._user_gn), sampled)
+        want = (step is not None and (self.origin_finder is not None or sampled or not self._user_gn), sampled)
         have = self._opt_handles
         if want == (have[0] is not None, have[1] is not None):
             return
@@ -432,11 +432,12 @@ class Monitor:
         loss_finite = not isinstance(loss_v, float) or math.isfinite(loss_v)
         urgent = not loss_finite or gn_bad or n_bad > 0 or (type(gn) is float and not math.isfinite(gn))
         before = None
-        if urgent and self.origin is None and self.nan is not None:
+        if urgent and self.origin is None and self.origin_finder is not None:
             # found before the update; else now, by a replay if the held calls were not updated
             # (no optimizer step ran: the monitor's optimizer pre-hook releases them)
             intact = self.optimizer is not None and not self._closure_steps
-            origin = self._found or self.nan.locate(self._named, params_intact=intact, loss_finite=loss_finite)
+            origin = self._found or self.origin_finder.locate(self._named, params_intact=intact,
+                                                              loss_finite=loss_finite)
             if origin is not None:
                 self.origin = {"step": s, **origin}
                 before = {"type": "nonfinite", "step": s, **origin}
@@ -448,8 +449,8 @@ class Monitor:
         if lr is not None and prev is not None and lr > 0 and prev > 0 and not 0.5 <= lr / prev <= 2.0:
             urgent = True
         self._prev_lr = lr
-        if self.nan is not None:
-            self.nan.release()
+        if self.origin_finder is not None:
+            self.origin_finder.release()
         self._arm_optimizer(s + 1)
         self._found = None
         self._pending.append((s, loss_v, gn, n_bad, lr, now, rss, cuda, metrics or None,  # _Pending's fields
@@ -551,8 +552,8 @@ class Monitor:
             h.remove()
         self._handles.clear()
         self._arm_optimizer(None)
-        if self.nan is not None:
-            self.nan.release()
+        if self.origin_finder is not None:
+            self.origin_finder.release()
         if self._statm is not None:
             os.close(self._statm)
             self._statm = None
