@@ -203,6 +203,26 @@ def test_a_nan_made_by_the_loss_backward_is_not_blamed_on_a_module(tmp_path: Pat
     assert "the loss or its backward" in origin.data["detail"]
 
 
+def test_a_nan_loss_with_finite_gradients_is_reported_without_claims_it_cannot_check(tmp_path: Path) -> None:
+    # log of a negative number: the loss is NaN, its gradient 1/u is finite, so the check before
+    # the update passes and the step is found only at step(), after the update: no replay
+    def log_loss(out: torch.Tensor, _y: torch.Tensor) -> torch.Tensor:
+        return torch.log(out.mean() + shift[0])
+
+    shift = [100.0]
+
+    def flip(step: int, _k: int, x: torch.Tensor) -> torch.Tensor:
+        shift[0] = -100.0 if step == 4 else 100.0
+        return x
+
+    model = build()
+    mon = Monitor(model, torch.optim.SGD(model.parameters(), lr=0.001), tmp_path, **FAST)
+    _steps(model, mon, 5, loss_fn=log_loss, fault=flip)
+    [origin] = [a for a in mon.alerts if a.rule == "MON101"]
+    assert origin.step == 4 and origin.data["phase"] == "loss" and origin.metric is None
+    assert "could not be replayed" in origin.data["detail"]
+
+
 def test_a_forward_that_depends_on_hidden_state_is_not_replayed_into_a_wrong_module(tmp_path: Path) -> None:
     # a Python counter decides the NaN: the replay (one call later) is clean, and the origin says
     # what it knows instead of naming a module

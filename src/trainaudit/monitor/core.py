@@ -123,7 +123,6 @@ class Monitor:
         self.mem_every = max(1, mem_every)
         self.warn_on, self.callback_on, self.save_batch_on, self.stop_on = warn, callback_on, save_batch_on, stop_on
         self.on_alert = on_alert
-        self.nan_origin = nan_origin
         # a batch never spans a routine rule evaluation: rules_every keeps its meaning
         self.flush_every = max(1, min(flush_every, rules_every))
         self.flush_s = flush_s
@@ -231,7 +230,7 @@ class Monitor:
         opt = self.optimizer
         if opt is None:
             return
-        sampled = step is not None and (step == 1 or step % self.every == 0)
+        sampled = step is not None and self._sampling(step)
         want = (step is not None and (self.origin_finder is not None or sampled or not self._user_gn), sampled)
         have = self._opt_handles
         if want == (have[0] is not None, have[1] is not None):
@@ -389,7 +388,7 @@ class Monitor:
         :class:`TrainingStopped` (after recording the step) when an alert's action is stop."""
         now = self._clock()
         self.step_no = s = int(step) if step is not None else self.step_no + 1
-        sampling = s == 1 or s % self.every == 0
+        sampling = self._sampling(s)
         if isinstance(loss, torch.Tensor):
             # a CPU scalar is read now (about a microsecond); an accelerator loss is kept and read
             # at the flush, so step() adds no device sync (the grad norm, synced anyway, still

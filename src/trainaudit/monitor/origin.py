@@ -161,7 +161,10 @@ class NanOrigin:
         nothing is). ``params_intact``: the parameters are still those of the held calls'
         forwards (no update since), so they can be replayed."""
         if not self._held or not params_intact:
-            return _from_param_grads(named) or (None if loss_finite else _loss_origin())
+            if not loss_finite:  # a NaN loss spreads to every gradient: those would not say where
+                return {"phase": "loss", "module": None,
+                        "detail": "the loss is non-finite; the step could not be replayed to find where it came from"}
+            return _from_param_grads(named)
         several = len(self._held) > 1
         for k, cap in enumerate(map(_Capture._make, self._held)):
             try:
