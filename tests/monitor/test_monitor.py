@@ -223,6 +223,40 @@ def test_a_nan_loss_with_finite_gradients_is_reported_without_claims_it_cannot_c
     assert "could not be replayed" in origin.data["detail"]
 
 
+class _Amplify(torch.autograd.Function):
+    """Identity forward; the backward multiplies the gradient by 1e30 (finite in float32, but its
+    square is not)."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx: Any, g: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+        return g * 1e30
+
+
+def test_a_gradient_norm_that_overflows_from_finite_gradients_is_not_a_nan_origin(tmp_path: Path) -> None:
+    # no grad_norm passed: the monitor's own L2 norm is inf while every gradient value is finite;
+    # the replay finds nothing non-finite and must not invent an origin
+    model = build()
+
+    def loss_fn(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.cross_entropy(_Amplify.apply(out) if amplify[0] else out, y)
+
+    amplify = [False]
+
+    def arm(step: int, _k: int, x: torch.Tensor) -> torch.Tensor:
+        amplify[0] = step == 3
+        return x
+
+    mon = Monitor(model, torch.optim.SGD(model.parameters(), lr=0.0), tmp_path, **FAST)
+    _steps(model, mon, 4, loss_fn=loss_fn, fault=arm)
+    assert [a for a in mon.alerts if a.rule == "MON101"] == []
+    assert any(a.rule == "TA101" and a.step == 3 for a in mon.alerts)  # the inf norm itself is reported
+    assert [r["grad_norm"] for r in records(tmp_path) if r.get("step") == 3 and r["type"] == "step"] == ["inf"]
+
+
 def test_a_forward_that_depends_on_hidden_state_is_not_replayed_into_a_wrong_module(tmp_path: Path) -> None:
     # a Python counter decides the NaN: the replay (one call later) is clean, and the origin says
     # what it knows instead of naming a module

@@ -179,6 +179,8 @@ class NanOrigin:
                 return origin
         if not loss_finite:
             return _loss_origin()
+        if _from_param_grads(named) is None:
+            return None  # every gradient value is finite: only a norm of them overflowed
         return {"phase": "loss", "module": None,
                 "detail": "the forward and the backward replayed finite: the NaN/Inf came in with the gradient at the "
                           "model's output (the loss or its backward made it), or the forward depends on state the "
