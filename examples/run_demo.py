@@ -1,7 +1,7 @@
 """`make demo`: run trainaudit on the bundled examples and say where the reports are.
 
 1. `trainaudit diagnose examples/nan-after-lr-jump` : a real tiny training run (made by
-   `python -m trainaudit.synth`) whose learning rate jumps 1000x at step 120 and goes NaN.
+   `python -m synth`) whose learning rate jumps 1000x at step 120 and goes NaN.
 2. `trainaudit audit ...` on a CI failure built by `examples/make_audit_demo.py`: a small git
    repository (model-code change, container bump, golden refresh, a test moved to broken) and the
    artifacts of a passing and a failing CI run; the script prints the audit command, the verdict

@@ -12,5 +12,5 @@ from shared_data import FIXTURES
 @pytest.fixture(scope="session")
 def shared_fixtures() -> Path:
     if not FIXTURES.is_dir():
-        pytest.fail(f"shared fixtures not found at {FIXTURES}: clone the repo beside shared/")
+        pytest.fail(f"fixtures not found at {FIXTURES}")
     return FIXTURES

@@ -1,17 +1,17 @@
-"""Shared test helpers: where the shared fixtures live, access to their sample blocks, and the CLI.
+"""Shared test helpers: where the fixtures live, access to their sample blocks, and the CLI.
 
 Import them as ``from shared_data import ...`` (a plain module: several ``conftest.py`` files
 exist, so ``from conftest import`` would depend on which one was imported first)."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-SHARED = REPO.parent / "shared"
-FIXTURES = SHARED / "fixtures"
+FIXTURES = REPO / "tests" / "fixtures"
 LOG_SAMPLES = FIXTURES / "log_samples"
 MEGATRON = FIXTURES / "megatron"
 
@@ -35,9 +35,24 @@ def sample_block(name: str, contains: str) -> list[str]:
     return hits[0]
 
 
+CORPUS_LOGS = REPO / "tests" / "corpus" / "logs"
+
+
+def corpus_log(case: str) -> list[str]:
+    """The verbatim lines of a real-log corpus case (``tests/corpus/logs/<case>``; its label.json
+    gives the source)."""
+    return (CORPUS_LOGS / case / "log.txt").read_text(encoding="utf-8").splitlines()
+
+
 def write_lines(path: Path, lines: list[str], newline: str = "\n") -> Path:
     path.write_text(newline.join(lines) + newline, encoding="utf-8")
     return path
+
+
+def run_synth(*args: str) -> subprocess.CompletedProcess[str]:
+    """``python -m synth ...`` (the test-data generator in ``tools/``) in a subprocess."""
+    env = {**os.environ, "PYTHONPATH": str(REPO / "tools")}
+    return subprocess.run([sys.executable, "-m", "synth", *args], capture_output=True, text=True, env=env, timeout=600)
 
 
 def run_cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:

@@ -26,7 +26,7 @@ import pytest
 
 def generate_cases(tmp_dir: Path, names: Sequence[str] | None = None) -> dict[str, Any]:
     """Train ``names`` (all cases if None) into ``tmp_dir``; returns the manifest."""
-    from trainaudit.synth import generate
+    from synth import generate
 
     return generate(tmp_dir, names)
 
@@ -51,13 +51,13 @@ class SynthRuns:
 
     @property
     def names(self) -> list[str]:
-        from trainaudit.synth import catalogue
+        from synth import catalogue
 
         return list(catalogue())
 
     @property
     def healthy(self) -> list[str]:
-        from trainaudit.synth import catalogue
+        from synth import catalogue
 
         return [c.name for c in catalogue().values() if c.healthy]
 

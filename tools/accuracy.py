@@ -1,10 +1,10 @@
 """Accuracy of ``diagnose`` on labelled cases -> docs/accuracy.md.
 
-    python -m trainaudit.diagnosis.accuracy [-o docs/accuracy.md] [--cases DIR] [--shared ../shared]
+    python -m accuracy [-o docs/accuracy.md] [--cases DIR] [--shared ../shared]
 
 Two kinds of labelled cases:
 
-- generated: every case of ``trainaudit.synth`` (real tiny torch runs with an injected fault at
+- generated: every case of ``synth`` (real tiny torch runs with an injected fault at
   a known step), each of its files diagnosed on its own (a Megatron/HF stdout log, the JSONL
   metrics, the TensorBoard file) and all together;
 - public: verbatim sample blocks of ``shared/fixtures/log_samples`` (each with its public
@@ -90,7 +90,7 @@ def _diagnose(paths: list[str]) -> tuple[str, str, int | None, str]:
 
 
 def synth_rows(root: Path, names: list[str] | None = None) -> list[Row]:
-    from trainaudit.synth import catalogue, generate
+    from synth import catalogue, generate
 
     rows: list[Row] = []
     for name in names or list(catalogue()):
@@ -146,8 +146,8 @@ def render(rows: list[Row], seconds: float) -> str:
         return f"{a}/{b} ({100 * a / b:.0f}%)" if b else "-"
 
     lines = ["# Diagnosis accuracy", "",
-             "Produced by `python -m trainaudit.diagnosis.accuracy` (generated cases: real tiny torch runs from "
-             "`trainaudit.synth`, diagnosed file by file and all files together; public cases: verbatim sample "
+             "Produced by `python -m accuracy` (generated cases: real tiny torch runs from "
+             "`synth`, diagnosed file by file and all files together; public cases: verbatim sample "
              "blocks of `../shared/fixtures/log_samples`, labelled in `trainaudit/diagnosis/accuracy.py`).", ""]
     for kind in ("generated", "public"):
         rs = [r for r in rows if r.kind == kind and not r.error.startswith("not generated")]
@@ -177,7 +177,7 @@ def render(rows: list[Row], seconds: float) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m trainaudit.diagnosis.accuracy", description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m accuracy", description=__doc__.split("\n")[0])
     ap.add_argument("-o", "--out", type=Path, default=Path("docs/accuracy.md"))
     ap.add_argument("--cases", type=Path, help="folder to generate (or reuse) the synth cases in")
     ap.add_argument("--shared", type=Path, default=Path("../shared"))

@@ -1,22 +1,60 @@
-"""The ``trainaudit`` command line. Each command lives in ``trainaudit.commands.<name>``.
+"""The ``trainaudit`` command line. Each command lives in ``trainaudit.commands.<name>`` and is
+imported only when it runs (click's documented lazy-loading pattern), so ``trainaudit --help`` and
+a single command do not pay for importing every other command.
 
-Exit codes (SPEC.md): 0 analysis completed / check passed, 1 check failed or ``--fail-on`` met,
-2 usage error or unreadable input (one line on stderr, never a traceback).
+Exit codes: 0 analysis completed / check passed / healthy, 1 a problem was found or a check failed
+(with ``--fail-on``, a finding at or above that severity), 2 usage error or unreadable input (one
+line on stderr, never a traceback). An internal error (a bug) also exits 2 with one line.
 """
 
 from __future__ import annotations
 
+import importlib
 import os
 import sys
 
 import click
 
 from trainaudit import __version__
-from trainaudit.commands import COMMANDS
 from trainaudit.errors import InputError
 
+# command name -> (module, one-line help shown by ``trainaudit --help`` without importing it)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "audit": ("audit", "The whole CI-failure audit: compare, diagnose, trace the history, decide."),
+    "batch": ("batch", "Audit several failures at once and group them by shared root cause."),
+    "compare": ("compare", "Golden-value check (Megatron-LM's gate) or a run against a passing run."),
+    "diagnose": ("diagnose", "Diagnose one training run: logs, metric files, TensorBoard files, stderr."),
+    "inspect": ("inspect", "Inspect a model: parameters per module, trainable vs frozen, gradient flow."),
+    "mcp": ("mcp", "Serve trainaudit's tools to agents over MCP (stdio, or HTTP on 127.0.0.1)."),
+    "parse": ("parse", "Extract per-step series from any supported input (CSV, JSONL, Parquet)."),
+    "post": ("post", "Post a report to a GitHub issue or a Slack webhook (dry run by default)."),
+    "report": ("report", "Render answer.json as a self-contained HTML page."),
+    "rules": ("rules", "List the detection rules, or show one rule's documentation."),
+    "watch": ("watch", "Follow a growing log and alert as problems appear."),
+}
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+
+class LazyGroup(click.Group):
+    """Loads a command's module on first use (https://click.palletsprojects.com/en/stable/complex/,
+    "Lazily Loading Subcommands")."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(COMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in COMMANDS:
+            return None
+        module = importlib.import_module(f"trainaudit.commands.{COMMANDS[cmd_name][0]}")
+        cmd = getattr(module, cmd_name)
+        assert isinstance(cmd, click.Command)
+        return cmd
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        with formatter.section("Commands"):
+            formatter.write_dl([(name, COMMANDS[name][1]) for name in self.list_commands(ctx)])
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.version_option(__version__, prog_name="trainaudit")
 def app() -> None:
     """Find the root cause of failed ML training runs and CI checks, from their artifacts.
@@ -27,10 +65,6 @@ def app() -> None:
       trainaudit compare --golden golden_values.json actual.json
       trainaudit parse logs/ -o series.csv
     """
-
-
-for _cmd in COMMANDS:
-    app.add_command(_cmd)
 
 
 def main(argv: list[str] | None = None) -> None:

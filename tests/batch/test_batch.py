@@ -10,8 +10,8 @@ from pathlib import Path
 
 from shared_data import run_cli
 from trainaudit.batch import BatchResult, Member, compare_members
-from trainaudit.report.builder import AnswerBuilder
-from trainaudit.report.schema import FinalAnswer, RootCause
+from trainaudit.answer.builder import AnswerBuilder
+from trainaudit.answer.schema import FinalAnswer, RootCause
 
 
 def nan_run(d: Path, first_nan: int) -> None:

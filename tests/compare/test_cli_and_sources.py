@@ -12,7 +12,7 @@ from trainaudit.compare.cilog import read_ci_log
 from trainaudit.compare.pipeline import run_golden
 from trainaudit.compare.runs import compare_runs
 from trainaudit.ingest import load_run
-from trainaudit.report.validate import validate_file
+from trainaudit.answer.validate import validate_file
 
 HISTORY_OLD = MIMO / "history" / "golden_values_dev_dgx_h100.at_4e85d74ae9.json"
 HISTORY_NEW = MIMO / "history" / "golden_values_dev_dgx_h100.at_5fe3f06658.json"

@@ -7,7 +7,7 @@ import json
 from shared_data import run_cli, sample_block, write_lines
 from synth_fixture import synth_runs  # noqa: F401
 
-from trainaudit.report.validate import validate_file
+from trainaudit.answer.validate import validate_file
 
 
 def test_diagnose_writes_a_valid_report(synth_runs, tmp_path):  # noqa: F811

@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 
 from shared_data import REPO, run_cli
-from trainaudit.report.builder import AnswerBuilder
-from trainaudit.report.plots import Band, Curve, PlotSpec
-from trainaudit.report.schema import FinalAnswer, RootCause
-from trainaudit.report.write import write_report
+from trainaudit.answer.builder import AnswerBuilder
+from trainaudit.answer.charts import Band, Curve, PlotSpec
+from trainaudit.answer.schema import FinalAnswer, RootCause
+from trainaudit.render.write import write_report
 
 ARTIFACTS = REPO / "tests" / "artifacts"
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"]

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from shared_data import run_cli, sample_block, write_lines
+from shared_data import corpus_log, run_cli, sample_block, write_lines
 from trainaudit.ingest import detect, load_run
 from trainaudit.ingest.sources import expand_inputs
 from trainaudit.model import EventKind
 
-COGVIDEO = sample_block("deepspeed.txt", "CogVideo/issues/233")
+# fp16 loss-scale calibration at the start of a run, recent format with int scales (lines 7-8 of the log)
+COGVIDEO = corpus_log("deepspeed-deepspeedai-DeepSpeedExamples-dschat-step1-sft")[6:8]
 HYSTERESIS = sample_block("deepspeed.txt", "DeepSpeed/issues/931")
 DEEPSCALE_BAR = sample_block("deepspeed.txt", "transformers/issues/9996")
 PROGRESS = sample_block("deepspeed.txt", "DeepSpeed/issues/1825")
@@ -18,7 +19,8 @@ TPUT_077 = sample_block("deepspeed.txt", "DeepSpeed/issues/2598")
 MEGATRON_DS = sample_block("deepspeed.txt", "DeepSpeed/issues/3742")
 AT_FLOOR = sample_block("deepspeed.txt", "transformers/issues/14531")
 ZERO3_BAR = sample_block("deepspeed.txt", "gpt-neo-fine-tuning-example/issues/7")
-MIN_SCALE = sample_block("error_signatures.txt", "Chinese-LLaMA-Alpaca/issues/534")
+# DeepSpeed's exception text (deepspeed/runtime/fp16/loss_scaler.py, raise_error_at_min_scale)
+MIN_SCALE = ["Exception: Current loss scale already at minimum - cannot decrease scale anymore. Exiting run."]
 HF = sample_block("hf_transformers.txt", "transformers/pull/35207")
 MEGATRON = sample_block("megatron.txt", "Megatron-LM/issues/756")
 MEGATRON_DS_NAN = sample_block("megatron_deepspeed.txt", "Megatron-DeepSpeed/issues/396")
@@ -41,10 +43,10 @@ def test_overflow_lines_become_events_and_loss_scale_series(tmp_path: Path) -> N
     ls = run.series["loss scale"]
     # No step line in this excerpt: the step is the count of overflows seen.
     assert ls.steps.tolist() == [1, 2]
-    assert ls.values.tolist() == [2147483648.0, 1073741824.0]
+    assert ls.values.tolist() == [32768.0, 16384.0]
     evs = [e for e in run.events if e.kind == EventKind.LOSS_SCALE]
     assert [(e.step, e.line) for e in evs] == [(1, 1), (2, 2)]
-    assert evs[0].data["attempted"] == 4294967296.0 and evs[0].data["new"] == 2147483648.0
+    assert evs[0].data["attempted"] == 65536.0 and evs[0].data["new"] == 32768.0
     assert evs[0].data["rank"] == 0 and evs[0].data["tag"] == "deepspeed" and evs[0].data["step_estimated"]
 
 

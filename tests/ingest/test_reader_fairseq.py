@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from shared_data import run_cli, sample_block, write_lines
+from shared_data import corpus_log, run_cli, sample_block, write_lines
 from trainaudit.ingest import detect, load_run
 from trainaudit.ingest.sources import expand_inputs
 from trainaudit.model import EventKind
@@ -14,7 +14,7 @@ SIMPLE = sample_block("fairseq.txt", "fairseq/issues/2338")
 OVERFLOW = sample_block("fairseq.txt", "fairseq/issues/1967")
 OLD_INNER = sample_block("fairseq.txt", "fairseq/issues/940 ")
 EPOCH_SUMMARY = sample_block("fairseq.txt", "fairseq/issues/514 ")
-OLD_WARNING = sample_block("fairseq.txt", "fairseq/issues/506 ")
+OLD_WARNING = corpus_log("fairseq-NVIDIA-DeepLearningExamples-146")[:1]
 JSON_2018 = sample_block("fairseq.txt", "fairseq/issues/233 ")
 METASEQ = sample_block("fairseq.txt", "metaseq/pull/507")
 METASEQ_STEP1 = sample_block("rank_prefixes.txt", "metaseq/pull/507")
@@ -59,7 +59,7 @@ def test_overflow_notices_after_a_logged_update(tmp_path: Path) -> None:
 def test_old_overflow_warning(tmp_path: Path) -> None:
     run = _load(tmp_path, OLD_WARNING)
     ev = next(e for e in run.events if e.kind == EventKind.LOSS_SCALE)
-    assert ev.data["new"] == 1.0 and ev.step == 1
+    assert ev.data["new"] == 0.5 and ev.step == 1
 
 
 def test_old_inner_line_and_mid_epoch_valid(tmp_path: Path) -> None:

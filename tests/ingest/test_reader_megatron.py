@@ -8,14 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from shared_data import run_cli, sample_block, write_lines
+from shared_data import corpus_log, run_cli, sample_block, write_lines
 from trainaudit.ingest.readers.megatron import MegatronReader
 from trainaudit.ingest.sink import RunBuilder
 from trainaudit.ingest.sources import expand_inputs
 from trainaudit.model import EventKind, Run, Source
 
 MLM = sample_block("megatron.txt", "Megatron-LM/issues/756")
-OLD = sample_block("megatron.txt", "Megatron-LLM/issues/11")
+OLD = corpus_log("megatron-deepspeed-bigscience-workshop-bigscience-tr8b-emb-norm-7")[:2]  # no timestamp, lr .3E
 NANLOSS = sample_block("megatron.txt", "Megatron-LLM/issues/33")
 BRIDGE = sample_block("megatron.txt", "Megatron-Bridge/issues/4024")
 DS = sample_block("megatron_deepspeed.txt", "Megatron-DeepSpeed/issues/396")
@@ -54,11 +54,12 @@ def test_megatron_lm_timestamped_lines(tmp_path: Path, fast: bool) -> None:
 
 def test_old_format_without_timestamp_lr_3e(tmp_path: Path, fast: bool) -> None:
     run = read(write_lines(tmp_path / "m.log", OLD), fast)
-    assert run.series["lm loss"].steps.tolist() == [122, 123]
-    assert run.series["lm loss"].values.tolist() == [2.50422, 2.493043]
-    assert run.series["learning rate"].values.tolist() == [9.15e-06, 9.225e-06]
-    assert run.series["global batch size"].values.tolist() == [1024.0, 1024.0]
-    assert run.meta["train_iters"] == 250000
+    assert run.series["lm loss"].steps.tolist() == [17060, 17061]
+    assert run.series["lm loss"].values.tolist() == [2.665295, 2.667121]
+    assert run.series["learning rate"].values.tolist() == [5.948e-05, 5.948e-05]
+    assert run.series["global batch size"].values.tolist() == [2048.0, 2048.0]
+    assert run.series["TFLOPs"].values.tolist() == [23.64, 32.03]
+    assert run.meta["train_iters"] == 159576
 
 
 def test_bridge_mtp_losses(tmp_path: Path, fast: bool) -> None:
@@ -103,4 +104,4 @@ def test_cli_parse_counts_megatron(tmp_path: Path) -> None:
     rows = (tmp_path / "out.csv").read_text().splitlines()
     assert rows[0] == "source,format,line,step,metric,value"
     assert f"{log},megatron,1,43,lm loss,1.825991" in rows
-    assert f"{log},megatron,5,123,lm loss,2.493043" in rows
+    assert f"{log},megatron,5,17061,lm loss,2.667121" in rows

@@ -16,8 +16,8 @@ from shared_data import run_cli, sample_block, write_lines
 from trainaudit.diagnosis import build_answer, diagnose_run
 from trainaudit.ingest import load_run
 from trainaudit.llm import narrate, parse_spec
-from trainaudit.report.schema import Answer
-from trainaudit.report.validate import validate, validate_file
+from trainaudit.answer.schema import Answer
+from trainaudit.answer.validate import validate, validate_file
 
 ITER_LINES = sample_block("megatron.txt", "Megatron-LM/issues/756")
 OOM_LINE = sample_block("error_signatures.txt", "murong-xu/CADS/issues/4")

@@ -9,10 +9,10 @@ from importlib.resources import files
 
 import yaml
 
-from trainaudit.commands import COMMANDS
+from trainaudit.cli import COMMANDS
 from trainaudit.mcp.roots import Roots
 from trainaudit.mcp.server import build_server
-from trainaudit.report.schema import VERDICTS
+from trainaudit.answer.schema import VERDICTS
 
 
 def _skill() -> tuple[dict, str]:
@@ -33,7 +33,7 @@ def test_front_matter_follows_the_agent_skills_format() -> None:
 def test_skill_names_what_exists(tmp_path) -> None:  # type: ignore[no-untyped-def]
     _, body = _skill()
     for cmd in ("parse", "diagnose", "compare", "audit", "rules"):
-        assert cmd in {c.name for c in COMMANDS} and f"`trainaudit {cmd}" in body, cmd
+        assert cmd in COMMANDS and f"`trainaudit {cmd}" in body, cmd
     tools = asyncio.run(build_server(Roots.of([str(tmp_path)])).list_tools())
     for t in tools:
         assert f"`{t.name}`" in body, t.name

@@ -18,7 +18,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 from trainaudit.rules import Config  # noqa: E402
-from trainaudit.synth import frameworks  # noqa: E402
+from synth import frameworks  # noqa: E402
 
 K = frameworks.K
 # Wall-clock rules are left out (another process on a shared CI machine can slow any step).

@@ -373,7 +373,8 @@ def test_tensorboard_writer_is_read_back(tmp_path: Path) -> None:
 
 
 def test_import_trainaudit_does_not_import_torch() -> None:
-    code = "import sys, trainaudit, trainaudit.monitor; print('torch' in sys.modules, callable(trainaudit.monitor))"
+    code = ("import sys, trainaudit, trainaudit.live.online, trainaudit.live.follow; print('torch' in sys.modules); "
+            "import trainaudit.monitor; print(callable(trainaudit.monitor))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
     assert out == ["False", "True"]
 

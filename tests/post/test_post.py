@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from tests.post.fakeservice import FakeService
-from trainaudit.html.page import load_answer
-from trainaudit.post.fingerprint import fingerprint, marker
+from trainaudit.render.page import load_answer
+from trainaudit.answer.fingerprint import fingerprint, marker
 
 REPO = "acme/llm-train"
 

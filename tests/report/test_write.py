@@ -6,11 +6,12 @@ import json
 import math
 from pathlib import Path
 
-from trainaudit.report.builder import AnswerBuilder
-from trainaudit.report.plots import Band, Curve, PlotSpec
-from trainaudit.report.schema import FinalAnswer, RootCause
-from trainaudit.report.validate import validate_file
-from trainaudit.report.write import display_path, write_report
+from trainaudit.answer.builder import AnswerBuilder
+from trainaudit.answer.charts import Band, Curve, PlotSpec
+from trainaudit.answer.schema import FinalAnswer, RootCause
+from trainaudit.answer.validate import validate_file
+from trainaudit.answer.paths import display_path
+from trainaudit.render.write import write_report
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

@@ -54,7 +54,9 @@ def test_deepspeed_scale_at_one(tmp_path):
 
 
 def test_minimum_loss_scale_exit(tmp_path):
-    _, hits, d = _diag(tmp_path, sample_block("error_signatures.txt", "Chinese-LLaMA-Alpaca/issues/534"))
+    # DeepSpeed's exception text (deepspeed/runtime/fp16/loss_scaler.py, raise_error_at_min_scale)
+    _, hits, d = _diag(tmp_path, ["Exception: Current loss scale already at minimum - cannot decrease scale anymore. "
+                                  "Exiting run."])
     assert hits["TA104"].fatal and "TA410" not in hits  # the exception is the scaler giving up, not a crash
     assert (d.verdict, d.category) == ("crash", "loss_scale_collapse")
 

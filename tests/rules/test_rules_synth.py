@@ -1,4 +1,4 @@
-"""Each rule on real tiny torch runs from trainaudit.synth: it fires where the fault is
+"""Each rule on real tiny torch runs from synth: it fires where the fault is
 (category and first bad step inside the label's window) and stays silent on every healthy run."""
 
 from __future__ import annotations

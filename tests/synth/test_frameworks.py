@@ -12,12 +12,13 @@ import subprocess
 import sys
 
 import pytest
+from shared_data import run_synth  # noqa: E402
 from synth_fixture import SynthRuns, synth_runs  # noqa: F401
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
-from trainaudit.synth import catalogue, frameworks  # noqa: E402
+from synth import catalogue, frameworks  # noqa: E402
 
 K = frameworks.K
 DICT_RE = re.compile(r"\{'loss': [^}]*\}")
@@ -29,8 +30,7 @@ def test_framework_cases_are_registered_and_listed() -> None:
              "lightning-nan-after-lr-jump", "lightning-overfit"]
     assert all(n in cases and "framework" in cases[n].tags for n in names)
     assert {frameworks.needs(cases[n]) for n in names} == {"transformers", "lightning"}
-    out = subprocess.run([sys.executable, "-m", "trainaudit.synth", "--list"], capture_output=True, text=True,
-                         timeout=120).stdout
+    out = run_synth("--list").stdout
     line = next(ln for ln in out.splitlines() if ln.startswith("lightning-overfit "))
     assert "overfitting" in line and "[needs lightning]" in line
     assert "[needs" not in next(ln for ln in out.splitlines() if ln.startswith("nan-batch "))

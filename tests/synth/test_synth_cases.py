@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from shared_data import REPO, run_synth
 from synth_fixture import SynthRuns, synth_runs  # noqa: F401
 
 K = 120
@@ -219,7 +220,7 @@ def test_crash_shape_error(synth_runs: SynthRuns) -> None:
     assert int(s[-1]) == K - 1
     err = case.file("stderr.log").read_text()
     assert err.rstrip().endswith("RuntimeError: mat1 and mat2 shapes cannot be multiplied (64x19 and 20x64)")
-    assert "/work/" not in err and 'File "/opt/venv/lib/python3/site-packages/torch/nn/modules/linear.py"' in err
+    assert str(REPO) not in err and 'File "/opt/venv/lib/python3/site-packages/torch/nn/modules/linear.py"' in err
     assert "train_runtime" not in case.file("stdout.log").read_text()  # no end-of-training summary
 
 
@@ -252,11 +253,7 @@ def test_eval_pause_is_in_timestamps_not_step_time(synth_runs: SynthRuns) -> Non
 
 def test_manifest_labels_every_case(tmp_path) -> None:
     """The CLI writes all cases with a label each, in well under a minute (measured in the report)."""
-    import subprocess
-    import sys
-
-    proc = subprocess.run([sys.executable, "-m", "trainaudit.synth", str(tmp_path), "--case", "nan-batch",
-                           "--case", "healthy-noisy"], capture_output=True, text=True, timeout=300)
+    proc = run_synth(str(tmp_path), "--case", "nan-batch", "--case", "healthy-noisy")
     assert proc.returncode == 0, proc.stderr
     manifest = json.loads((tmp_path / "manifest.json").read_text())
     assert [c["case"] for c in manifest["cases"]] == ["nan-batch", "healthy-noisy"]
@@ -264,7 +261,6 @@ def test_manifest_labels_every_case(tmp_path) -> None:
         assert {"category", "first_bad_step", "first_bad_step_window", "description", "files"} <= set(c)
         for f in c["files"]:
             assert (tmp_path / f["path"]).is_file()
-    bad = subprocess.run([sys.executable, "-m", "trainaudit.synth", str(tmp_path), "--case", "nope"],
-                         capture_output=True, text=True, timeout=300)
+    bad = run_synth(str(tmp_path), "--case", "nope")
     assert bad.returncode == 2 and bad.stderr.strip().splitlines() == [
         "error: unknown case(s): nope (see --list)"]

@@ -9,7 +9,7 @@ import pytest
 from shared_data import run_cli
 from synth_fixture import SynthRuns, synth_runs  # noqa: F401
 
-from trainaudit.synth import catalogue
+from synth import catalogue
 
 PARSE_FORMAT = {"megatron": "megatron", "hf": "hf", "jsonl": "jsonl", "tensorboard": "tensorboard",
                 "hf_trainer_state": "hf_trainer_state", "lightning": "lightning"}  # framework cases (synth/frameworks.py)

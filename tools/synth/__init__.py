@@ -1,6 +1,6 @@
 """Real tiny training runs with injected faults, labelled, as test and demo data.
 
-``python -m trainaudit.synth OUT_DIR [--case NAME ...] [--list]`` trains each case on CPU
+``PYTHONPATH=tools python -m synth OUT_DIR [--case NAME ...] [--list]`` trains each case on CPU
 (torch, fixed seeds, one thread), writes the files a framework would have written (Megatron-style
 or HF-style stdout, ``metrics.jsonl``, TensorBoard events, ``stderr.log`` for crashes) under
 ``OUT_DIR/<case>/`` and the labels to ``OUT_DIR/manifest.json``. See docs/synth.md.
@@ -11,7 +11,7 @@ this package does not need it.
 
 from __future__ import annotations
 
-from trainaudit.synth.cases import Case, GroundTruthError, Truth, catalogue
-from trainaudit.synth.generate import MANIFEST, generate
+from synth.cases import Case, GroundTruthError, Truth, catalogue
+from synth.generate import MANIFEST, generate
 
 __all__ = ["Case", "GroundTruthError", "MANIFEST", "Truth", "catalogue", "generate"]

@@ -1,4 +1,4 @@
-"""``python -m trainaudit.synth OUT_DIR [--case NAME ...] [--list]``."""
+"""``PYTHONPATH=tools python -m synth OUT_DIR [--case NAME ...] [--list]``."""
 
 from __future__ import annotations
 
@@ -17,13 +17,13 @@ from trainaudit.errors import InputError
 def main(out_dir: Path | None, cases: tuple[str, ...], list_only: bool) -> None:
     """Train tiny real runs with injected faults and write them, labelled, to OUT_DIR.
 
-    Example: python -m trainaudit.synth /tmp/runs --case nan-after-lr-jump --case healthy-warmup-cosine
+    Example: PYTHONPATH=tools python -m synth /tmp/runs --case nan-after-lr-jump --case healthy-warmup-cosine
     """
-    from trainaudit.synth.cases import GroundTruthError, catalogue
-    from trainaudit.synth.generate import generate
+    from synth.cases import GroundTruthError, catalogue
+    from synth.generate import generate
 
     if list_only:
-        from trainaudit.synth.frameworks import needs
+        from synth.frameworks import needs
 
         for case in catalogue().values():
             lib = needs(case)

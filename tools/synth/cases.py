@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from trainaudit.synth.runlog import RunLog
+from synth.runlog import RunLog
 
 K = 120  # the step most faults are injected at
 STEPS = 200
@@ -82,8 +82,8 @@ def _classifier(seed: int, *, steps: int = STEPS, lr: float = 1e-3, batch: int =
     import torch
     from torch import nn
 
-    from trainaudit.synth import tasks
-    from trainaudit.synth.loop import Faults, run_steps
+    from synth import tasks
+    from synth.loop import Faults, run_steps
 
     gen = tasks.setup(seed)
     data = tasks.mixture(4096, seed)
@@ -109,7 +109,7 @@ def _classifier(seed: int, *, steps: int = STEPS, lr: float = 1e-3, batch: int =
 
 
 def train_corrupt_spike() -> RunLog:
-    from trainaudit.synth.loop import Faults
+    from synth.loop import Faults
 
     def corrupt(step: int, b: tuple) -> tuple:
         return (b[0] * 1e6, b[1]) if step == K else b
@@ -132,7 +132,7 @@ def truth_corrupt_spike(log: RunLog) -> Truth:
 def train_nan_batch() -> RunLog:
     import torch
 
-    from trainaudit.synth.loop import Faults
+    from synth.loop import Faults
 
     def corrupt(step: int, b: tuple) -> tuple:
         if step != K:
@@ -154,7 +154,7 @@ def truth_nan_from(k: int) -> Callable[[RunLog], Truth]:
 
 
 def train_slow() -> RunLog:
-    from trainaudit.synth.loop import Faults
+    from synth.loop import Faults
 
     return _lm(21, faults=Faults(sleep_from=K, sleep_s=0.02))
 
@@ -176,8 +176,8 @@ def _lm(seed: int, *, steps: int = STEPS, lr: float = 3e-3, batch: int = 64, cli
         targets: str = "true", eval_every: int = 0, eval_batches: int = 8, act: str = "tanh") -> RunLog:
     import torch
 
-    from trainaudit.synth import tasks
-    from trainaudit.synth.loop import Faults, mean_loss, run_steps
+    from synth import tasks
+    from synth.loop import Faults, mean_loss, run_steps
 
     gen = tasks.setup(seed)
     train_tok = tasks.corpus(40_000, seed=7)
@@ -316,7 +316,7 @@ def truth_lr_jump(log: RunLog) -> Truth:
 
 
 def train_zero_grad_bug() -> RunLog:
-    from trainaudit.synth.loop import Faults
+    from synth.loop import Faults
 
     return _classifier(17, faults=Faults(zero_grad_after_backward=True))
 
@@ -370,8 +370,8 @@ def truth_vanishing(log: RunLog) -> Truth:
 def train_rnn_exploding() -> RunLog:
     import torch
 
-    from trainaudit.synth import tasks
-    from trainaudit.synth.loop import run_steps
+    from synth import tasks
+    from synth.loop import run_steps
 
     gen = tasks.setup(16)
     tok = tasks.corpus(40_000)
@@ -402,9 +402,9 @@ def train_loss_scale_collapse() -> RunLog:
     import torch
     from torch import nn
 
-    from trainaudit.synth import tasks
-    from trainaudit.synth.loop import grad_norm
-    from trainaudit.synth.runlog import StepClock
+    from synth import tasks
+    from synth.loop import grad_norm
+    from synth.runlog import StepClock
 
     gen = tasks.setup(18)
     data = tasks.mixture(4096, 18)
@@ -455,7 +455,7 @@ def truth_loss_scale(log: RunLog) -> Truth:
 
 
 def train_memory_growth() -> RunLog:
-    from trainaudit.synth.loop import Faults
+    from synth.loop import Faults
 
     return _classifier(15, hidden=512, batch=256, faults=Faults(leak_from=50), track_rss=True)
 
@@ -473,7 +473,7 @@ def truth_memory(log: RunLog) -> Truth:
 
 
 def train_crash() -> RunLog:
-    from trainaudit.synth.loop import Faults
+    from synth.loop import Faults
 
     def corrupt(step: int, b: tuple) -> tuple:
         return (b[0][:, :19], b[1]) if step == K else b  # a batch from a shard with a dropped column
@@ -505,8 +505,8 @@ def train_restart() -> RunLog:
 
     import torch
 
-    from trainaudit.synth import tasks
-    from trainaudit.synth.loop import run_steps
+    from synth import tasks
+    from synth.loop import run_steps
 
     gen = tasks.setup(63)
     tok = tasks.corpus(40_000)
@@ -555,7 +555,7 @@ def truth_eval_pause(log: RunLog) -> Truth:
 
 
 def _catalogue() -> list[Case]:
-    from trainaudit.synth import tasks
+    from synth import tasks
 
     return [
         Case("nan-after-lr-jump", "nan_inf", "megatron",
@@ -631,6 +631,6 @@ def _catalogue() -> list[Case]:
 
 
 def catalogue() -> dict[str, Case]:
-    from trainaudit.synth import frameworks  # HF Trainer / Lightning cases, when those libraries are installed
+    from synth import frameworks  # HF Trainer / Lightning cases, when those libraries are installed
 
     return {c.name: c for c in _catalogue() + frameworks.cases()}

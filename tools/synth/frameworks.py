@@ -7,7 +7,7 @@ they really wrote: the console (stdout and stderr as one stream, progress bars i
 ``metrics.csv``. Labels are derived from those files, like every other case.
 
 Registered in the catalogue only when ``transformers`` (with ``accelerate``) / ``lightning``
-are importable; ``python -m trainaudit.synth --list`` shows which library a case needs.
+are importable; ``PYTHONPATH=tools python -m synth --list`` shows which library a case needs.
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ from typing import Any
 
 import numpy as np
 
-from trainaudit.synth.cases import Case, GroundTruthError, Truth, arr, healthy_truth, require, smooth
-from trainaudit.synth.runlog import RunLog
+from synth.cases import Case, GroundTruthError, Truth, arr, healthy_truth, require, smooth
+from synth.runlog import RunLog
 
 K = 120  # the step the faults are injected at (1-based optimizer step)
 STEPS = 200
@@ -56,7 +56,7 @@ def _console(path: Path) -> Any:
 
 
 def _not_direct() -> RunLog:
-    raise RuntimeError("framework cases are run by trainaudit.synth.frameworks.run(case, out_dir)")
+    raise RuntimeError("framework cases are run by synth.frameworks.run(case, out_dir)")
 
 
 # --- HF Trainer ---------------------------------------------------------------------------------
@@ -67,7 +67,7 @@ SEQ = 16  # tokens per GPT-2 training sequence
 def _gpt2(seed: int) -> Any:
     from transformers import GPT2Config, GPT2LMHeadModel
 
-    from trainaudit.synth import tasks
+    from synth import tasks
 
     tasks.setup(seed)
     cfg = GPT2Config(vocab_size=tasks.VOCAB, n_positions=SEQ, n_embd=32, n_layer=2, n_head=2, resid_pdrop=0.0,
@@ -78,7 +78,7 @@ def _gpt2(seed: int) -> Any:
 def _lm_dataset(n: int, seed: int) -> Any:
     import torch
 
-    from trainaudit.synth import tasks
+    from synth import tasks
 
     tokens = tasks.corpus(40_000, seed=7)
     start = torch.randint(0, len(tokens) - SEQ - 1, (n,), generator=torch.Generator().manual_seed(seed))
@@ -97,7 +97,7 @@ def _lm_dataset(n: int, seed: int) -> Any:
 def _mixture_dataset(n: int, seed: int) -> Any:
     import torch
 
-    from trainaudit.synth import tasks
+    from synth import tasks
 
     data = tasks.mixture(n, seed)
 
@@ -116,7 +116,7 @@ def _classifier(seed: int) -> Any:
     import torch
     from torch import nn
 
-    from trainaudit.synth import tasks
+    from synth import tasks
 
     tasks.setup(seed)
 
@@ -325,7 +325,7 @@ def pl_log(case_dir: Path) -> RunLog:
 
 
 def run_pl_healthy(case_dir: Path, callbacks: list[Any] | None = None) -> tuple[RunLog, list[dict[str, Any]]]:
-    from trainaudit.synth import tasks
+    from synth import tasks
 
     tasks.setup(91)
     data, val = tasks.mixture(4096, 91), tasks.mixture(1024, 92)
@@ -337,7 +337,7 @@ def run_pl_healthy(case_dir: Path, callbacks: list[Any] | None = None) -> tuple[
 def run_pl_nan_after_lr_jump(case_dir: Path, callbacks: list[Any] | None = None) -> tuple[RunLog, list[dict[str, Any]]]:
     import torch
 
-    from trainaudit.synth import tasks
+    from synth import tasks
 
     gen = tasks.setup(93)
     tokens = tasks.corpus(40_000, seed=7)
@@ -350,7 +350,7 @@ def run_pl_nan_after_lr_jump(case_dir: Path, callbacks: list[Any] | None = None)
 
 
 def run_pl_overfit(case_dir: Path, callbacks: list[Any] | None = None) -> tuple[RunLog, list[dict[str, Any]]]:
-    from trainaudit.synth import tasks
+    from synth import tasks
 
     tasks.setup(94)
     data = tasks.mixture(64, 94, label_noise=0.3)  # a tiny, noisy training set

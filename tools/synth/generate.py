@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from trainaudit.errors import InputError
-from trainaudit.synth import writers
-from trainaudit.synth.cases import Case, GroundTruthError, catalogue
+from synth import writers
+from synth.cases import Case, GroundTruthError, catalogue
 
 MANIFEST = "manifest.json"
 
@@ -34,14 +34,14 @@ def generate(out_dir: Path, names: Sequence[str] | None = None) -> dict[str, Any
     try:
         import torch
     except ImportError as exc:  # torch is an optional extra
-        raise InputError("trainaudit.synth needs torch: pip install 'trainaudit[torch,tensorboard]'") from exc
+        raise InputError("synth needs torch: pip install 'trainaudit[torch,tensorboard]'") from exc
     cases = select(names)
     out_dir.mkdir(parents=True, exist_ok=True)
     entries = []
     total = time.perf_counter()
     for case in cases:
         entries.append(run_case(case, out_dir))
-    manifest = {"generator": "trainaudit.synth", "torch": torch.__version__, "python": platform.python_version(),
+    manifest = {"generator": "synth", "torch": torch.__version__, "python": platform.python_version(),
                 "seconds_total": round(time.perf_counter() - total, 2), "cases": entries}
     (out_dir / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
     return manifest
@@ -50,7 +50,7 @@ def generate(out_dir: Path, names: Sequence[str] | None = None) -> dict[str, Any
 def run_case(case: Case, out_dir: Path) -> dict[str, Any]:
     t0 = time.perf_counter()
     if "framework" in case.tags:
-        from trainaudit.synth import frameworks
+        from synth import frameworks
 
         files, truth = frameworks.run(case, out_dir)
     else:

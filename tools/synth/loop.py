@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from trainaudit.synth.runlog import RunLog, StepClock, rss_mb
+from synth.runlog import RunLog, StepClock, rss_mb
 
 Batch = tuple[torch.Tensor, torch.Tensor]
 LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]

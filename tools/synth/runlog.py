@@ -97,7 +97,7 @@ def _neutral_paths(text: str) -> str:
     def fix(m: re.Match[str]) -> str:
         path = m.group(1).replace("\\", "/")
         for marker, prefix in (("/site-packages/", "/opt/venv/lib/python3/site-packages/"),
-                               ("/trainaudit/", "/home/user/project/trainaudit/")):
+                               ("/tools/synth/", "/home/user/project/synth/")):
             if marker in path:
                 return f'File "{prefix}{path.split(marker, 1)[1]}"'
         return m.group(0)

@@ -25,7 +25,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from trainaudit.synth.runlog import RunLog
+from synth.runlog import RunLog
 
 T0 = datetime(2026, 3, 2, 9, 0, 0)
 HF_STEPS_PER_EPOCH = 64  # 4096 training samples / batch 64

@@ -22,9 +22,9 @@ from typing import Any
 import numpy as np
 
 from trainaudit import __version__
-from trainaudit.report.formula import evaluate
-from trainaudit.report.redact import mask_secrets
-from trainaudit.report.schema import (
+from trainaudit.answer.formula import evaluate
+from trainaudit.redact import mask_secrets
+from trainaudit.answer.schema import (
     Answer,
     Calculation,
     Commit,
@@ -36,7 +36,7 @@ from trainaudit.report.schema import (
     Task,
     ToolInfo,
 )
-from trainaudit.report.validate import validate
+from trainaudit.answer.validate import validate
 
 _HASH_CHUNK = 1 << 20
 

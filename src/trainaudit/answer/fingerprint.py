@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterable
 
-from trainaudit.report.schema import SEVERITY_ORDER, Answer, Finding
+from trainaudit.answer.schema import SEVERITY_ORDER, Answer, Finding
 
 MARKER_PREFIX = "trainaudit-fingerprint:"
 

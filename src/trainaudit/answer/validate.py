@@ -17,9 +17,9 @@ from typing import Any
 import numpy as np
 from pydantic import ValidationError
 
-from trainaudit.report.formula import FormulaError, evaluate, names_in, results_match
-from trainaudit.report.redact import mask_secrets
-from trainaudit.report.schema import Answer, Validation, ValidationCheck
+from trainaudit.answer.formula import FormulaError, evaluate, names_in, results_match
+from trainaudit.redact import mask_secrets
+from trainaudit.answer.schema import Answer, Validation, ValidationCheck
 
 
 

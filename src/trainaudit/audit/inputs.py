@@ -22,10 +22,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from trainaudit.compare.cilog import looks_like_ci_log
-from trainaudit.compare.golden import looks_like_golden
+from trainaudit.ingest.golden import looks_like_golden
 from trainaudit.ingest.base import Sample
 from trainaudit.ingest.sources import InputFile, expand_inputs, read_head
-from trainaudit.report.write import display_path
+from trainaudit.answer.paths import display_path
 
 CI_SCAN_BYTES = 256 * 1024 * 1024  # gate lines sit at the end of long job logs; stop somewhere
 _CI_MARKERS = re.compile(rb"comparison of .+?: FAILED|test for metric .+?: PASSED|The following metrics failed|"

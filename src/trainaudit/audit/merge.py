@@ -11,8 +11,8 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
-from trainaudit.report.builder import AnswerBuilder
-from trainaudit.report.schema import Answer, RootCause
+from trainaudit.answer.builder import AnswerBuilder
+from trainaudit.answer.schema import Answer, RootCause
 
 _ID = re.compile(r"\b([SFCD]\d+)\b")
 

@@ -13,10 +13,20 @@ from trainaudit.audit.inputs import Item, Side, Staging
 from trainaudit.audit.merge import absorb
 from trainaudit.errors import InputError
 from trainaudit.history.classify import Classified, Context
-from trainaudit.report.builder import AnswerBuilder, sha256_file
-from trainaudit.report.plots import PlotSpec
-from trainaudit.report.schema import Answer, FinalAnswer, RootCause
-from trainaudit.report.write import display_path
+from trainaudit.answer.builder import AnswerBuilder, sha256_file
+from trainaudit.answer.charts import PlotSpec
+from trainaudit.answer.schema import Answer, FinalAnswer, RootCause
+from trainaudit.answer.paths import display_path
+from trainaudit.ingest.sources import expand_inputs
+from trainaudit.ingest import load_run
+from trainaudit.ingest import detect
+from trainaudit.history.trace import trace
+from trainaudit.history.git import Repo
+from trainaudit.fetch import acquire
+from trainaudit.diagnosis import build_answer, diagnose_run
+from trainaudit.compare.runs import compare_runs
+from trainaudit.compare.pipeline import run_golden
+from trainaudit.compare.cilog import read_ci_log
 
 Step = Callable[[str], None]
 
@@ -76,8 +86,6 @@ def _run(opts: AuditOptions, tmp: Path, say: Step, fetch_progress) -> tuple[Answ
         urls = [p for p in given if _is_url(p)]
         paths, names = list(local), {}
         if urls or gh or gl:
-            from trainaudit.fetch import acquire
-
             say(f"downloading the {name} run's artifacts")
             got = acquire(urls, tmp / f"download-{name}", github=gh, gitlab=gl, github_api_url=opts.github_api_url,
                           progress=fetch_progress, retries=opts.retries, backoff_s=opts.backoff_s)
@@ -99,8 +107,6 @@ def _run(opts: AuditOptions, tmp: Path, say: Step, fetch_progress) -> tuple[Answ
     repo = bad_sha = None
     found = Discovered()
     if opts.repo:
-        from trainaudit.history.git import Repo
-
         repo = Repo(opts.repo)
         bad_sha = repo.resolve(opts.bad, "--bad") if opts.bad else repo.resolve("HEAD", "--bad (HEAD)")
         if opts.good:
@@ -131,8 +137,6 @@ def _run(opts: AuditOptions, tmp: Path, say: Step, fetch_progress) -> tuple[Answ
     ci_items = failing.of("ci_log")
     actual = _actual_paths(failing, opts.fmt)
     if golden_local and actual:
-        from trainaudit.compare.pipeline import run_golden
-
         say("reproducing the golden-value gate")
         try:
             cmp_answer, cplots, _ = run_golden(golden_local, actual, model_config=config_local, policy=opts.policy,
@@ -141,8 +145,6 @@ def _run(opts: AuditOptions, tmp: Path, say: Step, fetch_progress) -> tuple[Answ
         except InputError as exc:
             info.notes.append(f"golden comparison not possible: {staging.display(str(exc))}")
     elif passing.items and failing.items and not golden_local:
-        from trainaudit.compare.runs import compare_runs
-
         base, cand = _actual_paths(passing, opts.fmt, whole=True), _actual_paths(failing, opts.fmt, whole=True)
         if base and cand:
             say("comparing the passing and the failing run")
@@ -164,8 +166,6 @@ def _run(opts: AuditOptions, tmp: Path, say: Step, fetch_progress) -> tuple[Answ
     if cmp_answer is not None and golden_local and passing.items:
         pv = _actual_paths(passing, opts.fmt)
         if pv:
-            from trainaudit.compare.pipeline import run_golden
-
             try:
                 pans, _, ppassed = run_golden(golden_local, pv, model_config=config_local, policy=opts.policy,
                                               fmt=opts.fmt)
@@ -211,8 +211,6 @@ def _run(opts: AuditOptions, tmp: Path, say: Step, fetch_progress) -> tuple[Answ
     # -- history ------------------------------------------------------------------------------
     commit_fact: str | None = None
     if repo is not None:
-        from trainaudit.history.trace import trace
-
         say("tracing the git history")
         failed_metrics = [c.metric for c in (cmp_answer.comparisons if cmp_answer else []) if not c.passed]
         ctx = Context(kind=verdict.verdict, metrics=list(dict.fromkeys(failed_metrics or (ci_failed or []))),
@@ -359,9 +357,6 @@ def _read_text(p: Path, limit: int = 64 * 1024 * 1024) -> str:
 
 
 def _reader_of(item: Item, fmt: str | None) -> str | None:
-    from trainaudit.ingest import detect
-    from trainaudit.ingest.sources import expand_inputs
-
     try:
         det = detect(expand_inputs([str(item.local)]), fmt)
     except InputError:
@@ -386,14 +381,11 @@ def _actual_paths(side: Side, fmt: str | None, *, whole: bool = False) -> list[s
 
 
 def _ci_reports(items: list[Item]):  # type: ignore[no-untyped-def]
-    from trainaudit.compare.cilog import read_ci_log
 
     return [read_ci_log(str(i.local)) for i in items]
 
 
 def _diagnose(side: Side, b: AnswerBuilder, staging: Staging, name: str, keep: bool):  # type: ignore[no-untyped-def]
-    from trainaudit.diagnosis import build_answer, diagnose_run
-    from trainaudit.ingest import load_run
 
     try:
         run, _problems = load_run([str(side.run_dir)])

@@ -3,8 +3,8 @@ per failure plus a comparison: which failures share a root cause, and which comm
 changes they have in common.
 
     sets = discover_sets([Path("failures/")])
-    result = run_batch(sets, Path("batch-out"), BatchOptions(repo="megatron"))
-    write_batch(result, Path("batch-out"))   # batch.json, batch.md, <set>/answer.json ...
+    result = run_batch(sets, Path("batch-out"), BatchOptions(repo="megatron"), write)
+    write_batch(result, Path("batch-out"))   # trainaudit.render.batch: batch.json, batch.md
 
 An artifact set is a subfolder (or an archive) of a given folder. Inside a set:
 - ``answer.json``: already audited (e.g. collected from CI jobs); used as is;
@@ -13,21 +13,24 @@ An artifact set is a subfolder (or an archive) of a given folder. Inside a set:
 - ``trainaudit-set.json`` (optional): ``{"good": REV, "bad": REV, "golden": FILE, "model_config": FILE}``
   for this set (files relative to the set); ``--repo``, ``--good``, ``--bad`` apply to all sets.
 
-Grouping uses :func:`trainaudit.post.fingerprint.cause_key` (category + the rules the root cause
+Grouping uses :func:`trainaudit.answer.fingerprint.cause_key` (category + the rules the root cause
 cites), the same notion of "same failure" that deduplicates GitHub issues.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from trainaudit.answer.charts import PlotSpec
+from trainaudit.answer.fingerprint import cause_key, fingerprint
+from trainaudit.answer.load import load_answer
+from trainaudit.answer.schema import SEVERITY_ORDER, Answer
+from trainaudit.audit import AuditOptions, run_audit
 from trainaudit.errors import InputError
-from trainaudit.post.fingerprint import cause_key, fingerprint
-from trainaudit.report.schema import SEVERITY_ORDER, Answer
 
 SET_FILE = "trainaudit-set.json"
 _ARCHIVES = (".zip", ".tar", ".tar.gz", ".tgz")
@@ -122,12 +125,13 @@ def discover_sets(roots: Sequence[Path]) -> list[ArtifactSet]:
     return sets
 
 
-def run_batch(sets: Sequence[ArtifactSet], out: Path, opts: BatchOptions) -> BatchResult:
-    """Audit each set (a set that cannot be read is reported, the others still run)."""
-    from trainaudit.audit import AuditOptions, run_audit
-    from trainaudit.html.page import load_answer
-    from trainaudit.report.write import write_report
+# Writes one member's report folder (answer, plots) and returns it; the rendering layer provides it.
+ReportWriter = Callable[[Answer, Path, list[PlotSpec]], Path]
 
+
+def run_batch(sets: Sequence[ArtifactSet], out: Path, opts: BatchOptions, write: ReportWriter) -> BatchResult:
+    """Audit each set (a set that cannot be read is reported, the others still run); ``write``
+    puts each audited set's report under ``out / set name``."""
     members = []
     for s in sets:
         try:
@@ -138,8 +142,7 @@ def run_batch(sets: Sequence[ArtifactSet], out: Path, opts: BatchOptions) -> Bat
                               good=s.options.get("good", opts.good), bad=s.options.get("bad", opts.bad),
                               golden=s.options.get("golden"), model_config=s.options.get("model_config"), fmt=opts.fmt)
             answer, plots, _info = run_audit(ao)
-            paths = write_report(answer, out / s.name, plots)
-            members.append(Member(s.name, answer, out_dir=paths.out_dir))
+            members.append(Member(s.name, answer, out_dir=write(answer, out / s.name, plots)))
         except InputError as exc:
             members.append(Member(s.name, None, error=str(exc)))
     return BatchResult(members)
@@ -210,44 +213,5 @@ def compare_members(result: BatchResult) -> dict[str, Any]:
             "shared_environment_changes": env}
 
 
-def render_batch_markdown(cmp: dict[str, Any]) -> str:
-    out = [f"# trainaudit batch: {len(cmp['sets'])} failures, {len(cmp['groups'])} distinct root causes", ""]
-    out += ["## Failures", "| set | verdict | category | first bad step | root cause group | top commit |",
-            "|---|---|---|---|---|---|"]
-    label = {g["cause"]: f"G{i}" for i, g in enumerate(cmp["groups"], 1)}
-    for r in cmp["sets"]:
-        if "error" in r:
-            out.append(f"| {r['name']} | (not audited) | – | – | – | {r['error'].replace('|', '/')} |")
-            continue
-        top = r["top_commit"]
-        tc = f"`{top['sha'][:10]}` {top['role']}" if top else "–"
-        out.append(f"| {r['name']} | {r['verdict']} | {r['category']} | "
-                   f"{'–' if r['first_bad_step'] is None else r['first_bad_step']} | {label[r['cause']]} | {tc} |")
-    out += ["", "## Shared root causes"]
-    for i, g in enumerate(cmp["groups"], 1):
-        n = len(g["members"])
-        out.append(f"- **G{i}** {g['label']}: {n} failure{'s' if n > 1 else ''} ({', '.join(g['members'])})")
-        for c in g["shared_commits"]:
-            out.append(f"  - in common: `{c['sha'][:10]}` {c['role'].replace('_', ' ')}: {c['title']} "
-                       f"({', '.join(c['members'])})")
-    if cmp["shared_commits"]:
-        out += ["", "## Commits several failures have in common",
-                "| commit | role | title | failures |", "|---|---|---|---|"]
-        for c in cmp["shared_commits"]:
-            out.append(f"| `{c['sha'][:10]}` | {c['role']} | {c['title'].replace('|', '/')} | {', '.join(c['members'])} |")
-    out.append("")
-    return "\n".join(out)
-
-
-def write_batch(result: BatchResult, out: Path) -> tuple[Path, Path, dict[str, Any]]:
-    out.mkdir(parents=True, exist_ok=True)
-    cmp = compare_members(result)
-    jp = out / "batch.json"
-    jp.write_text(json.dumps(cmp, indent=2) + "\n", encoding="utf-8")
-    mp = out / "batch.md"
-    mp.write_text(render_batch_markdown(cmp), encoding="utf-8")
-    return jp, mp, cmp
-
-
-__all__ = ["ArtifactSet", "BatchOptions", "BatchResult", "Member", "compare_members", "discover_sets",
-           "render_batch_markdown", "run_batch", "write_batch"]
+__all__ = ["ArtifactSet", "BatchOptions", "BatchResult", "Member", "ReportWriter", "compare_members",
+           "discover_sets", "run_batch"]

@@ -6,8 +6,15 @@ import sys
 from pathlib import Path
 
 import click
+from rich.console import Console
 
+from trainaudit.answer.paths import display_path
+from trainaudit.audit import AuditOptions, run_audit
+from trainaudit.commands.batch import batch
+from trainaudit.errors import UsageError
 from trainaudit.ingest import format_names
+from trainaudit.redact import mask_secrets
+from trainaudit.render.write import write_report
 from trainaudit.llm.options import llm_options, narrate_if_requested  # issue 7: optional LLM narrator
 from trainaudit.post.delivery import delivery_options  # issue 8
 
@@ -63,13 +70,7 @@ def audit(ctx: click.Context, inputs: tuple[str, ...], passing: tuple[str, ...],
       trainaudit audit --golden golden_values_dev_dgx_h100.json actual.json -o report/
       trainaudit audit --batch nightly-failures/ --repo megatron-lm
     """
-    from trainaudit.audit import AuditOptions, run_audit
-    from trainaudit.errors import UsageError
-    from trainaudit.report.write import display_path, write_report
-
     if batch_mode:
-        from trainaudit.commands.batch import batch
-
         if passing or golden or model_config or github or gitlab or find_fix:
             raise UsageError("--batch takes folders of artifact sets; per-set golden/config go in trainaudit-set.json")
         if not inputs:
@@ -84,8 +85,6 @@ def audit(ctx: click.Context, inputs: tuple[str, ...], passing: tuple[str, ...],
                         github_api_url=github_api_url, find_fix=find_fix, fmt=fmt, policy=policy)
     show = not quiet and not as_json and sys.stderr.isatty()
     if show:
-        from rich.console import Console
-
         console = Console(stderr=True)
         with console.status("auditing") as status:
             def step(msg: str) -> None:
@@ -117,8 +116,6 @@ def audit(ctx: click.Context, inputs: tuple[str, ...], passing: tuple[str, ...],
 
 def _append_reasoning(md: Path, answer, info) -> None:  # type: ignore[no-untyped-def]
     """The chain of reasoning, in order, after the lead's standard report body."""
-    from trainaudit.report.redact import mask_secrets
-
     fa = answer.final_answer
     lines = ["## Reasoning", ""]
     k = 1

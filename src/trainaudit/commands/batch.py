@@ -7,7 +7,12 @@ from pathlib import Path
 
 import click
 
-from trainaudit.report.write import display_path
+from trainaudit.answer.paths import display_path
+from trainaudit.batch import BatchOptions, discover_sets, run_batch
+from trainaudit.post.delivery import HTML_NAME
+from trainaudit.render.batch import write_batch
+from trainaudit.render.page import write_html
+from trainaudit.render.write import write_report
 
 
 @click.command()
@@ -34,12 +39,9 @@ def batch(roots: tuple[Path, ...], repo: str | None, good: str | None, bad: str 
       trainaudit batch nightly-failures/ --repo megatron-lm -o batch/
       trainaudit batch ci-artifacts/ --html
     """
-    from trainaudit.batch import BatchOptions, discover_sets, run_batch, write_batch
-    from trainaudit.post.delivery import HTML_NAME
-    from trainaudit.html.page import write_html
-
     sets = discover_sets(list(roots))
-    result = run_batch(sets, out, BatchOptions(repo=repo, good=good, bad=bad, fmt=fmt))
+    result = run_batch(sets, out, BatchOptions(repo=repo, good=good, bad=bad, fmt=fmt),
+                       lambda answer, where, plots: write_report(answer, where, plots).out_dir)
     jp, mp, cmp = write_batch(result, out)
     if html:
         for m in result.members:

@@ -11,6 +11,9 @@ from trainaudit.errors import UsageError
 from trainaudit.ingest import format_names
 from trainaudit.llm.options import llm_options, narrate_if_requested  # issue 7: optional LLM narrator
 from trainaudit.post.delivery import delivery_options  # issue 8
+from trainaudit.render.write import write_report
+from trainaudit.compare.runs import compare_runs
+from trainaudit.compare.pipeline import run_golden
 
 
 @delivery_options  # issue 8: --html, --github-summary, --gitlab
@@ -59,12 +62,9 @@ def compare(inputs: tuple[str, ...], golden: str | None, baselines: tuple[str, .
       trainaudit compare --policy megatron@2026-04-13 --golden old_golden.json actual.json
       trainaudit compare passing_job.log failing_job.log --baseline passing_job_2.log
     """
-    from trainaudit.report.write import write_report
-
     if golden is not None:
         if baselines:
             raise UsageError("--baseline is for run vs run; do not combine it with --golden")
-        from trainaudit.compare.pipeline import run_golden
 
         answer, plots, passed = run_golden(golden, list(inputs), model_config=model_config,
                                            deterministic=deterministic, pipeline=pipeline, train_iters=train_iters,
@@ -73,7 +73,6 @@ def compare(inputs: tuple[str, ...], golden: str | None, baselines: tuple[str, .
         if len(inputs) != 2:
             raise UsageError("run vs run needs BASELINE CANDIDATE (more baselines with --baseline), "
                              "or use --golden GOLDEN ACTUAL")
-        from trainaudit.compare.runs import compare_runs
 
         answer, plots, passed = compare_runs([inputs[0], *baselines], inputs[1], fmt)
     answer = narrate_if_requested(answer)  # issue 7: wording only, verified; never changes `passed`

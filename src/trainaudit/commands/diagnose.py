@@ -13,8 +13,9 @@ from trainaudit.diagnosis import build_answer, diagnose_run, plot_specs
 from trainaudit.errors import InputError
 from trainaudit.ingest import format_names, load_run
 from trainaudit.llm.options import llm_options, narrate_if_requested  # issue 7: optional LLM narrator
-from trainaudit.report.schema import SEVERITY_ORDER, Answer
-from trainaudit.report.write import display_path, write_report
+from trainaudit.answer.schema import SEVERITY_ORDER, Answer
+from trainaudit.answer.paths import display_path
+from trainaudit.render.write import write_report
 from trainaudit.rules import load_config
 from trainaudit.post.delivery import delivery_options  # issue 8
 

@@ -8,6 +8,7 @@ import os
 import click
 
 from trainaudit.errors import UsageError
+from trainaudit.mcp.roots import Roots
 
 
 @click.command("mcp")
@@ -32,7 +33,6 @@ def mcp(roots: tuple[str, ...], http: bool, host: str, port: int) -> int:
         import mcp as _sdk  # noqa: F401
     except ImportError:
         raise UsageError("the MCP server needs the official SDK: pip install 'trainaudit[mcp]'") from None
-    from trainaudit.mcp.roots import Roots
 
     allowed = Roots.of(list(roots))
     try:

@@ -8,6 +8,9 @@ from pathlib import Path
 import click
 
 from trainaudit.errors import UsageError
+from trainaudit.render.page import load_answer
+from trainaudit.post.send import default_link, describe_issue, plan_issue, send_issue, send_slack, slack_payload
+from trainaudit.post.send import Request
 
 TOKEN_VARS = ("GITHUB_TOKEN", "GH_TOKEN")
 
@@ -35,9 +38,6 @@ def post(answer: Path, repo: str | None, slack: str | None, link: str | None, la
       GITHUB_TOKEN=... trainaudit post answer.json --github-issue acme/llm-train --send
       trainaudit post answer.json --slack-webhook "$SLACK_WEBHOOK_URL" --send
     """
-    from trainaudit.html.page import load_answer
-    from trainaudit.post.send import default_link, describe_issue, plan_issue, send_issue, send_slack, slack_payload
-
     if not repo and not slack:
         raise UsageError("nothing to post: give --github-issue OWNER/REPO and/or --slack-webhook URL")
     model = load_answer(answer)
@@ -52,8 +52,6 @@ def post(answer: Path, repo: str | None, slack: str | None, link: str | None, la
             for r in describe_issue(plan):
                 click.echo(r.show())
         if slack:
-            from trainaudit.post.send import Request
-
             click.echo("\n# Slack webhook")
             click.echo(Request("POST", slack, slack_payload(model, link)).show(secret_url=True))
         return 0

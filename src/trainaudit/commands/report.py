@@ -7,7 +7,10 @@ from pathlib import Path
 
 import click
 
-from trainaudit.report.write import display_path
+from trainaudit.answer.paths import display_path
+from trainaudit.render.page import load_answer, write_html
+from trainaudit.post.ci import write_gitlab_codequality
+from trainaudit.post.ci import github_summary as gh_summary
 
 
 @click.command()
@@ -32,10 +35,6 @@ def report(answer: Path, out: Path | None, charts: Path | None, github_summary: 
       trainaudit report trainaudit-out/answer.json -o report.html
       trainaudit report answer.json --no-html --github-summary --gitlab gl-code-quality-report.json
     """
-    from trainaudit.html.page import load_answer, write_html
-    from trainaudit.post.ci import github_summary as gh_summary
-    from trainaudit.post.ci import write_gitlab_codequality
-
     model = load_answer(answer)
     html_path = None
     if not no_html:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import inspect
 import sys
 
 import click
@@ -10,17 +9,8 @@ from rich.console import Console
 from rich.table import Table
 
 from trainaudit.errors import UsageError
-from trainaudit.rules import RULE_CLASSES, Rule, rule_class
-
-
-def thresholds(cls: type[Rule]) -> str:
-    return ", ".join(f"{k}={v}" for k, v in cls.defaults().items()) or "-"
-
-
-def rule_doc(cls: type[Rule]) -> str:
-    doc = inspect.cleandoc(cls.__doc__ or "")
-    return (f"{cls.id} {cls.name}\ncategory: {cls.category}   default severity: {cls.severity}\n"
-            f"thresholds: {thresholds(cls)}\nconfigure: [tool.trainaudit.rules.{cls.id}]\n\n{doc}\n")
+from trainaudit.rules import RULE_CLASSES, rule_class
+from trainaudit.rules.docs import rule_doc, thresholds
 
 
 @click.command("rules")

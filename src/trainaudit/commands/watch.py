@@ -9,10 +9,11 @@ from types import FrameType
 
 import click
 
-from trainaudit.monitor.follow import Watcher
-from trainaudit.monitor.online import Alert
-from trainaudit.report.schema import SEVERITY_ORDER
+from trainaudit.live.follow import Watcher
+from trainaudit.live.online import Alert
+from trainaudit.answer.schema import SEVERITY_ORDER
 from trainaudit.rules import load_config
+from trainaudit.errors import InputError
 
 
 class _Stop(Exception):
@@ -51,8 +52,6 @@ def watch(log: Path, fmt: str | None, fail_on: str | None, interval: float, idle
       trainaudit watch runs/x/trainaudit-monitor.jsonl --fail-on critical
     """
     if log.is_dir():
-        from trainaudit.errors import InputError
-
         raise InputError(f"{log}: is a directory (watch follows one log file)")
     watcher = Watcher(log, fmt=fmt, config=load_config(config))
     limit = SEVERITY_ORDER[fail_on] if fail_on else None

@@ -9,13 +9,13 @@ from pathlib import Path
 
 from trainaudit.compare.cilog import CiGateReport
 from trainaudit.compare.explain import Deviation
-from trainaudit.compare.golden import GoldenFile
+from trainaudit.ingest.golden import GoldenFile
 from trainaudit.compare.megatron import CheckResult, GateResult
 from trainaudit.compare.verdict import Decision
-from trainaudit.report.builder import AnswerBuilder, sha256_file
-from trainaudit.report.plots import Band, Curve, PlotSpec
-from trainaudit.report.schema import Answer, FinalAnswer, RootCause
-from trainaudit.report.write import display_path
+from trainaudit.answer.builder import AnswerBuilder, sha256_file
+from trainaudit.answer.charts import Band, Curve, PlotSpec
+from trainaudit.answer.schema import Answer, FinalAnswer, RootCause
+from trainaudit.answer.paths import display_path
 
 SEVERITY_OF = {"crash": "critical", "infrastructure_failure": "critical", "real_regression": "high",
                "inconclusive": "medium", "numerical_drift": "low", "gating_policy_issue": "medium"}

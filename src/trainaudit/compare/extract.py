@@ -12,9 +12,10 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from trainaudit.compare.golden import GoldenFile, GoldenMetric, load_golden, looks_like_golden
+from trainaudit.ingest.golden import GoldenFile, GoldenMetric, load_golden, looks_like_golden
 from trainaudit.errors import InputError
 from trainaudit.model import Run, SourceKind
+from trainaudit.ingest import load_run # heavy import only when needed
 
 # Names a Megatron stdout log uses for the extractor's TensorBoard tags.
 LOG_ALIASES: dict[str, str] = {"num zeros": "num-zeros", "elapsed time per iteration (ms)": "iteration-time"}
@@ -48,7 +49,6 @@ def load_actual(paths: list[str], golden: GoldenFile | None, train_iters: int | 
     exactly as in the file); anything else goes through ``load_run`` and the extractor rules."""
     if len(paths) == 1 and fmt in (None, "golden_values") and is_golden_json(paths[0]):
         return Actual(load_golden(paths[0]), "golden_values")
-    from trainaudit.ingest import load_run  # heavy import only when needed
 
     run, problems = load_run(paths, fmt)
     fatal = [p for p in problems if p.fatal]

@@ -23,7 +23,7 @@ from typing import Literal
 
 import numpy as np
 
-from trainaudit.compare.golden import GoldenFile, GoldenMetric, Raw
+from trainaudit.ingest.golden import GoldenFile, GoldenMetric, Raw
 from trainaudit.errors import UsageError
 
 CheckKind = Literal["exact", "approximate"]

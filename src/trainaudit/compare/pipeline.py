@@ -7,14 +7,14 @@ from pathlib import Path
 from trainaudit.compare.cilog import CiGateReport, read_ci_log
 from trainaudit.compare.explain import Deviation, describe
 from trainaudit.compare.extract import load_actual
-from trainaudit.compare.golden import load_golden
+from trainaudit.ingest.golden import load_golden
 from trainaudit.compare.megatron import GateResult, policy_for, run_gate
 from trainaudit.compare.model_config import ModelConfig, load_model_config
-from trainaudit.compare.report import Inputs, build_answer
+from trainaudit.compare.build import Inputs, build_answer
 from trainaudit.compare.verdict import decide
 from trainaudit.errors import InputError, UsageError
-from trainaudit.report.plots import PlotSpec
-from trainaudit.report.schema import Answer
+from trainaudit.answer.charts import PlotSpec
+from trainaudit.answer.schema import Answer
 
 
 def explain_checks(gate: GateResult) -> dict[int, Deviation]:

@@ -12,10 +12,10 @@ import numpy as np
 from trainaudit.compare.explain import describe
 from trainaudit.ingest import load_run
 from trainaudit.model import EventKind, Run, Series
-from trainaudit.report.builder import AnswerBuilder
-from trainaudit.report.plots import Band, Curve, PlotSpec
-from trainaudit.report.schema import Answer, FinalAnswer, RootCause
-from trainaudit.report.write import display_path
+from trainaudit.answer.builder import AnswerBuilder
+from trainaudit.answer.charts import Band, Curve, PlotSpec
+from trainaudit.answer.schema import Answer, FinalAnswer, RootCause
+from trainaudit.answer.paths import display_path
 
 DEFAULT_RTOL = 0.05  # the Megatron approximate band, used when no noise band can be measured
 NOISE_FLOOR = 1e-6

@@ -9,7 +9,7 @@ build the report.
 from __future__ import annotations
 
 from trainaudit.diagnosis.engine import Diagnosis, Story, diagnose
-from trainaudit.diagnosis.report import build_answer, plot_specs
+from trainaudit.diagnosis.build import build_answer, plot_specs
 from trainaudit.model import Run
 from trainaudit.rules import Config, Context, run_rules
 

@@ -11,10 +11,10 @@ import numpy as np
 from trainaudit.diagnosis.engine import Diagnosis
 from trainaudit.ingest.sources import InputFile, expand_inputs, read_lines
 from trainaudit.model import Run
-from trainaudit.report.builder import AnswerBuilder, sha256_of
-from trainaudit.report.plots import Curve, PlotSpec
-from trainaudit.report.schema import Answer, FinalAnswer, RootCause
-from trainaudit.report.write import display_path
+from trainaudit.answer.builder import AnswerBuilder, sha256_of
+from trainaudit.answer.charts import Curve, PlotSpec
+from trainaudit.answer.schema import Answer, FinalAnswer, RootCause
+from trainaudit.answer.paths import display_path
 
 MAX_EXCERPT = 200  # values quoted in one fact; longer windows are evenly thinned
 

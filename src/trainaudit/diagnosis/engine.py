@@ -17,7 +17,7 @@ import math
 import re
 from dataclasses import dataclass, field
 
-from trainaudit.report.schema import SEVERITY_ORDER
+from trainaudit.answer.schema import SEVERITY_ORDER
 from trainaudit.rules.base import Hit
 
 NUMERIC = ("loss_scale_collapse", "grad_explosion", "divergence", "loss_spike", "nan_inf")

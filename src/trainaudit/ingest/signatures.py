@@ -255,8 +255,8 @@ def _nan(line: Line, text: str) -> list[tuple[EventKind, str, dict[str, Any]]]:
 
 
 # --- loss scale at its minimum ----------------------------------------------------------------------
-# source: ymcui/Chinese-LLaMA-Alpaca#534 (DeepSpeed raise_error_at_min_scale); fairseq FP16Optimizer
-#   "FloatingPointError: Minimum loss scale reached (X). Your loss is probably exploding." (log_formats.md §9).
+# DeepSpeed's exception (deepspeed/runtime/fp16/loss_scaler.py, raise_error_at_min_scale); fairseq
+#   FP16Optimizer's "FloatingPointError: Minimum loss scale reached (X). Your loss is probably exploding."
 LS_MIN_RE = re.compile(r"Current loss scale already at minimum|Minimum loss scale reached \((?P<scale>[^)]*)\)")
 
 

@@ -22,7 +22,7 @@ import torch
 from torch import nn
 
 from trainaudit.errors import InputError
-from trainaudit.inspect.report import Finding, Inspection
+from trainaudit.inspect.result import Finding, Inspection
 
 EMBED_RE = re.compile(r"(^|[._])(embed\w*|wte|wpe|tok_emb\w*|word_embeddings|position_embeddings)([._]|$)", re.I)
 NORM_RE = re.compile(r"(^|[._])(\w*norm\w*|ln_?\w*|bn\d*)([._]|$)", re.I)

@@ -24,7 +24,7 @@ from trainaudit.ingest.signatures import SignatureScanner
 from trainaudit.ingest.sources import InputFile
 from trainaudit.ingest.text import split_line
 from trainaudit.model import EventKind, Source
-from trainaudit.monitor.online import Alert, LiveRun, OnlineRules
+from trainaudit.live.online import Alert, LiveRun, OnlineRules
 from trainaudit.rules import Config
 
 MAX_PARTIAL = 1 << 20  # a "line" longer than this without a newline is cut (binary garbage)

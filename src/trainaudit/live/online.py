@@ -23,7 +23,7 @@ from numpy.typing import ArrayLike
 
 from trainaudit.ingest.sink import Sink
 from trainaudit.model import Event, Run, Series, Source
-from trainaudit.report.schema import SEVERITY_ORDER
+from trainaudit.answer.schema import SEVERITY_ORDER
 from trainaudit.rules import Config, Context, Rule, active_rules
 
 # A live run has no completion marker yet: "the log stops without a completion marker" is what

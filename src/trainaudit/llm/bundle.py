@@ -13,8 +13,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from trainaudit.report.redact import mask_secrets
-from trainaudit.report.schema import Answer
+from trainaudit.redact import mask_secrets
+from trainaudit.answer.schema import Answer
 
 MAX_FACTS = 80
 MAX_QUOTE = 300

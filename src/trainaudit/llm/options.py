@@ -16,8 +16,9 @@ from typing import Any, TypeVar
 import click
 
 from trainaudit.errors import UsageError
+from trainaudit.llm.narrate import narrate
 from trainaudit.llm.providers import PROVIDERS, LlmSpec, parse_spec
-from trainaudit.report.schema import Answer
+from trainaudit.answer.schema import Answer
 
 F = TypeVar("F", bound=Callable[..., Any])
 _KEY = "trainaudit.llm"
@@ -58,8 +59,6 @@ def narrate_if_requested(answer: Answer) -> Answer:
     spec = requested_spec()
     if spec is None:
         return answer
-    from trainaudit.llm import narrate
-
     out = narrate(answer, spec)
     for c in out.validation.checks:
         if c.name.startswith("llm_") and (c.detail.startswith("dropped") or "not applied" in c.detail

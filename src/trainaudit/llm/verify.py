@@ -24,9 +24,9 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from trainaudit.report.redact import mask_secrets
-from trainaudit.report.schema import VERDICTS, Answer, ValidationCheck
-from trainaudit.report.validate import validate
+from trainaudit.redact import mask_secrets
+from trainaudit.answer.schema import VERDICTS, Answer, ValidationCheck
+from trainaudit.answer.validate import validate
 
 MAX_HYPOTHESES = 3
 MAX_TEXT = 1500

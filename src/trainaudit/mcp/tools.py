@@ -13,8 +13,25 @@ from pydantic import BaseModel, Field
 
 from trainaudit.errors import InputError, UsageError
 from trainaudit.mcp.roots import Roots
-from trainaudit.report.redact import mask_secrets
-from trainaudit.report.schema import SEVERITY_ORDER, Answer
+from trainaudit.redact import mask_secrets
+from trainaudit.answer.schema import SEVERITY_ORDER, Answer
+from trainaudit.rules import rule_class
+from trainaudit.rules import load_config
+from trainaudit.rules import RULE_CLASSES
+from trainaudit.render.write import write_report
+from trainaudit.ingest.sources import read_lines
+from trainaudit.ingest.sources import expand_inputs
+from trainaudit.ingest.sink import StatsSink
+from trainaudit.ingest import scan
+from trainaudit.ingest import load_run
+from trainaudit.history.trace import trace
+from trainaudit.history.classify import Context
+from trainaudit.diagnosis import build_answer, diagnose_run, plot_specs
+from trainaudit.compare.runs import compare_runs
+from trainaudit.compare.pipeline import run_golden
+from trainaudit.rules.docs import thresholds
+from trainaudit.rules.docs import rule_doc
+from trainaudit.audit import AuditOptions, run_audit
 
 MAX_FINDINGS = 20
 MAX_COMMITS = 15
@@ -213,8 +230,6 @@ class Toolbox:
         files: list[str] = []
         out_dir = self._out(out)
         if out_dir is not None:
-            from trainaudit.report.write import write_report
-
             paths = write_report(answer, out_dir, plots)
             files = [self.roots.arg(p) for p in (paths.json, paths.markdown, *paths.plots)]
         rid = self._keep(answer)
@@ -249,9 +264,6 @@ class Toolbox:
 
     # tools
     def parse_summary(self, paths: list[str], format: str | None = None) -> ParseResult:
-        from trainaudit.ingest import scan
-        from trainaudit.ingest.sink import StatsSink
-
         sink = StatsSink()
         problems = scan(self._in(paths), sink, format)
         out: list[SourceParse] = []
@@ -268,10 +280,6 @@ class Toolbox:
 
     def diagnose(self, paths: list[str], format: str | None = None, config: str | None = None,
                  out: str | None = None) -> AnalysisResult:
-        from trainaudit.diagnosis import build_answer, diagnose_run, plot_specs
-        from trainaudit.ingest import load_run
-        from trainaudit.rules import load_config
-
         args = self._in(paths)
         cfg_path = self._opt(config, "config")
         cfg = load_config(Path(cfg_path) if cfg_path else None)
@@ -291,7 +299,6 @@ class Toolbox:
         if golden is not None:
             if baselines:
                 raise UsageError("baselines are for run vs run; do not combine them with golden")
-            from trainaudit.compare.pipeline import run_golden
 
             answer, plots, passed = run_golden(
                 self._in([golden], "golden")[0], args, model_config=self._opt(model_config, "model_config"),
@@ -301,7 +308,6 @@ class Toolbox:
             if len(args) != 2:
                 raise UsageError("run vs run needs inputs [BASELINE, CANDIDATE] (more baselines in `baselines`), "
                                  "or give `golden`")
-            from trainaudit.compare.runs import compare_runs
 
             base = self._in(baselines, "baseline") if baselines else []
             answer, plots, passed = compare_runs([args[0], *base], args[1], format)
@@ -311,8 +317,6 @@ class Toolbox:
               good: str | None = None, bad: str | None = None, golden: str | None = None,
               model_config: str | None = None, find_fix: bool = False, policy: str = "megatron",
               format: str | None = None, out: str | None = None) -> AnalysisResult:
-        from trainaudit.audit import AuditOptions, run_audit
-
         if not (inputs or repo):
             raise UsageError("give the failing run's artifacts (inputs) and/or repo")
         for p in [*(inputs or []), *(passing or [])]:
@@ -330,9 +334,6 @@ class Toolbox:
     def trace_history(self, repo: str, good: str | None = None, bad: str | None = None, find_fix: bool = False,
                       kind: str | None = None, metrics: list[str] | None = None,
                       max_commits: int = MAX_COMMITS) -> HistoryResult:
-        from trainaudit.history.classify import Context
-        from trainaudit.history.trace import trace
-
         tr = trace(self._in([repo], "repo")[0], good, bad, Context(kind=kind, metrics=list(metrics or [])),
                    find_fix=find_fix)
         ranked = sorted(tr.commits, key=lambda c: -c.relevance)[:max(1, min(max_commits, 100))]
@@ -343,16 +344,10 @@ class Toolbox:
                              notes=tr.notes)
 
     def list_rules(self) -> RulesResult:
-        from trainaudit.commands.rules import thresholds
-        from trainaudit.rules import RULE_CLASSES
-
         return RulesResult(rules=[RuleBrief(id=c.id, name=c.name, category=c.category, severity=c.severity,
                                             thresholds=thresholds(c)) for c in RULE_CLASSES])
 
     def explain_rule(self, rule_id: str) -> RuleDoc:
-        from trainaudit.commands.rules import rule_doc
-        from trainaudit.rules import rule_class
-
         cls = rule_class(rule_id)
         if cls is None:
             raise UsageError(f"{rule_id}: unknown rule (see list_rules)")
@@ -399,7 +394,6 @@ class Toolbox:
         truncated = end - start + 1 > MAX_LINES
         end = min(end, start + MAX_LINES - 1)
         inp = self._source_file(path)
-        from trainaudit.ingest.sources import read_lines
 
         got = read_lines(inp, set(range(start, end + 1)))
         lines = [_clip(got[n], MAX_LINE_CHARS) or "" for n in sorted(got)]
@@ -408,7 +402,6 @@ class Toolbox:
                            highlight_line=highlight)
 
     def _source_file(self, path: str):  # type: ignore[no-untyped-def]
-        from trainaudit.ingest.sources import expand_inputs
 
         archive, sep, member = path.partition("!")
         arg = self._in([archive], "ref")[0]

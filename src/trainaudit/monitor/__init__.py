@@ -1,37 +1,25 @@
-"""Live monitoring of a training run: the monitor for PyTorch loops (and HF / Lightning
-callbacks), the diagnose rules evaluated online, and alerts with actions.
+"""Live monitoring of a PyTorch training loop (and HF / Lightning callbacks): per-step and per-layer
+statistics, the first NaN's origin, and the diagnose rules evaluated online with alerts and actions.
 
-``import trainaudit.monitor`` does not import torch; :func:`monitor` and :class:`Monitor` do
-(``pip install trainaudit[torch]``).
+``trainaudit.monitor(model, optimizer, log_dir="runs/x")`` attaches a :class:`Monitor`. This package
+imports torch (``pip install trainaudit[torch]``); ``import trainaudit`` alone does not.
 """
 
 from __future__ import annotations
 
 import sys
 import types
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from trainaudit.monitor.online import Alert, LiveRun, OnlineRules, TrainingStopped
-
-if TYPE_CHECKING:
-    from trainaudit.monitor.core import Monitor
+from trainaudit.live.online import Alert, LiveRun, OnlineRules, TrainingStopped
+from trainaudit.monitor.core import Monitor
 
 
 def monitor(model: Any, optimizer: Any = None, log_dir: str = "trainaudit-monitor", **options: Any) -> Monitor:
     """Attach a :class:`~trainaudit.monitor.core.Monitor` to ``model`` (and ``optimizer``); see
     its docstring for ``options`` (every, rules_every, warn, on_alert, save_batch_on, stop_on,
     nan_origin, tensorboard, config)."""
-    from trainaudit.monitor.core import Monitor
-
     return Monitor(model, optimizer, log_dir, **options)
-
-
-def __getattr__(name: str) -> Any:
-    if name == "Monitor":
-        from trainaudit.monitor.core import Monitor
-
-        return Monitor
-    raise AttributeError(name)
 
 
 class _CallableModule(types.ModuleType):

@@ -38,10 +38,10 @@ from typing import Any, NamedTuple
 import torch
 from torch import nn
 
-from trainaudit.monitor.online import Alert, OnlineRules, TrainingStopped
+from trainaudit.live.online import Alert, OnlineRules, TrainingStopped
 from trainaudit.monitor.origin import NanOrigin
 from trainaudit.monitor.writer import JsonlWriter, TensorBoardWriter
-from trainaudit.report.schema import SEVERITY_ORDER
+from trainaudit.answer.schema import SEVERITY_ORDER
 from trainaudit.rules import Config
 
 log = logging.getLogger("trainaudit.monitor")

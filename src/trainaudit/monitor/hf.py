@@ -27,7 +27,7 @@ import torch
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
 from trainaudit.monitor.core import Monitor
-from trainaudit.monitor.online import TrainingStopped
+from trainaudit.live.online import TrainingStopped
 
 
 def _loss_of(out: Any) -> Any:

@@ -21,7 +21,7 @@ import torch
 from lightning.pytorch import Callback, LightningModule, Trainer
 
 from trainaudit.monitor.core import Monitor
-from trainaudit.monitor.online import TrainingStopped
+from trainaudit.live.online import TrainingStopped
 
 
 def _ignore(*_args: Any, **_kwargs: Any) -> None:

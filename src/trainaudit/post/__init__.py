@@ -2,6 +2,6 @@
 ``--github-summary`` / ``--gitlab`` options (``delivery``), failure fingerprints (``fingerprint``)
 and posting to GitHub issues and Slack (``send``)."""
 
-from trainaudit.post.fingerprint import cause_key, fingerprint, marker, signature
+from trainaudit.answer.fingerprint import cause_key, fingerprint, marker, signature
 
 __all__ = ["cause_key", "fingerprint", "marker", "signature"]

@@ -18,9 +18,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from trainaudit.errors import UsageError
-from trainaudit.report.markdown import render_markdown
-from trainaudit.report.redact import mask_secrets
-from trainaudit.report.schema import Answer
+from trainaudit.render.markdown import render_markdown
+from trainaudit.redact import mask_secrets
+from trainaudit.answer.schema import Answer
 
 SUMMARY_LIMIT = 1024 * 1024 - 4096  # GitHub rejects a step summary over 1 MiB
 MAX_ANNOTATIONS = 50

@@ -21,7 +21,9 @@ import click
 
 from trainaudit.errors import UsageError
 
+from trainaudit.answer.load import load_answer
 from trainaudit.post.ci import github_summary, write_gitlab_codequality
+from trainaudit.render.page import write_html
 
 HTML_NAME = "report.html"
 GITLAB_NAME = "gl-code-quality-report.json"
@@ -40,8 +42,6 @@ class Delivery:
 
 def deliver(out_dir: Path, d: Delivery, answer_name: str = "answer.json") -> list[Path]:
     """Write what ``d`` asks for from ``out_dir/answer.json``; returns the files written."""
-    from trainaudit.html.page import load_answer, write_html
-
     answer_path = out_dir / answer_name
     answer = load_answer(answer_path)
     written: list[Path] = []

@@ -22,10 +22,10 @@ import httpx
 
 from trainaudit import __version__
 from trainaudit.errors import InputError
-from trainaudit.post.fingerprint import fingerprint, marker
-from trainaudit.report.markdown import render_markdown
-from trainaudit.report.redact import mask_secrets
-from trainaudit.report.schema import Answer
+from trainaudit.answer.fingerprint import fingerprint, marker
+from trainaudit.render.markdown import render_markdown
+from trainaudit.redact import mask_secrets
+from trainaudit.answer.schema import Answer
 
 GITHUB_API = "https://api.github.com"
 ISSUE_BODY_LIMIT = 65_000  # GitHub's limit is 65,536 characters

@@ -4,9 +4,9 @@
     html = report_html(Path("trainaudit-out/answer.json"))
 """
 
-from trainaudit.html.chartdata import charts_from_answer, load_charts, write_charts
-from trainaudit.html.page import load_answer, report_html, write_html
-from trainaudit.html.render import render_html
+from trainaudit.render.chartdata import charts_from_answer, load_charts, write_charts
+from trainaudit.render.page import load_answer, report_html, write_html
+from trainaudit.render.html import render_html
 
 __all__ = ["charts_from_answer", "load_answer", "load_charts", "render_html", "report_html", "write_charts",
            "write_html"]

@@ -17,8 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from trainaudit.report.plots import PlotSpec
-from trainaudit.report.schema import Answer
+from trainaudit.answer.charts import PlotSpec
+from trainaudit.answer.schema import Answer
 
 CHARTS_SCHEMA = "trainaudit-charts/1"
 MAX_POINTS = 4000

@@ -14,8 +14,8 @@ from html import escape
 from importlib.resources import files
 from typing import Any
 
-from trainaudit.report.redact import mask_secrets
-from trainaudit.report.schema import SEVERITY_ORDER, Answer, ExtractedFact
+from trainaudit.redact import mask_secrets
+from trainaudit.answer.schema import SEVERITY_ORDER, Answer, ExtractedFact
 
 _VERDICT_CLASS = {"healthy": "ok", "pass": "ok", "numerical_drift": "warn", "gating_policy_issue": "warn",
                   "inconclusive": "warn", "unhealthy": "bad", "real_regression": "bad", "crash": "bad",
@@ -25,7 +25,7 @@ MAX_FACTS = 400
 
 
 def _asset(name: str) -> str:
-    return files("trainaudit.html").joinpath("assets", name).read_text(encoding="utf-8")
+    return files("trainaudit.render").joinpath("assets", name).read_text(encoding="utf-8")
 
 
 def _e(v: object) -> str:

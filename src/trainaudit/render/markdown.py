@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from trainaudit.report.schema import Answer, ExtractedFact
+from trainaudit.answer.schema import Answer, ExtractedFact
 
 MAX_ROWS = 25
 

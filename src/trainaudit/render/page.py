@@ -6,33 +6,14 @@ import json
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
-
-from trainaudit.errors import InputError, read_text
-from trainaudit.html.chartdata import charts_from_answer, load_charts
-from trainaudit.html.render import render_html
-from trainaudit.report.schema import Answer
-from trainaudit.report.write import display_path
+from trainaudit.answer.load import load_answer
+from trainaudit.errors import InputError
+from trainaudit.render.chartdata import charts_from_answer, load_charts
+from trainaudit.render.html import render_html
+from trainaudit.answer.schema import Answer
+from trainaudit.answer.paths import display_path
 
 CHARTS_NAME = "charts.json"
-
-
-def load_answer(path: Path) -> Answer:
-    """answer.json as the model; anything else is one clear input error."""
-    where = display_path(path)
-    text = read_text(path, where)
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise InputError(f"{where}: not JSON (line {exc.lineno}: {exc.msg})") from None
-    if not isinstance(data, dict) or "final_answer" not in data:
-        raise InputError(f"{where}: not a trainaudit answer.json (no final_answer)")
-    try:
-        return Answer.model_validate(data)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        loc = ".".join(str(x) for x in first["loc"])
-        raise InputError(f"{where}: not a valid answer.json ({loc}: {first['msg']})") from None
 
 
 def charts_for(answer: Answer, answer_path: Path, charts_path: Path | None = None) -> list[dict[str, Any]]:

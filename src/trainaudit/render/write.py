@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from trainaudit.report.markdown import render_markdown
-from trainaudit.report.plots import PlotSpec, render
-from trainaudit.report.redact import mask_secrets
-from trainaudit.report.schema import Answer
+from trainaudit.render.chartdata import write_charts
+from trainaudit.render.markdown import render_markdown
+from trainaudit.answer.charts import PlotSpec
+from trainaudit.render.plots import render
+from trainaudit.redact import mask_secrets
+from trainaudit.answer.schema import Answer
 
 
 @dataclass
@@ -19,23 +20,6 @@ class ReportPaths:
     markdown: Path
     plots: list[Path] = field(default_factory=list)
     charts: Path | None = None  # the plots' data as JSON (issue 8: HTML report)
-
-
-def display_path(p: str | os.PathLike[str]) -> str:
-    """A path for a report: as the user typed it when relative; an absolute path under the current
-    directory becomes relative; any other absolute path keeps only its last two components, so the
-    machine's layout (home directories, mount points) never leaks into a report."""
-    s = os.fspath(p)
-    if not os.path.isabs(s):
-        return s
-    try:
-        rel = os.path.relpath(s, os.getcwd())
-    except ValueError:
-        rel = None
-    if rel is not None and not rel.startswith(".."):
-        return rel
-    parts = Path(s).parts
-    return os.path.join("...", *parts[-2:]) if len(parts) > 2 else Path(s).name
 
 
 def write_report(answer: Answer, out_dir: Path, plots: list[PlotSpec] | tuple[PlotSpec, ...] = (), *,
@@ -60,7 +44,5 @@ def write_report(answer: Answer, out_dir: Path, plots: list[PlotSpec] | tuple[Pl
     md_path.write_text(mask_secrets(render_markdown(answer, rel_plots)), encoding="utf-8")
     charts_path = None
     if charts_name is not None and plots:
-        from trainaudit.html.chartdata import write_charts
-
         charts_path = write_charts(out_dir / charts_name, list(plots))
     return ReportPaths(out_dir, json_path, md_path, plot_paths, charts_path)

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from trainaudit.errors import InputError
+from trainaudit.rules.registry import rule_class
 
 
 @dataclass
@@ -61,8 +62,6 @@ def load_config(path: Path | None = None, *, start: Path | None = None) -> Confi
 
 
 def _parse(section: dict[str, Any], where: str) -> Config:
-    from trainaudit.rules import rule_class  # late: the registry imports this module
-
     def ids(key: str) -> list[str]:
         v = section.get(key, [])
         if isinstance(v, str):

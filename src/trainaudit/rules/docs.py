@@ -1,4 +1,5 @@
-"""Generate docs/rules.md from the registry: ``python -m trainaudit.rules.docs [-o docs/rules.md]``."""
+"""A rule's documentation as text (``trainaudit rules ID``, the MCP ``explain_rule`` tool), and
+docs/rules.md generated from the registry: ``python -m trainaudit.rules.docs [-o docs/rules.md]``."""
 
 from __future__ import annotations
 
@@ -6,7 +7,18 @@ import argparse
 import inspect
 from pathlib import Path
 
-from trainaudit.rules import FAMILIES, RULE_CLASSES
+from trainaudit.rules.base import Rule
+from trainaudit.rules.registry import FAMILIES, RULE_CLASSES
+
+
+def thresholds(cls: type[Rule]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in cls.defaults().items()) or "-"
+
+
+def rule_doc(cls: type[Rule]) -> str:
+    doc = inspect.cleandoc(cls.__doc__ or "")
+    return (f"{cls.id} {cls.name}\ncategory: {cls.category}   default severity: {cls.severity}\n"
+            f"thresholds: {thresholds(cls)}\nconfigure: [tool.trainaudit.rules.{cls.id}]\n\n{doc}\n")
 
 
 def render() -> str:

@@ -6,7 +6,7 @@ ones to ``READER_CLASSES``.
 
 from __future__ import annotations
 
-from trainaudit.ingest.base import Reader
+from trainaudit.ingest.base import LineReader, Reader
 from trainaudit.ingest.readers.composer import ComposerReader
 from trainaudit.ingest.readers.deepspeed import DeepSpeedReader
 from trainaudit.ingest.readers.fairseq import FairseqReader
@@ -55,12 +55,21 @@ READER_CLASSES: list[type[Reader]] = [
 ]
 
 
+def _make(cls: type[Reader]) -> Reader:
+    if cls is DeepSpeedReader:
+        # Plain text gives nothing; CSV/JSONL are not logs DeepSpeed prints into.
+        others = [c() for c in READER_CLASSES if issubclass(c, LineReader) and c is not DeepSpeedReader
+                  and c.name not in ("text", "csv", "jsonl")]
+        return DeepSpeedReader([r for r in others if isinstance(r, LineReader)])
+    return cls()
+
+
 def all_readers() -> list[Reader]:
-    return [cls() for cls in READER_CLASSES]
+    return [_make(cls) for cls in READER_CLASSES]
 
 
 def reader_by_name(name: str) -> Reader | None:
     for cls in READER_CLASSES:
         if cls.name == name:
-            return cls()
+            return _make(cls)
     return None

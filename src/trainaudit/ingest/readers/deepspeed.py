@@ -72,18 +72,15 @@ def _is_engine_line(text: str) -> bool:
                 or ENGINE_HINT_RE.search(text))
 
 
-def _other_line_readers() -> list[Reader]:
-    # Imported here: the registry imports this module.
-    from trainaudit.ingest.readers import all_readers
-    # Plain text gives nothing; CSV/JSONL are not logs DeepSpeed prints into.
-    return [r for r in all_readers() if isinstance(r, LineReader) and not isinstance(r, DeepSpeedReader)
-            and r.name not in ("text", "csv", "jsonl")]
-
-
 class DeepSpeedReader(LineReader):
     name = "deepspeed"
     kind = SourceKind.LOG
     description = "DeepSpeed engine lines (overflow/loss scale, step/skipped/lr, ThroughputTimer) inside any training log"
+
+    def __init__(self, others: list[LineReader] | None = None) -> None:
+        # The framework whose lines DeepSpeed's are interleaved with is read by one of ``others``
+        # (given by the registry: the other line formats).
+        self.others = others or []
 
     def sniff(self, sample: Sample) -> float:
         n = sum(1 for ln in sample.lines if _is_engine_line(ln) and not ln.lstrip().startswith("#"))
@@ -93,7 +90,7 @@ class DeepSpeedReader(LineReader):
                      or TPUT_RE.search(ln) or FUSED_RE.search(ln) or PIPE_RE.search(ln))
         if strong == 0:
             return 0.3
-        best_other = max((r.sniff(sample) for r in _other_line_readers()), default=0.0)
+        best_other = max((r.sniff(sample) for r in self.others), default=0.0)
         return min(0.99, max(0.85, best_other + 0.01))
 
     # -- reading ----------------------------------------------------------------------------
@@ -124,7 +121,7 @@ class DeepSpeedReader(LineReader):
         sample = Sample(full.name, full.head, full.is_text, [ln for ln in full.lines if not _is_engine_line(ln)])
         best: LineReader | None = None
         score = 0.0
-        for r in _other_line_readers():
+        for r in self.others:
             s = r.sniff(sample)
             if s > score:
                 best, score = r, s  # type: ignore[assignment]

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 
-from trainaudit.compare.golden import load_golden, looks_like_golden
+from trainaudit.ingest.golden import load_golden, looks_like_golden
 from trainaudit.errors import InputError
 from trainaudit.ingest.base import Reader, Sample
 from trainaudit.ingest.sink import Sink

@@ -13,14 +13,14 @@ import math
 import re
 
 from trainaudit.ingest.base import LineReader, Sample
+from trainaudit.ingest.readers import megatron_fast as fast
+from trainaudit.ingest.readers.megatron_line import FIELD_RE, ITER_RE, SKIP_KEYS, field_value, is_loss_key
 from trainaudit.ingest.signatures import SignatureScanner
 from trainaudit.ingest.sink import Sink
 from trainaudit.ingest.sources import InputFile
 from trainaudit.ingest.text import Line, parse_number
 from trainaudit.model import Event, EventKind, SourceKind
 
-ITER_RE = re.compile(r"\biteration:?\s+(\d+)\s*/\s*(\d+)\s*\|")
-FIELD_RE = re.compile(r"([A-Za-z][^|:]*?):\s+([^|]*?)\s*(?=\||$)")
 MEMORY_RE = re.compile(r"\(after (\d+) iterations\) memory \(MB\)(.*)")
 PHASE_RE = re.compile(r"^\[(after training is done|exiting program[^\]]*|before the start of training step|"
                       r"after model, optimizer, and learning rate scheduler are built)\] datetime: (.*)$")
@@ -29,25 +29,6 @@ WORLD_RE = re.compile(r"using world size: (\d+)")
 VOCAB_RE = re.compile(r"padded vocab \(size: (\d+)\)")
 ARG_RE = re.compile(r"^\s{2}(train_iters|log_interval|seq_length|global_batch_size|micro_batch_size|lr|"
                     r"min_lr|lr_warmup_iters|clip_grad|fp16|bf16|loss_scale|vocab_size)\s\.+\s(\S+)\s*$")
-UNIT_RE = re.compile(r"^(-?[\d.,]+(?:[eE][-+]?\d+)?)\s*([A-Za-z%]+)$")
-SI = {"K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12}  # nanotron prints "634K", "547M"
-SKIP_KEYS = {"iteration"}
-
-
-def _is_loss_key(key: str) -> bool:
-    k = key.lower()
-    return "loss" in k and "scale" not in k
-
-
-def _value(text: str) -> float | None:
-    v = parse_number(text)
-    if v is None:
-        m = UNIT_RE.match(text)  # "78.36 TFLOPs"-style values with a unit
-        if m:
-            v = parse_number(m.group(1))
-            if v is not None:
-                v *= SI.get(m.group(2), 1.0)
-    return v
 
 
 class MegatronReader(LineReader):
@@ -64,8 +45,6 @@ class MegatronReader(LineReader):
     def read(self, inp: InputFile, sink: Sink) -> None:
         """Bulk path (``megatron_fast``) when the log's iteration lines share one layout; the line
         path otherwise. Both give the same series, events and meta."""
-        from trainaudit.ingest.readers import megatron_fast as fast
-
         tpl = None
         if self.fast:
             with inp.open() as f:
@@ -104,19 +83,19 @@ class MegatronReader(LineReader):
             key = key.strip()
             if key in SKIP_KEYS or key.endswith("iteration"):
                 continue
-            v = _value(raw)
+            v = field_value(raw)
             if v is None:
                 continue
             seen.add(key)
             sink.add(key, step, v, line.no, line.rank)
         losses: set[str] = state["loss_keys"]
         for key in seen:
-            if _is_loss_key(key):
+            if is_loss_key(key):
                 losses.add(key)
         missing = sorted(k for k in losses if k not in seen)
         for key in missing:
             sink.add(key, step, math.nan, line.no, line.rank)
-        if missing or not any(_is_loss_key(k) for k in seen):
+        if missing or not any(is_loss_key(k) for k in seen):
             names = ", ".join(missing) if missing else "loss"
             sink.event(Event(EventKind.MISSING_METRIC,
                              f"iteration {step}: {names} absent from the line (Megatron omits a NaN/Inf loss)",
@@ -130,7 +109,7 @@ class MegatronReader(LineReader):
         if m:
             step = int(m.group(1))
             for key, raw in FIELD_RE.findall(m.group(2)):
-                v = _value(raw)
+                v = field_value(raw)
                 if v is not None:
                     sink.add(f"mem {key.strip()} (MB)", step, v, line.no, line.rank)
             return

@@ -29,6 +29,7 @@ from trainaudit.ingest.fastnum import PAD, Layout, padded, parse_regions
 from trainaudit.ingest.signatures import SignatureScanner
 from trainaudit.ingest.sink import Sink
 from trainaudit.ingest.sources import InputFile
+from trainaudit.ingest.readers.megatron_line import FIELD_RE, ITER_RE, SKIP_KEYS, field_value, is_loss_key
 from trainaudit.ingest.text import split_line, strip_prefixes
 
 
@@ -56,8 +57,6 @@ class Template:
 def build_template(raw: bytes) -> Template | None:
     """A template from one physical line (no newline), or None if the line is not a plain,
     all-numeric Megatron iteration line."""
-    from trainaudit.ingest.readers.megatron import FIELD_RE, ITER_RE, SKIP_KEYS, _is_loss_key, _value
-
     raw = raw.rstrip(b"\r")
     if not raw or any(c < 32 or c > 126 for c in raw):
         return None
@@ -98,7 +97,7 @@ def build_template(raw: bytes) -> Template | None:
         if not sep or not key.startswith(" ") or not key[1:2].isalpha() or key != " " + key[1:].strip() or ":" in key:
             return None
         key = key[1:]
-        if key in SKIP_KEYS or key.endswith("iteration") or key in keys or _value(region.strip()) is None:
+        if key in SKIP_KEYS or key.endswith("iteration") or key in keys or field_value(region.strip()) is None:
             return None
         keys.append(key)
         lits.append(f"|{seg[:len(seg) - len(region)]}".encode())
@@ -107,7 +106,7 @@ def build_template(raw: bytes) -> Template | None:
     found = [(k.strip(), v) for k, v in FIELD_RE.findall(body)]
     if [k for k, _ in found] != keys:
         return None
-    losses = frozenset(k for k in keys if _is_loss_key(k))
+    losses = frozenset(k for k in keys if is_loss_key(k))
     if not losses:
         return None
     return Template(tuple(keys), tuple(lits), tuple(layouts), raw[:pipe0], tuple(kinds), losses, rank is not None)
@@ -185,8 +184,6 @@ def _int_region(buf: NDArray[np.uint8], ls: NDArray[np.int64], cols: NDArray[np.
 
 
 def parse_chunk(data: bytes, tpl: Template) -> ChunkResult:
-    from trainaudit.ingest.readers.megatron import _value
-
     nb = len(data)
     buf = padded(data)
     b = buf[PAD:PAD + nb]
@@ -230,7 +227,7 @@ def parse_chunk(data: bytes, tpl: Template) -> ChunkResult:
         v, vok = parse_regions(buf, vs, ve, lay)
         for r in np.flatnonzero(ok & ~vok):  # nan, long mantissas, other shapes: the line reader's own parse
             region = data[int(vs[r]) - PAD:int(ve[r]) - PAD]
-            x = _value(region.decode("ascii").strip()) if all(32 <= c <= 126 for c in region) else None
+            x = field_value(region.decode("ascii").strip()) if all(32 <= c <= 126 for c in region) else None
             if x is None:
                 ok[r] = False
             else:
@@ -312,8 +309,6 @@ class Replay:
         self.reader, self.tpl, self.sink, self.scanner, self.state = reader, tpl, sink, scanner, state
         self.keyset = set(tpl.keys)
         self.line_mode = False
-        from trainaudit.ingest.readers.megatron import ITER_RE
-
         self.iter_re = ITER_RE
 
     def line(self, no: int, raw: bytes) -> None:
