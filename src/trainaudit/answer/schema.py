@@ -10,6 +10,7 @@ Where the SPEC is silent we add optional fields and say why:
 
 from __future__ import annotations
 
+from enum import StrEnum
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -18,23 +19,66 @@ SCHEMA_VERSION = "1"
 
 SourceKindName = Literal["log", "metrics", "tensorboard", "golden_values", "config", "ci_log", "archive_member",
                          "commit", "repo"]
-Severity = Literal["critical", "high", "medium", "low", "info"]
 Task = Literal["diagnose", "compare", "audit"]
 Verdict = Literal["real_regression", "numerical_drift", "gating_policy_issue", "infrastructure_failure", "crash",
                   "pass", "inconclusive", "healthy", "unhealthy"]
-Category = Literal["nan_inf", "divergence", "loss_spike", "loss_scale_collapse", "plateau", "overfitting",
-                   "grad_explosion", "grad_vanishing", "oom", "memory_growth", "distributed_failure",
-                   "throughput_regression", "golden_mismatch", "mode_collapse", "data_pipeline", "hardware_fault",
-                   "crash", "healthy"]
 CommitRole = Literal["suspect", "environment_change", "golden_update", "policy_change", "fix"]
 
+
+class Severity(StrEnum):
+    CRITICAL = "critical"  # the run is lost
+    HIGH = "high"
+    MEDIUM = "medium"
+    LOW = "low"
+    INFO = "info"
+
+    @property
+    def rank(self) -> int:
+        """0 (info) to 4 (critical), for ordering."""
+        return SEVERITY_ORDER[self.value]
+
+
+class Category(StrEnum):
+    """SPEC.md section 3: what went wrong, as the primary root cause of a run."""
+
+    NAN_INF = "nan_inf"
+    DIVERGENCE = "divergence"
+    LOSS_SPIKE = "loss_spike"
+    LOSS_SCALE_COLLAPSE = "loss_scale_collapse"
+    PLATEAU = "plateau"
+    OVERFITTING = "overfitting"
+    GRAD_EXPLOSION = "grad_explosion"
+    GRAD_VANISHING = "grad_vanishing"
+    OOM = "oom"
+    MEMORY_GROWTH = "memory_growth"
+    DISTRIBUTED_FAILURE = "distributed_failure"
+    THROUGHPUT_REGRESSION = "throughput_regression"
+    GOLDEN_MISMATCH = "golden_mismatch"
+    MODE_COLLAPSE = "mode_collapse"
+    DATA_PIPELINE = "data_pipeline"
+    HARDWARE_FAULT = "hardware_fault"
+    CRASH = "crash"
+    HEALTHY = "healthy"
+
+
 SEVERITY_ORDER: dict[str, int] = {"info": 0, "low": 1, "medium": 2, "high": 3, "critical": 4}
-CATEGORIES: tuple[str, ...] = Category.__args__  # type: ignore[attr-defined]
+CATEGORIES: tuple[str, ...] = tuple(c.value for c in Category)
 VERDICTS: tuple[str, ...] = Verdict.__args__  # type: ignore[attr-defined]
+
+# What kind of failure a category is (one definition, read by diagnosis and audit):
+# the platform killed the run (not the code or the training dynamics)
+PLATFORM_CATEGORIES: frozenset[Category] = frozenset({Category.OOM, Category.DISTRIBUTED_FAILURE,
+                                                      Category.HARDWARE_FAULT})
+# the run died: the platform, or any other fatal error
+FATAL_CATEGORIES: frozenset[Category] = PLATFORM_CATEGORIES | {Category.CRASH}
+# the model trains badly
+TRAINING_CATEGORIES: frozenset[Category] = frozenset({
+    Category.NAN_INF, Category.DIVERGENCE, Category.LOSS_SPIKE, Category.LOSS_SCALE_COLLAPSE, Category.PLATEAU,
+    Category.GRAD_EXPLOSION, Category.GRAD_VANISHING, Category.MODE_COLLAPSE, Category.OVERFITTING})
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", use_enum_values=True)
 
 
 class ToolInfo(_Model):

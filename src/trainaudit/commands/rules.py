@@ -9,7 +9,8 @@ from rich.console import Console
 from rich.table import Table
 
 from trainaudit.errors import UsageError
-from trainaudit.rules import RULE_CLASSES, rule_class
+from trainaudit.rules import rule_class
+from trainaudit.rules.registry import ALL_RULES
 from trainaudit.rules.docs import rule_doc, thresholds
 
 
@@ -34,7 +35,7 @@ def rules(rule_id: str | None) -> int:
     t = Table(title="trainaudit rules")
     for col in ("id", "name", "category", "severity", "thresholds"):
         t.add_column(col, overflow="fold")
-    for cls in RULE_CLASSES:
+    for cls in ALL_RULES:
         t.add_row(cls.id, cls.name, cls.category, cls.severity, thresholds(cls))
     console.print(t)
     return 0

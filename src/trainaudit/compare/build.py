@@ -12,6 +12,8 @@ from trainaudit.compare.explain import Deviation
 from trainaudit.ingest.golden import GoldenFile
 from trainaudit.compare.megatron import CheckResult, GateResult
 from trainaudit.compare.verdict import Decision
+from trainaudit.rules.base import Rule
+from trainaudit.rules.gate import ApproximateCheck, ExactCheck, GateAborted, IterationTimeCheck
 from trainaudit.answer.builder import AnswerBuilder, sha256_file
 from trainaudit.answer.charts import Band, Curve, PlotSpec
 from trainaudit.answer.schema import Answer, FinalAnswer, RootCause
@@ -19,7 +21,8 @@ from trainaudit.answer.paths import display_path
 
 SEVERITY_OF = {"crash": "critical", "infrastructure_failure": "critical", "real_regression": "high",
                "inconclusive": "medium", "numerical_drift": "low", "gating_policy_issue": "medium"}
-RULE_OF = {"exact": "TA801", "approximate": "TA802", "iteration-time": "TA803", "abort": "TA804"}
+RULE_OF: dict[str, type[Rule]] = {"exact": ExactCheck, "approximate": ApproximateCheck,
+                                  "iteration-time": IterationTimeCheck, "abort": GateAborted}
 
 
 @dataclass(slots=True)
@@ -81,9 +84,9 @@ def build_answer(inp: Inputs, gate: GateResult, devs: dict[int, Deviation], deci
         for ci in cause.checks:
             ev += evidence_for_cause.get(ci, [])
         ev += evidence_for_cause.get(-1, []) + evidence_for_cause.get(-2, [])[:3]
-        d = b.finding(rule=RULE_OF["iteration-time"] if cause.metrics == ["iteration-time"] else
-                      RULE_OF["abort"] if not cause.checks else
-                      RULE_OF[gate.checks[cause.checks[0]].check],
+        d = b.finding(rule=(RULE_OF["iteration-time"] if cause.metrics == ["iteration-time"] else
+                            RULE_OF["abort"] if not cause.checks else
+                            RULE_OF[gate.checks[cause.checks[0]].check]).id,
                       category=cause.category, severity=cause.severity,
                       metric=cause.metrics[0] if cause.metrics else None, first_bad_step=cause.first_bad_step,
                       message=cause.issue, evidence=ev, confidence=cause.confidence)

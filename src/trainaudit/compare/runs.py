@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from trainaudit.compare.explain import describe
+from trainaudit.rules.gate import RunDivergesFromBaseline
 from trainaudit.ingest import load_run
 from trainaudit.model import EventKind, Run, Series
 from trainaudit.answer.builder import AnswerBuilder
@@ -126,7 +127,7 @@ def compare_runs(baseline_paths: list[str], candidate_path: str, fmt: str | None
                 first_bad_step=md.diverge_step, band=Band(f"baseline ±{md.rtol:.3g}", md.steps,
                                                           np.asarray(md.base) * (1 - md.rtol),
                                                           np.asarray(md.base) * (1 + md.rtol))))
-            d = b.finding(rule="TA810", category="divergence" if not nanstep else "nan_inf", severity="high",
+            d = b.finding(rule=RunDivergesFromBaseline.id, category="divergence" if not nanstep else "nan_inf", severity="high",
                           metric=md.metric, first_bad_step=md.diverge_step or nanstep[0],
                           message=f"{md.metric} of the candidate leaves the baseline band from step "
                                   f"{md.diverge_step or nanstep[0]}: {dev.summary}",

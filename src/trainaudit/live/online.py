@@ -26,11 +26,6 @@ from trainaudit.model import Event, Run, Series, Source
 from trainaudit.answer.schema import SEVERITY_ORDER
 from trainaudit.rules import Config, Context, Rule, active_rules
 
-# A live run has no completion marker yet: "the log stops without a completion marker" is what
-# every running job looks like, so that rule only runs at the end (OnlineRules.finish).
-END_OF_RUN_RULES: frozenset[str] = frozenset({"TA405"})
-
-
 class TrainingStopped(Exception):
     """Raised by ``Monitor.step`` after the current step when an alert's action is ``stop``.
 
@@ -184,8 +179,9 @@ class OnlineRules:
     _eval_end: float = 0.0
 
     def __post_init__(self) -> None:
-        self._rules = [r for r in active_rules(self.config) if r.id not in END_OF_RUN_RULES]
-        self._final = [r for r in active_rules(self.config) if r.id in END_OF_RUN_RULES]
+        # rules that only make sense once a run has ended run at the end (OnlineRules.finish)
+        self._rules = [r for r in active_rules(self.config) if not r.end_of_run]
+        self._final = [r for r in active_rules(self.config) if r.end_of_run]
 
     @property
     def alerts(self) -> list[Alert]:

@@ -17,7 +17,7 @@ from trainaudit.redact import mask_secrets
 from trainaudit.answer.schema import SEVERITY_ORDER, Answer
 from trainaudit.rules import rule_class
 from trainaudit.rules import load_config
-from trainaudit.rules import RULE_CLASSES
+from trainaudit.rules.registry import ALL_RULES
 from trainaudit.render.write import write_report
 from trainaudit.ingest.sources import read_lines
 from trainaudit.ingest.sources import expand_inputs
@@ -345,7 +345,7 @@ class Toolbox:
 
     def list_rules(self) -> RulesResult:
         return RulesResult(rules=[RuleBrief(id=c.id, name=c.name, category=c.category, severity=c.severity,
-                                            thresholds=thresholds(c)) for c in RULE_CLASSES])
+                                            thresholds=thresholds(c)) for c in ALL_RULES])
 
     def explain_rule(self, rule_id: str) -> RuleDoc:
         cls = rule_class(rule_id)

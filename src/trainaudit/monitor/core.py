@@ -43,6 +43,7 @@ from trainaudit.monitor.origin import NanOrigin
 from trainaudit.monitor.writer import JsonlWriter, TensorBoardWriter
 from trainaudit.answer.schema import SEVERITY_ORDER
 from trainaudit.rules import Config
+from trainaudit.rules.monitor import FirstNonFinite, FrozenParams, ParamsNotInOptimizer, ParamsWithoutGrad
 
 log = logging.getLogger("trainaudit.monitor")
 
@@ -360,12 +361,12 @@ class Monitor:
             missing = [n for n, p in self._named if p.requires_grad and id(p) not in in_opt]
             if missing:
                 n = sum(p.numel() for nm, p in self._named if nm in set(missing))
-                out.append(Alert("MON201", "plateau", "high",
+                out.append(Alert(ParamsNotInOptimizer.id, ParamsNotInOptimizer.category, "high",
                                  f"{len(missing)} trainable parameter tensors ({n} values) are not in the optimizer and "
                                  f"will never change: {', '.join(missing[:5])}", s, s, None, {"params": missing}))
         nograd = [n for n, p in self._named if p.requires_grad and p.grad is None]
         if nograd and len(nograd) < len(self._named):
-            out.append(Alert("MON202", "plateau", "medium",
+            out.append(Alert(ParamsWithoutGrad.id, ParamsWithoutGrad.category, "medium",
                              f"{len(nograd)} trainable parameter tensors received no gradient (unused in the forward, "
                              f"or the graph was detached): {', '.join(nograd[:5])}", s, s, None, {"params": nograd}))
         total = sum(p.numel() for _, p in self._named)
@@ -373,7 +374,7 @@ class Monitor:
         share = sum(p.numel() for _, p in self._named if not p.requires_grad) / total if total else 0.0
         if frozen:
             sev = "high" if share >= 0.999 else ("medium" if share >= 0.5 else "info")
-            out.append(Alert("MON203", "plateau", sev,
+            out.append(Alert(FrozenParams.id, FrozenParams.category, sev,
                              f"{share:.0%} of the parameters are frozen (requires_grad=False): {', '.join(frozen[:5])}",
                              s, s, None, {"frozen_share": share, "params": frozen}))
         return out
@@ -440,7 +441,7 @@ class Monitor:
             if origin is not None:
                 self.origin = {"step": s, **origin}
                 before = {"type": "nonfinite", "step": s, **origin}
-                a = Alert("MON101", "nan_inf", "critical", f"first NaN/Inf at step {s} ({origin['phase']}): "
+                a = Alert(FirstNonFinite.id, FirstNonFinite.category, "critical", f"first NaN/Inf at step {s} ({origin['phase']}): "
                           f"{origin['detail']}", s, s, origin.get("module"), dict(origin))
                 if self.rules.record(a):
                     new.append(a)

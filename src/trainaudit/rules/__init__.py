@@ -8,7 +8,7 @@ from __future__ import annotations
 from trainaudit.model import Run
 from trainaudit.rules.base import CalcSpec, Context, EventRef, Hit, PointRef, Rule
 from trainaudit.rules.config import Config, load_config
-from trainaudit.rules.registry import FAMILIES, RULE_CLASSES, rule_class
+from trainaudit.rules.registry import ALL_RULES, FAMILIES, RULE_CLASSES, rule_class
 
 
 def active_rules(config: Config | None = None) -> list[Rule]:
@@ -24,5 +24,5 @@ def run_rules(run: Run, config: Config | None = None) -> list[Hit]:
     return hits
 
 
-__all__ = ["RULE_CLASSES", "FAMILIES", "CalcSpec", "Config", "Context", "EventRef", "Hit", "PointRef", "Rule",
+__all__ = ["ALL_RULES", "RULE_CLASSES", "FAMILIES", "CalcSpec", "Config", "Context", "EventRef", "Hit", "PointRef", "Rule",
            "active_rules", "load_config", "rule_class", "run_rules"]

@@ -9,12 +9,14 @@ report layer turns those into facts (with the quoted source line) and recomputab
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any, ClassVar
 
 import numpy as np
+from pydantic import BaseModel, ConfigDict, ValidationError
 
+from trainaudit.answer.schema import Category, Severity
 from trainaudit.model import Event, EventKind, Run, Series
 from trainaudit.series.roles import Roles, find_roles
 
@@ -60,9 +62,13 @@ class CalcSpec:
 
 @dataclass(slots=True)
 class Hit:
-    rule: str
-    category: str
-    severity: str
+    """One finding of one rule: what, from when, how sure, and the points, events and
+    calculations it rests on. ``by`` is the rule class, whose metadata (guidance, role, what it
+    explains) the diagnosis reads."""
+
+    by: type[Rule]
+    category: Category
+    severity: Severity
     message: str
     confidence: float
     metric: str | None = None
@@ -72,8 +78,17 @@ class Hit:
     events: list[EventRef] = field(default_factory=list)
     calcs: list[CalcSpec] = field(default_factory=list)
     fatal: bool = False  # the run died of this (crash verdict)
-    precursor: bool = False  # a cause of other symptoms (lr jump, grad-norm spike), never a category alone
+    cause: str | None = None  # for a precursor: why it is the likely cause of what follows (None: it is not)
+    needs: list[str] = field(default_factory=list)  # what would settle this finding (beyond the rule's own list)
     data: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def rule(self) -> str:
+        return self.by.id
+
+    @property
+    def precursor(self) -> bool:
+        return self.by.role is Role.PRECURSOR
 
     def point(self, key: str, series: Series, index: int, statement: str, **kw: Any) -> str:
         self.points.append(PointRef(key, series, int(index), statement, **kw))
@@ -120,44 +135,101 @@ class Context:
         return max(steps) if steps else None
 
 
+class Role(StrEnum):
+    SYMPTOM = "symptom"  # a problem in its own right
+    PRECURSOR = "precursor"  # a cause of other symptoms (an lr jump, a grad-norm spike), never a category alone
+
+
+class Scope(StrEnum):
+    RUN = "run"  # checks a Run (diagnose, watch, the monitor's online rules)
+    GATE = "gate"  # reported by the golden-value gate or a run-vs-run comparison (compare, audit)
+    MONITOR = "monitor"  # detected live by the monitor on the model itself (torch)
+
+
+@dataclass(frozen=True, slots=True)
+class Guidance:
+    """What to do about a finding, as a report's root cause states it."""
+
+    fix: str
+    impact: str
+    verify: str
+
+
+class Thresholds(BaseModel):
+    """A rule's thresholds: typed, with defaults; ``[tool.trainaudit.rules.ID]`` overrides them
+    (an unknown name or a value of the wrong type is a configuration error)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
 class Rule:
-    """Base class. Subclasses set ``id``, ``name``, ``category``, ``severity`` and ``Params`` (a
-    dataclass of thresholds with defaults) and implement :meth:`check`. The class docstring is
-    the rule's documentation (``trainaudit rules ID``): what, why, fix, example."""
+    """Base class: a rule is the unit of knowledge. A subclass declares, typed, everything the rest
+    of trainaudit needs to know about it, and implements :meth:`check`:
+
+    - ``id`` (stable, never reused), ``name``, ``category`` and ``severity`` (defaults of its hits);
+    - ``Params``: a :class:`Thresholds` model of its thresholds;
+    - ``guidance``: fix, expected impact and how to verify, for the report's root cause;
+    - ``role``: a symptom, or a precursor (a cause of other symptoms, never a story alone);
+    - ``explains``: symptom categories its finding explains when it starts with them (sustained
+      gradient growth explains the divergence it starts with);
+    - ``follows``: categories whose story this finding joins as a consequence when there is one
+      (zero gradients after a loss-scale collapse);
+    - ``end_of_run``: only meaningful once the run has ended (not evaluated on a live run);
+    - ``needs_more_data``: what would settle any finding of this rule (a finding adds its own in
+      ``Hit.needs``);
+    - ``scope``: what produces its findings (a Run, the gate, the live monitor).
+
+    The class docstring is the rule's documentation (``trainaudit rules ID``): what, why, fix,
+    example. Defining the class registers it (:mod:`trainaudit.rules.registry`).
+    """
 
     id: ClassVar[str]
     name: ClassVar[str]
-    category: ClassVar[str]
-    severity: ClassVar[str]
+    category: ClassVar[Category]
+    severity: ClassVar[Severity]
+    guidance: ClassVar[Guidance]
+    role: ClassVar[Role] = Role.SYMPTOM
+    explains: ClassVar[frozenset[Category]] = frozenset()
+    follows: ClassVar[frozenset[Category]] = frozenset()
+    end_of_run: ClassVar[bool] = False
+    needs_more_data: ClassVar[tuple[str, ...]] = ()
+    scope: ClassVar[Scope] = Scope.RUN
 
-    @dataclass
-    class Params:
+    class Params(Thresholds):
         pass
 
-    def __init__(self, params: Any = None) -> None:
-        self.p = params if params is not None else self.Params()
+    registered: ClassVar[list[type[Rule]]] = []
+
+    def __init_subclass__(cls, **kw: Any) -> None:
+        super().__init_subclass__(**kw)
+        if "id" in cls.__dict__:
+            Rule.registered.append(cls)
+
+    def __init__(self, params: Thresholds | None = None) -> None:
+        self.p: Any = params if params is not None else self.Params()
 
     @classmethod
     def with_overrides(cls, overrides: dict[str, Any]) -> Rule:
-        known = {f.name: f for f in dataclasses.fields(cls.Params)}
-        unknown = sorted(set(overrides) - set(known))
-        if unknown:
-            raise KeyError(f"{cls.id}: unknown threshold(s) {', '.join(unknown)} (known: {', '.join(known) or 'none'})")
-        base = cls.Params()
-        vals = {}
-        for k, v in overrides.items():
-            default = getattr(base, k)
-            vals[k] = type(default)(v) if isinstance(default, (int, float)) and not isinstance(default, bool) else v
-        return cls(dataclasses.replace(base, **vals))
+        """The rule with thresholds from configuration; raises ValueError naming what is wrong."""
+        try:
+            return cls(cls.Params(**overrides))
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(x) for x in first["loc"])
+            known = ", ".join(cls.Params.model_fields) or "none"
+            what = f"unknown threshold {where}" if first["type"] == "extra_forbidden" else \
+                f"threshold {where}: {first['msg']}"
+            raise ValueError(f"{cls.id}: {what} (known: {known})") from None
 
     @classmethod
     def defaults(cls) -> dict[str, Any]:
-        return dataclasses.asdict(cls.Params())
+        return cls.Params().model_dump()
 
     def hit(self, message: str, confidence: float, **kw: Any) -> Hit:
         kw.setdefault("severity", self.severity)
         kw.setdefault("category", self.category)
-        return Hit(rule=self.id, message=message, confidence=round(float(min(max(confidence, 0.0), 1.0)), 3), **kw)
+        return Hit(by=type(self), message=message, confidence=round(float(min(max(confidence, 0.0), 1.0)), 3), **kw)
 
     def check(self, ctx: Context) -> list[Hit]:
-        raise NotImplementedError
+        """Findings on a run (scope RUN); rules of other scopes are reported by their producer."""
+        return []

@@ -7,18 +7,37 @@ import argparse
 import inspect
 from pathlib import Path
 
-from trainaudit.rules.base import Rule
-from trainaudit.rules.registry import FAMILIES, RULE_CLASSES
+from trainaudit.rules.base import Role, Rule, Scope
+from trainaudit.rules.registry import ALL_RULES, FAMILIES
 
 
 def thresholds(cls: type[Rule]) -> str:
     return ", ".join(f"{k}={v}" for k, v in cls.defaults().items()) or "-"
 
 
+def _facts(cls: type[Rule]) -> list[str]:
+    out = [f"category: {cls.category}   default severity: {cls.severity}   reported by: {_SCOPE[cls.scope]}"]
+    if cls.role is Role.PRECURSOR:
+        out.append("role: precursor (a likely cause of the symptoms that follow it, never a root cause alone)")
+    if cls.explains:
+        out.append("explains: " + ", ".join(sorted(cls.explains)) + " (when it starts with them)")
+    if cls.follows:
+        out.append("joins the story of: " + ", ".join(sorted(cls.follows)) + " (as a consequence)")
+    if cls.end_of_run:
+        out.append("runs only once the run has ended (not on a live run)")
+    return out
+
+
+_SCOPE = {Scope.RUN: "diagnose, watch and the live monitor's online rules", Scope.GATE: "compare and audit",
+          Scope.MONITOR: "the live monitor (trainaudit.monitor)"}
+
+
 def rule_doc(cls: type[Rule]) -> str:
     doc = inspect.cleandoc(cls.__doc__ or "")
-    return (f"{cls.id} {cls.name}\ncategory: {cls.category}   default severity: {cls.severity}\n"
-            f"thresholds: {thresholds(cls)}\nconfigure: [tool.trainaudit.rules.{cls.id}]\n\n{doc}\n")
+    g = cls.guidance
+    return "\n".join([f"{cls.id} {cls.name}", *_facts(cls), f"thresholds: {thresholds(cls)}",
+                      f"configure: [tool.trainaudit.rules.{cls.id}]", "", doc, "",
+                      f"What to do: {g.fix}", f"Expected impact: {g.impact}", f"How to verify: {g.verify}", ""])
 
 
 def render() -> str:
@@ -29,16 +48,18 @@ def render() -> str:
            'ignore = ["TA405"]', "", "[tool.trainaudit.rules.TA102]", "z = 6.0", "```", "",
            "The file is found by walking up from the current directory; `--config FILE` overrides.", "",
            "| id | name | category | severity | thresholds |", "|---|---|---|---|---|"]
-    for c in RULE_CLASSES:
+    for c in ALL_RULES:
         th = ", ".join(f"`{k}={v}`" for k, v in c.defaults().items()) or "-"
         out.append(f"| [{c.id}](#{c.id.lower()}-{c.name}) | {c.name} | {c.category} | {c.severity} | {th} |")
     fam = None
-    for c in RULE_CLASSES:
+    for c in ALL_RULES:
         if c.id[:3] != fam:
             fam = c.id[:3]
-            out += ["", f"## {fam}xx {FAMILIES[fam]}"]
-        out += ["", f"### {c.id} {c.name}", "", f"Category `{c.category}`, default severity `{c.severity}`.", "",
-                inspect.cleandoc(c.__doc__ or "")]
+            out += ["", f"## {fam}{'xx' if fam.startswith('TA') else ''} {FAMILIES[fam]}"]
+        g = c.guidance
+        out += ["", f"### {c.id} {c.name}", "", *(f"- {f}" for f in _facts(c)), "", inspect.cleandoc(c.__doc__ or ""),
+                "", f"**What to do:** {g.fix}", "", f"**Expected impact:** {g.impact}", "",
+                f"**How to verify:** {g.verify}"]
     return "\n".join(out) + "\n"
 
 

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 
 import numpy as np
 
-from trainaudit.rules.base import Context, Hit, Rule
+from trainaudit.answer.schema import Category, Severity
+from trainaudit.rules.base import Guidance, Thresholds, Context, Hit, Rule
 from trainaudit.series.stats import rolling_median
 
 
@@ -30,11 +30,15 @@ class Overfitting(Rule):
 
     id = "TA301"
     name = "overfitting"
-    category = "overfitting"
-    severity = "medium"
+    category = Category.OVERFITTING
+    severity = Severity.MEDIUM
+    guidance = Guidance(
+        fix="Stop at the validation minimum (early stopping, keep that checkpoint); add data or augmentation, weight "
+            "decay or dropout, or train fewer epochs.",
+        impact="Validation loss ends at (or below) its minimum; a smaller generalisation gap.",
+        verify="Re-run with early stopping and compare the final validation loss to the minimum.")
 
-    @dataclass
-    class Params:
+    class Params(Thresholds):
         ratio: float = 0.1
         min_points: int = 4
         min_after: int = 2
@@ -83,4 +87,3 @@ class Overfitting(Rule):
         return [h]
 
 
-RULES = [Overfitting]

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
 
 import numpy as np
 
 from trainaudit.model import Event, EventKind, Series
-from trainaudit.rules.base import Context, Hit, Rule
+from trainaudit.answer.schema import Category, Severity
+from trainaudit.rules.base import Guidance, Role, Thresholds, Context, Hit, Rule
 from trainaudit.series.stats import robust_z, sliding_max, trailing_median_mad
 
 TRAINING_ROLES = ("loss", "grad_norm", "lr", "loss_scale", "val_loss")
@@ -36,11 +36,17 @@ class NonFiniteMetric(Rule):
 
     id = "TA101"
     name = "non-finite-metric"
-    category = "nan_inf"
-    severity = "critical"
+    category = Category.NAN_INF
+    severity = Severity.CRITICAL
+    guidance = Guidance(
+        fix="Find what happened just before (grad-norm spike, lr jump, bad batch); lower the peak learning rate or "
+            "lengthen warm-up, clip gradients (e.g. max norm 1.0), prefer bf16 over fp16, and resume from the last "
+            "checkpoint before the first bad step.",
+        impact="No non-finite loss or grad norm; training continues past the first bad step.",
+        verify="Re-run from the checkpoint before the first bad step and check that loss and grad norm stay finite "
+               "beyond it.")
 
-    @dataclass
-    class Params:
+    class Params(Thresholds):
         min_nonfinite: int = 1
 
     def check(self, ctx: Context) -> list[Hit]:
@@ -141,11 +147,15 @@ class LossSpike(Rule):
 
     id = "TA102"
     name = "loss-spike"
-    category = "loss_spike"
-    severity = "medium"
+    category = Category.LOSS_SPIKE
+    severity = Severity.MEDIUM
+    guidance = Guidance(
+        fix="Clip gradients, lower the peak lr, inspect or skip the batch at the spike step; for LLMs consider "
+            "z-loss / QK-norm.",
+        impact="No spike at that step; less wasted compute and lower risk of divergence.",
+        verify="Re-run over the spike step (same data order) and check the loss stays within its rolling band.")
 
-    @dataclass
-    class Params:
+    class Params(Thresholds):
         window: int = 10
         z: float = 8.0
         rel: float = 0.5
@@ -211,11 +221,16 @@ class GradNormSpike(Rule):
 
     id = "TA103"
     name = "grad-norm-spike"
-    category = "grad_explosion"
-    severity = "low"
+    category = Category.GRAD_EXPLOSION
+    severity = Severity.LOW
+    role = Role.PRECURSOR
+    guidance = Guidance(
+        fix="Clip the gradient norm near its typical value and lower the learning rate; for Adam, a larger eps or "
+            "a lower beta2 damps update spikes after rare large gradients.",
+        impact="No grad-norm spike ahead of the loss blow-up.",
+        verify="Log the grad norm and check it stays within a few times its median.")
 
-    @dataclass
-    class Params:
+    class Params(Thresholds):
         window: int = 10
         z: float = 8.0
         ratio: float = 3.0
@@ -249,7 +264,8 @@ class GradNormSpike(Rule):
         if lead is not None:
             msg += f"; the loss reacted {lead} step(s) later" if lead > 0 else "; the loss reacted at the same step"
         h = self.hit(msg, 0.8 if consequence is not None else 0.5, metric=g.name, first_bad_step=step,
-                     last_step=int(g.steps[idx[-1]]), severity=sev, precursor=True,
+                     last_step=int(g.steps[idx[-1]]), severity=sev,
+                     cause=None if lead is None else f"the gradient norm spiked first ({msg})",
                      data={"lead_steps": lead, "n_spikes": int(idx.size)})
         w = max(3, min(self.p.window, len(g) // 3))
         h.point("base", g, i - 1, f"{g.name} over the {w} points before the spike", indices=np.arange(i - w, i))
@@ -305,11 +321,15 @@ class LossScaleCollapse(Rule):
 
     id = "TA104"
     name = "loss-scale-collapse"
-    category = "loss_scale_collapse"
-    severity = "critical"
+    category = Category.LOSS_SCALE_COLLAPSE
+    severity = Severity.CRITICAL
+    guidance = Guidance(
+        fix="Switch to bf16, or keep fp16 with a lower lr, gradient clipping and a larger loss-scale window; find "
+            "the layer that overflows (activation statistics).",
+        impact="Loss scale stays stable; no skipped steps and no NaN.",
+        verify="Log the loss scale / skipped-step counter and check it stops halving.")
 
-    @dataclass
-    class Params:
+    class Params(Thresholds):
         min_scale: float = 1.0
         late_halvings: int = 8
         calibration_frac: float = 0.1
@@ -371,6 +391,8 @@ class LossScaleCollapse(Rule):
                 h.point("first", sk, i, f"{sk.name} when skipping starts")
                 h.point("tail", sk, len(sk) - 1, f"{sk.name} over the last quarter", indices=np.arange(q, len(sk)))
                 hits.append(h)
+        if hits and s is None:
+            hits[0].needs.append("the loss scale logged every step")
         if mins:
             e = mins[0]
             if hits:
@@ -385,4 +407,3 @@ class LossScaleCollapse(Rule):
         return hits
 
 
-RULES = [NonFiniteMetric, LossSpike, GradNormSpike, LossScaleCollapse]

@@ -4,14 +4,20 @@ learning-rate schedule problems."""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
 from trainaudit.model import Series
-from trainaudit.rules.base import Context, Hit, Rule
+from trainaudit.answer.schema import Category, Severity
+from trainaudit.rules.base import Guidance, Role, Thresholds, Context, Hit, Rule
 from trainaudit.series.stats import downsample, first_sustained, rolling_median
+
+NOT_LEARNING = Guidance(
+    fix="Check that parameters require grad and are in the optimizer, that the lr is > 0 after warm-up, and that "
+        "labels match the inputs (inspect one batch).",
+    impact="The loss falls below its initial value within the first few hundred steps.",
+    verify="Overfit a single small batch: the loss must go near 0; then re-run.")
 
 
 def _smooth(s: Series, max_points: int = 4000) -> tuple[np.ndarray, np.ndarray, int]:
@@ -57,11 +63,16 @@ class Divergence(Rule):
 
     id = "TA201"
     name = "divergence"
-    category = "divergence"
-    severity = "high"
+    category = Category.DIVERGENCE
+    severity = Severity.HIGH
+    guidance = Guidance(
+        fix="Lower the learning rate (or undo the lr change that preceded the rise), lengthen warm-up, clip "
+            "gradients; restart from the checkpoint at the loss minimum.",
+        impact="The loss keeps decreasing past the step where it diverged.",
+        verify="Re-run and compare the loss curve over the same steps: no divergence finding, final loss below the "
+               "previous best.")
 
-    @dataclass
-    class Params:
+    class Params(Thresholds):
         rel: float = 0.3
         range_frac: float = 0.25
         sustain: float = 0.8
@@ -127,11 +138,11 @@ class NotLearning(Rule):
 
     id = "TA202"
     name = "not-learning"
-    category = "plateau"
-    severity = "high"
+    category = Category.PLATEAU
+    severity = Severity.HIGH
+    guidance = NOT_LEARNING
 
-    @dataclass
-    class Params:
+    class Params(Thresholds):
         min_improvement: float = 0.02
         uniform_tol: float = 0.05
         learned: float = 0.1
@@ -190,11 +201,16 @@ class ZeroLossOrGrad(Rule):
 
     id = "TA203"
     name = "exact-zero-loss-or-grad"
-    category = "plateau"
-    severity = "high"
+    category = Category.PLATEAU
+    severity = Severity.HIGH
+    follows = frozenset({Category.LOSS_SCALE_COLLAPSE})
+    guidance = Guidance(
+        fix="Check label masking and padding (all labels ignored gives a loss of exactly 0), the loss reduction, and "
+            "that gradients reach the weights; with fp16, check for skipped steps.",
+        impact="A non-zero loss that decreases; gradients flow.",
+        verify="Print the number of non-ignored labels in one batch and the loss of that batch.")
 
-    @dataclass
-    class Params:
+    class Params(Thresholds):
         min_run: int = 3
 
     def check(self, ctx: Context) -> list[Hit]:
@@ -239,11 +255,16 @@ class ExplodingGradients(Rule):
 
     id = "TA204"
     name = "exploding-gradients"
-    category = "grad_explosion"
-    severity = "high"
+    category = Category.GRAD_EXPLOSION
+    severity = Severity.HIGH
+    explains = frozenset({Category.DIVERGENCE, Category.LOSS_SPIKE, Category.NAN_INF})
+    guidance = Guidance(
+        fix="Clip the gradient norm (near its healthy value), lower the learning rate; for RNNs use LSTM/GRU or "
+            "orthogonal init.",
+        impact="Grad norm stays in its early range; the loss no longer blows up.",
+        verify="Log grad norm and check its growth factor stays below 10x.")
 
-    @dataclass
-    class Params:
+    class Params(Thresholds):
         factor: float = 10.0
         frac_high: float = 0.2
         min_points: int = 10
@@ -296,11 +317,16 @@ class VanishingGradients(Rule):
 
     id = "TA205"
     name = "vanishing-gradients"
-    category = "grad_vanishing"
-    severity = "high"
+    category = Category.GRAD_VANISHING
+    severity = Severity.HIGH
+    explains = frozenset({Category.PLATEAU})
+    guidance = Guidance(
+        fix="Use ReLU/GELU, residual connections and normalisation layers; He/Xavier init.",
+        impact="Early layers receive gradients; the loss decreases.",
+        verify="Log per-layer grad norms and check the smallest is within 1e-3 of the largest.")
+    needs_more_data = ("per-layer gradient norms",)
 
-    @dataclass
-    class Params:
+    class Params(Thresholds):
         abs_min: float = 1e-7
         layer_ratio: float = 1e-3
         decay: float = 1e3
@@ -372,11 +398,16 @@ class LearningRateJump(Rule):
 
     id = "TA206"
     name = "lr-jump"
-    category = "divergence"
-    severity = "low"
+    category = Category.DIVERGENCE
+    severity = Severity.LOW
+    role = Role.PRECURSOR
+    guidance = Guidance(
+        fix="Restore the intended learning-rate schedule: check the scheduler state on resume, its milestones and "
+            "units (steps vs epochs), and any lr override in the launch config.",
+        impact="The lr follows its schedule and the symptom after the jump does not occur.",
+        verify="Log the learning rate every step and check there is no jump outside warm-up.")
 
-    @dataclass
-    class Params:
+    class Params(Thresholds):
         factor: float = 3.0
         increment_ratio: float = 10.0
         min_history: int = 3
@@ -399,7 +430,7 @@ class LearningRateJump(Rule):
                 continue
             msg = f"{lr.name} jumps {x[i] / x[i - 1]:.3g}x at step {int(lr.steps[i])}: {x[i - 1]:.4g} -> {x[i]:.4g}"
             h = self.hit(msg, 0.9, metric=lr.name, first_bad_step=int(lr.steps[i]), last_step=int(lr.steps[i]),
-                         precursor=True)
+                         cause=f"likely cause: {msg}")
             h.point("before", lr, i - 1, f"{lr.name} before the jump")
             h.point("after", lr, i, f"{lr.name} after the jump")
             h.calc("jump", "lr ratio after/before the jump", "{after} / {before}", unit="x")
@@ -423,11 +454,16 @@ class LearningRateZero(Rule):
 
     id = "TA207"
     name = "lr-zero"
-    category = "plateau"
-    severity = "high"
+    category = Category.PLATEAU
+    severity = Severity.HIGH
+    explains = frozenset({Category.PLATEAU})
+    guidance = Guidance(
+        fix="Fix the learning-rate schedule: the lr is 0, so nothing trains (warm-up longer than the run, min/max lr "
+            "swapped, a per-epoch schedule stepped per batch, param groups).",
+        impact="The lr is positive after warm-up and the loss decreases.",
+        verify="Print the optimizer's param_groups[*]['lr'] after a few steps: it must be > 0.")
 
-    @dataclass
-    class Params:
+    class Params(Thresholds):
         zero_frac: float = 0.5
         min_points: int = 5
 
@@ -451,5 +487,3 @@ class LearningRateZero(Rule):
         return [h]
 
 
-RULES = [Divergence, NotLearning, ZeroLossOrGrad, ExplodingGradients, VanishingGradients, LearningRateJump,
-         LearningRateZero]

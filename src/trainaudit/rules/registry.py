@@ -6,15 +6,22 @@ Ids are stable (``TA1xx`` numerics, ``TA2xx`` optimisation, ``TA3xx`` generalisa
 
 from __future__ import annotations
 
-from trainaudit.rules import generalisation, numerics, optimisation, resources
-from trainaudit.rules.base import Rule
+from trainaudit.rules import gate, generalisation, monitor, numerics, optimisation, resources
+from trainaudit.rules.base import Rule, Scope
 
-RULE_CLASSES: list[type[Rule]] = [*numerics.RULES, *optimisation.RULES, *generalisation.RULES, *resources.RULES]
-_BY_ID: dict[str, type[Rule]] = {cls.id: cls for cls in RULE_CLASSES}
-assert len(_BY_ID) == len(RULE_CLASSES), "duplicate rule id"
+# Every rule class registers itself when its family module is defined (imported above); the
+# registry orders them by id.
+ALL_RULES: list[type[Rule]] = sorted(Rule.registered, key=lambda c: (c.id[:2] != "TA", c.id))
+_BY_ID: dict[str, type[Rule]] = {cls.id: cls for cls in ALL_RULES}
+assert len(_BY_ID) == len(ALL_RULES), "duplicate rule id"
+assert {gate.__name__, generalisation.__name__, monitor.__name__, numerics.__name__, optimisation.__name__,
+        resources.__name__} <= {c.__module__ for c in ALL_RULES}, "a family module without rules"
+# the rules that check a Run (diagnose, watch, the monitor's online rules)
+RULE_CLASSES: list[type[Rule]] = [c for c in ALL_RULES if c.scope is Scope.RUN]
 
 FAMILIES: dict[str, str] = {"TA1": "numerics", "TA2": "optimisation", "TA3": "generalisation",
-                            "TA4": "resources and infrastructure"}
+                            "TA4": "resources and infrastructure", "TA8": "golden-value gate and run comparison",
+                            "MON": "live monitor"}
 
 
 def rule_class(ident: str) -> type[Rule] | None:
@@ -22,4 +29,4 @@ def rule_class(ident: str) -> type[Rule] | None:
     key = ident.strip()
     if key.upper() in _BY_ID:
         return _BY_ID[key.upper()]
-    return next((c for c in RULE_CLASSES if c.name == key.lower()), None)
+    return next((c for c in ALL_RULES if c.name == key.lower()), None)

@@ -5,15 +5,27 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from trainaudit.model import Event, EventKind, Series
-from trainaudit.rules.base import Context, Hit, Rule
+from trainaudit.answer.schema import Category, Severity
+from trainaudit.rules.base import Guidance, Thresholds, Context, Hit, Rule
 from trainaudit.rules.numerics import MIN_SCALE_RE
 from trainaudit.series.stats import change_point, downsample, first_sustained, rolling_median, trend_slope
+
+OOM_GUIDANCE = Guidance(
+    fix="If reserved-but-unallocated memory is large set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True; otherwise "
+        "reduce the micro-batch (keep the global batch with gradient accumulation), use activation checkpointing, "
+        "ZeRO/FSDP sharding or bf16.",
+    impact="Peak memory below the GPU capacity; the run passes the step where it died.",
+    verify="Re-run with torch.cuda.max_memory_allocated() logged and check the headroom at the failing step.")
+DISTRIBUTED_GUIDANCE = Guidance(
+    fix="Fix the root rank's own failure first; for a genuine hang set NCCL_DEBUG=INFO and "
+        "TORCH_NCCL_ASYNC_ERROR_HANDLING=1, check the network, and dump stacks of the stuck rank.",
+    impact="All ranks reach the end of training.",
+    verify="Re-run and check every rank logs the completion marker; no watchdog timeout.")
 
 _UNITS = {"b": 1 / 2 ** 30, "kib": 1 / 2 ** 20, "kb": 1 / 2 ** 20, "mib": 1 / 1024, "mb": 1 / 1024, "gib": 1.0,
           "gb": 1.0, "tib": 1024.0, "tb": 1024.0}
@@ -67,11 +79,11 @@ class CudaOOM(Rule):
 
     id = "TA401"
     name = "cuda-oom"
-    category = "oom"
-    severity = "critical"
+    category = Category.OOM
+    severity = Severity.CRITICAL
+    guidance = OOM_GUIDANCE
 
-    @dataclass
-    class Params:
+    class Params(Thresholds):
         frag_frac: float = 0.1
 
     def check(self, ctx: Context) -> list[Hit]:
@@ -120,11 +132,11 @@ class HostOOM(Rule):
 
     id = "TA402"
     name = "host-oom"
-    category = "oom"
-    severity = "critical"
+    category = Category.OOM
+    severity = Severity.CRITICAL
+    guidance = OOM_GUIDANCE
 
-    @dataclass
-    class Params:
+    class Params(Thresholds):
         pass
 
     def check(self, ctx: Context) -> list[Hit]:
@@ -167,11 +179,14 @@ class MemoryGrowth(Rule):
 
     id = "TA403"
     name = "memory-growth"
-    category = "memory_growth"
-    severity = "medium"
+    category = Category.MEMORY_GROWTH
+    severity = Severity.MEDIUM
+    guidance = Guidance(
+        fix="Find the leak: accumulate loss.item() not the tensor, detach what you keep, clear caches.",
+        impact="Flat memory after warm-up; no OOM later in the run.",
+        verify="Log allocated memory every N steps and check the slope is about 0 after warm-up.")
 
-    @dataclass
-    class Params:
+    class Params(Thresholds):
         growth: float = 0.1
         monotone: float = 0.8
         min_points: int = 10
@@ -249,11 +264,11 @@ class CollectiveFailure(Rule):
 
     id = "TA404"
     name = "collective-failure"
-    category = "distributed_failure"
-    severity = "critical"
+    category = Category.DISTRIBUTED_FAILURE
+    severity = Severity.CRITICAL
+    guidance = DISTRIBUTED_GUIDANCE
 
-    @dataclass
-    class Params:
+    class Params(Thresholds):
         pass
 
     def check(self, ctx: Context) -> list[Hit]:
@@ -275,7 +290,8 @@ class CollectiveFailure(Rule):
         if root is not None:
             msg += f"; rank {root} failed first ({why})"
         h = self.hit(msg, 0.9, first_bad_step=ctx.step_of(e), last_step=ctx.step_of(evs[-1]), fatal=True,
-                     data={"root_rank": root, "ranks": ranks, "silent_ranks": silent})
+                     data={"root_rank": root, "ranks": ranks, "silent_ranks": silent},
+                     needs=[] if root is not None else ["the logs of every rank (to see which rank failed first)"])
         h.ev("first", e, "first collective / distributed failure")
         if root_ev is not None and root_ev is not e:
             h.ev("root", root_ev, f"the root rank's own failure (rank {root})")
@@ -300,11 +316,13 @@ class IncompleteRun(Rule):
 
     id = "TA405"
     name = "incomplete-run"
-    category = "distributed_failure"
-    severity = "low"
+    category = Category.DISTRIBUTED_FAILURE
+    severity = Severity.LOW
+    end_of_run = True  # every live run "stops without a completion marker"
+    guidance = DISTRIBUTED_GUIDANCE
+    needs_more_data = ("the end of the log and the scheduler's job record (time limit, preemption)",)
 
-    @dataclass
-    class Params:
+    class Params(Thresholds):
         min_points: int = 50
         done_frac: float = 0.9
 
@@ -377,11 +395,15 @@ class ThroughputRegression(Rule):
 
     id = "TA406"
     name = "throughput-regression"
-    category = "throughput_regression"
-    severity = "medium"
+    category = Category.THROUGHPUT_REGRESSION
+    severity = Severity.MEDIUM
+    guidance = Guidance(
+        fix="Compare nodes and GPUs around the step where it slowed (clocks, thermals, dmesg, other processes), the "
+            "data source, and any checkpoint or eval activity starting there.",
+        impact="Step time back to its level before the change.",
+        verify="Re-run and compare the median step time before and after the same step.")
 
-    @dataclass
-    class Params:
+    class Params(Thresholds):
         ratio: float = 1.2
         warmup_frac: float = 0.05
         consistency: float = 0.7
@@ -486,11 +508,15 @@ class StragglerRank(Rule):
 
     id = "TA407"
     name = "straggler-rank"
-    category = "throughput_regression"
-    severity = "medium"
+    category = Category.THROUGHPUT_REGRESSION
+    severity = Severity.MEDIUM
+    guidance = Guidance(
+        fix="Look at the slow rank's node: GPU clocks and thermals, PCIe/NVLink errors, other processes, its data "
+            "shard; drain it if it stays slow.",
+        impact="Every rank takes about the same time per step.",
+        verify="Re-run and compare per-rank step times.")
 
-    @dataclass
-    class Params:
+    class Params(Thresholds):
         ratio: float = 1.2
         min_points: int = 10
         min_delta_s: float = 0.002
@@ -573,11 +599,15 @@ class DataLoaderStall(Rule):
 
     id = "TA408"
     name = "data-loader-stall"
-    category = "data_pipeline"
-    severity = "low"
+    category = Category.DATA_PIPELINE
+    severity = Severity.LOW
+    guidance = Guidance(
+        fix="Increase DataLoader num_workers, enable pin_memory and persistent_workers, prefetch, or "
+            "preprocess/cache the data on fast storage.",
+        impact="No periodic slow steps; higher throughput.",
+        verify="Log step time and data-wait time; the periodic slow steps disappear.")
 
-    @dataclass
-    class Params:
+    class Params(Thresholds):
         slow_factor: float = 3.0
         min_frac: float = 0.05
         max_frac: float = 0.5
@@ -633,11 +663,14 @@ class HardwareFault(Rule):
 
     id = "TA409"
     name = "hardware-fault"
-    category = "hardware_fault"
-    severity = "critical"
+    category = Category.HARDWARE_FAULT
+    severity = Severity.CRITICAL
+    guidance = Guidance(
+        fix="Drain the node and report the Xid/ECC error; resume from the last checkpoint on healthy hardware.",
+        impact="The run proceeds without the fault on other hardware.",
+        verify="Check dmesg / nvidia-smi -q on the node; the re-run on other nodes passes the failing step.")
 
-    @dataclass
-    class Params:
+    class Params(Thresholds):
         pass
 
     def check(self, ctx: Context) -> list[Hit]:
@@ -683,11 +716,15 @@ class Crash(Rule):
 
     id = "TA410"
     name = "crash"
-    category = "crash"
-    severity = "critical"
+    category = Category.CRASH
+    severity = Severity.CRITICAL
+    guidance = Guidance(
+        fix="Fix the exception at the deepest user-code frame; for signals, check CUDA/NCCL/driver versions and run "
+            "with CUDA_LAUNCH_BLOCKING=1 and faulthandler enabled.",
+        impact="The run passes the step where it crashed.",
+        verify="Re-run to the same step; no traceback.")
 
-    @dataclass
-    class Params:
+    class Params(Thresholds):
         pass
 
     def check(self, ctx: Context) -> list[Hit]:
@@ -701,10 +738,9 @@ class Crash(Rule):
         if frames:
             msg += f" (in user code at {frames[-1]})"
         h = self.hit(msg, 0.85, first_bad_step=ctx.step_of(e), last_step=ctx.step_of(e), fatal=True,
-                     data={"user_frames": frames[-5:], "rank": e.rank, "exception": e.data.get("exception")})
+                     data={"user_frames": frames[-5:], "rank": e.rank, "exception": e.data.get("exception")},
+                     needs=[] if frames else ["the full stderr with the Python traceback"])
         h.ev("exc", e, "last exception" if tbs else "fatal signal")
         return [h]
 
 
-RULES = [CudaOOM, HostOOM, MemoryGrowth, CollectiveFailure, IncompleteRun, ThroughputRegression, StragglerRank,
-         DataLoaderStall, HardwareFault, Crash]

@@ -1,0 +1,127 @@
+"""TA8xx: what the golden-value gate and a run-vs-run comparison report. Their findings come from
+the comparison (``trainaudit compare`` / ``audit``), not from checking one run, so these rules
+declare what a finding means and what to do about it; :mod:`trainaudit.compare` reports them."""
+
+from __future__ import annotations
+
+from trainaudit.answer.schema import Category, Severity
+from trainaudit.rules.base import Guidance, Rule, Scope
+
+GOLDEN_GUIDANCE = Guidance(
+    fix="Find what changed between the run that produced the golden values and this one (code, container, "
+        "config); refresh the golden values only when the change is intended and its effect understood.",
+    impact="The gate passes against the golden values.",
+    verify="Re-run the test: `trainaudit compare --golden` passes.")
+
+
+class ExactCheck(Rule):
+    """The golden-value gate's exact check failed: a deterministic test's values differ from the
+    golden at one or more steps (Megatron-LM: ``numpy.isclose`` with rtol 0 for deterministic
+    tests; every step must match).
+
+    Why: in a deterministic test any difference means the computation changed: the code, a
+    kernel, the container or the hardware. Differences in the 4th-5th significant digit that the
+    approximate check still accepts point to numerical drift from an environment change.
+
+    Fix: compare against the approximate check; if only the exact check fails, look for an
+    environment change (container, PyTorch, Transformer Engine, NCCL); otherwise for the code
+    change that moved the numbers.
+    """
+
+    id = "TA801"
+    name = "golden-exact-check"
+    category = Category.GOLDEN_MISMATCH
+    severity = Severity.HIGH
+    scope = Scope.GATE
+    guidance = GOLDEN_GUIDANCE
+
+
+class ApproximateCheck(Rule):
+    """The golden-value gate's approximate check failed: more steps than the budget are outside
+    the relative tolerance (Megatron-LM: rtol 0.05 for losses, 0.20 for num-zeros; at most
+    ``min(max(N // 100, 1), 50)`` steps may fail).
+
+    Why: beyond the tolerance the model trains differently, not just with different rounding.
+
+    Fix: find the code or configuration change that moved the metric; check where the deviation
+    starts (a systematic shift from step k, a growing drift, isolated outliers).
+    """
+
+    id = "TA802"
+    name = "golden-approximate-check"
+    category = Category.GOLDEN_MISMATCH
+    severity = Severity.HIGH
+    scope = Scope.GATE
+    guidance = GOLDEN_GUIDANCE
+
+
+class IterationTimeCheck(Rule):
+    """The golden-value gate's iteration-time check failed: the median step time over the
+    steady-state window differs from the golden's by more than the tolerance (Megatron-LM: rtol
+    0.05 over steps 30-45 since 2026-05).
+
+    Why: wall-clock time measures the platform (container, kernels, node, load) as much as the
+    code; a failure here alone says nothing about the training.
+
+    Fix: look for an environment change (container, libraries) or launcher change; if the speed
+    change is expected, refresh the golden's iteration-time; a tolerance tighter than the
+    run-to-run spread of the platform is a gating problem.
+    """
+
+    id = "TA803"
+    name = "golden-iteration-time"
+    category = Category.THROUGHPUT_REGRESSION
+    severity = Severity.MEDIUM
+    scope = Scope.GATE
+    guidance = Guidance(
+        fix="Find the environment or launcher change that moved the step time; refresh the golden's iteration-time "
+            "if the change is intended, or widen a tolerance tighter than the platform's run-to-run spread.",
+        impact="The iteration-time check passes without hiding a real slowdown.",
+        verify="Re-run twice on the same platform and compare both medians with the golden's.")
+
+
+class GateAborted(Rule):
+    """The golden-value gate stopped before comparing: a metric the test checks is missing from
+    the golden file or from the run's values, or a file is malformed (Megatron-LM fails the test
+    before any check, or raises ``MissingTensorboardLogsError``).
+
+    Why: no comparison ran, so the failure says nothing about the numbers; the golden file, the
+    test's METRICS or the run's logging is what broke.
+
+    Fix: compare the test's METRICS with the metrics of the golden and of the run; regenerate a
+    malformed golden; check that the run logged every metric.
+    """
+
+    id = "TA804"
+    name = "golden-gate-aborted"
+    category = Category.GOLDEN_MISMATCH
+    severity = Severity.MEDIUM
+    scope = Scope.GATE
+    guidance = Guidance(
+        fix="Make the test's METRICS, the golden file and the run's logged metrics agree; regenerate a malformed "
+            "golden file.",
+        impact="The gate compares every metric instead of aborting.",
+        verify="Re-run the gate: every check runs.")
+
+
+class RunDivergesFromBaseline(Rule):
+    """Run vs run: a metric of the candidate run leaves the baseline's band (the measured
+    run-to-run noise of the baseline runs, or a relative tolerance) from some step on, or becomes
+    NaN where the baseline is finite.
+
+    Why: beyond the baseline's own noise, the candidate trains differently.
+
+    Fix: find the change between the two runs (code, config, data, environment), e.g. with
+    ``trainaudit audit --good --bad``.
+    """
+
+    id = "TA810"
+    name = "run-vs-baseline"
+    category = Category.DIVERGENCE
+    severity = Severity.HIGH
+    scope = Scope.GATE
+    guidance = Guidance(
+        fix="Find the change between the two runs (code, config, data, environment) with `trainaudit audit --good "
+            "--bad`.",
+        impact="The candidate's metric back inside the baseline band.",
+        verify="Re-run the candidate: the comparison passes.")
