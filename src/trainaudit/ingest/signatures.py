@@ -22,6 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from trainaudit.ingest import catalogue
 from trainaudit.ingest.text import Line
 from trainaudit.model import Event, EventKind
 
@@ -593,6 +594,17 @@ class SignatureScanner:
 
     # -- entry points -----------------------------------------------------------------------------------
     def feed(self, line: Line) -> list[Event]:
+        known = catalogue.match(line.text)
+        out = self._signatures(line)
+        if known is not None and all(e.kind is not known.kind for e in out):
+            data: dict[str, Any] = {"known": known.id, "meaning": known.meaning, "category": known.category,
+                                    "severity": known.severity, "fatal": known.fatal, "source": known.source}
+            if known.signal is not None:
+                data["signal"] = known.signal
+            out.append(self._event(known.kind, _short(line.text), line, data))
+        return out
+
+    def _signatures(self, line: Line) -> list[Event]:
         text = line.text
         # An open traceback only needs the lines of its own rank; other ranks' lines stay gated.
         if line.rank not in self._tb and self._elastic is None and GATE.search(text) is None:

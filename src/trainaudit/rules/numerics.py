@@ -91,10 +91,14 @@ class NonFiniteMetric(Rule):
             e = checks[0]
             first = min((h.first_bad_step for h in hits if h.first_bad_step is not None), default=None)
             if first is None or (e.step is not None and e.step < first):
-                h = self.hit(f"a NaN/Inf check fired: {e.message}", 0.9, metric=None, first_bad_step=e.step,
-                             last_step=e.step)
+                meaning = e.data.get("meaning")
+                h = self.hit(f"a NaN/Inf check fired: {e.message}" + (f" ({meaning})" if meaning else ""), 0.9,
+                             metric=None, first_bad_step=e.step, last_step=e.step)
                 h.ev("check", e, "NaN check message")
                 hits.append(h)
+        stops = [e for e in checks if e.data.get("fatal")]
+        if hits and stops:
+            hits[0].fatal = True  # the framework stopped the run on it
         return hits
 
 

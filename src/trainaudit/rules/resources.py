@@ -11,6 +11,7 @@ import numpy as np
 
 from trainaudit.model import Event, EventKind, Series
 from trainaudit.answer.schema import Category, Severity
+from trainaudit.ingest import catalogue
 from trainaudit.rules.base import Guidance, Thresholds, Context, Hit, Rule
 from trainaudit.rules.numerics import MIN_SCALE_RE
 from trainaudit.series.stats import change_point, downsample, first_sustained, rolling_median, trend_slope
@@ -688,6 +689,11 @@ _FRAME_RE = re.compile(r'File "([^"]+)", line (\d+), in (\S+)')
 _LIB = ("site-packages", "dist-packages", "/lib/python", "<frozen", "/torch/", "\\lib\\")
 
 
+def _is_nan_stop(e: Event) -> bool:
+    known = catalogue.match(e.message)
+    return known is not None and known.category == Category.NAN_INF
+
+
 def user_frames(e: Event) -> list[str]:
     frames: Any = e.data.get("frames")
     out: list[str] = []
@@ -728,11 +734,14 @@ class Crash(Rule):
         pass
 
     def check(self, ctx: Context) -> list[Hit]:
-        tbs = [e for e in ctx.events(EventKind.TRACEBACK) if not MIN_SCALE_RE.search(e.message + " " + e.raw)]
+        # the fp16 scaler giving up and a framework's NaN stop are not crashes: TA104 and TA101 report them
+        tbs = [e for e in ctx.events(EventKind.TRACEBACK) if not MIN_SCALE_RE.search(e.message + " " + e.raw)
+               and not _is_nan_stop(e)]
         sigs = [e for e in ctx.events(EventKind.SIGNAL) if e.data.get("signal") != 9]  # SIGKILL: host OOM (TA402)
-        if not tbs and not sigs:
+        fatal = [e for e in ctx.events(EventKind.ERROR) if e.data.get("fatal")]
+        if not tbs and not sigs and not fatal:
             return []
-        e = tbs[-1] if tbs else sigs[0]
+        e = tbs[-1] if tbs else sigs[0] if sigs else fatal[0]
         frames = user_frames(e) if tbs else []
         msg = f"the run crashed: {e.message}"
         if frames:
@@ -740,7 +749,7 @@ class Crash(Rule):
         h = self.hit(msg, 0.85, first_bad_step=ctx.step_of(e), last_step=ctx.step_of(e), fatal=True,
                      data={"user_frames": frames[-5:], "rank": e.rank, "exception": e.data.get("exception")},
                      needs=[] if frames else ["the full stderr with the Python traceback"])
-        h.ev("exc", e, "last exception" if tbs else "fatal signal")
+        h.ev("exc", e, "last exception" if tbs else "fatal signal" if sigs else "fatal error")
         return [h]
 
 

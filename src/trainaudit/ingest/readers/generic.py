@@ -292,23 +292,3 @@ def kv_line(text: str) -> tuple[str, int, list[tuple[str, float]]] | None:
         return None
     others = [(k, v) for k, v in pairs if k.lower() != found[0]]
     return (found[0], found[1], others) if others else None
-
-
-class KeyValueReader(LineReader):
-    name = "kv"
-    kind = SourceKind.LOG
-    description = "text lines of 'key=value' / 'key: value' / 'key value, ...' pairs with a step-like key"
-
-    def sniff(self, sample: Sample) -> float:
-        n = sum(1 for ln in sample.lines if kv_line(ln) is not None)
-        if n == 0:
-            return 0.0
-        return 0.3 if n >= 2 or len(sample.lines) <= 3 else 0.2
-
-    def feed(self, line: Line, sink: Sink, state: dict) -> None:
-        found = kv_line(line.text)
-        if found is None:
-            return
-        _key, step, pairs = found
-        for k, v in pairs:
-            sink.add(k, step, v, line.no, line.rank)
