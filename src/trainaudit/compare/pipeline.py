@@ -48,7 +48,7 @@ def gate_golden(golden_path: str, actual_paths: list[str], *, model_config: str 
         raise UsageError("compare --golden GOLDEN needs the ACTUAL run as input")
     if not Path(golden_path).exists():
         raise InputError(f"{golden_path}: no such file")
-    golden = load_golden(golden_path)
+    golden = load_golden(golden_path, strict=True)
     cfg = load_model_config(model_config) if model_config else ModelConfig()
     nondet = cfg.nondeterministic if deterministic is None else not deterministic
     pipe = pipeline or ("resume" if cfg.is_resume else "regular")
