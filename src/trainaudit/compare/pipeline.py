@@ -42,7 +42,8 @@ def gate_golden(golden_path: str, actual_paths: list[str], *, model_config: str 
                 deterministic: bool | None = None, pipeline: str | None = None, train_iters: int | None = None,
                 policy: str = "megatron", fmt: str | None = None) -> GoldenGate:
     """Load the golden file, the actual run and the model config, and run the gate. Unreadable
-    inputs raise :class:`InputError`."""
+    inputs raise :class:`InputError`; a comparison Megatron's comparator itself cannot carry out
+    is returned as ``gate.abort_kind == "comparator_error"``."""
     pol = policy_for(policy)
     if not actual_paths:
         raise UsageError("compare --golden GOLDEN needs the ACTUAL run as input")
@@ -64,6 +65,8 @@ def answer_golden(run: GoldenGate, *, deterministic: bool | None = None, ci_logs
                   ) -> tuple[Answer, list[PlotSpec], bool]:
     """Explain, decide and build the answer for a gate run of :func:`gate_golden`."""
     gate, cfg, actual, nondet = run.gate, run.config, run.actual, run.nondeterministic
+    if gate.abort_kind == "comparator_error":
+        raise InputError(f"{run.golden.path}: {gate.abort}")
     devs = explain_checks(gate)
     decision = decide(gate, devs, run=actual.run, nan_metrics=actual.nan_metrics)
     reports: list[CiGateReport] = [read_ci_log(p) for p in (ci_logs or [])]
