@@ -114,8 +114,17 @@ _IGNORED_KEYS = frozenset({
 # a key naming an index that qualifies the pairs after it on the line ("Layer 1: mean |grad| = ...")
 _QUALIFIERS = frozenset({"layer", "block", "head", "stage", "level", "module", "group"})
 MAX_KEY_WORDS = 4
+# tqdm prints "s/it" once an iteration takes longer than a second: one series, in iterations/s
+_INVERSE_SPEED = {"s/it": "it/s", "sec/it": "it/s", "s/iter": "iter/s", "sec/iter": "iter/s"}
+
+
+def speed_pair(unit: str, v: float) -> Pair:
+    inv = _INVERSE_SPEED.get(unit.lower())
+    if inv is not None:
+        return Pair(inv, 1.0 / v if v else math.inf, inv)
+    return Pair(unit, v, unit)
 # what a metric name without ':' or '=' before its value contains
-_METRIC_PARTS = ("loss", "acc", "lr", "ppl", "perplex", "norm", "time", "err", "score", "bleu", "f1", "map", "auc",
+_METRIC_PARTS = ("loss", "acc", "data", "lr", "ppl", "perplex", "norm", "time", "err", "score", "bleu", "f1", "map", "auc",
                  "reward", "kl", "entropy", "grad", "token", "tps", "wps", "mfu", "mem", "prec", "recall", "iou",
                  "psnr", "ssim", "dice", "cost", "xent", "nll", "ce", "speed", "throughput", "scale", "rate", "value")
 
@@ -190,16 +199,28 @@ def parse_line(text: str) -> Parsed:
     i = 0
     row_words: list[str] = []
     leading: list[float] = []  # bare numbers before the first pair
+    head = body[:body.find(":")] if ":" in body else ""
+    topic_mem = bool(head) and ("memory" in head.lower() or head.lower().startswith("mem "))
     has_number = False
     while i < n:
         kind, val, unit = toks[i]
         i += 1
         if kind == "space":
             continue
+        if kind == "clock" and assign and words and any(w.lower() in _DURATION_WORDS for w in words):
+            # "time delta: 0:00:01.074783", "took: 1:02": a duration, in seconds
+            secs = _seconds(val)
+            if secs is not None:
+                last = Pair(qualifier + _clean_key(words), secs, "s")
+                out.pairs.append(last)
+                words, assign = [], False
+                continue
         if kind in ("date", "clock", "ver"):
             words, assign, last, slash_pending = [], False, None, False
             row_words.append(val)
             continue
+        if kind == "str" and not _next_is(toks, i, ":=") and number(val[1:-1]) is not None:
+            kind, val = "num", val[1:-1]  # 'loss': '24.061707', "grad_norm": "nan"
         if kind == "word" or (kind == "str" and _next_is(toks, i, ":=")):
             w = val.strip("'\"")
             row_words.append(w)
@@ -230,8 +251,7 @@ def parse_line(text: str) -> Parsed:
                 continue
             if depth_after_value:
                 if unit.lower() in SPEED_UNITS or _next_word(toks, i).lower() in SPEED_UNITS:
-                    u = unit or _next_word(toks, i)
-                    out.pairs.append(Pair(u, v, u))
+                    out.pairs.append(speed_pair(unit or _next_word(toks, i), v))
                 continue
             if words and words[-1] == "#":
                 words = []  # "#0": an index, not a value
@@ -246,7 +266,9 @@ def parse_line(text: str) -> Parsed:
                     qualifier = f"{key} {int(v)} "
                     words, assign, last = [], False, None
                     continue
-                if low in _IGNORED_KEYS or low.split(" ")[-1] in _IGNORED_KEYS:
+                if low in _IGNORED_KEYS or low.split(" ")[-1] in _IGNORED_KEYS or \
+                        (_next_is(toks, i, ":") and v == int(v) and counter_rank(key) is None and not unit):
+                    # an identifier ("GPU:0:", "rank 3:"), not a value
                     words, assign, last = [], False, None
                     continue
                 last = Pair(qualifier + key, v, unit)
@@ -258,7 +280,7 @@ def parse_line(text: str) -> Parsed:
                 continue
             u = unit or _next_word(toks, i)
             if u.lower() in SPEED_UNITS:
-                last = Pair(u, v, u)
+                last = speed_pair(u, v)
                 out.pairs.append(last)
                 continue
             if _next_is(toks, i, "/") and math.isfinite(v) and v == int(v) and v >= 0:
@@ -309,12 +331,31 @@ def parse_line(text: str) -> Parsed:
         words, assign, last = [], False, None
     if not has_number and len(row_words) >= 2:
         out.words = row_words
+    if out.pairs and topic_mem:
+        # "Memory info of GPU:0: current: 0.18, peak: 2.55": the keys are memory figures
+        out.pairs = [p if "mem" in p.key.lower() or counter_rank(p.key) is not None else
+                     Pair(f"mem {p.key}", p.value, p.unit, p.total) for p in out.pairs]
     if out.pairs and out.bare and leading and all(math.isfinite(b) and b == int(b) and b >= 0 for b in leading):
         # "40 | loss 6.69 | lr 3e-4", "[  0]     240 || B: 4.553": integers before the first key count steps
         names = ["epoch", "step"] if len(leading) == 2 else ["step"] if len(leading) == 1 else []
         out.pairs[:0] = [Pair(k, v) for k, v in zip(names, leading)]
         out.bare = out.bare[len(leading):] if names else out.bare
     return out
+
+
+_DURATION_WORDS = frozenset({"delta", "elapsed", "duration", "took", "epoch_time", "iter_time", "step_time"})
+
+
+def _seconds(clock: str) -> float | None:
+    """``h:mm:ss.f`` / ``m:ss`` as seconds."""
+    try:
+        parts = [float(x) for x in clock.replace(",", ".").split(":")]
+    except ValueError:
+        return None
+    secs = 0.0
+    for x in parts:
+        secs = secs * 60 + x
+    return secs
 
 
 def _next_is(toks: list[tuple[str, str, str]], i: int, chars: str) -> bool:
@@ -384,6 +425,13 @@ def record_of(text: str, no: int, rank: int | None, table: Table) -> Record | No
     metrics: dict[str, float] = {}
     counters: dict[str, float] = {}
     totals: dict[str, float] = {}
+    if len(p.pairs) == 1 and p.bare and table.header and len(table.header) == 1 + len(p.bare):
+        # a labelled row under a header ("free -g": "Mem:  65  1  19  0  44  63")
+        label = p.pairs[0].key
+        p.bare = [p.pairs[0].value, *p.bare]
+        p.pairs = []
+        for name, v in zip(table.header, p.bare):
+            metrics[f"{label} {name}"] = v
     m = _TQDM_RE.search(text)
     if m and ("it/s" in text or "s/it" in text or "%|" in text):
         counters["progress"] = float(m.group(1))
@@ -395,8 +443,14 @@ def record_of(text: str, no: int, rank: int | None, table: Table) -> Record | No
                 totals[pr.key.lower()] = pr.total
             continue
         metrics[pr.key] = pr.value
-    if not p.pairs and len(p.bare) >= 2:
-        names = table.names(len(p.bare))
+    if not p.pairs and len(p.bare) >= 2 and not metrics:
+        if table.header and len(table.header) == len(p.bare):
+            names = table.header
+        elif math.isfinite(p.bare[0]) and p.bare[0] == int(p.bare[0]) and p.bare[0] >= 0:
+            # a headerless row led by an integer: "76930 2.6496577" is a step and its value(s)
+            names = ["step", *(["value"] if len(p.bare) == 2 else [f"col{k}" for k in range(2, len(p.bare) + 1)])]
+        else:
+            names = table.names(len(p.bare))
         for name, v in zip(names, p.bare):
             if counter_rank(name) is not None and math.isfinite(v):
                 counters[name.lower()] = v
@@ -413,6 +467,7 @@ def record_of(text: str, no: int, rank: int | None, table: Table) -> Record | No
 class _Step:
     key: str | None  # the counter the step comes from (None: the record's index)
     integral: bool
+    swap_total: bool = False  # the counter's "N/M" total is the step (wenet's "Batch epoch/batch")
 
 
 class Extractor:
@@ -471,6 +526,7 @@ class Extractor:
         for r in records:
             for k, v in r.counters.items():
                 seen.setdefault(k, []).append(v)
+        moving = {k: _moving(v) for k, v in seen.items()}
         for k, vals in seen.items():
             rank = counter_rank(k)
             rank = 9 if k == "progress" else rank
@@ -479,18 +535,31 @@ class Extractor:
             cover = sum(1 for r in with_metrics if k in r.counters) / len(with_metrics)
             if cover < 0.25 and len(seen) > 1:
                 continue
-            cand = (rank, -cover, k)
+            # a counter that stays put while another one moves on every line is not the step
+            # ("iter 1152 step 144": gradient accumulation; the iteration is what each line is)
+            stuck = moving[k] < 0.5 and any(m >= 0.9 and counter_rank(o) is not None and (counter_rank(o) or 9) < 6
+                                             for o, m in moving.items() if o != k)
+            cand = (int(stuck), rank, -cover, k)
             if best is None or cand < best:
                 best = cand
         if best is None:
             return _Step(None, True)
-        k = best[2]
+        k = best[3]
         vals = seen[k]
+        totals = [r.totals[k] for r in records if k in r.totals]
+        if len(set(vals)) == 1 and len(totals) >= 3 and len(set(totals)) > 1:
+            # "Batch 0/4000", "Batch 0/4100": the number after the slash is the one that counts
+            for r in records:
+                if k in r.totals:
+                    r.counters[k] = r.totals[k]
+            return _Step(k, all(t == int(t) for t in totals), swap_total=True)
         return _Step(k, all(v == int(v) for v in vals))
 
     def _place(self, rec: Record) -> tuple[int, Record] | None:
         assert self.step is not None
         key = self.step.key
+        if self.step.swap_total and key is not None and key in rec.totals:
+            rec.counters[key] = rec.totals[key]
         for k, v in rec.counters.items():
             if k != key and counter_rank(k) is not None and counter_rank(k) >= 6:
                 self.outer[k] = v  # epoch: the counter around the step
@@ -542,6 +611,13 @@ class Extractor:
                 parts.append(f"{k} {_fmt(v)}")
         if parts:
             self.texts[step] = ", ".join(parts)
+
+
+def _moving(vals: list[float]) -> float:
+    """The share of consecutive values that change."""
+    if len(vals) < 2:
+        return 1.0
+    return sum(1 for a, b in zip(vals, vals[1:]) if a != b) / (len(vals) - 1)
 
 
 def _fmt(v: float) -> str:

@@ -106,7 +106,10 @@ class DeepSpeedReader(LineReader):
         with inp.open() as stream:
             for line in iter_lines(stream):
                 if not self._engine(line, sink, state) and delegate is not None:
+                    before = sink.last_step
                     delegate.feed(line, sink, dstate)
+                    if sink.last_step is not None and sink.last_step != before:
+                        self._anchor(state, sink.last_step)  # overflows count from the framework's own step
                 for ev in scanner.feed(line):
                     sink.event(ev)
         for ev in scanner.finish():
@@ -219,11 +222,11 @@ class DeepSpeedReader(LineReader):
     def _overflow(self, line: Line, sink: Sink, state: dict, data: dict, new: float | None,
                   bar_step: int | None = None) -> None:
         state["overflows"] += 1
-        if state["anchor"] is not None:
+        if bar_step is not None:  # the progress bar on the same line says where the run is
+            step = bar_step
+        elif state["anchor"] is not None:
             state["since"] += 1
             step = state["anchor"] + state["since"]
-        elif bar_step is not None:
-            step = bar_step
         else:
             step = state["overflows"]
         data["step_estimated"] = True
