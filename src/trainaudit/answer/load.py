@@ -9,7 +9,8 @@ from pydantic import ValidationError
 
 from trainaudit.answer.paths import display_path
 from trainaudit.answer.schema import Answer
-from trainaudit.errors import InputError, read_text
+from trainaudit.errors import InputError
+from trainaudit.safeio import read_text
 
 
 def load_answer(path: Path) -> Answer:

@@ -10,7 +10,8 @@ from typing import Any
 
 import yaml
 
-from trainaudit.errors import InputError, read_text
+from trainaudit.errors import InputError
+from trainaudit.safeio import read_text
 
 DEFAULT_METRICS: tuple[str, ...] = ("lm loss", "num-zeros")
 # run_ci_test.sh passes --allow-nondeterministic-algo when either of these is "1" (typo upstream).

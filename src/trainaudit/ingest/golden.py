@@ -17,7 +17,8 @@ import math
 import re
 from dataclasses import dataclass, field
 
-from trainaudit.errors import InputError, read_text
+from trainaudit.errors import InputError
+from trainaudit.safeio import read_text
 
 Raw = float | int | str
 _STEP_KEY = re.compile(r'"(-?\d+)"\s*:')
