@@ -4,7 +4,10 @@ a single command do not pay for importing every other command.
 
 Exit codes: 0 analysis completed / check passed / healthy, 1 a problem was found or a check failed
 (with ``--fail-on``, a finding at or above that severity), 2 usage error or unreadable input (one
-line on stderr, never a traceback). An internal error (a bug) also exits 2 with one line.
+line on stderr, never a traceback). Input never causes another code: the readers bound what they
+read (``trainaudit.safeio``), and the errors that only input can cause in the standard library
+(nesting past the recursion limit, memory) are input errors too. An internal error (a bug) exits 3
+with one line.
 """
 
 from __future__ import annotations
@@ -83,6 +86,9 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(2)
     except KeyboardInterrupt:
         sys.exit(130)
+    except (RecursionError, MemoryError) as exc:
+        click.echo(f"trainaudit: error: input too deeply nested or too large ({type(exc).__name__})", err=True)
+        sys.exit(2)
     except Exception as exc:  # a bug, not bad input: still one line unless asked for the traceback
         if os.environ.get("TRAINAUDIT_DEBUG"):
             raise

@@ -272,16 +272,16 @@ def _depth_ok(data: Any, limit: int) -> bool:
     return True
 
 
-def load_json(text: str | bytes, where: str) -> Any:
+def load_json(text: str | bytes, where: str, *, invalid: str = "not valid JSON") -> Any:
     """``json.loads`` with nesting and number size bounded; errors are one-line input errors."""
     try:
         data = json.loads(text, parse_int=_bounded_int)
     except json.JSONDecodeError as exc:
-        raise InputError(f"{where}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
+        raise InputError(f"{where}: {invalid} ({exc.msg} at line {exc.lineno})") from None
     except RecursionError:
         raise InputError(f"{where}: JSON nested too deeply") from None
     except (ValueError, UnicodeDecodeError) as exc:
-        raise InputError(f"{where}: not valid JSON ({str(exc).splitlines()[0][:200]})") from None
+        raise InputError(f"{where}: {invalid} ({str(exc).splitlines()[0][:200]})") from None
     if not _depth_ok(data, LIMITS.json_depth):
         raise InputError(f"{where}: JSON nested more than {LIMITS.json_depth} levels deep")
     return data

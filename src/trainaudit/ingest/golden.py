@@ -18,7 +18,7 @@ import re
 from dataclasses import dataclass, field
 
 from trainaudit.errors import InputError
-from trainaudit.safeio import read_text
+from trainaudit.safeio import load_json, read_text
 
 Raw = float | int | str
 _STEP_KEY = re.compile(r'"(-?\d+)"\s*:')
@@ -73,10 +73,7 @@ def load_golden(path: str, text: str | None = None) -> GoldenFile:
     """Parse a golden/actual-values file; ``path`` is the display path used in error messages."""
     if text is None:
         text = read_text(path)
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise InputError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
+    data = load_json(text, path)
     if not isinstance(data, dict) or not data:
         raise InputError(f"{path}: not a golden-values file (expected a JSON object of metrics)")
     metrics: dict[str, GoldenMetric] = {}
