@@ -15,11 +15,13 @@ from __future__ import annotations
 import importlib
 import os
 import sys
+from typing import Any, TextIO
 
 import click
 
 from trainaudit import __version__
 from trainaudit.errors import InputError
+from trainaudit.redact import terminal_text
 
 # command name -> (module, one-line help shown by ``trainaudit --help`` without importing it)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -70,7 +72,31 @@ def app() -> None:
     """
 
 
+class _Sanitised:
+    """stdout/stderr for text that may carry input: other escapes than colours (SGR, which rich
+    writes itself) and control characters are dropped, secrets masked (``redact``)."""
+
+    def __init__(self, inner: TextIO) -> None:
+        self._inner = inner
+
+    def write(self, text: str) -> int:
+        self._inner.write(terminal_text(text))
+        return len(text)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
 def main(argv: list[str] | None = None) -> None:
+    out, err = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = _Sanitised(out), _Sanitised(err)  # type: ignore[assignment]
+    try:
+        _main(argv)
+    finally:
+        sys.stdout, sys.stderr = out, err
+
+
+def _main(argv: list[str] | None) -> None:
     try:
         rv = app.main(args=argv, prog_name="trainaudit", standalone_mode=False)
     except InputError as exc:

@@ -78,6 +78,21 @@ def strip_controls(text: str) -> str:
     return text if text.isprintable() else _CONTROLS.sub("", text)
 
 
+_SGR = re.compile(r"\x1b\[[0-9;:]{0,64}+m")
+
+
+def terminal_text(text: str) -> str:
+    """Text for a terminal: colours (SGR) kept, every other control stripped, secrets masked."""
+    if "\x1b[" not in text:
+        return mask_secrets(text)
+    pieces = _SGR.split(text)
+    colours = _SGR.findall(text)
+    out = [mask_secrets(pieces[0])]
+    for colour, piece in zip(colours, pieces[1:]):
+        out += [colour, mask_secrets(piece)]
+    return "".join(out)
+
+
 def mask_secrets(text: str) -> str:
     """Strip terminal controls, then mask secrets. Idempotent."""
     text = strip_controls(text)
