@@ -40,7 +40,7 @@ _PATTERNS: list[tuple[re.Pattern[str], str]] = [
     (re.compile(r"https?://(?:hooks\.slack\.com/(?:services|workflows|triggers)|(?:[\w-]++\.)*+discord(?:app)?\.com/api/"
                 r"webhooks|[\w.-]*+webhook\.office\.com|[\w.-]*+\.logic\.azure\.com)/[^\s'\"<>)\]]*+"), "***webhook***"),
     # scheme://user:password@host, the password with any characters (up to the last @ of the URL).
-    (re.compile(r"(?<![A-Za-z0-9+.\-])(?P<pre>[A-Za-z][A-Za-z0-9+.\-]*+://[^\s/:@]*+:)[^\s]{0,1024}(?=@[^\s@/]++)"),
+    (re.compile(r"(?<![A-Za-z0-9+.\-])(?P<pre>[A-Za-z][A-Za-z0-9+.\-]*+://[^\s/:@]*+:)[^\s]{0,256}(?=@[^\s@/]++)"),
      r"\g<pre>***"),
     # Well-known token shapes.
     (re.compile(r"(?<![A-Za-z0-9_])(?:ghp|gho|ghu|ghs|ghr|github_pat)_[A-Za-z0-9_]{20,}+"), "***"),
