@@ -34,7 +34,7 @@ _KEY_NAME = re.compile(r"(?i)api[_-]?key|access[_-]?key|secret|token|passw(?:or)
 
 _PATTERNS: list[tuple[re.Pattern[str], str]] = [
     # PEM private keys: the whole block when it is there, else the header and what follows on its line.
-    (re.compile(r"-----BEGIN (?:[A-Z0-9]++ )*+PRIVATE KEY-----(?:[\s\S]{0,8000}?-----END (?:[A-Z0-9]++ )*+"
+    (re.compile(r"-----BEGIN (?:[A-Z0-9]{1,16} ){0,4}PRIVATE KEY-----(?:[\s\S]{0,8000}?-----END (?:[A-Z0-9]{1,16} ){0,4}"
                 r"PRIVATE KEY-----|[^\n]*+)"), "***PRIVATE KEY***"),
     # Webhook URLs carry their secret in the path (Slack, Discord, Microsoft Teams / Office 365).
     (re.compile(r"https?://(?:hooks\.slack\.com/(?:services|workflows|triggers)|(?:[\w-]++\.)*+discord(?:app)?\.com/api/"

@@ -37,7 +37,7 @@ class Limits:
     line_bytes: int = 1 << 20  # longer lines are cut to this (real log lines are under 100 KB)
     ratio: int = 200  # decompressed/compressed beyond this (and beyond the floor) is a bomb
     ratio_floor: int = 256 << 20  # small archives may expand this much whatever their ratio
-    members: int = 10_000  # archive members, links included
+    members: int = 2_000  # archive members, links included (each is sniffed and becomes a source)
     json_depth: int = 64  # golden values, trainer_state.json and answer.json nest 5 levels or so
     number_digits: int = 400  # a JSON integer longer than this is read as a float (inf)
     yaml_nodes: int = 100_000  # YAML nodes after alias expansion (the "billion laughs" bomb)

@@ -41,6 +41,7 @@ class Follower:
         self._partial = b""
         self._cutter = LineCutter(LIMITS.line_bytes)
         self.behind = False  # the last poll stopped at POLL_BYTES: more is already there
+        self.head = b""  # the first bytes of the file, before lines are cut (format and binary checks)
         self.line_no = 0  # physical lines returned so far (restarts at rotation/truncation)
         self.rotations = 0
         self.truncations = 0
@@ -64,7 +65,7 @@ class Follower:
         return True
 
     def _restart(self) -> None:
-        self._partial, self._cutter = b"", LineCutter(LIMITS.line_bytes)
+        self._partial, self._cutter, self.head = b"", LineCutter(LIMITS.line_bytes), b""
 
     def _read_some(self) -> bytes:
         """What was appended, at most POLL_BYTES (a log that grows faster is read over several polls)."""
@@ -79,7 +80,10 @@ class Follower:
             got += len(b)
             chunks.append(b)
         self.behind = got >= POLL_BYTES
-        return self._cutter.cut(b"".join(chunks))
+        data = b"".join(chunks)
+        if len(self.head) < 8192:
+            self.head += data[:8192 - len(self.head)]
+        return self._cutter.cut(data)
 
     def _split(self, data: bytes, final: bool = False) -> list[bytes]:
         # Lines arrive cut to LIMITS.line_bytes, so the partial line stays under that too.
@@ -185,7 +189,8 @@ class Watcher:
         if self.reader is None:
             self._pending += lines
             self._head = b"\n".join(self._pending)
-            if len(self._head) >= 8192 and not looks_like_text(self._head[:8192]) and not self.fmt:
+            head = self.follower.head
+            if len(head) >= 8192 and not looks_like_text(head) and not self.fmt:
                 raise InputError(f"{self.path}: binary data, not a log (use --format NAME to read it anyway)")
             if not self._head.strip() or (len(self._pending) < 3 and len(self._head) < 4096 and not self._urgent_head()):
                 return []
