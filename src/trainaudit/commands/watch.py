@@ -9,6 +9,7 @@ from types import FrameType
 
 import click
 
+from trainaudit.redact import mask_secrets
 from trainaudit.live.follow import Watcher
 from trainaudit.live.online import Alert
 from trainaudit.answer.schema import SEVERITY_ORDER
@@ -25,7 +26,7 @@ def _on_term(_sig: int, _frame: FrameType | None) -> None:
 
 
 def _echo(a: Alert) -> None:
-    click.echo(f"step {a.step}: {a.text()}", color=False)
+    click.echo(mask_secrets(f"step {a.step}: {a.text()}"), color=False)
 
 
 @click.command()
@@ -79,7 +80,8 @@ def watch(log: Path, fmt: str | None, fail_on: str | None, interval: float, idle
             if idle_timeout is not None and time.monotonic() - last_growth >= idle_timeout:
                 status = f"no growth for {idle_timeout:g} s"
                 break
-            time.sleep(interval)
+            if not watcher.follower.behind:  # a backlog is read at once, a poll's worth at a time
+                time.sleep(interval)
     except (KeyboardInterrupt, _Stop):
         status = "interrupted"
     finally:
@@ -96,8 +98,8 @@ def _summary(w: Watcher, status: str) -> None:
     live = w.live
     alerts = w.rules.alerts
     fmt = w.reader.name if w.reader else "unknown"
-    click.echo(f"-- {w.path}: {status}; format {fmt}; last step {live.last_step}; "
-               f"{len(live.bufs)} metrics; {w.follower.rotations} rotation(s), {w.follower.truncations} truncation(s)")
+    click.echo(mask_secrets(f"-- {w.path}: {status}; format {fmt}; last step {live.last_step}; {len(live.bufs)} "
+                            f"metrics; {w.follower.rotations} rotation(s), {w.follower.truncations} truncation(s)"))
     if not alerts:
         click.echo("-- no alerts")
         return
@@ -105,4 +107,4 @@ def _summary(w: Watcher, status: str) -> None:
     click.echo(f"-- {len(alerts)} alert(s), worst {worst.severity}:")
     for a in sorted(alerts, key=lambda a: (-SEVERITY_ORDER[a.severity], a.since if a.since is not None else a.step)):
         since = f"since step {a.since}" if a.since is not None else f"at step {a.step}"
-        click.echo(f"   {a.severity:8s} {a.rule} {a.category} {since}: {a.message}")
+        click.echo(mask_secrets(f"   {a.severity:8s} {a.rule} {a.category} {since}: {a.message}"))

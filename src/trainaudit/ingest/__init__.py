@@ -17,8 +17,11 @@ from trainaudit.ingest.readers.text import read_metrics
 from trainaudit.ingest.sink import RunBuilder, Sink
 from trainaudit.ingest.sources import STREAM_ERRORS, InputFile, expand_inputs, read_head
 from trainaudit.model import Run, Source
+from trainaudit.safeio import LIMITS
 
 __all__ = ["Detected", "Problem", "detect", "load_run", "scan", "format_names"]
+
+INPUT_LIMIT_ERRORS = (RecursionError, OverflowError, MemoryError, ValueError)
 
 
 @dataclass(slots=True)
@@ -99,6 +102,8 @@ def scan(paths: list[str], sink: Sink, fmt: str | None = None) -> list[Problem]:
         source = Source(d.inp.display, d.reader.name, d.reader.kind, d.inp.size)
         before_values, before_events, before_meta = sink.n_values, sink.n_events, sink.n_meta
         sink.begin(source)
+        if isinstance(d.reader, LineReader):
+            d.inp.line_bytes = LIMITS.line_bytes
         try:
             try:
                 d.reader.read(d.inp, sink)
@@ -121,6 +126,10 @@ def scan(paths: list[str], sink: Sink, fmt: str | None = None) -> list[Problem]:
         except STREAM_ERRORS as exc:
             problems.append(Problem(d.inp.display, f"corrupt or truncated data ({exc}); "
                                                    "values read before the damage are kept"))
+        except INPUT_LIMIT_ERRORS as exc:
+            # Raised by a parser on what the input holds (nesting past the recursion limit, an
+            # integer of more than 4300 digits, a count that does not fit): the input's fault.
+            problems.append(Problem(d.inp.display, f"unreadable ({type(exc).__name__}: {str(exc)[:200]})"))
         finally:
             sink.end()
         got = sink.n_values - before_values + sink.n_events - before_events
@@ -131,6 +140,10 @@ def scan(paths: list[str], sink: Sink, fmt: str | None = None) -> list[Problem]:
         elif not any(p.path == d.inp.display for p in problems):
             problems.append(Problem(d.inp.display, f"no metrics or events found (read as {d.reader.name})",
                                     fatal=d.inp.display in paths))
+        if d.inp.cut_lines:
+            problems.append(Problem(d.inp.display, f"{d.inp.cut_lines} line(s) longer than "
+                                                   f"{LIMITS.line_bytes >> 20} MiB cut to their first "
+                                                   f"{LIMITS.line_bytes >> 20} MiB", fatal=False))
     if useful == 0:
         raise InputError(problems[0].__str__() if problems else f"{', '.join(paths)}: nothing readable")
     return problems

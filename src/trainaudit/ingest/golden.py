@@ -25,7 +25,8 @@ import math
 import re
 from dataclasses import dataclass, field
 
-from trainaudit.errors import InputError, read_text
+from trainaudit.errors import InputError
+from trainaudit.safeio import load_json, read_text
 
 Raw = float | int | str
 _STEP_KEY = re.compile(r'"(-?\d+)"\s*:')
@@ -85,10 +86,7 @@ def load_golden(path: str, text: str | None = None, *, strict: bool = False) -> 
     ``strict``: reject everything Megatron-LM's comparator cannot load (see the module doc)."""
     if text is None:
         text = read_text(path)
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise InputError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno}; JSONDecodeError)") from None
+    data = load_json(text, path)
     if not isinstance(data, dict) or not data:
         # The comparator loads GoldenValues(**data): a TypeError for anything but an object, a
         # ValidationError for an empty one.

@@ -56,12 +56,12 @@ PROGRESS_RE = re.compile(r"\bstep=(\d+), skipped=(\d+), lr=\[([^\]]*)\]")
 TPUT_RE = re.compile(
     r"(?:epoch=(\d+)/micro_step=(\d+)/global_step=(\d+)|(?<![\w/])(\d+)/(\d+)), "
     r"((?:RunningAvgSamplesPerSec|SamplesPerSec)=.*)$")
-TPUT_FIELD_RE = re.compile(r"(\w+)=(" + _N + r")(GB)?")
+TPUT_FIELD_RE = re.compile(r"(?<!\w)(\w++)=(" + _N + r")(GB)?")
 BREAKDOWN_RE = re.compile(r"time \(ms\) \| (.*)$")
-BREAKDOWN_FIELD_RE = re.compile(r"([\w\-]+): (" + _N + r")")
+BREAKDOWN_FIELD_RE = re.compile(r"(?<![\w\-])([\w\-]++): (" + _N + r")")
 PIPE_RE = re.compile(r"\bsteps: (\d+) loss: (\S+) (?:(.*?) )?iter time \(s\): (\S+) samples/sec: (\S+)")
 # The tqdm bar an OVERFLOW line is glued to: "  1%|...| 6/1184 [00:21<1:09:10,  3.52s/it][2021-...".
-BAR_BEFORE_RE = re.compile(r"(\d+)/\d+ \[[\d:]+<[\d:?]+[^\]]*\]\s*(?:\[[^\]]*\]\s*)*$")
+BAR_BEFORE_RE = re.compile(r"(?<!\d)(\d++)/\d+ \[[\d:]+<[\d:?]+[^\]]*\]\s*(?:\[[^\]]*\]\s*)*$")
 MIN_SCALE_RE = re.compile(r"Current loss scale already at minimum")
 ENGINE_HINT_RE = re.compile(r"\[(?:deepspeed|deepscale)\]|DeepSpeed info: version=|\[Rank \d+\] step=\d+, skipped=")
 

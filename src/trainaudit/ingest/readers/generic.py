@@ -27,12 +27,12 @@ STEP_KEYS = ("step", "global_step", "iteration", "iter", "epoch", "_step")
 
 # Lightning's tqdm prints nan as "nan.0", inf as "inf.0", -inf as "-inf." (zero padding).
 _PADDED_SPECIAL = re.compile(r"^([-+]?)(nan|inf|infinity)\.0*$", re.IGNORECASE)
-_UNIT = re.compile(r"^([-+]?(?:\d[\d,]*\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)\s*(%|[A-Za-z]{1,4}(?:/[A-Za-z]+)?)$")
-_NUM = r"[-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|\.\d+(?:[eE][-+]?\d+)?|(?i:nan|inf(?:inity)?)(?![A-Za-z]))"
+_UNIT = re.compile(r"^([-+]?(?:\d[\d,]*+\.?+\d*+|\.\d++)(?:[eE][-+]?\d+)?)\s*+(%|[A-Za-z]{1,4}(?:/[A-Za-z]+)?)$")
+_NUM = r"[-+]?(?:\d++\.?+\d*+(?:[eE][-+]?\d++)?|\.\d++(?:[eE][-+]?\d++)?|(?i:nan|inf(?:inity)?)(?![A-Za-z]))"
 # key=value or key: value; the number must not continue as a clock time or a date ("2:46:39").
-_KV_RE = re.compile(r"(?<![\w./\-'\":])([A-Za-z_][\w./\-()\[\]]*)\s*(?:=|:)\s*(" + _NUM + r")(?![\d:.\-])(%?)")
+_KV_RE = re.compile(r"(?<![\w./\-'\":])([A-Za-z_][\w./\-()\[\]]*+)\s*+(?:=|:)\s*+(" + _NUM + r")(?![\d:.\-])(%?)")
 # "key value" chunks of comma-separated lines (i6/RETURNN: "step 1347, ce 0.324, ...").
-_SPACE_KV_RE = re.compile(r"^\s*([A-Za-z_][\w./:\-]*)\s+(" + _NUM + r")(%|[A-Za-z]{1,3})?\s*$")
+_SPACE_KV_RE = re.compile(r"^\s*+([A-Za-z_][\w./:\-]*+)\s++(" + _NUM + r")(%|[A-Za-z]{1,3})?\s*$")
 
 
 def num(text: str, *, units: bool = False) -> float | None:
