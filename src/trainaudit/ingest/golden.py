@@ -86,7 +86,7 @@ def load_golden(path: str, text: str | None = None, *, strict: bool = False) -> 
     ``strict``: reject everything Megatron-LM's comparator cannot load (see the module doc)."""
     if text is None:
         text = read_text(path)
-    data = load_json(text, path)
+    data = load_json(text, path, invalid="not valid JSON (JSONDecodeError)")
     if not isinstance(data, dict) or not data:
         # The comparator loads GoldenValues(**data): a TypeError for anything but an object, a
         # ValidationError for an empty one.
