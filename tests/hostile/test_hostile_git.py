@@ -26,12 +26,16 @@ def case(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactor
     return base, marker, shas
 
 
-def test_the_hostile_setting_is_live_for_plain_git(case: tuple[Path, Path, dict]) -> None:
+# the kinds where plain git itself runs the repository's command on a read (hooks and a hostile
+# environment only act on writes or through trainaudit's own environment)
+LIVE_ON_READ = [k for k in HOSTILE_KINDS if k not in ("environment", "hooks")]
+
+
+@pytest.mark.parametrize("kind", LIVE_ON_READ)
+def test_the_hostile_setting_is_live_for_plain_git(kind: str, tmp_path: Path) -> None:
     """The repository really is hostile: plain git (as a user would run it) runs the command."""
-    base, marker, shas = case
-    kind = base.name.split("-")[1].rstrip("0123456789")
-    if kind in ("environment", "hooks"):
-        pytest.skip("nothing in the repository runs on read for this one")
+    base, marker = tmp_path, tmp_path / "PWNED"
+    shas = hostile_repo(base / "repo", kind, marker)
     cmd = {"textconv": ["log", "-p", "-1", shas["model"]], "ext_diff": ["diff", shas["good"], shas["model"]],
            "fsmonitor": ["status"], "signature": ["log", "-1", shas["bad"]],
            "promisor": ["log", "-p", "-1", shas["model"]]}[kind]
