@@ -58,6 +58,7 @@ class EventKind(str, enum.Enum):
     WARNING = "warning"
     PHASE = "phase"  # training started / finished / checkpoint saved / exiting
     GATE = "gate"  # a CI gate's own output (golden-value comparator lines)
+    SAMPLES = "samples"  # what the model generated, as the log prints it (summary of the samples seen)
 
 
 @dataclass(slots=True)

@@ -45,6 +45,7 @@ FIRING: dict[str, list[str]] = {
     "TA408": ["rules/test_rules_tiny.py::test_data_loader_stall_every_fourth_step"],
     "TA409": ["rules/test_rules_events.py::test_hardware_faults"],
     "TA208": ["rules/test_rules_short.py::test_short_log_signal"],
+    "TA209": ["rules/test_rules_short.py::test_short_log_signal"],
     "TA411": ["rules/test_rules_short.py::test_short_log_signal"],
     "TA501": ["ingest/test_catalogue.py::test_a_known_warning_becomes_a_finding_with_its_category"],
     "TA805": ["ingest/test_catalogue.py::test_a_failed_reference_check_is_a_golden_mismatch"],

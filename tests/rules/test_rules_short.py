@@ -43,8 +43,14 @@ def _hits(case: str) -> dict[str, list]:  # type: ignore[type-arg]
     ("caffe-BVLC-caffe-6047", "TA201", "divergence", 100),
     # validation loss rises over its last evaluations while the training loss falls
     ("nanogpt-karpathy-nanoGPT-211", "TA301", "overfitting", 1500),
+    # one per-layer gradient print: the first layers get 1e-9 of the last layer's gradient
+    ("pytorch-loop-juebrauer-code-jb-vanishing-gradients", "TA205", "grad_vanishing", 2),
+    # the same translation for two different source sentences
+    ("opennmt-OpenNMT-OpenNMT-py-1743", "TA209", "mode_collapse", None),
+    # SwAV's loss at ln(3000): uniform over its 3000 prototypes
+    ("pytorch-loop-facebookresearch-swav-12", "TA202", "mode_collapse", 0),
 ])
-def test_short_log_signal(case: str, rule: str, category: str, step: int) -> None:
+def test_short_log_signal(case: str, rule: str, category: str, step: int | None) -> None:
     hits = _hits(case).get(rule, [])
     assert hits, f"{rule} did not fire on {case}"
     assert hits[0].category == category and hits[0].first_bad_step == step, (hits[0].message, hits[0].first_bad_step)

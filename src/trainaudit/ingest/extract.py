@@ -169,8 +169,9 @@ class Parsed:
 
 
 def _clean_key(words: list[str]) -> str:
-    key = " ".join(words[-MAX_KEY_WORDS:]).strip(" -_.:'\"")
-    return key
+    # a long phrase keeps its subject: "layers.0.0.weight has gradient mean of" -> "layers.0.0.weight gradient mean of"
+    kept = words if len(words) <= MAX_KEY_WORDS else [words[0], *words[-(MAX_KEY_WORDS - 1):]]
+    return " ".join(kept).strip(" -_.:'\"")
 
 
 def _tokens(body: str) -> Iterator[tuple[str, str, str]]:
@@ -182,12 +183,17 @@ def _tokens(body: str) -> Iterator[tuple[str, str, str]]:
             yield kind, m.group(kind), ""
 
 
+_ABS_RE = re.compile(r"\|(\w{1,40})\|")  # "mean |grad|": an absolute value, not table cells
+
+
 def parse_line(text: str) -> Parsed:
     """The pairs and bare numbers of one cleaned line (launcher prefixes already removed)."""
     body = strip_preamble(text)
     out = Parsed()
     if not body:
         return out
+    if "|" in body and _ABS_RE.search(body):
+        body = _ABS_RE.sub(r"abs_\1", body)
     toks = list(_tokens(body))
     words: list[str] = []  # the key being read
     qualifier = ""
@@ -199,6 +205,8 @@ def parse_line(text: str) -> Parsed:
     i = 0
     row_words: list[str] = []
     leading: list[float] = []  # bare numbers before the first pair
+    at_metric = ""  # "loss at step N: v": the metric whose value follows the step
+    pipe_key: list[str] = []  # "| mean_reward | -157 |": the cell before the value
     head = body[:body.find(":")] if ":" in body else ""
     topic_mem = bool(head) and ("memory" in head.lower() or head.lower().startswith("mem "))
     has_number = False
@@ -241,6 +249,11 @@ def parse_line(text: str) -> Parsed:
             v = number(val)
             if v is None:
                 continue
+            if at_metric and not words and last is not None and counter_rank(last.key) is not None:
+                # "discriminator loss at step 6000: 0.692087": the value of the metric named before
+                out.pairs.append(Pair(at_metric, v, unit))
+                at_metric = ""
+                continue
             if slash_pending and last is not None and last.total is None and not depth_after_value:
                 last.total = v
                 slash_pending = False
@@ -256,21 +269,28 @@ def parse_line(text: str) -> Parsed:
             if words and words[-1] == "#":
                 words = []  # "#0": an index, not a value
                 continue
+            if words and words[-1].lower() in _QUALIFIERS and math.isfinite(v) and v == int(v) and \
+                    _next_is(toks, i, ":"):
+                qualifier = f"{words[-1]} {int(v)} "  # "Layer 3: ..." names what follows
+                words, assign, last = [], False, None
+                continue
+            if not words and pipe_key:
+                words, assign, pipe_key = pipe_key, True, []  # the value cell of a "| key | value |" row
             if words and (assign or counter_rank(words[-1]) is not None or
-                          (len(words) <= 2 and (_metric_word(words[-1]) or unit == "%"))):
+                          (len(words) <= 2 and (_metric_word(words[-1]) or unit == "%")) or
+                          any("grad" in w.lower() for w in words)):
                 # without ':' or '=' a key must read as a metric ("loss 2.3", "val_acc 0.91"): other
                 # word-number pairs are prose ("Tried to allocate 20.00 MiB", "exits with code 1")
                 key = _clean_key(words)
                 low = key.lower()
-                if low.split(" ")[-1] in _QUALIFIERS and math.isfinite(v) and v == int(v) and _next_is(toks, i, ":"):
-                    qualifier = f"{key} {int(v)} "
-                    words, assign, last = [], False, None
-                    continue
                 if low in _IGNORED_KEYS or low.split(" ")[-1] in _IGNORED_KEYS or \
                         (_next_is(toks, i, ":") and v == int(v) and counter_rank(key) is None and not unit):
                     # an identifier ("GPU:0:", "rank 3:"), not a value
                     words, assign, last = [], False, None
                     continue
+                if len(words) >= 3 and words[-2].lower() in ("at", "@") and counter_rank(words[-1]) is not None:
+                    at_metric = _clean_key(words[:-2])  # the metric; this number is its step
+                    key = words[-1]
                 last = Pair(qualifier + key, v, unit)
                 out.pairs.append(last)
                 words, assign = [], False
@@ -281,6 +301,11 @@ def parse_line(text: str) -> Parsed:
             u = unit or _next_word(toks, i)
             if u.lower() in SPEED_UNITS:
                 last = speed_pair(u, v)
+                out.pairs.append(last)
+                continue
+            if out.pairs and counter_rank(out.pairs[-1].key) == COUNTER_KEYS["epoch"] and _prev_is(toks, i - 1, "[") \
+                    and math.isfinite(v) and v == int(v) and v >= 0 and not _next_is(toks, i, "/"):
+                last = Pair("batch", v)  # "Epoch: [163][50]": the iteration inside the epoch
                 out.pairs.append(last)
                 continue
             if _next_is(toks, i, "/") and math.isfinite(v) and v == int(v) and v >= 0:
@@ -320,6 +345,8 @@ def parse_line(text: str) -> Parsed:
             continue
         if val in "[]":
             continue  # Epoch[3], loss: [2526.27], [epoch 3][iter 100/500]
+        if val == "|":
+            pipe_key = words if words and _next_number(toks, i) else []
         if val in ",;|{}<>":
             words, assign = [], False
             if val != ",":
@@ -362,6 +389,20 @@ def _next_is(toks: list[tuple[str, str, str]], i: int, chars: str) -> bool:
     while i < len(toks) and toks[i][0] == "space":
         i += 1
     return i < len(toks) and toks[i][0] == "sep" and toks[i][1] in chars
+
+
+def _prev_is(toks: list[tuple[str, str, str]], i: int, chars: str) -> bool:
+    """The token before index ``i`` (spaces skipped) is one of the separators ``chars``."""
+    j = i - 1
+    while j >= 0 and toks[j][0] == "space":
+        j -= 1
+    return j >= 0 and toks[j][0] == "sep" and toks[j][1] in chars
+
+
+def _next_number(toks: list[tuple[str, str, str]], i: int) -> bool:
+    while i < len(toks) and toks[i][0] == "space":
+        i += 1
+    return i < len(toks) and toks[i][0] in ("num", "special")
 
 
 def _next_word(toks: list[tuple[str, str, str]], i: int) -> str:

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from trainaudit.ingest import catalogue
+from trainaudit.ingest.samples import SampleWatch
 from trainaudit.ingest.text import Line
 from trainaudit.model import Event, EventKind
 
@@ -586,6 +587,7 @@ class SignatureScanner:
         self._chain: dict[int | None, dict[str, Any]] = {}  # rank -> last finished traceback, for chaining
         self._elastic: _ElasticBlock | None = None
         self._nvrm: dict[str, Any] | None = None  # "The NVIDIA GPU <pci>" waiting for "fallen off the bus"
+        self._samples = SampleWatch(source)
 
     @property
     def busy(self) -> bool:
@@ -594,6 +596,7 @@ class SignatureScanner:
 
     # -- entry points -----------------------------------------------------------------------------------
     def feed(self, line: Line) -> list[Event]:
+        self._samples.feed(line)
         known = catalogue.match(line.text)
         out = self._signatures(line)
         if known is not None and all(e.kind is not known.kind for e in out):
@@ -650,7 +653,7 @@ class SignatureScanner:
             self._tb_emit(rank, None, None, out)
         if self._elastic is not None:
             self._elastic_close(out)
-        return out
+        return out + self._samples.finish()
 
     # -- helpers ---------------------------------------------------------------------------------------
     def _event(self, kind: EventKind, message: str, line: Line, data: dict[str, Any],

@@ -408,7 +408,10 @@ class LossScaleCollapse(Rule):
         sk = ctx.series("skipped", finite=True)
         if not hits and sk is not None and len(sk) >= 8:
             y = sk.values
-            per = np.diff(y, prepend=0.0) if np.all(np.diff(y) >= 0) and y[-1] > y[0] else y  # cumulative -> per interval
+            # DeepSpeed's "skipped=N" counts since the start (never decreases); Megatron's "number of
+            # skipped iterations" counts per log interval
+            cumulative = bool(np.all(np.diff(y) >= 0)) and not sk.name.lower().startswith("number of")
+            per = np.diff(y, prepend=y[0]) if cumulative else y
             q = len(per) * 3 // 4
             frac = float(np.mean(per[q:] > 0))
             if frac >= self.p.skip_frac:

@@ -4,11 +4,12 @@ learning-rate schedule problems."""
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-from trainaudit.model import Series
+from trainaudit.model import EventKind, Series
 from trainaudit.answer.schema import Category, Severity
 from trainaudit.rules.base import Guidance, Role, Thresholds, Context, Hit, Rule
 from trainaudit.series.stats import downsample, first_sustained, rolling_median
@@ -48,6 +49,9 @@ CAFFE_CLAMP = 87.3365
 # ImageNet-1k, the 3000 SwAV prototypes) and common tokenizer vocabularies (BERT 30522, LLaMA
 # 32000, GPT-2 50257 and its padded 50304, LLaMA-3 128256, Qwen 151936).
 COMMON_SIZES = (*range(2, 21), 100, 200, 1000, 3000, 30522, 32000, 32768, 50257, 50304, 65536, 128256, 151936)
+# A self-supervised loss at ln(K) of its prototypes is a collapsed representation, not a classifier
+# that does not learn: SwAV's default is 3000 prototypes (facebookresearch/swav, --nmb_prototypes).
+SSL_SIZES = {3000: "SwAV's default number of prototypes"}
 
 
 def uniform_size(x: np.ndarray, tol: float) -> int | None:
@@ -273,6 +277,10 @@ class NotLearning(Rule):
             msg = (f"{s.name} sits at {float(np.median(x[start:])):.5g} = ln({c}) from step {int(s.steps[start])}: "
                    f"the loss of a uniform guess over {c} classes or tokens (few points logged)")
             conf = 0.8
+            if c in SSL_SIZES:
+                msg = (f"{s.name} sits at {float(np.median(x[start:])):.5g} = ln({c}) from step {int(s.steps[start])}, "
+                       f"{c} being {SSL_SIZES[c]}: a uniform assignment over the prototypes, the self-supervised "
+                       f"representation has collapsed")
         else:
             body = x[1:] if len(x) > k and abs(x[0] - np.median(x[1:])) > 0.5 * abs(np.median(x[1:])) else x
             start = len(x) - len(body)
@@ -285,7 +293,8 @@ class NotLearning(Rule):
                    f"while {acc.name} stays at {float(np.max(acc.values)):.2g}: the model does not learn")  # type: ignore[union-attr]
             conf = 0.7
         h = self.hit(msg, conf, metric=s.name, first_bad_step=int(s.steps[start]), last_step=int(s.steps[-1]),
-                     data={"uniform": math.log(c) if c else None})
+                     data={"uniform": math.log(c) if c else None},
+                     category=Category.MODE_COLLAPSE if c in SSL_SIZES else self.category)
         h.point("flat", s, len(s) - 1, f"{s.name} over the flat points", indices=np.arange(start, len(s)))
         h.calc("median", f"median {s.name} over the flat points", "median({flat})")
         return [h]
@@ -455,6 +464,10 @@ class VanishingGradients(Rule):
 
     Example: a 12-layer sigmoid MLP with first-layer grad norm 3e-9 vs last layer 0.02.
 
+    A gradient profile printed once (one line per layer or parameter, as debugging scripts do)
+    counts too: every gradient statistic below ``abs_min``, or the smallest ``layer_ratio`` of the
+    largest.
+
     Thresholds: ``abs_min`` (1e-7), ``layer_ratio`` (1e-3), ``decay`` (1e3).
     """
 
@@ -504,6 +517,9 @@ class VanishingGradients(Rule):
                 h.point("late", g, len(g) - 1, f"{g.name} late", indices=np.arange(len(g) - k, len(g)))
                 h.calc("decay", "decay of the gradient norm", "median({early}) / median({late})", unit="x")
                 return [h]
+        profile = self._profile(ctx)
+        if profile:
+            return profile
         layers = [ctx.run.series[n].finite() for n in ctx.roles.layer_grad_norms]
         layers = [s for s in layers if len(s) >= self.p.min_points]
         if len(layers) >= 2:
@@ -521,6 +537,52 @@ class VanishingGradients(Rule):
                 h.calc("ratio", "smallest over largest per-layer grad norm", "median({small}) / median({large})", unit="ratio")
                 return [h]
         return []
+
+
+    def _profile(self, ctx: Context) -> list[Hit]:
+        allp = _grad_profile(ctx)
+        if len(allp) < 2:
+            return []
+        # compare like with like: the same statistic of different layers ("Layer 3 mean |grad|")
+        kinds: dict[str, list[Series]] = {}
+        for g in allp:
+            kinds.setdefault(re.sub(r"\d+", "#", g.name), []).append(g)
+        prof = max(kinds.values(), key=len)
+        everything = np.array([abs(float(g.values[-1])) for g in allp])
+        last = np.array([abs(float(g.values[-1])) for g in prof])
+        lo, hi = int(np.argmin(last)), int(np.argmax(last))
+        if float(everything.max()) <= self.p.abs_min:
+            prof, last = allp, everything
+            lo, hi = int(np.argmin(last)), int(np.argmax(last))
+            msg = (f"every printed gradient statistic is below {self.p.abs_min:g} ({len(prof)} of them, the largest "
+                   f"{float(last[hi]):.3g} in {prof[hi].name}): the gradients have vanished")
+        elif len(prof) >= 3 and float(last[hi]) > 0 and float(last[lo]) / float(last[hi]) < self.p.layer_ratio:
+            msg = (f"{prof[lo].name} is {float(last[lo]):.3g}, {float(last[lo]) / float(last[hi]):.2g} of {prof[hi].name} "
+                   f"({float(last[hi]):.3g}): the gradient vanishes on its way to the early layers")
+        else:
+            return []
+        a, b = prof[lo], prof[hi]
+        h = self.hit(msg, 0.75, metric=a.name, first_bad_step=int(a.steps[-1]), last_step=int(a.steps[-1]))
+        h.point("small", a, len(a) - 1, f"{a.name} (smallest gradient statistic)")
+        h.point("large", b, len(b) - 1, f"{b.name} (largest gradient statistic)")
+        h.calc("ratio", "smallest over largest gradient statistic", "abs({small}) / abs({large})", unit="ratio")
+        return [h]
+
+
+def _grad_profile(ctx: Context) -> list[Series]:
+    """Gradient statistics printed per layer or per parameter ("layers.0.weight has gradient mean of",
+    "Layer 3: mean |grad| ="), each as its own series, without the run's total grad norm."""
+    total = ctx.roles.names.get("grad_norm")
+    out = []
+    for name, s in ctx.run.series.items():
+        n = name.lower()
+        signed_mean = ("mean" in n or "average" in n or "avg" in n) and "abs" not in n
+        # a signed mean of gradients is ~0 by cancellation, whatever their size: not a magnitude
+        if name != total and "@rank" not in name and ("grad" in n or "dl/dw" in n) and not signed_mean:
+            f = s.finite()
+            if len(f):
+                out.append(f)
+    return out
 
 
 class LearningRateJump(Rule):
@@ -677,4 +739,53 @@ class RepeatingLoss(Rule):
                 h.point("again", s, i + k - 1, f"{s.name} again", indices=np.arange(i, i + k))
                 h.calc("diff", "largest difference between the two runs of values", "max(abs({again} - {once}))")
                 return [h]
+        return []
+
+
+class RepeatedOutputs(Rule):
+    """Detects mode collapse in what the model generates: the samples a log prints (``PRED 3:``,
+    ``Sample:``, ``Generated:``, fairseq's ``H-12``) are the same text for different inputs, or one
+    output repeats a phrase again and again.
+
+    Why: a model that says the same sentence whatever the input (or loops on a phrase) has
+    collapsed to the most likely output; the loss can look fine while it does.
+
+    Fix: check the decoding (max length, repetition penalty), the training data (duplicates, a
+    dominant target), the learning rate and the number of steps (an under-trained seq2seq model
+    outputs the most frequent sentence).
+
+    Example: ``PRED 713: ...`` and ``PRED 714: ...`` identical for two different ``SENT`` lines.
+
+    Thresholds: ``min_samples`` (2), ``same_frac`` share of samples that are one identical text
+    (0.6), ``min_repeat`` consecutive repetitions of a phrase in one sample (4).
+    """
+
+    id = "TA209"
+    name = "repeated-outputs"
+    category = Category.MODE_COLLAPSE
+    severity = Severity.HIGH
+    guidance = Guidance(
+        fix="Check decoding (length limits, repetition penalty), duplicated or dominant targets in the data, and "
+            "whether the model trained long enough at a sound learning rate.",
+        impact="Different inputs give different, input-dependent outputs.",
+        verify="Generate for a handful of varied inputs and check the outputs differ and follow the input.")
+
+    class Params(Thresholds):
+        min_samples: int = 2
+        same_frac: float = 0.6
+        min_repeat: int = 4
+
+    def check(self, ctx: Context) -> list[Hit]:
+        for e in ctx.events(EventKind.SAMPLES):
+            n, same, reps = e.data.get("samples", 0), e.data.get("most_repeated_output", 0), e.data.get("repeat", 1)
+            if n >= self.p.min_samples and same >= 2 and same / n >= self.p.same_frac:
+                msg = f"{same} of {n} generated samples are the same text: the model says the same thing whatever the input"
+            elif reps >= self.p.min_repeat:
+                msg = f"a generated sample repeats {e.data.get('phrase', '')[:60]!r} {reps} times in a row: the model loops"
+            else:
+                continue
+            counted = ctx.run.meta.get("steps_are_line_counts")  # a generation log has no training step
+            h = self.hit(msg, 0.8, first_bad_step=None if counted else ctx.step_of(e))
+            h.ev("samples", e, "the generated samples")
+            return [h]
         return []

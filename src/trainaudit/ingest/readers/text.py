@@ -80,3 +80,5 @@ def read_metrics(inp: InputFile, sink: Sink, *, scan_events: bool = False) -> No
     release(final=True)
     if ex.texts:
         sink.meta("step_text", ex.texts)
+    if ex.step is not None and ex.step.key is None and placed_steps:
+        sink.meta("steps_are_line_counts", True)  # no step counter in the log: steps number its records
