@@ -136,9 +136,11 @@ def _numeric_story(num: list[Hit], n_loss_points: int, has: set[str]) -> Story:
             parts.append(f"then: {h.message}" if _step(h) >= _step(prim) else f"before it: {h.message}")
     issue = "; ".join(parts)
     start = _step(prim)
-    # precursors (an lr jump, a grad-norm spike) at or shortly before the first symptom are its likely cause
+    # precursors (an lr jump, a grad-norm spike) at or shortly before the first symptom are its likely cause,
+    # unless a symptom names its own (the monitor traced the first NaN to the input batch)
     near = max(50.0, 0.05 * max(start, 1.0))
-    causes = [h for h in num if h.precursor and h.cause and -near <= _step(h) - start <= 3]
+    causes = [h for h in symptoms if h.cause and _step(h) <= start] or \
+        [h for h in num if h.precursor and h.cause and -near <= _step(h) - start <= 3]
     causes.sort(key=_step)
     if causes:
         issue = "; ".join(h.cause for h in causes if h.cause) + ". " + issue

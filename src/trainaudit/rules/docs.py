@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import inspect
 from pathlib import Path
+from typing import Any
 
 from trainaudit.rules.base import Role, Rule, Scope
 from trainaudit.rules.registry import ALL_RULES, FAMILIES
@@ -13,6 +14,18 @@ from trainaudit.rules.registry import ALL_RULES, FAMILIES
 
 def thresholds(cls: type[Rule]) -> str:
     return ", ".join(f"{k}={v}" for k, v in cls.defaults().items()) or "-"
+
+
+def rule_info(cls: type[Rule], *, doc: bool = False) -> dict[str, Any]:
+    """A rule as JSON (``trainaudit rules --json``): its metadata and default thresholds; with
+    ``doc``, the documentation text ``trainaudit rules ID`` prints."""
+    out: dict[str, Any] = {"id": cls.id, "name": cls.name, "category": str(cls.category),
+                           "severity": str(cls.severity), "scope": str(cls.scope), "role": str(cls.role),
+                           "thresholds": cls.defaults(), "summary": inspect.cleandoc(cls.__doc__ or "").split("\n\n")[0]
+                           .replace("\n", " ")}
+    if doc:
+        out["doc"] = rule_doc(cls)
+    return out
 
 
 def _facts(cls: type[Rule]) -> list[str]:
@@ -29,7 +42,7 @@ def _facts(cls: type[Rule]) -> list[str]:
 
 
 _SCOPE = {Scope.RUN: "diagnose, watch and the live monitor's online rules", Scope.GATE: "compare and audit",
-          Scope.MONITOR: "the live monitor (trainaudit.monitor)"}
+          Scope.MONITOR: "the live monitor (trainaudit.monitor); diagnose and watch read its file"}
 
 
 def rule_doc(cls: type[Rule]) -> str:
