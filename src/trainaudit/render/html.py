@@ -16,6 +16,7 @@ from importlib.resources import files
 from typing import Any
 
 from trainaudit.redact import mask_secrets
+from trainaudit.render.numbers import number, percent
 from trainaudit.answer.schema import SEVERITY_ORDER, Answer, ExtractedFact
 
 _VERDICT_CLASS = {"healthy": "ok", "pass": "ok", "numerical_drift": "warn", "gating_policy_issue": "warn",
@@ -34,17 +35,11 @@ def _e(v: object) -> str:
 
 
 def _fmt(v: float | int | str | None) -> str:
-    if v is None:
-        return "–"
-    if isinstance(v, (str, int)):
-        return str(v)
-    if v != v:
-        return "nan"
-    return f"{v:.4e}" if (abs(v) >= 1e5 or 0 < abs(v) < 1e-3) else f"{v:.6g}"
+    return number(v, 6, missing="–")
 
 
 def _pct(v: float | None) -> str:
-    return "–" if v is None else f"{v * 100:.3g} %"
+    return percent(v, missing="–")
 
 
 def _anchor(i: str) -> str:

@@ -45,8 +45,20 @@ _SCOPE = {Scope.RUN: "diagnose, watch and the live monitor's online rules", Scop
           Scope.MONITOR: "the live monitor (trainaudit.monitor); diagnose and watch read its file"}
 
 
+def _unwrap(doc: str) -> str:
+    """The docstring's paragraphs as one line each (a terminal or a client wraps them at its own
+    width); a line that starts a list item or is indented keeps its break."""
+    out: list[str] = []
+    for line in doc.splitlines():
+        if out and out[-1] and line and not line.startswith(("- ", " ")):
+            out[-1] += " " + line
+        else:
+            out.append(line)
+    return "\n".join(out)
+
+
 def rule_doc(cls: type[Rule]) -> str:
-    doc = inspect.cleandoc(cls.__doc__ or "")
+    doc = _unwrap(inspect.cleandoc(cls.__doc__ or ""))
     g = cls.guidance
     return "\n".join([f"{cls.id} {cls.name}", *_facts(cls), f"thresholds: {thresholds(cls)}",
                       f"configure: [tool.trainaudit.rules.{cls.id}]", "", doc, "",
