@@ -1,200 +1,315 @@
-"""Accuracy of ``diagnose`` on labelled cases -> docs/accuracy.md.
+"""Accuracy of trainaudit on labelled cases -> docs/accuracy.md.
 
-    python -m accuracy [-o docs/accuracy.md] [--cases DIR] [--shared ../shared]
+    python tools/accuracy.py [logs|megatron|synth ...] [-o docs/accuracy.md]
 
-Two kinds of labelled cases:
+Three sets of labelled cases (all of them without arguments):
 
-- generated: every case of ``synth`` (real tiny torch runs with an injected fault at
-  a known step), each of its files diagnosed on its own (a Megatron/HF stdout log, the JSONL
-  metrics, the TensorBoard file) and all together;
-- public: verbatim sample blocks of ``shared/fixtures/log_samples`` (each with its public
-  source), labelled here by hand below.
+- ``logs``: the real-log corpus (``tests/corpus/logs``): logs as people pasted them in public
+  threads, labelled from the thread; each diagnosed alone;
+- ``megatron``: real Megatron-LM golden-value failures rebuilt from the repository's history
+  (``tests/corpus/megatron``), each audited against a git history rebuilt from its commits;
+- ``synth``: real tiny torch runs with an injected fault at a known step (``tools/synth``), each
+  file diagnosed on its own and all together.
 
-A case is right on category when the primary category equals the label (or one of the label's
-also-acceptable categories), and right on first bad step when the answer falls in the label's
-window. A false alarm is a healthy case with any finding above ``info``.
+A log case is right on category when the primary category equals the label, and right on the
+first bad step when the answer falls in the label's window. A false alarm is a healthy case with
+any finding above ``info``. "Could not read" is a case for which no metric or event was found.
+The tables are rewritten in place between their markers, so each set can be rescored alone.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from collections import defaultdict
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from trainaudit.diagnosis import diagnose_run
 from trainaudit.errors import InputError
 from trainaudit.ingest import load_run
 
-# (file, '# source:' substring, category, first bad step window or None, note)
-PUBLIC: list[tuple[str, str, str, tuple[int, int] | None, str]] = [
-    ("keras.txt", "image-segmentation-keras/issues/50", "nan_inf", (1, 1), "Keras epoch with loss: nan"),
-    ("keras.txt", "Mobilenet-ssd-keras/issues/21", "nan_inf", (1, 1), "TerminateOnNaN in epoch 1 (the log's step unit is the epoch)"),
-    ("hf_transformers.txt", "SY-Xuan/Pink/issues/6", "nan_inf", (1, 1), "HF hidden NaN: loss 0.0, grad_norm nan"),
-    ("deepspeed.txt", "transformers/issues/14531", "loss_scale_collapse", None, "loss scale 1, reducing to 1"),
-    ("error_signatures.txt", "pytorch/pytorch/issues/18853", "oom", None, "PyTorch 1.x CUDA OOM"),
-    ("error_signatures.txt", "GenerateU/issues/10", "oom", None, "PyTorch 2.1 CUDA OOM"),
-    ("error_signatures.txt", "murong-xu/CADS/issues/4", "oom", None, "OOM with 9.35 GiB reserved-unallocated"),
-    ("error_signatures.txt", "LlamaFactory/issues/6269", "distributed_failure", None, "NCCL watchdog timeout"),
-    ("error_signatures.txt", "jade-hpc-gpu", "hardware_fault", None, "uncorrectable ECC error"),
-    ("error_signatures.txt", "leptonai/gpud/pull/46", "hardware_fault", None, "Xid 109"),
-    ("error_signatures.txt", "NVSentinel/issues/155", "hardware_fault", None, "GPU fallen off the bus"),
-    ("error_signatures.txt", "Chinese-LLaMA-Alpaca/issues/534", "loss_scale_collapse", None, "minimum loss scale"),
-    ("error_signatures.txt", "hallo2/issues/75", "crash", None, "elastic summary, SIGSEGV"),
-    ("megatron.txt", "Megatron-LM/issues/756", "healthy", None, "3 healthy Megatron iterations"),
-    ("megatron.txt", "Megatron-Bridge/issues/4024", "healthy", None, "2 healthy Megatron-Bridge iterations"),
-    ("hf_transformers.txt", "transformers/pull/35207", "healthy", None, "HF stdout dicts, falling loss"),
-]
+REPO = Path(__file__).resolve().parents[1]
+CORPUS = REPO / "tests" / "corpus"
+
+
+# -- real logs -------------------------------------------------------------------------------
+@dataclass
+class LogCase:
+    name: str
+    path: Path
+    label: dict
+
+    @property
+    def category(self) -> str:
+        return str(self.label["category"])
+
+    @property
+    def window(self) -> tuple[int, int] | None:
+        w = self.label.get("first_bad_step_window")
+        if w:
+            return int(w[0]), int(w[1])
+        s = self.label.get("first_bad_step")
+        return None if s is None else (int(s), int(s))
+
+
+def log_cases(root: Path = CORPUS / "logs") -> list[LogCase]:
+    out = []
+    for d in sorted(p for p in root.iterdir() if p.is_dir()):
+        files = [f for f in d.iterdir() if f.name != "label.json"]
+        out.append(LogCase(d.name, files[0], json.loads((d / "label.json").read_text(encoding="utf-8"))))
+    return out
 
 
 @dataclass
-class Row:
-    kind: str
+class LogResult:
+    case: LogCase
+    category: str
+    verdict: str
+    first_bad: int | None
+    seconds: float
+    unread: bool = False
+    detail: str = ""
+    step_text: str = ""  # the first bad step as the log prints it, when that differs from the step
+
+    @property
+    def healthy(self) -> bool:
+        return self.case.category == "healthy"
+
+    @property
+    def cat_ok(self) -> bool:
+        return self.category == self.case.category
+
+    @property
+    def step_ok(self) -> bool | None:
+        """None when the label has no step (or the case is healthy)."""
+        w = self.case.window
+        if w is None or self.healthy:
+            return None
+        if self.first_bad is None:
+            return False
+        printed = [float(x) for x in re.findall(r"-?\d+(?:\.\d+)?", self.step_text)]
+        return any(w[0] <= x <= w[1] for x in [self.first_bad, *printed])
+
+
+def diagnose_log(case: LogCase) -> LogResult:
+    t0 = time.perf_counter()
+    try:
+        run, _ = load_run([str(case.path)])
+    except InputError as exc:
+        return LogResult(case, "-", "-", None, time.perf_counter() - t0, unread=True, detail=str(exc))
+    if not run.series and not run.events:
+        return LogResult(case, "-", "-", None, time.perf_counter() - t0, unread=True, detail="no metrics or events")
+    d = diagnose_run(run)
+    text = run.meta.get("step_text", {}).get(d.first_bad_step, "") if d.first_bad_step is not None else ""
+    return LogResult(case, str(d.category), d.verdict, d.first_bad_step, time.perf_counter() - t0,
+                     detail=d.summary[:160], step_text=text)
+
+
+def score_logs(cases: Iterable[LogCase] | None = None) -> list[LogResult]:
+    return [diagnose_log(c) for c in (cases if cases is not None else log_cases())]
+
+
+@dataclass
+class Score:
+    n: int = 0
+    cat_ok: int = 0
+    stepped: int = 0
+    step_ok: int = 0
+    healthy: int = 0
+    false_alarms: int = 0
+    unread: int = 0
+    slowest: float = 0.0
+
+    def add(self, r: LogResult) -> None:
+        self.n += 1
+        self.cat_ok += r.cat_ok
+        self.unread += r.unread
+        self.slowest = max(self.slowest, r.seconds)
+        if r.healthy:
+            self.healthy += 1
+            self.false_alarms += not r.cat_ok
+        if r.step_ok is not None:
+            self.stepped += 1
+            self.step_ok += r.step_ok
+
+    def as_dict(self) -> dict[str, float]:
+        return {"top1": self.cat_ok / self.n if self.n else 0.0,
+                "first_bad_step": self.step_ok / self.stepped if self.stepped else 0.0,
+                "false_alarms": self.false_alarms, "healthy": self.healthy, "could_not_read": self.unread,
+                "cases": self.n}
+
+
+def log_summary(results: list[LogResult]) -> Score:
+    s = Score()
+    for r in results:
+        s.add(r)
+    return s
+
+
+def _pct(a: int, b: int) -> str:
+    return f"{a}/{b} ({100 * a / b:.0f}%)" if b else "-"
+
+
+def render_logs(results: list[LogResult]) -> str:
+    total = log_summary(results)
+    out = ["## Real logs (`tests/corpus/logs`)", "",
+           f"{total.n} logs as people posted them (issue threads, forums, released reference logs), "
+           "labelled from their sources (`label.json` in each folder). Each log is diagnosed alone.", "",
+           "| metric | value |", "|---|---|",
+           f"| top-1 category | {_pct(total.cat_ok, total.n)} |",
+           f"| first bad step (cases whose label has one) | {_pct(total.step_ok, total.stepped)} |",
+           f"| false alarms (healthy logs with a finding above info) | {total.false_alarms} of {total.healthy} |",
+           f"| could not read (no metric or event found) | {total.unread} |",
+           f"| slowest case | {total.slowest:.2f} s |", ""]
+    for key, title in ((lambda r: r.case.category, "category"), (lambda r: r.case.label["framework"], "framework")):
+        groups: dict[str, Score] = defaultdict(Score)
+        for r in results:
+            groups[key(r)].add(r)
+        out += [f"### By {title}", "", f"| {title} | cases | top-1 | first bad step | false alarms | could not read |",
+                "|---|---|---|---|---|---|"]
+        for name in sorted(groups):
+            g = groups[name]
+            fa = f"{g.false_alarms}/{g.healthy}" if g.healthy else "-"
+            out.append(f"| {name} | {g.n} | {_pct(g.cat_ok, g.n)} | {_pct(g.step_ok, g.stepped)} | {fa} | {g.unread} |")
+        out.append("")
+    out += ["### Cases", "", "| case | label | first bad (label) | answer | first bad | ok |", "|---|---|---|---|---|---|"]
+    for r in results:
+        w = r.case.window
+        win = "-" if w is None else (str(w[0]) if w[0] == w[1] else f"{w[0]}..{w[1]}")
+        ok = "unread" if r.unread else ("yes" if r.cat_ok and r.step_ok is not False else
+                                        "category" if not r.cat_ok else "step")
+        out.append(f"| {r.case.name} | {r.case.category} | {win} | {r.category} | "
+                   f"{'-' if r.first_bad is None else r.first_bad} | {ok} |")
+    return "\n".join(out) + "\n"
+
+
+# -- generated runs --------------------------------------------------------------------------
+@dataclass
+class SynthRow:
     case: str
     source: str
     label: str
     window: tuple[int, int] | None
     got: str
-    verdict: str
     first_bad: int | None
-    also: tuple[str, ...] = ()
     error: str = ""
 
     @property
-    def healthy(self) -> bool:
-        return self.label == "healthy"
-
-    @property
     def cat_ok(self) -> bool:
-        return self.got == self.label or self.got in self.also
+        return self.got == self.label
 
     @property
     def step_ok(self) -> bool | None:
-        if self.healthy:
+        if self.label == "healthy":
             return self.first_bad is None
         if self.window is None:
             return None
         return self.first_bad is not None and self.window[0] <= self.first_bad <= self.window[1]
 
 
-def _diagnose(paths: list[str]) -> tuple[str, str, int | None, str]:
-    try:
-        run, _ = load_run(paths)
-    except InputError as exc:
-        return "-", "-", None, str(exc)
-    d = diagnose_run(run)
-    return d.category, d.verdict, d.first_bad_step, ""
+def score_synth(root: Path, names: list[str] | None = None) -> list[SynthRow]:
+    from synth import catalogue, generate  # tools/synth: imported only for this set (it needs torch)
 
-
-def synth_rows(root: Path, names: list[str] | None = None) -> list[Row]:
-    from synth import catalogue, generate
-
-    rows: list[Row] = []
+    rows: list[SynthRow] = []
     for name in names or list(catalogue()):
         out = root / name
         manifest_path = out / "manifest.json"
         try:
-            if manifest_path.exists():
-                manifest = json.loads(manifest_path.read_text())
-            else:
-                manifest = generate(out, [name])
-        except AssertionError as exc:  # GroundTruthError: the run did not show its fault this time
-            rows.append(Row("generated", name, "-", catalogue()[name].category, None, "-", "-", None,
-                            error=f"not generated: {exc}"))
+            manifest = json.loads(manifest_path.read_text()) if manifest_path.exists() else generate(out, [name])
+        except AssertionError as exc:  # the run did not show its fault this time
+            rows.append(SynthRow(name, "-", catalogue()[name].category, None, "-", None, f"not generated: {exc}"))
             continue
         (lab,) = manifest["cases"]
         window = tuple(lab["first_bad_step_window"]) if lab.get("first_bad_step_window") else None
         files = [f["path"] for f in lab["files"]]
-        groups = [[f] for f in files] + ([files] if len(files) > 1 else [])
-        for g in groups:
-            paths = [str(out / f) for f in g]
-            cat, verdict, first, err = _diagnose(paths)
-            src = "all files" if len(g) > 1 else Path(g[0]).name if "tfevents" not in g[0] else "tensorboard"
-            rows.append(Row("generated", name, src, lab["category"], window, cat, verdict, first,  # type: ignore[arg-type]
-                            tuple(lab.get("also_acceptable", ())), err))
+        for group in [[f] for f in files] + ([files] if len(files) > 1 else []):
+            src = "all files" if len(group) > 1 else "tensorboard" if "tfevents" in group[0] else Path(group[0]).name
+            try:
+                run, _ = load_run([str(out / f) for f in group])
+                d = diagnose_run(run)
+                rows.append(SynthRow(name, src, lab["category"], window, str(d.category), d.first_bad_step))  # type: ignore[arg-type]
+            except InputError as exc:
+                rows.append(SynthRow(name, src, lab["category"], window, "-", None, str(exc)))  # type: ignore[arg-type]
     return rows
 
 
-def public_rows(shared: Path, tmp: Path) -> list[Row]:
-    samples = shared / "fixtures" / "log_samples"
-    rows: list[Row] = []
-    for k, (fname, key, label, window, note) in enumerate(PUBLIC):
-        lines: list[str] | None = None
-        current: list[str] | None = None
-        for line in (samples / fname).read_text(encoding="utf-8").splitlines():
-            if line.startswith("# source:"):
-                current = [] if key in line else None
-                if current is not None:
-                    lines = current
-            elif current is not None:
-                current.append(line)
-        if not lines:
-            rows.append(Row("public", note, fname, label, window, "-", "-", None, error="block not found"))
-            continue
-        p = tmp / f"public_{k}.log"
-        p.write_text("\n".join(lines) + "\n", encoding="utf-8")
-        cat, verdict, first, err = _diagnose([str(p)])
-        rows.append(Row("public", note, f"{fname}: {key}", label, window, cat, verdict, first, error=err))
-    return rows
+def render_synth(rows: list[SynthRow], seconds: float) -> str:
+    faulty = [r for r in rows if r.label != "healthy" and not r.error.startswith("not generated")]
+    healthy = [r for r in rows if r.label == "healthy"]
+    stepped = [r for r in faulty if r.step_ok is not None]
+    out = ["## Generated runs (`tools/synth`)", "",
+           "Real tiny torch runs with a fault injected at a known step; each file diagnosed alone and all together.",
+           "", "| metric | value |", "|---|---|",
+           f"| category accuracy (faulty runs) | {_pct(sum(r.cat_ok for r in faulty), len(faulty))} |",
+           f"| first bad step (faulty runs with a window) | {_pct(sum(bool(r.step_ok) for r in stepped), len(stepped))} |",
+           f"| false alarms (healthy runs) | {sum(not r.cat_ok for r in healthy)} of {len(healthy)} |",
+           f"| time, training included | {seconds:.0f} s |", "",
+           "| case | input | label | first bad (window) | answer | first bad | ok |", "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        win = "-" if r.window is None else (f"{r.window[0]}" if r.window[0] == r.window[1] else f"{r.window[0]}..{r.window[1]}")
+        ok = "error: " + r.error if r.error else ("yes" if r.cat_ok and r.step_ok is not False else
+                                                  "category" if not r.cat_ok else "step")
+        out.append(f"| {r.case} | {r.source} | {r.label} | {win} | {r.got} | "
+                   f"{'-' if r.first_bad is None else r.first_bad} | {ok} |")
+    return "\n".join(out) + "\n"
 
 
-def render(rows: list[Row], seconds: float) -> str:
-    def pct(a: int, b: int) -> str:
-        return f"{a}/{b} ({100 * a / b:.0f}%)" if b else "-"
+# -- the document ----------------------------------------------------------------------------
+HEADER = ("# Accuracy\n\nProduced by `python tools/accuracy.py` (`make accuracy`); each section can be rescored "
+          "alone (`python tools/accuracy.py logs`). `tests/corpus/test_scores.py` keeps the scores from dropping.\n")
 
-    lines = ["# Diagnosis accuracy", "",
-             "Produced by `python -m accuracy` (generated cases: real tiny torch runs from "
-             "`synth`, diagnosed file by file and all files together; public cases: verbatim sample "
-             "blocks of `../shared/fixtures/log_samples`, labelled in `trainaudit/diagnosis/accuracy.py`).", ""]
-    for kind in ("generated", "public"):
-        rs = [r for r in rows if r.kind == kind and not r.error.startswith("not generated")]
-        faulty = [r for r in rs if not r.healthy]
-        healthy = [r for r in rs if r.healthy]
-        stepped = [r for r in faulty if r.step_ok is not None]
-        lines += [f"## {kind.capitalize()} cases", "",
-                  "| metric | value |", "|---|---|",
-                  f"| category accuracy (faulty runs) | {pct(sum(r.cat_ok for r in faulty), len(faulty))} |",
-                  f"| first-bad-step accuracy (faulty runs with a labelled window) | "
-                  f"{pct(sum(bool(r.step_ok) for r in stepped), len(stepped))} |",
-                  f"| false alarms on healthy runs (any finding above info) | "
-                  f"{sum(not r.cat_ok for r in healthy)} of {len(healthy)} |", ""]
-        lines += ["| case | input | label | first bad (window) | answer | verdict | first bad | ok |",
-                  "|---|---|---|---|---|---|---|---|"]
-        for r in [x for x in rows if x.kind == kind]:
-            win = "-" if r.window is None else (f"{r.window[0]}" if r.window[0] == r.window[1] else f"{r.window[0]}..{r.window[1]}")
-            ok = "error: " + r.error if r.error else ("yes" if r.cat_ok and r.step_ok is not False else
-                                                      "category" if not r.cat_ok else "step")
-            if not r.error and not r.cat_ok and r.step_ok is False:
-                ok = "category, step"
-            lines.append(f"| {r.case} | {r.source} | {r.label} | {win} | {r.got} | {r.verdict} | "
-                         f"{'-' if r.first_bad is None else r.first_bad} | {ok} |")
-        lines.append("")
-    lines.append(f"Total time {seconds:.0f} s (including training the generated runs on CPU).")
-    return "\n".join(lines) + "\n"
+
+def replace_section(doc: str, name: str, body: str) -> str:
+    start, end = f"<!-- {name} -->", f"<!-- /{name} -->"
+    block = f"{start}\n{body.rstrip()}\n{end}"
+    if start in doc and end in doc:
+        return re.sub(re.escape(start) + r".*?" + re.escape(end), lambda _m: block, doc, flags=re.S)
+    return doc.rstrip() + "\n\n" + block + "\n"
+
+
+SECTIONS: dict[str, Callable[[argparse.Namespace], str]] = {}
+
+
+def _logs(_args: argparse.Namespace) -> str:
+    return render_logs(score_logs())
+
+
+def _synth(args: argparse.Namespace) -> str:
+    t0 = time.perf_counter()
+    with tempfile.TemporaryDirectory() as tmp:
+        rows = score_synth(args.cases or Path(tmp) / "synth")
+    return render_synth(rows, time.perf_counter() - t0)
+
+
+SECTIONS["logs"] = _logs
+SECTIONS["synth"] = _synth
+
+
+@dataclass
+class Args:
+    sections: list[str] = field(default_factory=list)
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m accuracy", description=__doc__.split("\n")[0])
-    ap.add_argument("-o", "--out", type=Path, default=Path("docs/accuracy.md"))
-    ap.add_argument("--cases", type=Path, help="folder to generate (or reuse) the synth cases in")
-    ap.add_argument("--shared", type=Path, default=Path("../shared"))
-    ap.add_argument("--case", action="append", help="only these synth cases")
+    ap = argparse.ArgumentParser(prog="python tools/accuracy.py", description=__doc__.split("\n")[0])
+    ap.add_argument("sections", nargs="*", choices=[*SECTIONS, []], help="sets to score (default: all)")
+    ap.add_argument("-o", "--out", type=Path, default=REPO / "docs" / "accuracy.md")
+    ap.add_argument("--cases", type=Path, help="folder to generate (or reuse) the synth runs in")
     args = ap.parse_args(argv)
-    t0 = time.perf_counter()
-    with tempfile.TemporaryDirectory() as tmp:
-        root = args.cases or Path(tmp) / "synth"
-        rows = synth_rows(root, args.case)
-        if (args.shared / "fixtures" / "log_samples").is_dir():
-            rows += public_rows(args.shared, Path(tmp))
-        else:
-            print(f"note: {args.shared}/fixtures/log_samples not found; public cases skipped", file=sys.stderr)
-    text = render(rows, time.perf_counter() - t0)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(text, encoding="utf-8")
-    print(text)
+    doc = args.out.read_text(encoding="utf-8") if args.out.exists() else ""
+    if not doc.startswith("# Accuracy"):
+        doc = HEADER
+    for name in args.sections or list(SECTIONS):
+        body = SECTIONS[name](args)
+        doc = replace_section(doc, name, body)
+        print(body.split("### ")[0], file=sys.stderr)
+    args.out.write_text(doc, encoding="utf-8")
     return 0
 
 

@@ -4,7 +4,10 @@ a single command do not pay for importing every other command.
 
 Exit codes: 0 analysis completed / check passed / healthy, 1 a problem was found or a check failed
 (with ``--fail-on``, a finding at or above that severity), 2 usage error or unreadable input (one
-line on stderr, never a traceback). An internal error (a bug) also exits 2 with one line.
+line on stderr, never a traceback). Input never causes another code: the readers bound what they
+read (``trainaudit.safeio``), and the errors that only input can cause in the standard library
+(nesting past the recursion limit, memory) are input errors too. An internal error (a bug) exits 3
+with one line.
 """
 
 from __future__ import annotations
@@ -12,11 +15,13 @@ from __future__ import annotations
 import importlib
 import os
 import sys
+from typing import Any, TextIO
 
 import click
 
 from trainaudit import __version__
 from trainaudit.errors import InputError
+from trainaudit.redact import terminal_text
 
 # command name -> (module, one-line help shown by ``trainaudit --help`` without importing it)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -67,7 +72,31 @@ def app() -> None:
     """
 
 
+class _Sanitised:
+    """stdout/stderr for text that may carry input: other escapes than colours (SGR, which rich
+    writes itself) and control characters are dropped, secrets masked (``redact``)."""
+
+    def __init__(self, inner: TextIO) -> None:
+        self._inner = inner
+
+    def write(self, text: str) -> int:
+        self._inner.write(terminal_text(text))
+        return len(text)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
 def main(argv: list[str] | None = None) -> None:
+    out, err = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = _Sanitised(out), _Sanitised(err)  # type: ignore[assignment]
+    try:
+        _main(argv)
+    finally:
+        sys.stdout, sys.stderr = out, err
+
+
+def _main(argv: list[str] | None) -> None:
     try:
         rv = app.main(args=argv, prog_name="trainaudit", standalone_mode=False)
     except InputError as exc:
@@ -83,6 +112,9 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(2)
     except KeyboardInterrupt:
         sys.exit(130)
+    except (RecursionError, MemoryError) as exc:
+        click.echo(f"trainaudit: error: input too deeply nested or too large ({type(exc).__name__})", err=True)
+        sys.exit(2)
     except Exception as exc:  # a bug, not bad input: still one line unless asked for the traceback
         if os.environ.get("TRAINAUDIT_DEBUG"):
             raise

@@ -104,13 +104,13 @@ def test_jsonl_loses_detection_to_fairseq_and_hf(tmp_path: Path) -> None:
     assert _detected(write_lines(tmp_path / "hf.log", HF)) == "hf"
 
 
-# -- key=value -------------------------------------------------------------------------------
+# -- key=value (the format-agnostic extractor) -------------------------------------------------------------------------------
 
 def test_kv_real_i6_lines_with_ranks(tmp_path: Path) -> None:
     path = write_lines(tmp_path / "train.log", I6)
-    assert _detected(path) == "kv"
+    assert _detected(path) == "text"
     run, problems = load_run([str(path)])
-    assert problems == [] and run.frameworks == ["kv"]
+    assert problems == [] and run.frameworks == ["text"]
     assert run.series["ce"].steps.tolist() == [1347] and run.series["ce"].values.tolist() == [0.324]
     assert run.series["ce@rank3"].values.tolist() == [0.355]
     assert run.series["grad_norm:p2"].value_at(1347) == 3.388
@@ -123,7 +123,7 @@ def test_kv_equals_and_colon_forms_with_nan(tmp_path: Path) -> None:
     lines = ["2024-05-01 10:00:00 INFO step=1 loss=2.50 lr=1e-4", "step: 2, loss: nan, lr: 1e-4",
              "iteration 3 | loss -inf | lr 1e-4", "no numbers here"]
     path = write_lines(tmp_path / "t.log", lines)
-    assert _detected(path) == "kv"
+    assert _detected(path) == "text"
     run, _ = load_run([str(path)])
     loss = run.series["loss"]
     assert loss.steps.tolist() == [1, 2, 3]
@@ -140,7 +140,7 @@ def test_kv_loses_detection_to_specific_readers(tmp_path: Path) -> None:
 def test_cli_parse_generic(tmp_path: Path) -> None:
     res = run_cli("parse", str(write_lines(tmp_path / "train.log", I6)))
     assert res.returncode == 0, res.stderr
-    assert "kv" in res.stdout and "1347" in res.stdout
+    assert "text" in res.stdout and "1347" in res.stdout
     res = run_cli("parse", "--format", "csv", str(write_lines(tmp_path / "m.csv", LIGHTNING_CSV)))
     assert res.returncode == 0, res.stderr
     assert "csv" in res.stdout and "0..5" in res.stdout

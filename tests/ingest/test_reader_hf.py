@@ -136,12 +136,14 @@ def test_trainer_state_json(tmp_path: Path) -> None:
     assert '"global_step": 12030' in ev.raw
 
 
-def test_truncated_trainer_state_is_one_line_error(tmp_path: Path) -> None:
+def test_truncated_trainer_state_is_read_line_by_line(tmp_path: Path) -> None:
+    # an excerpt of trainer_state.json (as pasted in threads) is not valid JSON: its numbers are
+    # still read, with a one-line note
     path = _trainer_state(tmp_path)
     path.write_text(path.read_text()[:400], encoding="utf-8")
     proc = run_cli("parse", str(path))
-    assert proc.returncode == 2 and "Traceback" not in proc.stderr
-    assert len(proc.stderr.strip().splitlines()) == 1 and "invalid trainer_state.json" in proc.stderr
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr
+    assert "invalid trainer_state.json" in proc.stderr and "read line by line" in proc.stderr
 
 
 def test_cli_parse_writes_hf_rows(tmp_path: Path) -> None:

@@ -44,6 +44,10 @@ FIRING: dict[str, list[str]] = {
     "TA407": ["rules/test_straggler_ddp.py::test_straggler_named_from_the_slow_step"],
     "TA408": ["rules/test_rules_tiny.py::test_data_loader_stall_every_fourth_step"],
     "TA409": ["rules/test_rules_events.py::test_hardware_faults"],
+    "TA208": ["rules/test_rules_short.py::test_short_log_signal"],
+    "TA411": ["rules/test_rules_short.py::test_short_log_signal"],
+    "TA501": ["ingest/test_catalogue.py::test_a_known_warning_becomes_a_finding_with_its_category"],
+    "TA805": ["ingest/test_catalogue.py::test_a_failed_reference_check_is_a_golden_mismatch"],
     "TA410": ["rules/test_rule_coverage.py::test_crash_after_the_last_logged_step",
               "rules/test_rules_events.py::test_segfault_is_a_crash_and_sigkill_a_host_oom"],
     # the monitor's rules, read back from its file by diagnose

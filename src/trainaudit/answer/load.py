@@ -2,24 +2,21 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from pydantic import ValidationError
 
 from trainaudit.answer.paths import display_path
 from trainaudit.answer.schema import Answer
-from trainaudit.errors import InputError, read_text
+from trainaudit.errors import InputError
+from trainaudit.safeio import load_json, read_text
 
 
 def load_answer(path: Path) -> Answer:
     """answer.json as the model; anything else is one clear input error."""
     where = display_path(path)
     text = read_text(path, where)
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise InputError(f"{where}: not JSON (line {exc.lineno}: {exc.msg})") from None
+    data = load_json(text, where, invalid="not JSON")
     if not isinstance(data, dict) or "final_answer" not in data:
         raise InputError(f"{where}: not a trainaudit answer.json (no final_answer)")
     try:

@@ -7,7 +7,6 @@ back from disk (``validate_file``), so a report edited by hand or by an LLM is c
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import sys
@@ -18,7 +17,9 @@ import numpy as np
 from pydantic import ValidationError
 
 from trainaudit.answer.formula import FormulaError, evaluate, names_in, results_match
+from trainaudit.errors import InputError
 from trainaudit.redact import mask_secrets
+from trainaudit.safeio import load_json, read_text
 from trainaudit.answer.schema import Answer, Validation, ValidationCheck
 
 
@@ -159,9 +160,8 @@ def _duplicates(items: list[str]) -> list[str]:
 def validate_file(path: Path) -> tuple[Answer | None, Validation]:
     """Validate an answer.json on disk (schema errors become a failed ``schema_valid`` check)."""
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-        answer = Answer.model_validate(data)
-    except (json.JSONDecodeError, ValidationError, OSError) as exc:
+        answer = Answer.model_validate(load_json(read_text(path), str(path)))
+    except (InputError, ValidationError, OSError) as exc:
         detail = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         return None, Validation(all_passed=False, checks=[ValidationCheck(name="schema_valid", passed=False,
                                                                           detail=detail)])

@@ -19,7 +19,6 @@ cites), the same notion of "same failure" that deduplicates GitHub issues.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,6 +30,7 @@ from trainaudit.answer.load import load_answer
 from trainaudit.answer.schema import SEVERITY_ORDER, Answer
 from trainaudit.audit import AuditOptions, run_audit
 from trainaudit.errors import InputError
+from trainaudit.safeio import load_json, read_text
 
 SET_FILE = "trainaudit-set.json"
 _ARCHIVES = (".zip", ".tar", ".tar.gz", ".tgz")
@@ -85,10 +85,7 @@ def _set_of(path: Path) -> ArtifactSet:
         return s
     meta = path / SET_FILE
     if meta.is_file():
-        try:
-            data = json.loads(meta.read_text(encoding="utf-8"))
-        except (ValueError, OSError):
-            raise InputError(f"{meta}: not a JSON object with good/bad/golden/model_config") from None
+        data = load_json(read_text(meta), str(meta))
         if not isinstance(data, dict):
             raise InputError(f"{meta}: not a JSON object with good/bad/golden/model_config")
         for k in ("good", "bad", "golden", "model_config"):

@@ -23,6 +23,7 @@ from rich.text import Text
 from trainaudit.answer.paths import display_path
 from trainaudit.answer.schema import SEVERITY_ORDER, Answer
 from trainaudit.ingest import Position
+from trainaudit.redact import mask_secrets
 from trainaudit.render.terminal import (DEFAULT_FINDINGS, closing_line, comparison_line, finding_line,
                                         ordered_findings, verdict_line)
 from trainaudit.render.write import ReportPaths, fresh_dir
@@ -124,18 +125,19 @@ def print_summary(answer: Answer, paths: ReportPaths, *, quiet: bool, verbose: b
         fa = answer.final_answer
         con.print(verdict_line(answer))
         for line in head:
-            con.print(line, no_wrap=True, overflow="ellipsis")
-        con.print(Text(fa.summary), style="", soft_wrap=False)
+            con.print(Text(mask_secrets(line.plain), style=line.style), no_wrap=True, overflow="ellipsis")
+        lines = [fa.summary]
         causes = fa.root_causes if verbose else fa.root_causes[:1]
         for k, rc in enumerate(causes, 1):
             if verbose:
-                con.print(Text(f"{k}. [{rc.severity}] {rc.category} (confidence {rc.confidence:.2f}): {rc.issue}"))
-                con.print(Text(f"   fix: {rc.fix}"))
-                con.print(Text(f"   verify: {rc.verify}"))
+                lines += [f"{k}. [{rc.severity}] {rc.category} (confidence {rc.confidence:.2f}): {rc.issue}",
+                          f"   fix: {rc.fix}", f"   verify: {rc.verify}"]
             else:  # the fix's first sentence; -v gives the whole of it
-                con.print(Text(f"fix: {fa.quick_fixes[0] if fa.quick_fixes else rc.fix}"))
+                lines.append(f"fix: {fa.quick_fixes[0] if fa.quick_fixes else rc.fix}")
         if verbose and fa.needs_more_data:
-            con.print(Text("needs more data: " + "; ".join(fa.needs_more_data)))
+            lines.append("needs more data: " + "; ".join(fa.needs_more_data))
+        for line in lines:  # text from the input: masked, escapes stripped; wrapped at the width
+            con.print(Text(mask_secrets(line)))
         con.print()
     con.print(closing_line(answer, report, extra), soft_wrap=True)  # one line, whatever the width: scripts read it
 

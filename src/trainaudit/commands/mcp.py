@@ -15,10 +15,12 @@ from trainaudit.mcp.roots import Roots
 @click.option("--root", "roots", multiple=True, metavar="DIR",
               help="Folder the tools may read and write (repeatable). Default: the current directory. "
                    "Relative paths from the client are taken relative to the first root.")
+@click.option("--allow-hardlinks", is_flag=True,
+              help="Read files that have more than one name (a hard link's other name may be outside the roots).")
 @click.option("--http", "http", is_flag=True, help="Streamable HTTP instead of stdio.")
 @click.option("--host", default="127.0.0.1", show_default=True, help="HTTP address (loopback only).")
 @click.option("--port", default=8765, show_default=True, type=int, help="HTTP port.")
-def mcp(roots: tuple[str, ...], http: bool, host: str, port: int) -> int:
+def mcp(roots: tuple[str, ...], allow_hardlinks: bool, http: bool, host: str, port: int) -> int:
     """Run the MCP server (tools: parse_summary, diagnose, compare, audit, trace_history, list_rules,
     explain_rule, get_evidence, read_source). Needs the `mcp` extra: pip install 'trainaudit[mcp]'.
 
@@ -34,7 +36,7 @@ def mcp(roots: tuple[str, ...], http: bool, host: str, port: int) -> int:
     except ImportError:
         raise UsageError("the MCP server needs the official SDK: pip install 'trainaudit[mcp]'") from None
 
-    allowed = Roots.of(list(roots))
+    allowed = Roots.of(list(roots), allow_hardlinks=allow_hardlinks)
     try:
         loopback = host == "localhost" or ipaddress.ip_address(host).is_loopback
     except ValueError:

@@ -16,6 +16,7 @@ from trainaudit.live.online import Alert
 from trainaudit.answer.schema import SEVERITY_ORDER
 from trainaudit.rules import load_config
 from trainaudit.errors import InputError
+from trainaudit.redact import mask_secrets
 from trainaudit.render.terminal import rated
 
 
@@ -88,7 +89,8 @@ def watch(log: Path, fmt: str | None, fail_on: str | None, interval: float, idle
             if idle_timeout is not None and time.monotonic() - last_growth >= idle_timeout:
                 status = f"no growth for {idle_timeout:g} s"
                 break
-            time.sleep(interval)
+            if not watcher.follower.behind:  # a backlog is read at once, a poll's worth at a time
+                time.sleep(interval)
     except (KeyboardInterrupt, _Stop):
         status = "interrupted"
     finally:
@@ -105,8 +107,9 @@ def _summary(w: Watcher, status: str) -> None:
     fmt = w.reader.name if w.reader else "unknown"
     con = console()
     last = f"last step {live.last_step}" if live.last_step is not None else "no step logged yet"
-    con.print(Text(f"-- {w.path}: {status}; format {fmt}; {last}; {len(live.bufs)} metrics; "
-                   f"{w.follower.rotations} rotation(s), {w.follower.truncations} truncation(s)"), soft_wrap=True)
+    con.print(Text(mask_secrets(f"-- {w.path}: {status}; format {fmt}; {last}; {len(live.bufs)} metrics; "
+                                f"{w.follower.rotations} rotation(s), {w.follower.truncations} truncation(s)")),
+              soft_wrap=True)
     if not alerts:
         con.print("-- no alerts")
         return

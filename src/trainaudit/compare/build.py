@@ -108,7 +108,7 @@ def _check_facts(b: AnswerBuilder, sg: str, sa: str, inp: Inputs, c: CheckResult
     gm = inp.golden.metrics.get(c.metric)
     am = inp.actual.metrics.get(c.metric)
     if not c.steps:
-        b.comparison(metric=c.metric, check=c.check, policy=gate.policy.name, passed=False, rtol=c.rtol,
+        b.comparison(metric=c.metric, check=c.check, policy=gate.policy.name, passed=c.passed, rtol=c.rtol,
                      atol=c.atol, n_steps=0, n_failing=0, allowed_failing=0, evidence=[])
         return []
     gline = gm.line_of(c.steps[0]) if gm else 0
@@ -130,27 +130,44 @@ def _check_facts(b: AnswerBuilder, sg: str, sa: str, inp: Inputs, c: CheckResult
                     [ca, cg], unit="steps")
         cs = b.calc("n_steps: a single median is compared", f"len({ca})", [ca], unit="steps")
         ev += [cg, ca, cr, cn, cs]
-        kw = dict(window=list(c.window), golden_median=b.result(cg), actual_median=b.result(ca),
+        kw = dict(window=list(c.window), golden_median=_opt(b.result(cg)), actual_median=_opt(b.result(ca)),
                   n_steps=1, n_failing=int(b.result(cn)))
     else:
         cs = b.calc("n_steps: number of golden values (the golden drives the step list)", f"len({fg})", [fg],
                     unit="steps")
         cn = b.calc(f"n_failing: steps where not |a - g| <= {c.atol:g} + {c.rtol:g}*|g|",
                     f"count(1 - isclose({fa}, {fg}, {rt}, {c.atol!r}))", [fa, fg], unit="steps")
-        if c.check == "exact" and gate.policy.strict_budget or len(c.steps) == 1:
-            cal = b.calc("allowed_failing: exact checks need every step", f"0 * len({fg})", [fg], unit="steps")
-            extra = [cal]
+        pol = gate.policy
+        n_ev: list[str] = []
+        if pol.n_formula == "count":
+            n_ref, n_in = f"len({fg})", [fg]
         else:
-            ck = b.calc("budget k = min(max(N // 100, 1), 50)", f"min(max(floor(len({fg}) / 100), 1), 50)", [fg],
+            # Before 3e75961a74 the budget's N came from the golden's step fields, not the count.
+            how = ("end_step / step_interval + 1" if pol.n_formula == "end"
+                   else "(end_step - start_step) / step_interval + 1")
+            fn = b.fact(sg, f"N of the budget for golden {c.metric}: {how} = {c.n_steps!r} (the comparator before "
+                            "3e75961a74 reads it from the step fields"
+                            + ("; resume: start_step = train_iters // 2 + 1)" if gate.pipeline == "resume" else ")"),
+                        metric=c.metric, value=c.n_steps)
+            n_ref, n_in, n_ev = fn, [fn], [fn]
+        length = f"len({fg})"
+        if c.check == "exact" and pol.strict_budget or c.n_steps == 1:
+            cal = b.calc("allowed_failing: exact checks need every step", f"0 * len({fg})", [fg], unit="steps")
+            extra = [*n_ev, cal]
+        else:
+            ck = b.calc("budget k = min(max(N // 100, 1), 50)", f"min(max(floor({n_ref} / 100), 1), 50)", n_in,
                         unit="steps")
-            if gate.policy.strict_budget:
-                cal = b.calc("allowed_failing: largest n with (N - n)/N >= 1 - k/N in floating point "
-                             "(k or k - 1)", f"{ck} - 1 + ((len({fg}) - {ck}) / len({fg}) >= 1 - {ck} / len({fg}))",
-                             [fg, ck], unit="steps")
+            if pol.strict_budget:
+                f = f"floor({length} * {ck} / {n_ref})"
+                cal = b.calc("allowed_failing: largest n with (L - n)/L >= 1 - k/N in floating point, L the "
+                             "number of compared values", f"max({f} - 1 + (({length} - {f}) / {length} >= 1 - {ck} / "
+                             f"{n_ref}), 0)", [fg, ck, *n_in], unit="steps")
             else:
-                cal = b.calc("allowed_failing: pre-4e85d74ae9 budget mean(is_close) >= k/N lets N - k fail",
-                             f"len({fg}) - {ck}", [fg, ck], unit="steps")
-            extra = [ck, cal]
+                f = f"floor({length} * (1 - {ck} / {n_ref}))"
+                cal = b.calc("allowed_failing: pre-4e85d74ae9 budget, largest n with (L - n)/L >= k/N",
+                             f"max({f} - 1 + (({length} - {f}) / {length} >= {ck} / {n_ref}), 0)",
+                             [fg, ck, *n_in], unit="steps")
+            extra = [*n_ev, ck, cal]
         rel = f"where(isfinite({fa} - {fg}), abs({fa} - {fg}) / abs({fg}), nan)"
         cmx = b.calc("max_rel_err: max |a - g| / |g| over steps finite on both sides", f"nanmax({rel})", [fa, fg],
                      unit="ratio")

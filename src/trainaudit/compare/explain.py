@@ -46,6 +46,12 @@ def _finite(x: float | None) -> float | None:
     return x if x is not None and math.isfinite(x) else None
 
 
+def _g(x: float | None) -> str:
+    """A relative error for a summary; one over a golden value of 0 is infinite and is kept out
+    of the numeric fields (None), so it is written out here instead of formatted."""
+    return "inf (golden value 0)" if x is None else f"{x:.3g}"
+
+
 def describe(steps: list[int], golden: list[float], actual: list[float], tol: float = DRIFT_REL) -> Deviation:
     s = np.asarray(steps, dtype=np.int64)
     g = np.asarray(golden, dtype=float)
@@ -107,15 +113,15 @@ def describe(steps: list[int], golden: list[float], actual: list[float], tol: fl
     elif growing:
         dev.pattern = "drift_growing"
         dev.summary = (f"deviation grows over steps from step {dev.first_diff_step} "
-                       f"(|rel err| slope {dev.trend_slope_per_100_steps:.2g} per 100 steps, max {maxrel:.3g})")
+                       f"(|rel err| slope {dev.trend_slope_per_100_steps:.2g} per 100 steps, max {_g(dev.max_rel_err)})")
     elif dev.shift_from_step is not None:
         dev.pattern = "systematic_shift"
         dev.summary = (f"systematic {dev.sign} shift from step {dev.shift_from_step} "
-                       f"(median {dev.median_rel_err:.3g}, max {maxrel:.3g} relative)")
+                       f"(median {_g(dev.median_rel_err)}, max {_g(dev.max_rel_err)} relative)")
     else:
         dev.pattern = "mixed"
         dev.summary = (f"{dev.n_different}/{dev.n_compared} steps differ from step {dev.first_diff_step}, "
-                       f"sign {dev.sign}, median {dev.median_rel_err:.3g}, max {maxrel:.3g} relative")
+                       f"sign {dev.sign}, median {_g(dev.median_rel_err)}, max {_g(dev.max_rel_err)} relative")
     if gaps:
         dev.summary += f"; missing at steps {gaps[:10]}"
     return dev

@@ -48,7 +48,7 @@ def load_actual(paths: list[str], golden: GoldenFile | None, train_iters: int | 
     """Actual values for a golden comparison. A single golden-shaped JSON is read as is (values
     exactly as in the file); anything else goes through ``load_run`` and the extractor rules."""
     if len(paths) == 1 and fmt in (None, "golden_values") and is_golden_json(paths[0]):
-        return Actual(load_golden(paths[0]), "golden_values")
+        return Actual(load_golden(paths[0], strict=True), "golden_values")
 
     run, problems = load_run(paths, fmt)
     fatal = [p for p in problems if p.fatal]

@@ -8,9 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-import yaml
-
-from trainaudit.errors import InputError, read_text
+from trainaudit.errors import InputError
+from trainaudit.safeio import load_yaml, read_text
 
 DEFAULT_METRICS: tuple[str, ...] = ("lm loss", "num-zeros")
 # run_ci_test.sh passes --allow-nondeterministic-algo when either of these is "1" (typo upstream).
@@ -40,11 +39,7 @@ class ModelConfig:
 
 def load_model_config(path: str) -> ModelConfig:
     text = read_text(path)
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        first = str(exc).splitlines()[0] if str(exc) else "syntax error"
-        raise InputError(f"{path}: not valid YAML ({first})") from None
+    data = load_yaml(text, path)
     if not isinstance(data, dict):
         raise InputError(f"{path}: not a model_config.yaml (expected a mapping with ENV_VARS/MODEL_ARGS)")
     cfg = ModelConfig(path=path)

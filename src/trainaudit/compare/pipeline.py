@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 from trainaudit.compare.cilog import CiGateReport, read_ci_log
 from trainaudit.compare.explain import Deviation, describe
-from trainaudit.compare.extract import load_actual
-from trainaudit.ingest.golden import load_golden
+from trainaudit.compare.extract import Actual, load_actual
+from trainaudit.ingest.golden import GoldenFile, load_golden
 from trainaudit.compare.megatron import GateResult, policy_for, run_gate
 from trainaudit.compare.model_config import ModelConfig, load_model_config
 from trainaudit.compare.build import Inputs, build_answer
@@ -15,6 +16,18 @@ from trainaudit.compare.verdict import decide
 from trainaudit.errors import InputError, UsageError
 from trainaudit.answer.charts import PlotSpec
 from trainaudit.answer.schema import Answer
+
+
+@dataclass(slots=True)
+class GoldenGate:
+    """The inputs as the gate saw them and the gate's result, before any explanation."""
+
+    golden: GoldenFile
+    actual: Actual
+    actual_paths: list[str]
+    config: ModelConfig
+    nondeterministic: bool
+    gate: GateResult
 
 
 def explain_checks(gate: GateResult) -> dict[int, Deviation]:
@@ -25,16 +38,18 @@ def explain_checks(gate: GateResult) -> dict[int, Deviation]:
     return out
 
 
-def run_golden(golden_path: str, actual_paths: list[str], *, model_config: str | None = None,
-               deterministic: bool | None = None, pipeline: str | None = None, train_iters: int | None = None,
-               policy: str = "megatron", ci_logs: list[str] | None = None, fmt: str | None = None
-               ) -> tuple[Answer, list[PlotSpec], bool]:
+def gate_golden(golden_path: str, actual_paths: list[str], *, model_config: str | None = None,
+                deterministic: bool | None = None, pipeline: str | None = None, train_iters: int | None = None,
+                policy: str = "megatron", fmt: str | None = None) -> GoldenGate:
+    """Load the golden file, the actual run and the model config, and run the gate. Unreadable
+    inputs raise :class:`InputError`; a comparison Megatron's comparator itself cannot carry out
+    is returned as ``gate.abort_kind == "comparator_error"``."""
     pol = policy_for(policy)
     if not actual_paths:
         raise UsageError("compare --golden GOLDEN needs the ACTUAL run as input")
     if not Path(golden_path).exists():
         raise InputError(f"{golden_path}: no such file")
-    golden = load_golden(golden_path)
+    golden = load_golden(golden_path, strict=True)
     cfg = load_model_config(model_config) if model_config else ModelConfig()
     nondet = cfg.nondeterministic if deterministic is None else not deterministic
     pipe = pipeline or ("resume" if cfg.is_resume else "regular")
@@ -43,6 +58,15 @@ def run_golden(golden_path: str, actual_paths: list[str], *, model_config: str |
     metrics = cfg.effective_metrics(pol.default_metrics)
     gate = run_gate(golden, actual.values, metrics, nondeterministic=nondet, policy=pol,
                     pipeline=pipe, train_iters=iters)  # type: ignore[arg-type]
+    return GoldenGate(golden, actual, list(actual_paths), cfg, nondet, gate)
+
+
+def answer_golden(run: GoldenGate, *, deterministic: bool | None = None, ci_logs: list[str] | None = None
+                  ) -> tuple[Answer, list[PlotSpec], bool]:
+    """Explain, decide and build the answer for a gate run of :func:`gate_golden`."""
+    gate, cfg, actual, nondet = run.gate, run.config, run.actual, run.nondeterministic
+    if gate.abort_kind == "comparator_error":
+        raise InputError(f"{run.golden.path}: {gate.abort}")
     devs = explain_checks(gate)
     decision = decide(gate, devs, run=actual.run, nan_metrics=actual.nan_metrics)
     reports: list[CiGateReport] = [read_ci_log(p) for p in (ci_logs or [])]
@@ -50,6 +74,15 @@ def run_golden(golden_path: str, actual_paths: list[str], *, model_config: str |
     if nondet:
         notes.append("nondeterministic mode: exact checks skipped"
                      + (f" ({cfg.nondeterministic_flag}=1)" if cfg.nondeterministic_flag and deterministic is None else ""))
-    inp = Inputs(golden, actual.values, actual.kind, actual_paths, model_config, reports, notes)
+    inp = Inputs(run.golden, actual.values, actual.kind, run.actual_paths, cfg.path, reports, notes)
     answer, plots = build_answer(inp, gate, devs, decision)
     return answer, plots, gate.passed and not actual.nan_metrics
+
+
+def run_golden(golden_path: str, actual_paths: list[str], *, model_config: str | None = None,
+               deterministic: bool | None = None, pipeline: str | None = None, train_iters: int | None = None,
+               policy: str = "megatron", ci_logs: list[str] | None = None, fmt: str | None = None
+               ) -> tuple[Answer, list[PlotSpec], bool]:
+    run = gate_golden(golden_path, actual_paths, model_config=model_config, deterministic=deterministic,
+                      pipeline=pipeline, train_iters=train_iters, policy=policy, fmt=fmt)
+    return answer_golden(run, deterministic=deterministic, ci_logs=ci_logs)

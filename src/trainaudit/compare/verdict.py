@@ -88,10 +88,8 @@ def decide(gate: GateResult, deviations: dict[int, Deviation], *, run: Run | Non
             f"make the run produce {m} (it crashed, or the config lacks the flag that logs it, e.g. "
             "--log-memory-to-tensorboard / --log-num-zeros-in-grad / --log-timers-to-tensorboard)",
             "the gate can compare the metric", f"the actual values contain {m} for every golden step", 0.85, [m]))
-    if gate.abort_kind in ("missing_in_golden", "unreadable_golden"):
-        what = ("the golden file uses the 2024 list layout the current comparator cannot load"
-                if gate.abort_kind == "unreadable_golden" else
-                f"METRICS requires {', '.join(gate.abort_metric)} but the golden file has no such metric")
+    if gate.abort_kind == "missing_in_golden":
+        what = f"METRICS requires {', '.join(gate.abort_metric)} but the golden file has no such metric"
         causes.append(Cause(
             "gating_policy_issue", "golden_mismatch", "high", what + ": the gate fails before comparing anything",
             "regenerate the golden values from a good run (download_golden_values.py) or fix METRICS in "

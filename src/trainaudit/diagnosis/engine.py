@@ -28,6 +28,8 @@ NUMERIC = (Category.LOSS_SCALE_COLLAPSE, Category.GRAD_EXPLOSION, Category.DIVER
 _NUMERIC_TIE = {c: i for i, c in enumerate(NUMERIC)}
 _FATAL_ORDER = {c: i for i, c in enumerate((Category.HARDWARE_FAULT, Category.OOM, Category.DISTRIBUTED_FAILURE,
                                             Category.CRASH))}
+# what a chain of numeric symptoms came to, most final first
+_OUTCOME = [Category.NAN_INF, Category.DIVERGENCE, Category.LOSS_SPIKE, Category.GRAD_EXPLOSION]
 NOT_LEARNING = (Category.PLATEAU, Category.GRAD_VANISHING)
 PERFORMANCE = (Category.THROUGHPUT_REGRESSION, Category.DATA_PIPELINE)
 
@@ -118,13 +120,26 @@ def _numeric_story(num: list[Hit], n_loss_points: int, has: set[str]) -> Story:
     if not symptoms:
         return _story(num[0].category, num, num[0].message, n_loss_points)
     first = min(_step(h) for h in symptoms)
+    # precursors (an lr jump, a grad-norm spike) at or shortly before the first symptom are its likely cause,
+    # unless a symptom names its own (the monitor traced the first NaN to the input batch)
+    near = max(50.0, 0.05 * max(first, 1.0))
+    causes = sorted((h for h in symptoms if h.cause and _step(h) <= first), key=_step) or \
+        sorted((h for h in num if h.precursor and h.cause and -near <= _step(h) - first <= 3), key=_step)
+    external = [c for c in causes if c.category not in {h.category for h in symptoms}]
     if any(h.category == Category.LOSS_SCALE_COLLAPSE for h in symptoms):
         cat = Category.LOSS_SCALE_COLLAPSE
+    elif external:
+        # a cause of another kind (an lr jump) explains the whole chain: the story is named by
+        # what the run came to (a NaN, else a divergence, a spike, exploding gradients)
+        cat = min({h.category for h in symptoms}, key=_OUTCOME.index)
     else:
         # the earliest symptom; ties (same step) go to the one that explains the others
         cat = min((h for h in symptoms if _step(h) == first), key=lambda h: _NUMERIC_TIE[h.category]).category
-        # a finding that explains this kind of symptom and starts with it is the story
-        # (sustained gradient growth explains the divergence it starts with)
+        # a spike the run does not survive (a NaN follows in the same incident) is a NaN story
+        if cat == Category.LOSS_SPIKE and any(h.category == Category.NAN_INF for h in symptoms):
+            cat = Category.NAN_INF
+        # a finding that explains this kind of symptom and starts with it is the story (sustained
+        # gradient growth explains the divergence it starts with)
         for h in sorted(symptoms, key=_step):
             if cat in h.by.explains and _step(h) <= first + max(10.0, 0.05 * first):
                 cat = h.category
@@ -135,13 +150,6 @@ def _numeric_story(num: list[Hit], n_loss_points: int, has: set[str]) -> Story:
         if h is not prim:
             parts.append(f"then: {h.message}" if _step(h) >= _step(prim) else f"before it: {h.message}")
     issue = "; ".join(parts)
-    start = _step(prim)
-    # precursors (an lr jump, a grad-norm spike) at or shortly before the first symptom are its likely cause,
-    # unless a symptom names its own (the monitor traced the first NaN to the input batch)
-    near = max(50.0, 0.05 * max(start, 1.0))
-    causes = [h for h in symptoms if h.cause and _step(h) <= start] or \
-        [h for h in num if h.precursor and h.cause and -near <= _step(h) - start <= 3]
-    causes.sort(key=_step)
     if causes:
         issue = "; ".join(h.cause for h in causes if h.cause) + ". " + issue
     st = _story(cat, [prim] + [h for h in num if h is not prim], issue, n_loss_points)

@@ -3,22 +3,111 @@
 Nothing from a log or a user string reaches a shell: git runs with an argument list, revisions are
 checked against a strict pattern and resolved with ``rev-parse --verify`` before use, and every
 listing is capped (``--max-count``). The repository is never modified.
+
+The repository may be a stranger's, so it is data, never code. Its own ``.git/config`` can name
+commands that git runs on read-only commands too: ``diff.<driver>.textconv`` and
+``diff.<driver>.command`` (selected by ``.gitattributes``, gitattributes(5)), ``core.fsmonitor``,
+``log.showSignature`` with ``gpg.program``, ``core.hooksPath``, and a promisor remote whose URL is a
+command (``ext::``, gitremote-helpers(7)) fetched lazily in a partial clone. Every call therefore goes
+through :func:`git_command`: system and global config are ignored (``GIT_CONFIG_NOSYSTEM``,
+``GIT_CONFIG_GLOBAL``, git-config(1) ENVIRONMENT), the dangerous keys are overridden with ``-c``
+(command-line config wins over the repository's, git-config(1) "FILES"), diffs run with
+``--no-ext-diff --no-textconv``, blobs are read with ``cat-file blob`` (no filters), and every
+transport is refused (``protocol.allow=never``, git-config(1)). The repository's git directory is
+found by :func:`find_git_dir` and given as ``--git-dir``, so git never searches the parent folders,
+and it is trusted explicitly with ``safe.directory`` (honoured only from protected config such as
+``-c``, git-config(1) "safe.directory"): the checks above are what makes reading it safe.
 """
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from trainaudit.errors import InputError
+from trainaudit.safeio import check_location
 
 # Branch/tag names, shas, HEAD~3, main^, v1.2 — but nothing starting with "-" and no ".." ranges.
 _REV_RE = re.compile(r"^(?!-)(?!.*\.\.)[A-Za-z0-9._/@^~{}+-]{1,200}$")
 _FIELD = "\x1f"
 _RECORD = "\x1e"
 GIT_TIMEOUT_S = 60
+
+# Config that must not come from the repository: each one names a command or reaches the network.
+_HARDENED = {
+    "core.fsmonitor": "false",
+    "core.hooksPath": os.devnull,
+    "core.pager": "cat",
+    "core.sshCommand": "false",
+    "core.gitProxy": "",
+    "core.askPass": "",
+    "credential.helper": "",
+    "diff.external": "",
+    "log.showSignature": "false",
+    "gpg.program": "false",
+    "gpg.ssh.program": "false",
+    "gpg.x509.program": "false",
+    "protocol.allow": "never",
+    "fetch.recurseSubmodules": "false",
+    "submodule.recurse": "false",
+    "color.ui": "false",
+}
+
+
+def git_env() -> dict[str, str]:
+    """The whole environment of a git call: nothing inherited but PATH (no GIT_DIR, GIT_EXTERNAL_DIFF,
+    GIT_SSH or config from the caller's environment)."""
+    return {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LC_ALL": "C", "GIT_TERMINAL_PROMPT": "0",
+            "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull, "GIT_ATTR_NOSYSTEM": "1",
+            "GIT_PROTOCOL_FROM_USER": "0",
+            # Overrides every protocol.<name>.allow of the repository's config (git(1) ENVIRONMENT).
+            "GIT_ALLOW_PROTOCOL": "none", "GIT_NO_REPLACE_OBJECTS": "1", "GIT_OPTIONAL_LOCKS": "0",
+            "HOME": os.devnull, "XDG_CONFIG_HOME": os.devnull}
+
+
+def git_command(git_dir: Path, args: list[str]) -> list[str]:
+    """``git`` with the repository given explicitly and the hardened config before ``args``."""
+    cmd = ["git", f"--git-dir={git_dir}", "--no-pager", "-c", f"safe.directory={git_dir}"]
+    for key, value in _HARDENED.items():
+        cmd += ["-c", f"{key}={value}"]
+    return [*cmd, *args]
+
+
+def find_git_dir(path: Path, shown: str) -> Path:
+    """The git directory of a work tree (``.git``, or the folder a ``.git`` file points to) or of a
+    bare repository, resolved; every location it uses must pass :func:`check_location` (the MCP
+    root). Git itself is not asked, because asking runs it with the repository's config."""
+    dot = path / ".git"
+    if dot.is_file():
+        try:
+            first = dot.read_text(encoding="utf-8", errors="replace")[:4096].splitlines()[0]
+        except (OSError, IndexError):
+            raise InputError(f"--repo {shown}: unreadable .git file") from None
+        if not first.startswith("gitdir: "):
+            raise InputError(f"--repo {shown}: .git file without a gitdir line")
+        target = Path(first[len("gitdir: "):].strip())
+        git_dir = (target if target.is_absolute() else path / target).resolve()
+    elif dot.is_dir():
+        git_dir = dot.resolve()
+    elif (path / "HEAD").is_file() and (path / "objects").is_dir():
+        git_dir = path.resolve()
+    else:
+        raise InputError(f"--repo {shown}: not a git repository")
+    check_location(git_dir, f"--repo {shown}: its git directory")
+    # A linked work tree shares the main repository's objects (``commondir``) and a repository may
+    # borrow objects from others (``objects/info/alternates``, gitrepository-layout(5)).
+    for rel in ("commondir", "objects/info/alternates"):
+        f = git_dir / rel
+        if f.is_file():
+            for line in f.read_text(encoding="utf-8", errors="replace")[:65536].splitlines():
+                if line.strip() and not line.startswith("#"):
+                    other = Path(line.strip())
+                    check_location((other if other.is_absolute() else git_dir / other).resolve(),
+                                   f"--repo {shown}: {rel}")
+    return git_dir
 
 
 @dataclass(slots=True)
@@ -39,23 +128,28 @@ class Repo:
         if not p.exists():
             raise InputError(f"--repo {path}: no such directory")
         self.path = p
+        check_location(p.resolve(), f"--repo {path}")
+        self.git_dir = find_git_dir(p, path)
         out = self._run(["rev-parse", "--git-dir"], what=f"--repo {path}: not a git repository")
         if not out.strip():
             raise InputError(f"--repo {path}: not a git repository")
 
-    def _run(self, args: list[str], *, what: str, check: bool = True) -> str:
+    def _proc(self, args: list[str], what: str) -> subprocess.CompletedProcess[bytes]:
         try:
-            proc = subprocess.run(["git", "-C", str(self.path), "--no-pager", *args], capture_output=True,
-                                  text=True, errors="replace", timeout=GIT_TIMEOUT_S,
-                                  env={"GIT_TERMINAL_PROMPT": "0", "LC_ALL": "C", "PATH": _path_env()})
+            return subprocess.run(git_command(self.git_dir, args), capture_output=True, timeout=GIT_TIMEOUT_S,
+                                  env=git_env(), cwd=self.git_dir, stdin=subprocess.DEVNULL)
         except FileNotFoundError:
             raise InputError("git is not installed (needed for --repo)") from None
         except subprocess.TimeoutExpired:
             raise InputError(f"{what}: git took longer than {GIT_TIMEOUT_S} s") from None
+
+    def _run(self, args: list[str], *, what: str, check: bool = True) -> str:
+        proc = self._proc(args, what)
+        err = proc.stderr.decode("utf-8", "replace").strip()
         if check and proc.returncode != 0:
-            detail = proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else f"exit {proc.returncode}"
+            detail = err.splitlines()[-1] if err else f"exit {proc.returncode}"
             raise InputError(f"{what} ({detail})")
-        return proc.stdout
+        return proc.stdout.decode("utf-8", "replace")
 
     def resolve(self, rev: str, option: str = "revision") -> str:
         """Full sha of a commit-ish, or InputError naming the option and the revision."""
@@ -68,9 +162,7 @@ class Repo:
         return out
 
     def is_ancestor(self, a: str, b: str) -> bool:
-        proc = subprocess.run(["git", "-C", str(self.path), "merge-base", "--is-ancestor", a, b],
-                              capture_output=True, timeout=GIT_TIMEOUT_S)
-        return proc.returncode == 0
+        return self._proc(["merge-base", "--is-ancestor", a, b], "git merge-base").returncode == 0
 
     def commits(self, rev_range: list[str], *, max_count: int = 2000, with_files: bool = True,
                 paths: list[str] | None = None) -> tuple[list[CommitInfo], bool]:
@@ -78,7 +170,8 @@ class Repo:
         newest first, at most ``max_count``; returns (commits, truncated)."""
         # Record separator first, so the --name-only file list that follows a header stays with it.
         fmt = _RECORD + _FIELD.join(["%H", "%cI", "%an", "%s", "%b", "%P"]) + _FIELD
-        args = ["log", f"--max-count={max_count + 1}", f"--format={fmt}", "--no-color", "--no-renames"]
+        args = ["log", f"--max-count={max_count + 1}", f"--format={fmt}", "--no-color", "--no-renames",
+                "--no-ext-diff", "--no-textconv"]
         if with_files:
             args.append("--name-only")
         args += rev_range
@@ -97,8 +190,8 @@ class Repo:
         return commits[:max_count], truncated
 
     def show_file(self, rev: str, path: str, max_bytes: int = 20_000_000) -> bytes | None:
-        proc = subprocess.run(["git", "-C", str(self.path), "show", f"{rev}:{path}"], capture_output=True,
-                              timeout=GIT_TIMEOUT_S)
+        # cat-file, not show: it never applies textconv or other filters (git-cat-file(1)).
+        proc = self._proc(["cat-file", "blob", f"{rev}:{path}"], f"git cat-file {rev}:{path}")
         if proc.returncode != 0:
             return None
         return proc.stdout[:max_bytes]
@@ -118,7 +211,7 @@ class Repo:
         if not paths:
             return {}
         out = self._run(["log", f"--max-count={max_count}", f"--format={_RECORD}%H", "-p", "--no-color",
-                         f"--unified={context}", "--no-ext-diff", "--no-renames", *rev_range, "--", *paths],
+                         f"--unified={context}", "--no-ext-diff", "--no-textconv", "--no-renames", *rev_range, "--", *paths],
                         what=f"git log -p {' '.join(rev_range)}")[:max_bytes]
         result: dict[str, str] = {}
         for rec in out.split(_RECORD)[1:]:
@@ -128,13 +221,7 @@ class Repo:
 
     def diff_text(self, sha: str, paths: list[str], max_bytes: int = 200_000, context: int = 0) -> str:
         """The patch of one commit restricted to ``paths`` (first parent), truncated."""
-        out = self._run(["show", "--format=", "--no-color", f"--unified={context}", "--no-ext-diff", sha, "--",
+        out = self._run(["show", "--format=", "--no-color", f"--unified={context}", "--no-ext-diff", "--no-textconv", sha, "--",
                          *paths],
                         what=f"git show {sha}", check=False)
         return out[:max_bytes]
-
-
-def _path_env() -> str:
-    import os
-
-    return os.environ.get("PATH", "/usr/bin:/bin")

@@ -11,13 +11,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from trainaudit.errors import InputError
-from trainaudit.ingest.base import Reader, Sample
-from trainaudit.ingest.readers import all_readers, reader_by_name, READER_CLASSES
+from trainaudit.ingest.base import LineReader, Reader, Sample, looks_like_text
+from trainaudit.ingest.readers import READER_CLASSES, all_readers, reader_by_name
+from trainaudit.ingest.readers.text import read_metrics
 from trainaudit.ingest.sink import RunBuilder, Sink
 from trainaudit.ingest.sources import STREAM_ERRORS, InputFile, expand_inputs, read_head
 from trainaudit.model import Run, Source
+from trainaudit.safeio import LIMITS
 
 __all__ = ["Detected", "Position", "Problem", "detect", "load_run", "scan", "format_names"]
+
+INPUT_LIMIT_ERRORS = (RecursionError, OverflowError, MemoryError, ValueError)
 
 
 @dataclass(slots=True)
@@ -121,13 +125,34 @@ def scan(paths: list[str], sink: Sink, fmt: str | None = None, position: Positio
         source = Source(d.inp.display, d.reader.name, d.reader.kind, d.inp.size)
         before_values, before_events, before_meta = sink.n_values, sink.n_events, sink.n_meta
         sink.begin(source)
+        if isinstance(d.reader, LineReader):
+            d.inp.line_bytes = LIMITS.line_bytes
         try:
-            d.reader.read(d.inp, sink)
+            try:
+                d.reader.read(d.inp, sink)
+            except InputError as exc:
+                if sink.n_values > before_values or not looks_like_text(read_head(d.inp)):
+                    raise
+                # a structured file cut short (an excerpt of trainer_state.json): its lines still
+                # hold numbers
+                read_metrics(d.inp, sink)
+                problems.append(Problem(d.inp.display, str(exc).removeprefix(f"{d.inp.display}: ")
+                                        + "; its numbers were read line by line", fatal=False))
+            else:
+                if (sink.n_values, sink.n_events) == (before_values, before_events) and \
+                        isinstance(d.reader, LineReader) and d.reader.name != "text":
+                    # the format was recognised but none of its lines held anything it knows:
+                    # the format-agnostic extractor reads the numbers
+                    read_metrics(d.inp, sink)
         except InputError as exc:
             problems.append(Problem(d.inp.display, str(exc).removeprefix(f"{d.inp.display}: ")))
         except STREAM_ERRORS as exc:
             problems.append(Problem(d.inp.display, f"corrupt or truncated data ({exc}); "
                                                    "values read before the damage are kept"))
+        except INPUT_LIMIT_ERRORS as exc:
+            # Raised by a parser on what the input holds (nesting past the recursion limit, an
+            # integer of more than 4300 digits, a count that does not fit): the input's fault.
+            problems.append(Problem(d.inp.display, f"unreadable ({type(exc).__name__}: {str(exc)[:200]})"))
         finally:
             sink.end()
             position.current, position.done = None, position.done + d.inp.size
@@ -139,6 +164,10 @@ def scan(paths: list[str], sink: Sink, fmt: str | None = None, position: Positio
         elif not any(p.path == d.inp.display for p in problems):
             problems.append(Problem(d.inp.display, f"no metrics or events found (read as {d.reader.name})",
                                     fatal=d.inp.display in paths))
+        if d.inp.cut_lines:
+            problems.append(Problem(d.inp.display, f"{d.inp.cut_lines} line(s) longer than "
+                                                   f"{LIMITS.line_bytes >> 20} MiB cut to their first "
+                                                   f"{LIMITS.line_bytes >> 20} MiB", fatal=False))
     if useful == 0:
         raise InputError(problems[0].__str__() if problems else f"{', '.join(paths)}: nothing readable")
     return problems

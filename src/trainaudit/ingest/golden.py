@@ -2,12 +2,20 @@
 
 Variants accepted (research notes, megatron_golden.md §1.2): pretty or single-line JSON; values as
 a ``{"step": value}`` mapping whose values may be the legacy string ``"nan"``; ``iteration-time``
-starting at step 2; very old files with ``values`` as a list and ``start_step`` 0 (the current
-comparator cannot read these, so they are flagged ``legacy_list``); a per-metric
-``value_precision: "full"`` marker (exact checks then mean raw, unrounded values).
+starting at step 2; very old files with ``values`` as a list and ``start_step`` 0 (flagged
+``legacy_list``); a per-metric ``value_precision: "full"`` marker (exact checks then mean raw,
+unrounded values).
 
-Values are kept exactly as the JSON gives them (float, int or the string); Megatron's own mapping
-of any string to ``inf`` happens in the comparator, not here.
+Fields, step keys and values are coerced the way the comparator's pydantic model
+(``GoldenValueMetric`` in Megatron-LM tests/functional_tests/python_test_utils/common.py:
+``int`` fields, ``values: Dict[int, Union[int, float, str]]``) does in its default lax mode:
+``"050"``, ``" 50"`` and ``"50.0"`` are step 50, a later key for the same step replaces the value
+but keeps the first position, ``true``/``false`` are 1/0, ``1.0`` is a valid ``start_step`` and
+``1.5`` is not. ``strict=True`` (the golden-value gate) also rejects what that model rejects and a
+reader may skip: a top-level entry that is not a metric object, and list-valued ``values``.
+
+Values are otherwise kept exactly as the JSON gives them (float, int or the string); Megatron's
+own mapping of any string to ``inf`` happens in the comparator, not here.
 """
 
 from __future__ import annotations
@@ -17,10 +25,15 @@ import math
 import re
 from dataclasses import dataclass, field
 
-from trainaudit.errors import InputError, read_text
+from trainaudit.errors import InputError
+from trainaudit.safeio import load_json, read_text
 
 Raw = float | int | str
 _STEP_KEY = re.compile(r'"(-?\d+)"\s*:')
+# An integer as pydantic's lax int parser accepts it from a string (surrounding whitespace, a sign,
+# underscores between digits, a zero fraction).
+_INT_TEXT = re.compile(r"\s*([+-]?[0-9](?:_?[0-9])*)(?:\.0+)?\s*", re.ASCII)
+REJECTED = "Megatron-LM's comparator rejects the file: pydantic ValidationError"
 
 
 @dataclass(slots=True)
@@ -68,60 +81,83 @@ def looks_like_golden(text: str) -> bool:
     return head.startswith("{") and '"start_step"' in head and '"values"' in head
 
 
-def load_golden(path: str, text: str | None = None) -> GoldenFile:
-    """Parse a golden/actual-values file; ``path`` is the display path used in error messages."""
+def load_golden(path: str, text: str | None = None, *, strict: bool = False) -> GoldenFile:
+    """Parse a golden/actual-values file; ``path`` is the display path used in error messages.
+    ``strict``: reject everything Megatron-LM's comparator cannot load (see the module doc)."""
     if text is None:
         text = read_text(path)
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise InputError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
+    data = load_json(text, path)
     if not isinstance(data, dict) or not data:
-        raise InputError(f"{path}: not a golden-values file (expected a JSON object of metrics)")
+        # The comparator loads GoldenValues(**data): a TypeError for anything but an object, a
+        # ValidationError for an empty one.
+        why = "TypeError" if not isinstance(data, dict) else "pydantic ValidationError"
+        raise InputError(f"{path}: not a golden-values file (expected a JSON object of metrics)"
+                         + (f" (Megatron-LM's comparator rejects the file: {why})" if strict else ""))
     metrics: dict[str, GoldenMetric] = {}
     extras: dict[str, object] = {}
     for name, body in data.items():
         if not isinstance(body, dict):
+            if strict:
+                raise InputError(f"{path}: {name!r} is {json.dumps(body)[:40]}, not a metric object ({REJECTED})")
             extras[name] = body  # e.g. "iteration_timing_avg": 0.7 in 2024 files
             continue
-        metrics[name] = _metric(path, name, body)
+        metrics[name] = _metric(path, name, body, strict)
     if not metrics:
         raise InputError(f"{path}: not a golden-values file (no metric has start_step/values)")
     _attach_lines(text, metrics)
     return GoldenFile(path, metrics, single_line=text.strip().count("\n") == 0, extras=extras)
 
 
-def _metric(path: str, name: str, body: dict) -> GoldenMetric:
+def _int(v: object) -> int | None:
+    """``v`` as pydantic's lax ``int`` reads it, or None when it would be a validation error."""
+    if isinstance(v, bool):
+        return int(v)
+    if isinstance(v, int):
+        return v
+    if isinstance(v, float):
+        return int(v) if math.isfinite(v) and v.is_integer() else None
+    if isinstance(v, str):
+        m = _INT_TEXT.fullmatch(v)
+        return int(m.group(1)) if m else None
+    return None
+
+
+def _metric(path: str, name: str, body: dict, strict: bool = False) -> GoldenMetric:
     missing = [k for k in ("start_step", "end_step", "step_interval", "values") if k not in body]
     if missing:
-        raise InputError(f"{path}: metric {name!r} lacks {', '.join(missing)}")
-    try:
-        start, end, interval = int(body["start_step"]), int(body["end_step"]), int(body["step_interval"])
-    except (TypeError, ValueError):
-        raise InputError(f"{path}: metric {name!r} has a non-integer start_step/end_step/step_interval") from None
+        raise InputError(f"{path}: metric {name!r} lacks {', '.join(missing)} ({REJECTED})")
+    fields = [_int(body[k]) for k in ("start_step", "end_step", "step_interval")]
+    if any(f is None for f in fields):
+        raise InputError(f"{path}: metric {name!r} has a start_step/end_step/step_interval that is not an "
+                         f"integer ({REJECTED})")
+    start, end, interval = (int(f) for f in fields)  # type: ignore[arg-type]
     values = body["values"]
     full = str(body.get("value_precision", "")).lower() == "full"
     if isinstance(values, list):
+        if strict:
+            raise InputError(f"{path}: metric {name!r}: values is a list (the 2024 layout); the comparator needs "
+                             f"a step -> value mapping ({REJECTED})")
         # 2024 layout: positional values from start_step every step_interval.
         steps = [start + i * max(interval, 1) for i in range(len(values))]
         raw = [_value(path, name, s, v) for s, v in zip(steps, values)]
         return GoldenMetric(name, start, end, interval, steps, raw, [0] * len(raw), full, legacy_list=True)
     if not isinstance(values, dict):
-        raise InputError(f"{path}: metric {name!r}: values is neither an object nor a list")
-    steps, raw = [], []
+        raise InputError(f"{path}: metric {name!r}: values is neither an object nor a list ({REJECTED})")
+    by_step: dict[int, Raw] = {}
     for key, v in values.items():
-        try:
-            step = int(key)
-        except ValueError:
-            raise InputError(f"{path}: metric {name!r}: step key {key!r} is not an integer") from None
-        steps.append(step)
-        raw.append(_value(path, name, step, v))
-    return GoldenMetric(name, start, end, interval, steps, raw, [0] * len(raw), full)
+        step = _int(key)
+        if step is None:
+            raise InputError(f"{path}: metric {name!r}: step key {key!r} is not an integer ({REJECTED})")
+        by_step[step] = _value(path, name, step, v)  # a repeated step keeps its first position
+    return GoldenMetric(name, start, end, interval, list(by_step), list(by_step.values()), [0] * len(by_step), full)
 
 
 def _value(path: str, name: str, step: int, v: object) -> Raw:
-    if isinstance(v, bool) or not isinstance(v, (int, float, str)):
-        raise InputError(f"{path}: metric {name!r} step {step}: value {v!r} is not a number or string")
+    if isinstance(v, bool):
+        return int(v)
+    if not isinstance(v, (int, float, str)):
+        raise InputError(f"{path}: metric {name!r} step {step}: value {json.dumps(v)} is not a number or string "
+                         f"({REJECTED})")
     return v
 
 

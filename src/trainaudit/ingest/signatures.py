@@ -22,6 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from trainaudit.ingest import catalogue
 from trainaudit.ingest.text import Line
 from trainaudit.model import Event, EventKind
 
@@ -68,7 +69,7 @@ def _short(text: str, limit: int = 200) -> str:
 #   non-PyTorch memory, this process has"); murong-xu/CADS#4 (>=2.5 torch.OutOfMemoryError);
 #   kaito-project/kaito#976 ("with X allocated in private pools", behind a vLLM logger prefix).
 OOM_RE = re.compile(
-    r"(?:(?P<exc>[\w.]*(?:OutOfMemoryError|RuntimeError|Error)): )?(?P<dev>CUDA|HIP) out of memory\. "
+    r"(?:(?<![\w.])(?P<exc>[\w.]*(?:OutOfMemoryError|RuntimeError|Error)): )?(?P<dev>CUDA|HIP) out of memory\. "
     rf"Tried to allocate (?P<req>{_SIZE})")
 OOM_LEGACY_RE = re.compile(rf"\(GPU (?P<gpu>\d+); (?P<total>{_SIZE}) total capacity;(?: (?P<alloc>{_SIZE}) already "
                            rf"allocated;)? (?P<free>{_SIZE}) free;(?: (?P<reserved>{_SIZE}) reserved in total by "
@@ -146,7 +147,7 @@ def _oom(line: Line, text: str) -> list[tuple[EventKind, str, dict[str, Any]]]:
 NCCL_TAG_RE = re.compile(r"\[(?:PG (?:ID )?(?P<pg>\d+) (?:PG GUID (?P<guid>[^\s\]]+) )?)?Rank (?P<rank>\d+)\]")
 NCCL_WORK_RE = re.compile(r"Watchdog caught collective operation timeout: WorkNCCL\((?P<work>[^)]*(?:\(ms\)[^)]*)?)\)"
                           r" ran for (?P<ms>\d+) milliseconds before timing out")
-NCCL_FIELD_RE = re.compile(r"(\w+(?:\(ms\))?)=([^,]+)")
+NCCL_FIELD_RE = re.compile(r"(?<!\w)(\w++(?:\(ms\))?)=([^,]+)")
 NCCL_LAST_RE = re.compile(r"(?:detected by watchdog at work|Timeout at NCCL work): (?P<seq>-?\d+), last enqueued "
                           r"NCCL work: (?P<enq>-?\d+), last completed NCCL work: (?P<done>-?\d+)")
 NCCL_STUCK_RE = re.compile(r"watchdog got stuck for (?P<s>\d+) seconds|Heartbeat monitor timed out")
@@ -428,7 +429,7 @@ def _ecc(line: Line, text: str) -> list[tuple[EventKind, str, dict[str, Any]]]:
 #   store by key '0', but store->get('0') got error: Connection reset by peer"); "NCCL error in: ...",
 #   "terminate called after throwing an instance of 'c10::DistBackendError'", Rendezvous*Error:
 #   log_formats.md §14.2.
-DIST_RE = re.compile(r"(?P<exc>(?:[\w.]+\.|c10::)?(?:Dist(?:Backend|Store|Network)?Error|Rendezvous\w*Error))"
+DIST_RE = re.compile(r"(?P<exc>(?:(?<![\w.])[\w.]+\.|c10::)?(?:Dist(?:Backend|Store|Network)?Error|Rendezvous\w{0,40}Error))"
                      r"(?:'|: ?(?P<msg>.*))")
 NCCL_ERROR_RE = re.compile(r"NCCL error in: (?P<where>[^,]+), (?P<err>[^(,]+?)(?: \(|,|$)(?:.*NCCL version (?P<ver>\S+))?")
 STORE_KEY_RE = re.compile(r"store->get\('(?P<key>[^']*)'\)(?: got error: (?P<err>.*))?")
@@ -593,6 +594,17 @@ class SignatureScanner:
 
     # -- entry points -----------------------------------------------------------------------------------
     def feed(self, line: Line) -> list[Event]:
+        known = catalogue.match(line.text)
+        out = self._signatures(line)
+        if known is not None and all(e.kind is not known.kind for e in out):
+            data: dict[str, Any] = {"known": known.id, "meaning": known.meaning, "category": known.category,
+                                    "severity": known.severity, "fatal": known.fatal, "source": known.source}
+            if known.signal is not None:
+                data["signal"] = known.signal
+            out.append(self._event(known.kind, _short(line.text), line, data))
+        return out
+
+    def _signatures(self, line: Line) -> list[Event]:
         text = line.text
         # An open traceback only needs the lines of its own rank; other ranks' lines stay gated.
         if line.rank not in self._tb and self._elastic is None and GATE.search(text) is None:

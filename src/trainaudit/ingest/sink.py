@@ -86,6 +86,7 @@ class Sink:
         buf.steps.append(step)
         buf.values.append(value)
         buf.lines.append(line)
+        self.n_values += 1
         self.last_step = step
         if len(buf) >= FLUSH_POINTS and self.flushes_early:
             self._flush(metric)
@@ -133,7 +134,6 @@ class Sink:
         if buf is None or not len(buf):
             return
         self._buffers[metric] = _Buffer()
-        self.n_values += len(buf)
         self.write_values(
             metric,
             np.frombuffer(buf.steps, dtype=np.int64),

@@ -3,6 +3,11 @@
 Each input is an :class:`InputFile` with a display path exactly as the user gave it (archive
 members as ``archive.zip!member``) and an opener that yields a fresh, decompressed binary stream.
 Nothing is extracted to disk; archive members are streamed.
+
+Inputs are untrusted (``trainaudit.safeio``): only regular files are opened, every stream is a
+:class:`~trainaudit.safeio.BoundedStream` (decompressed data within a budget set by its compressed
+size, so an archive bomb stops early), an archive is opened once for all its members and may hold
+at most ``LIMITS.members`` of them.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from trainaudit.errors import InputError
+from trainaudit.safeio import LIMITS, BoundedStream, budget, open_input
 
 GZIP_MAGIC = b"\x1f\x8b"
 ZIP_MAGIC = b"PK\x03\x04"
@@ -39,9 +45,24 @@ class InputFile:
     opener: Opener
     fs_path: Path | None = None  # set for plain files on disk, so readers may re-open or seek
     compressed: bool = False
+    max_bytes: int | None = None  # decompressed budget (compressed inputs only)
+    line_bytes: int | None = None  # set by the driver for line readers: longer lines are cut
+    cut_lines: int = 0  # lines cut by the streams opened so far (the most any one stream cut)
 
     def open(self) -> BinaryIO:
-        return self.opener()
+        return _Counted(self, self.opener())
+
+
+class _Counted(BoundedStream):
+    """The bounded stream of one open, reporting how many lines it cut back to its input."""
+
+    def __init__(self, inp: InputFile, inner: BinaryIO) -> None:
+        super().__init__(inner, inp.display, max_bytes=inp.max_bytes, line_bytes=inp.line_bytes)
+        self._inp = inp
+
+    def close(self) -> None:
+        self._inp.cut_lines = max(self._inp.cut_lines, self.cut_lines)
+        super().close()
 
 
 def _is_tar(head: bytes) -> bool:
@@ -50,7 +71,7 @@ def _is_tar(head: bytes) -> bool:
 
 def _gzip_head(path: Path, n: int = 512) -> bytes:
     try:
-        with gzip.open(path, "rb") as f:
+        with gzip.open(open_input(path), "rb") as f:
             return f.read(n)
     except STREAM_ERRORS as exc:
         raise InputError(f"{path}: corrupt or truncated gzip file ({exc})") from None
@@ -82,11 +103,11 @@ def _hidden(rel: Path) -> bool:
 
 def _expand_file(path: Path, display: str, *, in_directory: bool) -> Iterator[InputFile]:
     try:
-        with open(path, "rb") as f:
+        with open_input(path, display) as f:
             head = f.read(512)
+            size = os.fstat(f.fileno()).st_size
     except OSError as exc:
         raise InputError(f"{display}: cannot read ({exc.strerror or exc})") from None
-    size = path.stat().st_size
     lower = path.name.lower()
     if head.startswith(ZIP_MAGIC) or head.startswith(EMPTY_ZIP_MAGIC) or lower.endswith(".zip"):
         yield from _zip_members(path, display)
@@ -97,57 +118,98 @@ def _expand_file(path: Path, display: str, *, in_directory: bool) -> Iterator[In
             yield from _tar_members(path, display)
             return
         name = path.name[:-3] if lower.endswith(".gz") else path.name
-        yield InputFile(display, name, size, lambda: gzip.open(path, "rb"), fs_path=path, compressed=True)
+        yield InputFile(display, name, size, lambda: gzip.open(open_input(path, display), "rb"), fs_path=path,
+                        compressed=True, max_bytes=budget(size))
         return
     if _is_tar(head) or lower.endswith(".tar"):
         yield from _tar_members(path, display)
         return
-    yield InputFile(display, path.name, size, lambda: open(path, "rb"), fs_path=path)
+    yield InputFile(display, path.name, size, lambda: open_input(path, display), fs_path=path)
 
 
 def _zip_members(path: Path, display: str) -> Iterator[InputFile]:
     try:
-        zf = zipfile.ZipFile(path)
+        zf = zipfile.ZipFile(open_input(path, display))  # one handle shared by all members
         infos = [i for i in zf.infolist() if not i.is_dir()]
-        bad = zf.testzip()
     except (zipfile.BadZipFile, OSError, EOFError, zlib.error) as exc:
+        raise InputError(f"{display}: corrupt or truncated zip archive ({exc})") from None
+    if not infos:
+        raise InputError(f"{display}: zip archive is empty")
+    _check_count(display, len(infos))
+    total = sum(i.file_size for i in infos)
+    if total > budget(path.stat().st_size):
+        raise InputError(f"{display}: members add up to {total >> 20} MiB, over {LIMITS.ratio}x the archive's "
+                         "size; refused as an archive bomb")
+    # The CRC check reads every member: only when the declared sizes (which bound what reading a
+    # member yields, zipfile.ZipExtFile) are within the budget checked above.
+    try:
+        bad = zf.testzip()
+    except (zipfile.BadZipFile, OSError, EOFError, zlib.error, NotImplementedError) as exc:
         raise InputError(f"{display}: corrupt or truncated zip archive ({exc})") from None
     if bad is not None:
         raise InputError(f"{display}: corrupt zip archive (bad CRC in member {bad})")
-    if not infos:
-        raise InputError(f"{display}: zip archive is empty")
     for info in infos:
         if _hidden(Path(info.filename)):
             continue
-        yield from _member(display, info.filename, info.file_size, _zip_opener(path, info.filename))
+        yield from _member(display, info.filename, info.file_size, _zip_opener(zf, info))
 
 
-def _zip_opener(path: Path, member: str) -> Opener:
+def _check_count(display: str, n: int) -> None:
+    if n > LIMITS.members:
+        raise InputError(f"{display}: more than {LIMITS.members} members ({n}); unpack the part to read")
+
+
+def _zip_opener(zf: zipfile.ZipFile, info: zipfile.ZipInfo) -> Opener:
     def opener() -> BinaryIO:
-        zf = zipfile.ZipFile(path)
-        return zf.open(member)  # type: ignore[return-value]
+        return zf.open(info)  # type: ignore[return-value]
 
     return opener
 
 
 def _tar_members(path: Path, display: str) -> Iterator[InputFile]:
+    """Members of a (compressed) tar, read in ONE pass: a compressed tar has no index, so opening a
+    member later means decompressing everything before it again. Small members are kept in memory
+    from that pass; large ones (few, by the size budget) are read again when opened."""
+    size = path.stat().st_size
+    limit = budget(size)
+    found: dict[str, tuple[int, bytes | None]] = {}
+    seen = 0
     try:
-        with tarfile.open(path, "r:*") as tf:
-            members = [m for m in tf.getmembers() if m.isfile()]
+        with tarfile.open(fileobj=open_input(path, display), mode="r:*") as tf:
+            total = 0
+            for m in tf:
+                seen += 1
+                _check_count(display, seen)
+                if not m.isfile() or _hidden(Path(m.name)):
+                    continue
+                total += m.size
+                if total > limit:
+                    raise InputError(f"{display}: members add up to more than {limit >> 20} MiB, over "
+                                     f"{LIMITS.ratio}x the archive's size; refused as an archive bomb")
+                data = None
+                if m.size <= _KEEP_BYTES:
+                    f = tf.extractfile(m)
+                    data = f.read() if f is not None else b""
+                found[m.name] = (m.size, data)  # a later member of the same name wins, as on extraction
     except (tarfile.TarError, OSError, EOFError, zlib.error) as exc:
         raise InputError(f"{display}: corrupt or truncated tar archive ({exc})") from None
-    if not members:
+    if not found:
         raise InputError(f"{display}: tar archive is empty")
-    for m in members:
-        if _hidden(Path(m.name)):
-            continue
-        yield from _member(display, m.name, m.size, _tar_opener(path, m.name))
+    for name, (msize, data) in found.items():
+        opener = (lambda d=data: io.BytesIO(d)) if data is not None else _tar_opener(path, display, name)
+        yield from _member(display, name, msize, opener)
 
 
-def _tar_opener(path: Path, member: str) -> Opener:
+_KEEP_BYTES = 4 << 20
+
+
+def _tar_opener(path: Path, display: str, member: str) -> Opener:
     def opener() -> BinaryIO:
-        tf = tarfile.open(path, "r:*")
-        f = tf.extractfile(member)
+        tf = tarfile.open(fileobj=open_input(path, display), mode="r:*")
+        f = None
+        for m in tf:  # the last regular member of that name, as in the listing
+            if m.name == member and m.isfile():
+                f = tf.extractfile(m)
         if f is None:
             raise InputError(f"{path}!{member}: not a regular file")
         return f
@@ -160,7 +222,8 @@ def _member(archive_display: str, member: str, size: int, opener: Opener) -> Ite
     display = f"{archive_display}!{member}"
     name = os.path.basename(member)
     if name.lower().endswith(".gz") and not name.lower().endswith(".tar.gz"):
-        yield InputFile(display, name[:-3], size, lambda: gzip.open(opener(), "rb"), compressed=True)  # type: ignore[arg-type]
+        yield InputFile(display, name[:-3], size, lambda: gzip.open(opener(), "rb"), compressed=True,  # type: ignore[arg-type]
+                        max_bytes=budget(size))
     else:
         yield InputFile(display, name, size, opener)
 
@@ -181,8 +244,9 @@ def read_lines(inp: InputFile, line_numbers: set[int]) -> dict[int, str]:
     if not line_numbers:
         return out
     last = max(line_numbers)
+    inp.line_bytes = LIMITS.line_bytes
     with inp.open() as f:
-        for no, raw in enumerate(io.BufferedReader(f) if not isinstance(f, io.BufferedIOBase) else f, 1):  # type: ignore[arg-type]
+        for no, raw in enumerate(f, 1):
             if no in line_numbers:
                 out[no] = raw.decode("utf-8", "replace").rstrip("\r\n")
             if no >= last:

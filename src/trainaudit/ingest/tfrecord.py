@@ -24,6 +24,9 @@ import numpy as np
 
 _MASK_DELTA = 0xA282EAD8
 _HEADER = struct.Struct("<QI")
+# TensorBoard's own writer keeps records small (a scalar is ~40 bytes; images and histograms a few
+# MB); a record above this is a corrupt or forged length.
+MAX_RECORD = 256 << 20
 _U32 = struct.Struct("<I")
 _F32 = struct.Struct("<f")
 _F64 = struct.Struct("<d")
@@ -121,6 +124,10 @@ def iter_records(stream: BinaryIO, *, verify: bool = True) -> Iterator[bytes]:
             c = crc(buf[pos:pos + 8])
             if (((c >> 15) | (c << 17)) + delta) & 0xFFFFFFFF != len_crc:
                 raise RecordError(index, offset + pos, "bad CRC of the length field (corrupt data)")
+        if length > MAX_RECORD:
+            # Checked before reading: a forged length (with its CRC) would otherwise be allocated.
+            raise RecordError(index, offset + pos, f"record of {length} bytes (over the {MAX_RECORD >> 20} MiB "
+                                                   "limit; corrupt or not an event file)")
         end = pos + 12 + length + 4
         if end > size:
             while end > len(buf) and not eof:

@@ -13,12 +13,13 @@ the rules on the live run. The run ends at a completion marker (an event with
 from __future__ import annotations
 
 import os
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from trainaudit.errors import InputError
-from trainaudit.ingest.base import LineReader, Reader, Sample
+from trainaudit.ingest.base import LineReader, Reader, Sample, looks_like_text
 from trainaudit.ingest.readers import all_readers, reader_by_name
 from trainaudit.ingest.signatures import SignatureScanner
 from trainaudit.ingest.sources import InputFile
@@ -26,8 +27,9 @@ from trainaudit.ingest.text import split_line
 from trainaudit.model import EventKind, Source
 from trainaudit.live.online import Alert, LiveRun, OnlineRules
 from trainaudit.rules import Config
+from trainaudit.safeio import LIMITS, LineCutter, open_input
 
-MAX_PARTIAL = 1 << 20  # a "line" longer than this without a newline is cut (binary garbage)
+POLL_BYTES = 8 << 20  # read at most this much per poll: memory stays bounded however fast the log grows
 
 
 class Follower:
@@ -37,13 +39,17 @@ class Follower:
         self._ino: tuple[int, int] | None = None
         self._pos = 0
         self._partial = b""
+        self._cutter = LineCutter(LIMITS.line_bytes)
+        self.behind = False  # the last poll stopped at POLL_BYTES: more is already there
+        self.head = b""  # the first bytes of the file, before lines are cut (format and binary checks)
         self.line_no = 0  # physical lines returned so far (restarts at rotation/truncation)
         self.rotations = 0
         self.truncations = 0
 
     def _open(self) -> bool:
         try:
-            fd = os.open(self.path, os.O_RDONLY)
+            # O_NONBLOCK: opening a FIFO would otherwise wait for a writer (fifo(7)).
+            fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
         except FileNotFoundError:
             return False
         except IsADirectoryError:
@@ -51,31 +57,40 @@ class Follower:
         except OSError as exc:
             raise InputError(f"{self.path}: cannot open ({exc.strerror})") from None
         st = os.fstat(fd)
-        if not os.path.isfile(self.path):
+        if not stat.S_ISREG(st.st_mode):
             os.close(fd)
             raise InputError(f"{self.path}: not a regular file")
-        self._fd, self._ino, self._pos, self._partial, self.line_no = fd, (st.st_dev, st.st_ino), 0, b"", 0
+        self._fd, self._ino, self._pos, self.line_no = fd, (st.st_dev, st.st_ino), 0, 0
+        self._restart()
         return True
 
-    def _read_all(self) -> bytes:
+    def _restart(self) -> None:
+        self._partial, self._cutter, self.head = b"", LineCutter(LIMITS.line_bytes), b""
+
+    def _read_some(self) -> bytes:
+        """What was appended, at most POLL_BYTES (a log that grows faster is read over several polls)."""
         assert self._fd is not None
-        chunks = []
-        while True:
-            b = os.pread(self._fd, 1 << 20, self._pos)
+        chunks: list[bytes] = []
+        got = 0
+        while got < POLL_BYTES:
+            b = os.pread(self._fd, min(1 << 20, POLL_BYTES - got), self._pos)
             if not b:
                 break
             self._pos += len(b)
+            got += len(b)
             chunks.append(b)
-        return b"".join(chunks)
+        self.behind = got >= POLL_BYTES
+        data = b"".join(chunks)
+        if len(self.head) < 8192:
+            self.head += data[:8192 - len(self.head)]
+        return self._cutter.cut(data)
 
     def _split(self, data: bytes, final: bool = False) -> list[bytes]:
+        # Lines arrive cut to LIMITS.line_bytes, so the partial line stays under that too.
         data = self._partial + data
         lines = data.split(b"\n")
         self._partial = lines.pop()
         if final and self._partial:
-            lines.append(self._partial)
-            self._partial = b""
-        elif len(self._partial) > MAX_PARTIAL:
             lines.append(self._partial)
             self._partial = b""
         return lines
@@ -96,7 +111,7 @@ class Follower:
             now_ino = None
         if now_ino is not None and now_ino != self._ino:
             # rotated: finish the old file (the writer may have added lines before the rename)
-            out += self._split(self._read_all(), final=True)
+            out += self._split(self._read_some(), final=True)
             os.close(self._fd)  # type: ignore[arg-type]
             self._fd = None
             self.rotations += 1
@@ -105,9 +120,10 @@ class Follower:
             restarted = True
         elif os.fstat(self._fd).st_size < self._pos:  # type: ignore[arg-type]
             self.truncations += 1
-            self._pos, self._partial, self.line_no = 0, b"", 0
+            self._pos, self.line_no = 0, 0
+            self._restart()
             restarted = True
-        out += self._split(self._read_all())
+        out += self._split(self._read_some())
         return out, restarted
 
     @property
@@ -173,6 +189,9 @@ class Watcher:
         if self.reader is None:
             self._pending += lines
             self._head = b"\n".join(self._pending)
+            head = self.follower.head
+            if len(head) >= 8192 and not looks_like_text(head) and not self.fmt:
+                raise InputError(f"{self.path}: binary data, not a log (use --format NAME to read it anyway)")
             if not self._head.strip() or (len(self._pending) < 3 and len(self._head) < 4096 and not self._urgent_head()):
                 return []
             self.reader = _pick_reader(self.path.name, self._head[:65536] + b"\n")
@@ -219,7 +238,7 @@ class Watcher:
         """Whole-file formats: read the file again into a fresh live run (alerts stay fired)."""
         assert self.reader is not None
         live = LiveRun()
-        inp = InputFile(str(self.path), self.path.name, self.path.stat().st_size, lambda: open(self.path, "rb"),
+        inp = InputFile(str(self.path), self.path.name, self.path.stat().st_size, lambda: open_input(self.path),
                         self.path)
         live.begin(self._source())
         try:

@@ -4,34 +4,47 @@ A path is accepted only when its real location (every symlink resolved) is insid
 roots. A relative path is taken relative to the first root. For a folder, every symlink inside it
 is checked too, because the ingest layer reads files through links: one link that leads outside
 refuses the whole folder.
+
+These checks give early, clear errors; they are not what keeps reads inside the roots, because a
+file can be swapped for a symlink between a check and the open. That is :meth:`Roots.confined`:
+every file the tools open is checked where it really is once open (``safeio.open_input``), and a
+repository's git directory before git is started.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from trainaudit.errors import InputError
+from trainaudit.errors import InputError, PathRefused
+from trainaudit.safeio import confined
 
-
-class PathRefused(InputError):
-    """A path outside the allowed roots (or leading there through a symlink)."""
+__all__ = ["PathRefused", "Roots"]
 
 
 @dataclass(frozen=True)
 class Roots:
     roots: tuple[Path, ...]
+    allow_hardlinks: bool = False
 
     @classmethod
-    def of(cls, paths: list[str] | tuple[str, ...]) -> Roots:
+    def of(cls, paths: list[str] | tuple[str, ...], *, allow_hardlinks: bool = False) -> Roots:
         out: list[Path] = []
         for p in paths or (os.getcwd(),):
             real = Path(p).expanduser().resolve()
             if not real.is_dir():
                 raise InputError(f"--root {p}: not a directory")
             out.append(real)
-        return cls(tuple(out))
+        return cls(tuple(out), allow_hardlinks)
+
+    @contextmanager
+    def confined(self) -> Iterator[None]:
+        """Files opened within this block must really be below the roots."""
+        with confined(self.roots, allow_hardlinks=self.allow_hardlinks):
+            yield
 
     @property
     def primary(self) -> Path:

@@ -5,9 +5,11 @@ per-server cache under a ``result_id``; the client pulls details by reference (`
 
 from __future__ import annotations
 
+import functools
 from collections import OrderedDict
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, Field
 
@@ -190,6 +192,20 @@ class Evidence(BaseModel):
 
 
 # -- the toolbox ---------------------------------------------------------------------------------
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _confined(fn: F) -> F:
+    """Run a tool with every file it opens checked against the roots where it really is."""
+
+    @functools.wraps(fn)
+    def wrapper(self: Toolbox, *args: Any, **kw: Any) -> Any:
+        with self.roots.confined():
+            return fn(self, *args, **kw)
+
+    return wrapper  # type: ignore[return-value]
+
+
 class Toolbox:
     def __init__(self, roots: Roots) -> None:
         self.roots = roots
@@ -263,6 +279,7 @@ class Toolbox:
             report_files=files, notes=[_clip(n, 400) or "" for n in (notes or [])])
 
     # tools
+    @_confined
     def parse_summary(self, paths: list[str], format: str | None = None) -> ParseResult:
         sink = StatsSink()
         problems = scan(self._in(paths), sink, format)
@@ -278,6 +295,7 @@ class Toolbox:
                 meta={k: _clip(str(v), 200) or "" for k, v in list(st.meta.items())[:30]}))
         return ParseResult(sources=out, problems=[mask_secrets(str(p)) for p in problems])
 
+    @_confined
     def diagnose(self, paths: list[str], format: str | None = None, config: str | None = None,
                  out: str | None = None) -> AnalysisResult:
         args = self._in(paths)
@@ -290,6 +308,7 @@ class Toolbox:
         answer = build_answer(args, run, result)
         return self._result(answer, plot_specs(run, result), out, notes=[str(p) for p in problems])
 
+    @_confined
     def compare(self, inputs: list[str], golden: str | None = None, baselines: list[str] | None = None,
                 model_config: str | None = None, deterministic: bool | None = None,
                 pipeline: Literal["regular", "resume"] | None = None, train_iters: int | None = None,
@@ -313,6 +332,7 @@ class Toolbox:
             answer, plots, passed = compare_runs([args[0], *base], args[1], format)
         return self._result(answer, plots, out, passed=passed)
 
+    @_confined
     def audit(self, inputs: list[str] | None = None, passing: list[str] | None = None, repo: str | None = None,
               good: str | None = None, bad: str | None = None, golden: str | None = None,
               model_config: str | None = None, find_fix: bool = False, policy: str = "megatron",
@@ -331,6 +351,7 @@ class Toolbox:
         notes = [*info.reasoning, *info.notes, *(f"missing: {m}" for m in info.missing)]
         return self._result(answer, plots, out, notes=notes)
 
+    @_confined
     def trace_history(self, repo: str, good: str | None = None, bad: str | None = None, find_fix: bool = False,
                       kind: str | None = None, metrics: list[str] | None = None,
                       max_commits: int = MAX_COMMITS) -> HistoryResult:
@@ -368,6 +389,7 @@ class Toolbox:
                 items[i] = _masked(d)
         return Evidence(result_id=result_id, items=items, missing=[i for i in ids[:50] if i not in table])
 
+    @_confined
     def read_source(self, ref: str, start_line: int | None = None, end_line: int | None = None,
                     result_id: str | None = None, context: int = 5) -> SourceLines:
         """``ref``: a path under the roots (``archive.zip!member`` for a member), or with ``result_id``

@@ -3,16 +3,27 @@ evidence section quotes the source lines (``path:line``) those ids rest on."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 
 from trainaudit.answer.schema import Answer, ExtractedFact
 from trainaudit.render.numbers import number, percent
+from trainaudit.redact import mask_secrets, md_code_block, md_inline
 
 MAX_ROWS = 25
 
 
 def _cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
+    return md_inline(text).replace("|", "\\|")
+
+
+def _code(text: str) -> str:
+    """An inline code span of text from input: literal (no HTML, no links), and a fence longer than
+    any backtick run inside so it cannot be closed early (CommonMark 0.31, "Code spans")."""
+    body = mask_secrets(text).replace("\n", " ")
+    fence = "`" * (max((len(r) for r in re.findall(r"`++", body)), default=0) + 1)
+    pad = " " if body.startswith("`") or body.endswith("`") else ""
+    return f"{fence}{pad}{body}{pad}{fence}"
 
 
 def _ids(ids: Iterable[str]) -> str:
@@ -59,20 +70,20 @@ def render_markdown(answer: Answer, plot_files: list[str] | None = None) -> str:
         line += f" · first bad step: **{fa.first_bad_step}**"
     if conf is not None:
         line += f" · confidence {conf:.2f}"
-    out += [line, "", fa.summary, ""]
+    out += [line, "", md_inline(fa.summary), ""]
 
     if fa.root_causes:
         out.append("## Root cause" + ("s" if len(fa.root_causes) > 1 else ""))
         for k, rc in enumerate(fa.root_causes, 1):
-            out.append(f"{k}. **{rc.issue}** (`{rc.category}`, {rc.severity}, confidence {rc.confidence:.2f}; "
-                       f"evidence {_ids(rc.evidence)})")
-            out.append(f"   - Fix: {rc.fix}")
-            out.append(f"   - Expected impact: {rc.expected_impact}")
-            out.append(f"   - Verify: {rc.verify}")
+            out.append(f"{k}. **{md_inline(rc.issue)}** (`{rc.category}`, {rc.severity}, confidence "
+                       f"{rc.confidence:.2f}; evidence {_ids(rc.evidence)})")
+            out.append(f"   - Fix: {md_inline(rc.fix)}")
+            out.append(f"   - Expected impact: {md_inline(rc.expected_impact)}")
+            out.append(f"   - Verify: {md_inline(rc.verify)}")
         out.append("")
     if fa.quick_fixes:
         out.append("## Quick fixes")
-        out += [f"- {q}" for q in fa.quick_fixes] + [""]
+        out += [f"- {md_inline(q)}" for q in fa.quick_fixes] + [""]
 
     if answer.comparisons:
         out.append("## Checks")
@@ -129,25 +140,26 @@ def render_markdown(answer: Answer, plot_files: list[str] | None = None) -> str:
             out.append("")
             out.append("Calculations (recomputed by validation):")
             for c in calcs[:MAX_ROWS]:
-                out.append(f"- <a id=\"{c.id.lower()}\"></a>**{c.id}** {c.description}: `{c.formula}` = "
-                           f"**{number(c.result, 6)}**{(' ' + c.unit) if c.unit else ''} (inputs {', '.join(c.inputs)})")
+                out.append(f"- <a id=\"{c.id.lower()}\"></a>**{c.id}** {md_inline(c.description)}: {_code(c.formula)} = "
+                           f"**{number(c.result, 6)}**{(' ' + md_inline(c.unit)) if c.unit else ''} "
+                           f"(inputs {', '.join(c.inputs)})")
         out.append("")
 
     if fa.needs_more_data:
         out.append("## What would raise the confidence")
-        out += [f"- {n}" for n in fa.needs_more_data] + [""]
+        out += [f"- {md_inline(n)}" for n in fa.needs_more_data] + [""]
 
     out.append("## Sources")
     for s in answer.source_refs:
         extra = f" @ `{s.commit[:12]}`" if s.commit else ""
         sha = f" (sha256 `{s.sha256[:12]}`)" if s.sha256 else ""
-        out.append(f"- **{s.id}** {s.kind}: `{s.path}`{extra}{sha} {s.description}".rstrip())
+        out.append(f"- **{s.id}** {s.kind}: {_code(s.path)}{extra}{sha} {md_inline(s.description)}".rstrip())
     out.append("")
     v = answer.validation
     failed = [c for c in v.checks if not c.passed]
     out.append(f"Validation: {'all checks passed' if v.all_passed else 'FAILED'} "
                f"({', '.join(c.name for c in v.checks)})"
-               + ("".join(f"\n- {c.name}: {c.detail}" for c in failed)))
+               + ("".join(f"\n- {c.name}: {md_inline(c.detail)}" for c in failed)))
     out.append("")
     return "\n".join(out)
 
@@ -156,12 +168,12 @@ def _fact_md(f: ExtractedFact, path: str) -> str:
     where = f"{path}:{f.line}" if f.line else path
     value = ""
     if f.value is not None:
-        value = f" = {number(f.value)}{(' ' + f.unit) if f.unit else ''}"
+        value = f" = {number(f.value)}{(' ' + md_inline(f.unit)) if f.unit else ''}"
     elif f.values is not None:
         value = f" ({len(f.values)} values)"
     step = f" at step {f.step}" if f.step is not None and f"step {f.step}" not in f.statement else ""
-    text = f"- <a id=\"{f.id.lower()}\"></a>**{f.id}** {f.statement}{step}{value} — `{where}`"
+    text = f"- <a id=\"{f.id.lower()}\"></a>**{f.id}** {md_inline(f.statement)}{step}{value} — {_code(where)}"
     if f.quote:
         q = f.quote if len(f.quote) <= 300 else f.quote[:297] + "..."
-        text += f"\n  ```\n  {q}\n  ```"
+        text += "\n" + "\n".join("  " + ln for ln in md_code_block(q.replace("\n", " ")).split("\n"))
     return text

@@ -15,6 +15,7 @@ from rich.text import Text
 
 from trainaudit.answer.locate import locate
 from trainaudit.answer.schema import SEVERITY_ORDER, Answer, Comparison, Finding
+from trainaudit.redact import mask_secrets
 from trainaudit.render.numbers import number
 
 SEVERITY_STYLE = {"critical": "bold red", "high": "red", "medium": "yellow", "low": "cyan", "info": "dim"}
@@ -49,12 +50,13 @@ def ordered_findings(answer: Answer) -> list[Finding]:
 
 
 def rated(where: str, rule: str, severity: str, message: str) -> Text:
-    """``where: RULE [severity] message``: a finding, an alert."""
-    t = Text(f"{where}: ", style="bold")
+    """``where: RULE [severity] message``: a finding, an alert (secrets masked, terminal escapes
+    from the input stripped)."""
+    t = Text(f"{mask_secrets(where)}: ", style="bold")
     t.append(rule, style="bold")
     t.append(" ")
     t.append(f"[{severity}]", style=SEVERITY_STYLE[severity])
-    t.append(f" {message}")
+    t.append(f" {mask_secrets(message)}")
     return t
 
 
@@ -77,7 +79,7 @@ def comparison_line(c: Comparison) -> Text:
         what = f"{c.n_failing}/{c.n_steps} steps outside rtol {c.rtol:g} ({c.allowed_failing} allowed)"
         if c.first_failing_step is not None and not c.passed:
             what += f", first at step {c.first_failing_step}"
-    t.append(f"{c.metric} {c.check}: {what}")
+    t.append(mask_secrets(f"{c.metric} {c.check}: {what}"))
     return t
 
 

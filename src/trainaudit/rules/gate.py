@@ -5,7 +5,8 @@ declare what a finding means and what to do about it; :mod:`trainaudit.compare` 
 from __future__ import annotations
 
 from trainaudit.answer.schema import Category, Severity
-from trainaudit.rules.base import Guidance, Rule, Scope
+from trainaudit.model import EventKind
+from trainaudit.rules.base import Context, Guidance, Hit, Rule, Scope, Thresholds
 
 GOLDEN_GUIDANCE = Guidance(
     fix="Find what changed between the run that produced the golden values and this one (code, container, "
@@ -125,3 +126,40 @@ class RunDivergesFromBaseline(Rule):
             "--bad`.",
         impact="The candidate's metric back inside the baseline band.",
         verify="Re-run the candidate: the comparison passes.")
+
+
+class ReferenceCheckFailed(Rule):
+    """A reference (golden-value) check failed in the log itself: Megatron-LM's comparator output
+    in a CI job log (``Exact comparison of lm loss: FAILED``, ``The following metrics failed``), or
+    a test suite's assertion comparing numbers of a run with their expected values
+    (``AssertionError: 0.646 not greater than or equal to 0.65``, torch.testing's ``Mismatched
+    elements``, numpy.testing's ``Not equal to tolerance``, a GoogleTest ``Failure``).
+
+    Why: the run's numbers no longer match their reference; what remains is to find what changed
+    and whether the difference is real, drift or a too tight tolerance.
+
+    Fix: compare the run with the one that produced the reference (``trainaudit compare``), and
+    the code and environment between them (``trainaudit audit``).
+
+    Example: ``E   AssertionError: 0.6461915373802185 not greater than or equal to 0.65``.
+    """
+
+    id = "TA805"
+    name = "reference-check-failed"
+    category = Category.GOLDEN_MISMATCH
+    severity = Severity.HIGH
+    guidance = GOLDEN_GUIDANCE
+    needs_more_data = ("the reference values and the run's values (for trainaudit compare)",)
+
+    class Params(Thresholds):
+        pass
+
+    def check(self, ctx: Context) -> list[Hit]:
+        evs = [e for e in ctx.events(EventKind.GATE) if e.data.get("passed") is not True]
+        if not evs:
+            return []
+        e = evs[0]
+        h = self.hit(f"a reference check failed: {e.message}" + (f" ({len(evs)} failure lines)" if len(evs) > 1 else ""),
+                     0.85, severity=e.data.get("severity", self.severity))  # a check of the finished run: no step
+        h.ev("gate", e, "the failed check")
+        return [h]

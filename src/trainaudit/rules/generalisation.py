@@ -6,7 +6,8 @@ from __future__ import annotations
 import numpy as np
 
 from trainaudit.answer.schema import Category, Severity
-from trainaudit.rules.base import Guidance, Thresholds, Context, Hit, Rule
+from trainaudit.model import Series
+from trainaudit.rules.base import Context, Guidance, Hit, Rule, Thresholds
 from trainaudit.series.stats import rolling_median
 
 
@@ -23,9 +24,19 @@ class Overfitting(Rule):
 
     Example: val_loss 0.92, 0.71, 0.64, **0.66**, 0.73, 0.85 while loss 0.90 ... 0.12.
 
+    Few validation points (an epoch-level paste) count when the signal is unambiguous: the
+    validation loss rises ``short_rise`` or more over every one of its last points while the
+    training loss falls ``train_drop`` or more (without a training loss, ``min_after`` + 1
+    consecutive rises); or the training set is memorised (training accuracy at least
+    ``memorised_acc``, validation loss ``gap_ratio`` times the training loss).
+
+    The rise must also exceed twice the validation loss's typical change from one evaluation to
+    the next before its minimum (its noise).
+
     Thresholds: ``ratio`` relative rise of validation loss over its minimum (0.1, as
     SageMaker Debugger's Overfit rule), ``min_points`` validation points (4), ``min_after``
-    validation points after the minimum (2).
+    validation points after the minimum (2), ``short_rise`` (0.03), ``train_drop`` (0.2),
+    ``memorised_acc`` (0.99), ``gap_ratio`` (10).
     """
 
     id = "TA301"
@@ -42,12 +53,18 @@ class Overfitting(Rule):
         ratio: float = 0.1
         min_points: int = 4
         min_after: int = 2
+        short_rise: float = 0.03
+        train_drop: float = 0.2
+        memorised_acc: float = 0.99
+        gap_ratio: float = 10.0
 
     def check(self, ctx: Context) -> list[Hit]:
         v = ctx.series("val_loss", finite=True)
         t = ctx.series("loss", finite=True)
-        if v is None or t is None or len(v) < self.p.min_points or len(t) < 3:
+        if v is None or len(v) < 2:
             return []
+        if t is None or len(v) < self.p.min_points or len(t) < 3:
+            return self._short(ctx, v, t)
         x = v.values
         sm = rolling_median(x, 3) if len(v) >= 7 else x
         j = int(np.argmin(sm))
@@ -59,6 +76,10 @@ class Overfitting(Rule):
         vend = float(np.median(tail))
         rise = (vend - vmin) / abs(vmin)
         if rise < self.p.ratio:
+            return []
+        # and more than the validation loss's own epoch-to-epoch noise before its minimum
+        noise = float(np.median(np.abs(np.diff(x[:jmin + 1])))) if jmin >= 3 else 0.0
+        if vend - vmin < 2 * noise:
             return []
         step_min = int(v.steps[jmin])
         ti = int(np.searchsorted(t.steps, step_min, side="right")) - 1
@@ -87,3 +108,43 @@ class Overfitting(Rule):
         return [h]
 
 
+
+    def _short(self, ctx: Context, v: Series, t: Series | None) -> list[Hit]:
+        x = v.values
+        # the last run of consecutive rises of the validation loss
+        j = len(x) - 1
+        while j > 0 and x[j] > x[j - 1]:
+            j -= 1
+        rises = len(x) - 1 - j
+        rise = (x[-1] - x[j]) / abs(x[j]) if x[j] else 0.0
+        if rises >= 1 and rise >= self.p.short_rise:
+            if t is not None:
+                ti = int(np.searchsorted(t.steps, v.steps[j], side="right")) - 1
+                t0, t1 = float(t.values[max(ti, 0)]), float(t.values[-1])
+                drop = (t0 - t1) / abs(t0) if t0 else 0.0
+                if drop >= self.p.train_drop:
+                    msg = (f"{v.name} rises from {x[j]:.4g} at step {int(v.steps[j])} to {x[-1]:.4g} (+{rise:.0%}) "
+                           f"while {t.name} falls from {t0:.4g} to {t1:.4g} (few evaluation points)")
+                    return [self._hit(msg, 0.6, v, j, rise)]
+            elif rises >= self.p.min_after + 1:
+                msg = (f"{v.name} rises for {rises} evaluations in a row after its minimum {x[j]:.4g} at step "
+                       f"{int(v.steps[j])}, to {x[-1]:.4g} (+{rise:.0%}); the training loss is not logged")
+                return [self._hit(msg, 0.6, v, j, rise)]
+        ta, va = ctx.series("train_acc", finite=True), ctx.series("val_acc", finite=True)
+        if t is not None and ta is not None and va is not None and len(t) and len(ta) and len(va):
+            tl, vl, tacc, vacc = float(t.values[-1]), float(x[-1]), float(ta.values[-1]), float(va.values[-1])
+            scale = 100.0 if max(tacc, vacc) > 1.5 else 1.0  # accuracies printed in percent
+            if tl > 0 and vl / tl >= self.p.gap_ratio and tacc / scale >= self.p.memorised_acc and vacc < tacc:
+                msg = (f"the training set is memorised: {ta.name} {tacc:.4g} with {t.name} {tl:.3g}, while {v.name} is "
+                       f"{vl:.3g} ({vl / tl:.0f}x) and {va.name} {vacc:.4g}")
+                return [self._hit(msg, 0.65, v, 0, vl / tl - 1)]
+        return []
+
+    def _hit(self, msg: str, conf: float, v: Series, j: int, rise: float) -> Hit:
+        first = min(j + 1, len(v) - 1)
+        h = self.hit(msg, conf, metric=v.name, first_bad_step=int(v.steps[first]), last_step=int(v.steps[-1]),
+                     data={"best_step": int(v.steps[j])})
+        h.point("vmin", v, j, f"{v.name} before the rise")
+        h.point("vend", v, len(v) - 1, f"last {v.name}")
+        h.calc("rise", "relative rise of the validation loss", "({vend} - {vmin}) / abs({vmin})", unit="ratio")
+        return h

@@ -91,10 +91,14 @@ class NonFiniteMetric(Rule):
             e = checks[0]
             first = min((h.first_bad_step for h in hits if h.first_bad_step is not None), default=None)
             if first is None or (e.step is not None and e.step < first):
-                h = self.hit(f"a NaN/Inf check fired: {e.message}", 0.9, metric=None, first_bad_step=e.step,
-                             last_step=e.step)
+                meaning = e.data.get("meaning")
+                h = self.hit(f"a NaN/Inf check fired: {e.message}" + (f" ({meaning})" if meaning else ""), 0.9,
+                             metric=None, first_bad_step=e.step, last_step=e.step)
                 h.ev("check", e, "NaN check message")
                 hits.append(h)
+        stops = [e for e in checks if e.data.get("fatal")]
+        if hits and stops:
+            hits[0].fatal = True  # the framework stopped the run on it
         return hits
 
 
@@ -142,7 +146,9 @@ class LossSpike(Rule):
     the largest excursion above the median in the previous ``max_window`` points (3.0 and 100;
     small-batch losses have heavy tails, an LLM loss barely moves, both are handled), ``min_excess`` fraction of how far the
     loss has come down that the jump must reach (0.1), ``recover`` points within which the loss
-    must return below ``median*(1+rel/2)`` to count as a spike (20).
+    must return below ``median*(1+rel/2)`` to count as a spike (20). With fewer than
+    ``min_history`` + 3 points, a spike is one point ``short_jump`` + 1 times its larger neighbour
+    (3x) whose neighbours agree within ``rel``.
     """
 
     id = "TA102"
@@ -164,11 +170,14 @@ class LossSpike(Rule):
         over_max: float = 3.0
         max_window: int = 100
         min_excess: float = 0.1
+        short_jump: float = 2.0
 
     def check(self, ctx: Context) -> list[Hit]:
-        s = ctx.series("loss", finite=True, min_points=self.p.min_history + 3)
+        s = ctx.series("loss", finite=True, min_points=3)
         if s is None:
             return []
+        if len(s) < self.p.min_history + 3:
+            return self._short(s)
         idx, med, z = spike_mask(s, self.p.window, self.p.z, self.p.rel, self.p.min_history, self.p.max_window,
                                  self.p.min_excess, self.p.over_max)
         if idx.size == 0:
@@ -179,7 +188,8 @@ class LossSpike(Rule):
             if spikes and i - spikes[-1] <= 1:
                 continue  # one spike spanning consecutive points
             after = x[i + 1: i + 1 + self.p.recover]
-            if after.size == 0 or not np.any(after <= med[i] * (1 + self.p.rel / 2)):
+            back = med[i] + max(abs(med[i]) * self.p.rel / 2, 0.1 * (x[i] - med[i]))  # half the jump, or 90% of a huge one
+            if after.size == 0 or not np.any(after <= back):
                 continue  # did not recover (or the log ends on it): divergence/NaN rules own it
             spikes.append(int(i))
         if not spikes:
@@ -199,6 +209,24 @@ class LossSpike(Rule):
         h.calc("jump", "relative jump of the loss over the median of the preceding points",
                "({spike} - median({base})) / abs(median({base}))", unit="ratio")
         return [h]
+
+    def _short(self, s: Series) -> list[Hit]:
+        """Few points: one point far above both its neighbours that the loss comes back from."""
+        x = s.values
+        for i in range(1, len(x) - 1):
+            level = max(abs(x[i - 1]), abs(x[i + 1]), 1e-12)
+            jump = (x[i] - max(x[i - 1], x[i + 1])) / level
+            if jump >= self.p.short_jump and abs(x[i + 1] - x[i - 1]) <= self.p.rel * level:
+                msg = (f"{s.name} spikes at step {int(s.steps[i])}: {x[i]:.4g} between {x[i - 1]:.4g} and "
+                       f"{x[i + 1]:.4g} ({jump + 1:.3g}x its neighbours), then recovers (few points logged)")
+                h = self.hit(msg, 0.65, metric=s.name, first_bad_step=int(s.steps[i]), last_step=int(s.steps[i]),
+                             data={"spike_steps": [int(s.steps[i])]})
+                h.point("before", s, i - 1, f"{s.name} before the spike")
+                h.point("spike", s, i, f"{s.name} at the spike")
+                h.point("after", s, i + 1, f"{s.name} after the spike")
+                h.calc("jump", "spike over the larger neighbour", "{spike} / max({before}, {after})", unit="x")
+                return [h]
+        return []
 
 
 class GradNormSpike(Rule):

@@ -22,7 +22,8 @@ NOT_LEARNING = Guidance(
 
 def _smooth(s: Series, max_points: int = 4000) -> tuple[np.ndarray, np.ndarray, int]:
     st, x = downsample(s.steps, s.values, max_points)
-    w = max(1, min(51, x.size // 20))
+    # at least 3 points from 6 on: one lucky batch is not "the best loss so far"
+    w = max(3 if x.size >= 6 else 1, min(51, x.size // 20))
     w += (w + 1) % 2  # odd
     return st, rolling_median(x, w), w
 
@@ -37,6 +38,27 @@ def _first_sustained_raw(x: np.ndarray, start: int, thr: float, ahead: int = 5) 
     share = sliding_window_view(np.append(above, np.repeat(above[-1], k - 1)), k).mean(axis=1)
     idx = np.flatnonzero(above & (share >= 0.8))
     return start + int(idx[0]) if idx.size else -1
+
+
+# Caffe's SoftmaxWithLoss clamps the probability at FLT_MIN: -ln(FLT_MIN) = 87.3365 is the loss of a
+# diverged network (caffe/src/caffe/layers/softmax_loss_layer.cpp)
+CAFFE_CLAMP = 87.3365
+
+# Sizes whose ln is the loss of a uniform guess: class counts of common datasets (2..20, CIFAR-100,
+# ImageNet-1k, the 3000 SwAV prototypes) and common tokenizer vocabularies (BERT 30522, LLaMA
+# 32000, GPT-2 50257 and its padded 50304, LLaMA-3 128256, Qwen 151936).
+COMMON_SIZES = (*range(2, 21), 100, 200, 1000, 3000, 30522, 32000, 32768, 50257, 50304, 65536, 128256, 151936)
+
+
+def uniform_size(x: np.ndarray, tol: float) -> int | None:
+    """The common size C whose ln(C) every value of ``x`` sits at (relative ``tol``), or None."""
+    if x.size == 0 or not np.all(np.isfinite(x)):
+        return None
+    for c in COMMON_SIZES:
+        u = math.log(c)
+        if np.all(np.abs(x - u) <= tol * u):
+            return c
+    return None
 
 
 def _head_tail(x: np.ndarray, frac: float = 0.1) -> tuple[float, float]:
@@ -56,9 +78,15 @@ class Divergence(Rule):
 
     Example: loss 4.1 -> 2.3 (best) -> 2.9 -> 3.8 -> 4.4 and never comes back.
 
+    A short paste (3 to ``min_points`` points) counts when the loss ends ``short_rise`` times
+    above its lowest point and every point after the rise stays there (at least 2), or when it is
+    pinned at 87.3365, Caffe's clamp of a softmax loss whose probabilities underflowed
+    (-ln(FLT_MIN), caffe/src/caffe/layers/softmax_loss_layer.cpp).
+
     Thresholds: ``rel`` rise above the best smoothed loss (0.3 = 30%), ``range_frac`` the rise
     must also be this fraction of the improvement made so far (0.25; avoids flagging relative
-    noise of a loss near 0), ``sustain`` fraction of later points that stay up (0.8).
+    noise of a loss near 0), ``sustain`` fraction of later points that stay up (0.8),
+    ``short_rise`` (1.5).
     """
 
     id = "TA201"
@@ -77,11 +105,23 @@ class Divergence(Rule):
         range_frac: float = 0.25
         sustain: float = 0.8
         min_points: int = 8
+        short_rise: float = 1.5
 
     def check(self, ctx: Context) -> list[Hit]:
-        s = ctx.series("loss", finite=True, min_points=self.p.min_points)
+        s = ctx.series("loss", finite=True, min_points=3)
         if s is None:
             return []
+        clamp = np.flatnonzero(np.abs(s.values - CAFFE_CLAMP) < 1e-3)
+        if clamp.size >= 2 and clamp[-1] == len(s) - 1:
+            i = int(clamp[0])
+            h = self.hit(f"{s.name} is pinned at {CAFFE_CLAMP} from step {int(s.steps[i])}: Caffe's clamp of a softmax "
+                         f"loss whose probabilities underflowed, the network has diverged", 0.9, metric=s.name,
+                         first_bad_step=int(s.steps[i]), last_step=int(s.steps[-1]), severity="critical")
+            h.point("clamp", s, len(s) - 1, f"{s.name} at the clamp", indices=clamp)
+            h.calc("value", f"median {s.name} on the clamped points", "median({clamp})")
+            return [h]
+        if len(s) < self.p.min_points:
+            return self._short(s)
         st, sm, w = _smooth(s)
         best = np.minimum.accumulate(sm)
         progress = np.maximum(sm[0] - best, 0.0)
@@ -114,6 +154,28 @@ class Divergence(Rule):
                unit="x")
         return [h]
 
+    def _short(self, s: Series) -> list[Hit]:
+        x = s.values
+        j = int(np.argmin(x))
+        lo = float(x[j])
+        after = x[j + 1:]
+        # the loss came down to its lowest point first (a paste that starts at its lowest value and
+        # only rises is noise as often as divergence), and stays up over 3 points (2 if tripled)
+        if j == 0 or lo <= 0 or after.size < 2 or float(np.min(after)) < self.p.short_rise * lo:
+            return []
+        if after.size < 3 and float(np.min(after)) < 2 * self.p.short_rise * lo:
+            return []
+        i = j + 1
+        ratio = float(x[-1]) / lo
+        msg = (f"{s.name} rises from its lowest {lo:.4g} (step {int(s.steps[j])}) and stays up: every later point is "
+               f"{float(np.min(after)) / lo:.2f}x it or more, ending at {float(x[-1]):.4g} (few points logged)")
+        h = self.hit(msg, 0.6, metric=s.name, first_bad_step=int(s.steps[i]), last_step=int(s.steps[-1]),
+                     severity="critical" if ratio >= 2 else "high")
+        h.point("best", s, j, f"lowest {s.name}")
+        h.point("after", s, len(s) - 1, f"{s.name} after it", indices=np.arange(i, len(s)))
+        h.calc("ratio", "smallest later loss over the lowest one", "min({after}) / {best}", unit="x")
+        return [h]
+
 
 class NotLearning(Rule):
     """Detects a run that does not learn: the training loss is flat from the start (the median
@@ -132,8 +194,15 @@ class NotLearning(Rule):
     A loss that did learn (some 10% stretch of the run sits ``learned`` below the start) and then
     climbed back is not "flat from the start": that is divergence (TA201), not this rule.
 
+    A short paste (``short_points`` to ``min_points`` points) counts only when the signal is
+    unambiguous: the loss pinned at ln(C) of a common class count or vocabulary size (within
+    ``pinned_tol``) on its last ``short_points`` points, or flat (``flat_tol``) while the accuracy
+    sits at chance.
+
     Thresholds: ``min_improvement`` relative (0.02), ``uniform_tol`` relative distance to ln(C)
-    (0.05), ``learned`` relative drop of the best 10% stretch (0.1), ``min_points`` (10).
+    (0.05), ``learned`` relative drop of the best 10% stretch (0.1), ``min_points`` (10),
+    ``short_points`` (3), ``pinned_tol`` (0.003), ``flat_tol`` relative spread (0.01),
+    ``chance_acc`` accuracy at or below which a flat loss is not learning (0.01).
     """
 
     id = "TA202"
@@ -147,11 +216,17 @@ class NotLearning(Rule):
         uniform_tol: float = 0.05
         learned: float = 0.1
         min_points: int = 10
+        short_points: int = 3
+        pinned_tol: float = 0.003
+        flat_tol: float = 0.01
+        chance_acc: float = 0.01
 
     def check(self, ctx: Context) -> list[Hit]:
-        s = ctx.series("loss", finite=True, min_points=self.p.min_points)
+        s = ctx.series("loss", finite=True, min_points=self.p.short_points)
         if s is None:
             return []
+        if len(s) < self.p.min_points:
+            return self._short(ctx, s)
         head, tail = _head_tail(s.values)
         if head == 0:
             return []
@@ -168,11 +243,15 @@ class NotLearning(Rule):
             if isinstance(v, (int, float)) and v >= 2:
                 n_cls = (key, int(v))
                 break
+        if n_cls is None:
+            c = uniform_size(s.values[-max(3, len(s) // 10):], self.p.pinned_tol)
+            n_cls = ("classes or tokens", c) if c else None
         uniform = math.log(n_cls[1]) if n_cls else None
         near = uniform is not None and abs(tail - uniform) <= self.p.uniform_tol * uniform
         msg = f"{s.name} does not decrease: {head:.4g} over the first 10% of logged steps, {tail:.4g} over the last 10%"
         if near:
-            msg += f", which is ln({n_cls[1]}) = {uniform:.4g}: the loss of a uniform guess over {n_cls[1]} {n_cls[0].split('.')[-1]}"  # type: ignore[index]
+            msg += (f", which is ln({n_cls[1]}) = {uniform:.4g}: the loss of a uniform guess over {n_cls[1]} "  # type: ignore[index]
+                    f"{n_cls[0].split('.')[-1]}")
         conf = 0.9 if near else 0.65
         h = self.hit(msg, conf, metric=s.name, first_bad_step=int(s.steps[0]), last_step=int(s.steps[-1]),
                      severity="high" if near or len(s) >= 50 else "medium", data={"uniform": uniform})
@@ -181,6 +260,34 @@ class NotLearning(Rule):
         h.point("tail", s, len(s) - 1, f"{s.name} over the last {k} logged points", indices=np.arange(len(s) - k, len(s)))
         h.calc("improvement", "relative improvement of the loss, first 10% vs last 10%",
                "(median({head}) - median({tail})) / abs(median({head}))", unit="ratio")
+        return [h]
+
+    def _short(self, ctx: Context, s: Series) -> list[Hit]:
+        k = self.p.short_points
+        x = s.values
+        c = uniform_size(x[-k:], self.p.pinned_tol)
+        start = 0
+        if c is not None:
+            while start < len(x) - k and abs(x[start] - math.log(c)) > self.p.pinned_tol * math.log(c):
+                start += 1
+            msg = (f"{s.name} sits at {float(np.median(x[start:])):.5g} = ln({c}) from step {int(s.steps[start])}: "
+                   f"the loss of a uniform guess over {c} classes or tokens (few points logged)")
+            conf = 0.8
+        else:
+            body = x[1:] if len(x) > k and abs(x[0] - np.median(x[1:])) > 0.5 * abs(np.median(x[1:])) else x
+            start = len(x) - len(body)
+            spread = (float(body.max()) - float(body.min())) / max(abs(float(np.median(body))), 1e-12)
+            acc = ctx.series("train_acc", finite=True) or ctx.series("val_acc", finite=True)
+            chance = acc is not None and float(np.max(acc.values)) <= self.p.chance_acc
+            if len(body) < k + 1 or spread > self.p.flat_tol or not chance:
+                return []
+            msg = (f"{s.name} stays flat at {float(np.median(body)):.4g} (spread {spread:.1%} over {len(body)} points) "
+                   f"while {acc.name} stays at {float(np.max(acc.values)):.2g}: the model does not learn")  # type: ignore[union-attr]
+            conf = 0.7
+        h = self.hit(msg, conf, metric=s.name, first_bad_step=int(s.steps[start]), last_step=int(s.steps[-1]),
+                     data={"uniform": math.log(c) if c else None})
+        h.point("flat", s, len(s) - 1, f"{s.name} over the flat points", indices=np.arange(start, len(s)))
+        h.calc("median", f"median {s.name} over the flat points", "median({flat})")
         return [h]
 
 
@@ -250,7 +357,9 @@ class ExplodingGradients(Rule):
     Example: grad norm 0.8, 1.1, 3.5, 27, 310, 4800 ...
 
     Thresholds: ``factor`` growth factor (10; AutoTrainer uses 70 for layer ratios),
-    ``frac_high`` fraction of second-half points above ``factor`` x early median (0.2).
+    ``frac_high`` fraction of second-half points above ``factor`` x early median (0.2), ``jump``
+    a one-step jump over every earlier point that, followed by more values that large, is an
+    explosion at any log length (40).
     """
 
     id = "TA204"
@@ -268,10 +377,17 @@ class ExplodingGradients(Rule):
         factor: float = 10.0
         frac_high: float = 0.2
         min_points: int = 10
+        jump: float = 40.0
 
     def check(self, ctx: Context) -> list[Hit]:
-        g = ctx.series("grad_norm", finite=True, min_points=self.p.min_points)
+        g = ctx.series("grad_norm", min_points=3)
         if g is None:
+            return []
+        jump = self._jump(g)
+        if jump:
+            return jump
+        g = g.finite()
+        if len(g) < self.p.min_points:
             return []
         x = g.values
         k = max(3, len(g) // 5)
@@ -297,6 +413,33 @@ class ExplodingGradients(Rule):
         h.point("first", g, i, f"first {g.name} above {self.p.factor:g}x the early level")
         h.calc("growth", "growth of the gradient norm, last 20% over the first points", "median({late}) / median({early})", unit="x")
         return [h]
+
+    def _jump(self, g: Series) -> list[Hit]:
+        """A jump of ``jump`` x or more over every earlier point, followed by more huge finite
+        values: one blow-up is enough to see, however short the log."""
+        x = g.values
+        for i in range(2, len(x)):
+            prev = x[:i]
+            prev = prev[np.isfinite(prev)]
+            if prev.size < 2 or not math.isfinite(float(x[i])) or float(np.max(prev)) <= 0:
+                continue
+            r = float(x[i]) / float(np.max(prev))
+            if r < self.p.jump:
+                continue
+            rest = x[i + 1:]
+            huge = rest[np.isfinite(rest)]
+            if not np.any(huge >= self.p.jump * float(np.max(prev))):
+                # one outlier the norm came back from is a spike (TA103); a jump straight to NaN is
+                # the NaN's story (TA101): an explosion keeps growing over logged points
+                continue
+            msg = (f"{g.name} jumps {r:.3g}x at step {int(g.steps[i])} ({float(np.max(prev)):.4g} -> {x[i]:.4g})"
+                   + ("; it is non-finite later" if rest.size and np.any(~np.isfinite(rest)) else ""))
+            h = self.hit(msg, 0.8, metric=g.name, first_bad_step=int(g.steps[i]), last_step=int(g.steps[-1]))
+            h.point("before", g, i - 1, f"{g.name} before the jump", indices=np.arange(0, i))
+            h.point("jump", g, i, f"{g.name} at the jump")
+            h.calc("ratio", "jump over the largest earlier grad norm", "{jump} / max({before})", unit="x")
+            return [h]
+        return []
 
 
 class VanishingGradients(Rule):
@@ -449,7 +592,7 @@ class LearningRateZero(Rule):
 
     Example: ``learning rate: 0.000000E+00`` on every line.
 
-    Thresholds: ``zero_frac`` fraction of zero lr points (0.5).
+    Thresholds: ``zero_frac`` fraction of zero lr points (0.5), ``min_points`` (3).
     """
 
     id = "TA207"
@@ -465,7 +608,7 @@ class LearningRateZero(Rule):
 
     class Params(Thresholds):
         zero_frac: float = 0.5
-        min_points: int = 5
+        min_points: int = 3
 
     def check(self, ctx: Context) -> list[Hit]:
         lr = ctx.series("lr", finite=True, min_points=self.p.min_points)
@@ -487,3 +630,51 @@ class LearningRateZero(Rule):
         return [h]
 
 
+
+
+class RepeatingLoss(Rule):
+    """Detects a loss that repeats exactly: the same sequence of per-step losses comes back (every
+    epoch prints the values of the epoch before, to all printed digits).
+
+    Why: with a changing model, the loss of a batch is never printed identically twice; an exact
+    repeat means the weights do not change (the optimizer updates nothing: parameters not in the
+    optimizer, adapters not attached, a learning rate of 0, gradients discarded).
+
+    Fix: check that the trained parameters are in the optimizer and require grad, that the
+    optimizer steps, and that the lr is above 0.
+
+    Example: epoch 1: 0.9741, 1.3742, 1.2390, 0.9670; epoch 2: 0.9741, 1.3742, 1.2390, 0.9670.
+
+    Thresholds: ``min_run`` values repeated in the same order (4).
+    """
+
+    id = "TA208"
+    name = "repeating-loss"
+    category = Category.PLATEAU
+    severity = Severity.HIGH
+    guidance = NOT_LEARNING
+
+    class Params(Thresholds):
+        min_run: int = 4
+
+    def check(self, ctx: Context) -> list[Hit]:
+        s = ctx.series("loss", finite=True, min_points=2 * self.p.min_run)
+        if s is None:
+            return []
+        x = s.values
+        k = self.p.min_run
+        first: dict[tuple[float, ...], int] = {}
+        for i in range(len(x) - k + 1):
+            key = tuple(float(v) for v in x[i:i + k])
+            if len(set(key)) < k:
+                continue  # a constant or partly constant run is a plateau's business, not a repeat
+            j = first.setdefault(key, i)
+            if j != i and i >= j + k:
+                msg = (f"{s.name} repeats exactly: the {k} values from step {int(s.steps[j])} come back in the same "
+                       f"order from step {int(s.steps[i])} ({', '.join(f'{v:g}' for v in key)}): the weights do not change")
+                h = self.hit(msg, 0.85, metric=s.name, first_bad_step=int(s.steps[j]), last_step=int(s.steps[-1]))
+                h.point("once", s, j + k - 1, f"{s.name} the first time", indices=np.arange(j, j + k))
+                h.point("again", s, i + k - 1, f"{s.name} again", indices=np.arange(i, i + k))
+                h.calc("diff", "largest difference between the two runs of values", "max(abs({again} - {once}))")
+                return [h]
+        return []

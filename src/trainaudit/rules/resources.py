@@ -11,6 +11,7 @@ import numpy as np
 
 from trainaudit.model import Event, EventKind, Series
 from trainaudit.answer.schema import Category, Severity
+from trainaudit.ingest import catalogue
 from trainaudit.rules.base import Guidance, Thresholds, Context, Hit, Rule
 from trainaudit.rules.numerics import MIN_SCALE_RE
 from trainaudit.series.stats import change_point, downsample, first_sustained, rolling_median, trend_slope
@@ -174,7 +175,13 @@ class MemoryGrowth(Rule):
 
     Example: ``mem-allocated-bytes`` 10.1 GB -> 10.9 GB -> 11.8 GB -> ... over 5000 steps.
 
-    Thresholds: ``growth`` relative growth (0.1), ``monotone`` fraction of increasing blocks (0.8).
+    
+    A memory series that never decreases (up at ``short_up`` of the points or more) is a leak at any
+    length: from ``short_points`` points when it grows ``short_growth``, over ``min_points`` when it
+    grows ``creep``.
+
+    Thresholds: ``growth`` (0.1), ``monotone`` (0.8), ``min_points`` (10), ``blocks`` (10),
+    ``short_points`` (4), ``short_up`` (0.3), ``short_growth`` (0.1), ``creep`` (0.02).
     """
 
     id = "TA403"
@@ -191,11 +198,29 @@ class MemoryGrowth(Rule):
         monotone: float = 0.8
         min_points: int = 10
         blocks: int = 10
+        short_points: int = 4
+        short_up: float = 0.3
+        short_growth: float = 0.1
+        creep: float = 0.02
 
     def check(self, ctx: Context) -> list[Hit]:
-        m = ctx.series("memory", finite=True, min_points=self.p.min_points)
-        if m is None:
-            return []
+        # every memory figure the log prints (allocated, reserved, peak, used): a leak shows in one
+        for name in ctx.roles.memory:
+            m = ctx.run.series[name].finite()
+            if len(m) < self.p.short_points:
+                continue
+            hits = self._blocks(ctx, m) if len(m) >= self.p.min_points else []
+            if hits:
+                return hits
+            d = np.diff(m.values)
+            grown = (m.values[-1] - m.values[0]) / m.values[0] if m.values[0] > 0 else 0.0
+            if np.all(d >= 0) and float(np.mean(d > 0)) >= self.p.short_up and \
+                    grown >= (self.p.short_growth if len(m) < self.p.min_points else self.p.creep):
+                # it never goes down: a leak, whatever the length of the paste
+                return [self._monotone(m)]
+        return []
+
+    def _blocks(self, ctx: Context, m: Series) -> list[Hit]:
         skip = max(1, len(m) // 10)
         st, x = m.steps[skip:], m.values[skip:]
         n_blocks = min(self.p.blocks, x.size // 2)
@@ -228,6 +253,19 @@ class MemoryGrowth(Rule):
         h.point("end", m, len(m) - 1, f"last {m.name}")
         h.calc("growth", "relative memory growth", "({end} - {start}) / {start}", unit="ratio")
         return [h]
+
+    def _monotone(self, m: Series) -> Hit:
+        growth = (float(m.values[-1]) - float(m.values[0])) / float(m.values[0])
+        # where it starts: the first point a tenth of the way from the first value to the last
+        i0 = int(np.flatnonzero(m.values > m.values[0] + 0.1 * (m.values[-1] - m.values[0]))[0])
+        msg = (f"{m.name} never decreases: {m.values[0]:.4g} -> {m.values[-1]:.4g} (+{growth:.0%}) over {len(m)} logged "
+               f"points, up at {float(np.mean(np.diff(m.values) > 0)):.0%} of them")
+        h = self.hit(msg, 0.65 if len(m) < self.p.min_points else 0.75, metric=m.name, first_bad_step=int(m.steps[i0]),
+                     last_step=int(m.steps[-1]), data={"monotone": True})
+        h.point("start", m, 0, f"first {m.name}")
+        h.point("end", m, len(m) - 1, f"last {m.name}")
+        h.calc("growth", "relative memory growth", "({end} - {start}) / {start}", unit="ratio")
+        return h
 
 
 def _rank_of_root(ctx: Context) -> tuple[int | None, Event | None, str]:
@@ -387,10 +425,15 @@ class ThroughputRegression(Rule):
 
     Example: ``elapsed time per iteration (ms)`` 410, 405, 412 ... then 820, 815, 830 from 3000.
 
+    A short paste (``short_points`` to ``min_points`` points) counts only with a clean break: every
+    point from some step on at least ``short_ratio`` times worse than every point before it (at
+    least 3 points before, 2 after).
+
     Thresholds: ``ratio`` slowdown (1.2), ``warmup_frac`` points ignored at the start (0.05),
     ``consistency`` fraction of points after the change that are slower (0.7), ``min_delta_s``
     smallest step-time increase that matters, in seconds (0.002; the unit is read from the name:
-    ``(ms)``/``_ms`` means milliseconds, otherwise seconds).
+    ``(ms)``/``_ms`` means milliseconds, otherwise seconds), ``min_points`` (12),
+    ``short_points`` (5), ``short_ratio`` (1.5).
     """
 
     id = "TA406"
@@ -407,13 +450,17 @@ class ThroughputRegression(Rule):
         ratio: float = 1.2
         warmup_frac: float = 0.05
         consistency: float = 0.7
-        min_points: int = 20
+        min_points: int = 12
         min_delta_s: float = 0.002
+        short_points: int = 5
+        short_ratio: float = 1.5
 
     def check(self, ctx: Context) -> list[Hit]:
         s, time_like = _time_series(ctx)
-        if s is None or len(s) < self.p.min_points:
+        if s is None or len(s) < self.p.short_points:
             return []
+        if len(s) < self.p.min_points:
+            return self._short(s, time_like)
         v = s.values if time_like else np.where(s.values > 0, 1.0 / np.maximum(s.values, 1e-300), np.nan)
         ok = np.isfinite(v) & (v > 0)
         if not ok.all():
@@ -459,6 +506,38 @@ class ThroughputRegression(Rule):
         else:
             h.calc("slowdown", "throughput before over after (medians)", "median({before}) / median({after})", unit="x")
         return [h]
+
+    def _short(self, s: Series, time_like: bool) -> list[Hit]:
+        v = s.values
+        ok = v > 0
+        if not ok.all():
+            s, v = s.take(ok), v[ok]
+        found = _clean_break(v if time_like else 1.0 / v, self.p.short_ratio)
+        if found is None:
+            return []
+        k, r = found
+        what = "slows down" if time_like else "drops"
+        msg = (f"{s.name} {what} {r:.2f}x or more from step {int(s.steps[k])}: every later point is worse than every "
+               f"earlier one ({float(np.median(v[:k])):.4g} -> {float(np.median(v[k:])):.4g}, few points logged)")
+        h = self.hit(msg, 0.65, metric=s.name, first_bad_step=int(s.steps[k]), last_step=int(s.steps[-1]),
+                     severity="high" if r >= 2 else "medium", data={"ratio": r})
+        h.point("before", s, k - 1, f"{s.name} before the break", indices=np.arange(0, k))
+        h.point("after", s, len(s) - 1, f"{s.name} from the break", indices=np.arange(k, len(s)))
+        if time_like:
+            h.calc("slowdown", "step time after over before (medians)", "median({after}) / median({before})", unit="x")
+        else:
+            h.calc("slowdown", "throughput before over after (medians)", "median({before}) / median({after})", unit="x")
+        return [h]
+
+
+def _clean_break(bad: np.ndarray, ratio: float) -> tuple[int, float] | None:
+    """The first index k (3 <= k <= n-2) from which every value of ``bad`` (higher is worse) is at
+    least ``ratio`` times every value before it, with that smallest ratio; None without one."""
+    for k in range(3, bad.size - 1):
+        before, after = float(np.max(bad[:k])), float(np.min(bad[k:]))
+        if before > 0 and after / before >= ratio:
+            return k, after / before
+    return None
 
 
 def _aligned(per: dict[str, Series]) -> tuple[np.ndarray, dict[str, np.ndarray]]:
@@ -649,6 +728,61 @@ class DataLoaderStall(Rule):
         return [h]
 
 
+class DataWaitDominates(Rule):
+    """Detects steps that spend most of their time waiting for data: the logged data-loading time
+    (``data_time``, ``Data``, ``data_wait``) is ``share`` or more of the step time on at least
+    ``min_frac`` of the logged steps (at least ``min_hits`` of them), as mmengine, detectron2 and the
+    PyTorch ImageNet example print both.
+
+    Why: the accelerator idles while the input pipeline works; more compute does not help.
+
+    Fix: more DataLoader workers, pin_memory and persistent workers, faster storage or cached /
+    preprocessed data, lighter augmentation on the CPU, DALI / GPU decoding.
+
+    Example: ``time: 2.013, data_time: 1.655`` (82% of the iteration is data loading).
+
+    Thresholds: ``share`` (0.5), ``min_frac`` (0.3), ``min_hits`` (2).
+    """
+
+    id = "TA411"
+    name = "data-wait-dominates"
+    category = Category.DATA_PIPELINE
+    severity = Severity.MEDIUM
+    guidance = Guidance(
+        fix="Increase DataLoader num_workers, enable pin_memory and persistent_workers, cache or preprocess the data "
+            "on fast storage, or move decoding and augmentation to the GPU.",
+        impact="Data-loading time a small share of each step; higher throughput.",
+        verify="Log data time and step time; data time stays well under half of the step time.")
+
+    class Params(Thresholds):
+        share: float = 0.5
+        min_frac: float = 0.3
+        min_hits: int = 2
+
+    def check(self, ctx: Context) -> list[Hit]:
+        d = ctx.series("data_time", finite=True, min_points=self.p.min_hits)
+        t = ctx.series("step_time", finite=True, min_points=self.p.min_hits)
+        if d is None or t is None:
+            return []
+        steps, di, ti = np.intersect1d(d.steps, t.steps, return_indices=True)
+        if steps.size < self.p.min_hits:
+            return []
+        dv, tv = d.values[di], t.values[ti]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            share = np.where(tv > 0, dv / tv, 0.0)
+        hits = np.flatnonzero((share >= self.p.share) & (share <= 1.05))  # a data time above the step time is another clock
+        if hits.size < self.p.min_hits or hits.size / steps.size < self.p.min_frac:
+            return []
+        i = int(hits[0])
+        msg = (f"{d.name} is {float(np.median(share[hits])):.0%} of {t.name} on {hits.size} of {steps.size} logged steps "
+               f"from step {int(steps[i])}: the steps wait for data")
+        h = self.hit(msg, 0.75, metric=d.name, first_bad_step=int(steps[i]), last_step=int(steps[hits[-1]]))
+        h.point("data", d, int(di[i]), f"{d.name} at step {int(steps[i])}")
+        h.point("step", t, int(ti[i]), f"{t.name} at step {int(steps[i])}")
+        h.calc("share", "share of the step spent waiting for data", "{data} / {step}", unit="ratio")
+        return [h]
+
+
 class HardwareFault(Rule):
     """Detects GPU hardware faults: NVIDIA Xid errors, ECC errors, a GPU fallen off the bus.
 
@@ -686,6 +820,11 @@ class HardwareFault(Rule):
 
 _FRAME_RE = re.compile(r'File "([^"]+)", line (\d+), in (\S+)')
 _LIB = ("site-packages", "dist-packages", "/lib/python", "<frozen", "/torch/", "\\lib\\")
+
+
+def _is_nan_stop(e: Event) -> bool:
+    known = catalogue.match(e.message)
+    return known is not None and known.category == Category.NAN_INF
 
 
 def user_frames(e: Event) -> list[str]:
@@ -728,11 +867,14 @@ class Crash(Rule):
         pass
 
     def check(self, ctx: Context) -> list[Hit]:
-        tbs = [e for e in ctx.events(EventKind.TRACEBACK) if not MIN_SCALE_RE.search(e.message + " " + e.raw)]
+        # the fp16 scaler giving up and a framework's NaN stop are not crashes: TA104 and TA101 report them
+        tbs = [e for e in ctx.events(EventKind.TRACEBACK) if not MIN_SCALE_RE.search(e.message + " " + e.raw)
+               and not _is_nan_stop(e)]
         sigs = [e for e in ctx.events(EventKind.SIGNAL) if e.data.get("signal") != 9]  # SIGKILL: host OOM (TA402)
-        if not tbs and not sigs:
+        fatal = [e for e in ctx.events(EventKind.ERROR) if e.data.get("fatal")]
+        if not tbs and not sigs and not fatal:
             return []
-        e = tbs[-1] if tbs else sigs[0]
+        e = tbs[-1] if tbs else sigs[0] if sigs else fatal[0]
         frames = user_frames(e) if tbs else []
         msg = f"the run crashed: {e.message}"
         if frames:
@@ -740,7 +882,7 @@ class Crash(Rule):
         h = self.hit(msg, 0.85, first_bad_step=ctx.step_of(e), last_step=ctx.step_of(e), fatal=True,
                      data={"user_frames": frames[-5:], "rank": e.rank, "exception": e.data.get("exception")},
                      needs=[] if frames else ["the full stderr with the Python traceback"])
-        h.ev("exc", e, "last exception" if tbs else "fatal signal")
+        h.ev("exc", e, "last exception" if tbs else "fatal signal" if sigs else "fatal error")
         return [h]
 
 

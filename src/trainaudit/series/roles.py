@@ -26,7 +26,8 @@ _VAL = re.compile(r"(^|_)(val|valid|validation|eval|evaluation|test|dev)(_|$)")
 _EXACT: dict[str, list[str]] = {
     "loss": ["lm_loss", "loss", "train_loss", "train_lm_loss", "training_loss", "reduced_train_loss",
              "train_loss_step", "train_loss_epoch", "total_loss", "train_total_loss", "loss_step", "trainer_loss",
-             "train_ce_loss", "ce_loss", "train_loss_avg"],
+             "train_ce_loss", "ce_loss", "train_loss_avg", "xent", "train_xent", "nll", "nll_loss", "cross_entropy",
+             "crossentropy", "cost", "train_cost", "ce", "objective"],
     "val_loss": ["val_loss", "valid_loss", "validation_loss", "eval_loss", "val_lm_loss", "lm_loss_validation",
                  "validation_lm_loss", "val_loss_epoch", "test_loss", "dev_loss", "eval_lm_loss"],
     "grad_norm": ["grad_norm", "gnorm", "train_grad_norm", "global_grad_norm", "grad_norm_total",
@@ -36,10 +37,15 @@ _EXACT: dict[str, list[str]] = {
     "skipped": ["number_of_skipped_iterations", "skipped", "skipped_iters", "skipped_steps"],
     "nan_iters": ["number_of_nan_iterations", "nan_iterations"],
     "step_time": ["elapsed_time_per_iteration_(ms)", "iteration_time", "step_time", "time_per_step",
-                  "train_step_time", "iter_time", "batch_time", "time_ms", "ms_per_step", "step_time_s", "dt_ms"],
+                  "train_step_time", "iter_time", "batch_time", "time_ms", "ms_per_step", "step_time_s", "dt_ms",
+                  "sec_step", "s_step", "s_it", "sec_it", "s_iter", "sec_iter", "per_step_time", "batch_cost",
+                  "ms_batch", "time", "dt"],
+    "data_time": ["data_time", "data", "data_wait", "data_wait_time", "dataloader_time", "data_loading_time",
+                  "data_ms", "time_data", "load_time", "reader_cost"],
     "throughput": ["throughput_per_gpu_(tflop_s_gpu)", "tokens_per_sec", "tokens_per_second", "tps", "wps",
                    "samples_per_sec", "samples_per_second", "train_samples_per_second", "currsamplespersec",
-                   "samplespersec", "throughput", "tflops", "mfu"],
+                   "samplespersec", "throughput", "tflops", "mfu", "it_s", "it_sec", "iter_s", "its_s", "speed",
+                   "samples_s", "samples_sec", "tok_s", "tokens_s", "img_s", "images_sec", "ips", "steps_s"],
     "memory": ["mem_allocated_bytes", "memory_allocated", "cuda_gb_allocated", "memallocated", "mem_allocated",
                "gpu_memory", "memory", "max_memory_allocated", "mem_max_allocated_bytes", "memory_reserved",
                "cuda_gb_reserved", "maxmemallocated", "gpu_mem", "rss_mb", "rss", "host_rss_mb", "rss_gb"],
@@ -51,7 +57,8 @@ _EXACT: dict[str, list[str]] = {
 def _keyword(role: str, n: str) -> bool:
     is_val = bool(_VAL.search(n))
     if role == "loss":
-        return "loss" in n and not is_val and "scale" not in n and "balanc" not in n and "aux" not in n
+        return (("loss" in n or "entropy" in n or n == "value") and not is_val and "scale" not in n
+                and "balanc" not in n and "aux" not in n)
     if role == "val_loss":
         return "loss" in n and is_val
     if role == "grad_norm":
@@ -61,11 +68,14 @@ def _keyword(role: str, n: str) -> bool:
     if role == "loss_scale":
         return "loss_scale" in n or n.endswith("scaler_scale")
     if role == "step_time":
-        return ("time" in n and ("iter" in n or "step" in n or "batch" in n)) and not is_val
+        return ("time" in n and any(k in n for k in ("iter", "step", "batch", "delta", "epoch", "per"))
+                and not is_val and "data" not in n)
     if role == "throughput":
-        return any(k in n for k in ("per_sec", "per_second", "tflop", "throughput", "tokens_s"))
+        return any(k in n for k in ("per_sec", "per_second", "tflop", "throughput", "tokens_s", "speed", "samples_s",
+                                    "it_s", "it_sec"))
     if role == "memory":
-        return (("mem" in n and any(k in n for k in ("alloc", "reserved", "used", "gb", "mb", "bytes"))) or "memory" in n
+        return (("mem" in n and any(k in n for k in ("alloc", "reserved", "used", "gb", "mb", "bytes", "current", "peak",
+                                                      "usage"))) or "memory" in n
                 or "rss" in n.split("_"))  # rss_mb, train/rss_mb (TensorBoard tags carry prefixes)
     if role == "val_acc":
         return ("acc" in n) and is_val
@@ -81,6 +91,7 @@ class Roles:
 
     names: dict[str, str] = field(default_factory=dict)
     layer_grad_norms: list[str] = field(default_factory=list)
+    memory: list[str] = field(default_factory=list)  # every memory-like series, the role's first
 
     def get(self, run: Run, role: str) -> Series | None:
         name = self.names.get(role)
@@ -110,4 +121,9 @@ def find_roles(run: Run) -> Roles:
     gn = roles.names.get("grad_norm")
     roles.layer_grad_norms = sorted(name for name, n in normed.items()
                                     if name != gn and "grad" in n and "norm" in n and not _VAL.search(n))
+    mem = roles.names.get("memory")
+    roles.memory = ([mem] if mem else []) + sorted(
+        (name for name, n in normed.items() if name != mem and name not in taken and
+         (n in _EXACT["memory"] or _keyword("memory", n)) and "total" not in n and "avail" not in n
+         and "free" not in n and "percent" not in n), key=lambda x: (len(x), x))
     return roles

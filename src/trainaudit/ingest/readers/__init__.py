@@ -10,7 +10,7 @@ from trainaudit.ingest.base import LineReader, Reader
 from trainaudit.ingest.readers.composer import ComposerReader
 from trainaudit.ingest.readers.deepspeed import DeepSpeedReader
 from trainaudit.ingest.readers.fairseq import FairseqReader
-from trainaudit.ingest.readers.generic import CsvReader, JsonlReader, KeyValueReader
+from trainaudit.ingest.readers.generic import CsvReader, JsonlReader
 from trainaudit.ingest.readers.golden import GoldenValuesReader
 from trainaudit.ingest.readers.hf import HFReader, HFTrainerStateReader
 from trainaudit.ingest.readers.keras import KerasCSVReader, KerasReader
@@ -21,8 +21,8 @@ from trainaudit.ingest.readers.mmengine import MMEngineReader
 from trainaudit.ingest.readers.monitor import MonitorReader
 from trainaudit.ingest.readers.nanogpt import NanoGPTReader
 from trainaudit.ingest.readers.nemo import NemoReader
-from trainaudit.ingest.readers.plain import PlainTextReader
 from trainaudit.ingest.readers.tensorboard import TensorBoardReader
+from trainaudit.ingest.readers.text import TextLogReader
 from trainaudit.ingest.readers.torchtitan import TorchtitanReader
 from trainaudit.ingest.readers.ultralytics import UltralyticsReader
 from trainaudit.ingest.readers.wandb import WandbReader
@@ -50,8 +50,7 @@ READER_CLASSES: list[type[Reader]] = [
     MonitorReader,
     JsonlReader,
     CsvReader,
-    KeyValueReader,
-    PlainTextReader,
+    TextLogReader,
 ]
 
 

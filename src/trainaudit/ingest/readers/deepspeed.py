@@ -56,12 +56,12 @@ PROGRESS_RE = re.compile(r"\bstep=(\d+), skipped=(\d+), lr=\[([^\]]*)\]")
 TPUT_RE = re.compile(
     r"(?:epoch=(\d+)/micro_step=(\d+)/global_step=(\d+)|(?<![\w/])(\d+)/(\d+)), "
     r"((?:RunningAvgSamplesPerSec|SamplesPerSec)=.*)$")
-TPUT_FIELD_RE = re.compile(r"(\w+)=(" + _N + r")(GB)?")
+TPUT_FIELD_RE = re.compile(r"(?<!\w)(\w++)=(" + _N + r")(GB)?")
 BREAKDOWN_RE = re.compile(r"time \(ms\) \| (.*)$")
-BREAKDOWN_FIELD_RE = re.compile(r"([\w\-]+): (" + _N + r")")
+BREAKDOWN_FIELD_RE = re.compile(r"(?<![\w\-])([\w\-]++): (" + _N + r")")
 PIPE_RE = re.compile(r"\bsteps: (\d+) loss: (\S+) (?:(.*?) )?iter time \(s\): (\S+) samples/sec: (\S+)")
 # The tqdm bar an OVERFLOW line is glued to: "  1%|...| 6/1184 [00:21<1:09:10,  3.52s/it][2021-...".
-BAR_BEFORE_RE = re.compile(r"(\d+)/\d+ \[[\d:]+<[\d:?]+[^\]]*\]\s*(?:\[[^\]]*\]\s*)*$")
+BAR_BEFORE_RE = re.compile(r"(?<!\d)(\d++)/\d+ \[[\d:]+<[\d:?]+[^\]]*\]\s*(?:\[[^\]]*\]\s*)*$")
 MIN_SCALE_RE = re.compile(r"Current loss scale already at minimum")
 ENGINE_HINT_RE = re.compile(r"\[(?:deepspeed|deepscale)\]|DeepSpeed info: version=|\[Rank \d+\] step=\d+, skipped=")
 
@@ -106,7 +106,10 @@ class DeepSpeedReader(LineReader):
         with inp.open() as stream:
             for line in iter_lines(stream):
                 if not self._engine(line, sink, state) and delegate is not None:
+                    before = sink.last_step
                     delegate.feed(line, sink, dstate)
+                    if sink.last_step is not None and sink.last_step != before:
+                        self._anchor(state, sink.last_step)  # overflows count from the framework's own step
                 for ev in scanner.feed(line):
                     sink.event(ev)
         for ev in scanner.finish():
@@ -219,11 +222,11 @@ class DeepSpeedReader(LineReader):
     def _overflow(self, line: Line, sink: Sink, state: dict, data: dict, new: float | None,
                   bar_step: int | None = None) -> None:
         state["overflows"] += 1
-        if state["anchor"] is not None:
+        if bar_step is not None:  # the progress bar on the same line says where the run is
+            step = bar_step
+        elif state["anchor"] is not None:
             state["since"] += 1
             step = state["anchor"] + state["since"]
-        elif bar_step is not None:
-            step = bar_step
         else:
             step = state["overflows"]
         data["step_estimated"] = True

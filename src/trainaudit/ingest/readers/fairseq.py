@@ -43,7 +43,7 @@ JSON_RE = re.compile(r"(\{\"epoch\": .*\})\s*$")
 TQDM_RE = re.compile(r"epoch (\d+):\s+\d+%\|[^|]*\|\s*(\d+)/(\d+)\s*\[[^\],]*(?:,\s*[\d.?]+\s*(?:it/s|s/it))?,\s*([^\]|]*)(\]?)")
 OVERFLOW_RE = re.compile(r"overflow detected, (?:ignoring gradient, )?setting loss scale to: ([\d.eE+\-]+)")
 TAG_RE = re.compile(r"\| (?:INFO|WARNING) \| (train_inner|train|valid|[\w.]+) \| ")
-KV_RE = re.compile(r"(\w+)=([^,\s]*)")
+KV_RE = re.compile(r"(?<!\w)(\w++)=([^,\s]*)")
 FAIRSEQ_KEYS = ("num_updates", "wps", "ups", "wpb", "bsz", "nll_loss", "gnorm")
 NON_SERIES = {"epoch", "num_updates", "update"}
 

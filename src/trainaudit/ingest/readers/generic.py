@@ -27,12 +27,12 @@ STEP_KEYS = ("step", "global_step", "iteration", "iter", "epoch", "_step")
 
 # Lightning's tqdm prints nan as "nan.0", inf as "inf.0", -inf as "-inf." (zero padding).
 _PADDED_SPECIAL = re.compile(r"^([-+]?)(nan|inf|infinity)\.0*$", re.IGNORECASE)
-_UNIT = re.compile(r"^([-+]?(?:\d[\d,]*\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)\s*(%|[A-Za-z]{1,4}(?:/[A-Za-z]+)?)$")
-_NUM = r"[-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|\.\d+(?:[eE][-+]?\d+)?|(?i:nan|inf(?:inity)?)(?![A-Za-z]))"
+_UNIT = re.compile(r"^([-+]?(?:\d[\d,]*+\.?+\d*+|\.\d++)(?:[eE][-+]?\d+)?)\s*+(%|[A-Za-z]{1,4}(?:/[A-Za-z]+)?)$")
+_NUM = r"[-+]?(?:\d++\.?+\d*+(?:[eE][-+]?\d++)?|\.\d++(?:[eE][-+]?\d++)?|(?i:nan|inf(?:inity)?)(?![A-Za-z]))"
 # key=value or key: value; the number must not continue as a clock time or a date ("2:46:39").
-_KV_RE = re.compile(r"(?<![\w./\-'\":])([A-Za-z_][\w./\-()\[\]]*)\s*(?:=|:)\s*(" + _NUM + r")(?![\d:.\-])(%?)")
+_KV_RE = re.compile(r"(?<![\w./\-'\":])([A-Za-z_][\w./\-()\[\]]*+)\s*+(?:=|:)\s*+(" + _NUM + r")(?![\d:.\-])(%?)")
 # "key value" chunks of comma-separated lines (i6/RETURNN: "step 1347, ce 0.324, ...").
-_SPACE_KV_RE = re.compile(r"^\s*([A-Za-z_][\w./:\-]*)\s+(" + _NUM + r")(%|[A-Za-z]{1,3})?\s*$")
+_SPACE_KV_RE = re.compile(r"^\s*+([A-Za-z_][\w./:\-]*+)\s++(" + _NUM + r")(%|[A-Za-z]{1,3})?\s*$")
 
 
 def num(text: str, *, units: bool = False) -> float | None:
@@ -292,23 +292,3 @@ def kv_line(text: str) -> tuple[str, int, list[tuple[str, float]]] | None:
         return None
     others = [(k, v) for k, v in pairs if k.lower() != found[0]]
     return (found[0], found[1], others) if others else None
-
-
-class KeyValueReader(LineReader):
-    name = "kv"
-    kind = SourceKind.LOG
-    description = "text lines of 'key=value' / 'key: value' / 'key value, ...' pairs with a step-like key"
-
-    def sniff(self, sample: Sample) -> float:
-        n = sum(1 for ln in sample.lines if kv_line(ln) is not None)
-        if n == 0:
-            return 0.0
-        return 0.3 if n >= 2 or len(sample.lines) <= 3 else 0.2
-
-    def feed(self, line: Line, sink: Sink, state: dict) -> None:
-        found = kv_line(line.text)
-        if found is None:
-            return
-        _key, step, pairs = found
-        for k, v in pairs:
-            sink.add(k, step, v, line.no, line.rank)

@@ -33,7 +33,7 @@ from trainaudit.ingest.text import Line, json_number, parse_number
 from trainaudit.model import Event, EventKind, SourceKind
 
 # A dict repr at the end of a segment; the leading "{" is optional (lost in quoted copies).
-DICT_RE = re.compile(r"\{?\s*('[^'\n]+'\s*:\s*[^{}\n]*)\}\s*$")
+DICT_RE = re.compile(r"(?:\{\s*+|(?<![\s{])\s*+)('[^'\n]+'\s*:\s*[^{}\n]*+)\}\s*$")
 # One 'key': value pair; values are quoted strings or bare tokens up to the next comma.
 PAIR_RE = re.compile(
     r"""(?:'((?:[^'\\]|\\.)*)'|"((?:[^"\\]|\\.)*)")\s*:\s*"""

@@ -35,7 +35,7 @@ from trainaudit.ingest.text import Line, parse_number
 from trainaudit.model import Event, EventKind, SourceKind
 
 BAR_RE = re.compile(
-    r"(?P<desc>[^|\r]*?):?\s*(?P<pct>\d+)%(?:\|[^|]*\||\s)\s*(?P<n>\d+)/(?P<total>\d+|\?)\s*"
+    r"(?<![^|\r])(?P<desc>[^|\r]*?)(?!(?<=\s)\s):?\s*+(?<!\d)(?P<pct>\d++)%(?:\|[^|]*\||\s)\s*(?P<n>\d+)/(?P<total>\d+|\?)\s*"
     r"\[(?P<elapsed>[\d:]+)<(?P<remaining>[\d:?]+)(?:,\s*(?P<rate>[\d.]+|\?)\s*(?:it/s|s/it))?"
     r"(?:,\s*(?P<postfix>[^\]]*))?\]?"
 )

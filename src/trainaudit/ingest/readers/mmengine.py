@@ -32,7 +32,7 @@ from trainaudit.model import SourceKind
 MME_RE = re.compile(r"\b(Epoch|Iter)\((train|val|test)\)\s*(?:\[\s*(\d+)\])?\[\s*(\d+)/(\d+)\]\s+(.*)$")
 # mmcv 1.x / mmdet 0.x: "Epoch [1][2150/29317]\t...", "Epoch(val) [32][282]\t...", "Iter [100/1000]\t...".
 MMCV_RE = re.compile(r"\b(Epoch|Iter)(?:\((val|test)\))? \[(\d+)\](?:\[(\d+)(?:/(\d+))?\])?\s+(.*)$")
-COPYPASTE_RE = re.compile(r"\b(\w+)_copypaste: ((?:\s*[-+]?\d+\.?\d*){6})\s*$")
+COPYPASTE_RE = re.compile(r"\b(\w+)_copypaste: ((?:\s*+[-+]?\d++(?:\.\d*+)?+){6}+)\s*+$")
 COPYPASTE_SUFFIXES = ("", "_50", "_75", "_s", "_m", "_l")  # mmdet CocoMetric order
 HEADER_RE = re.compile(r" - (mmengine|mmdet|mmcls|mmseg|mmpose|mmocr|mmaction|mmrotate|mmpretrain|mmdet3d|\w+) - "
                        r"(?:INFO|WARNING|ERROR|DEBUG) - ")

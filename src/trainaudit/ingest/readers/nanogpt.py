@@ -28,8 +28,8 @@ NUM = r"[-+]?(?:(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|nan|NaN|inf|Inf|-nan)"
 ITER_RE = re.compile(r"\biter (\d+): loss (" + NUM + r"), time ([\d.]+)ms(?:, mfu (-?[\d.]+)%)?")
 EVAL_RE = re.compile(r"\bstep (\d+): train loss (" + NUM + r"), val loss (" + NUM + r")")
 LLMC_RE = re.compile(r"\bstep\s+(\d+)(?:/(\d+))?: train loss (" + NUM + r")(?![\d.,])(.*)$")
-LLMC_MS_RE = re.compile(r"\(?(?:took )?([\d.]+) ms")
-LLMC_TOKS_RE = re.compile(r"(\d+) tok/s")
+LLMC_MS_RE = re.compile(r"\(?(?:took )?(?<![\d.])([\d.]++) ms")
+LLMC_TOKS_RE = re.compile(r"(?<!\d)(\d++) tok/s")
 CKPT_RE = re.compile(r"\bsaving checkpoint to (\S+)")
 MFU_SENTINEL = -100.0
 

@@ -26,7 +26,7 @@ from trainaudit.ingest.text import Line, parse_number
 from trainaudit.model import SourceKind
 
 STEP_RE = re.compile(r"\b(validate )?step:\s*(\d+)\s+loss:")
-FIELD_RE = re.compile(r"([a-z_]+):\s*(\S+)")
+FIELD_RE = re.compile(r"(?<![a-z_])([a-z_]++):\s*+(\S+)")
 MEM_RE = re.compile(r"^([\d.]+)GiB\(([\d.]+)%\)$")
 TITAN_RE = re.compile(r"\[titan\]")
 RENAME = {"mfu": "mfu(%)"}

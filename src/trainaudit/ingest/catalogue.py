@@ -1,0 +1,141 @@
+"""Known messages: warnings and errors whose meaning is established, with the source of the meaning.
+
+A training log says more than its numbers. ``None of the inputs have requires_grad=True`` under
+gradient checkpointing means the checkpointed layers get no gradient; ``var(): degrees of freedom
+is <= 0`` means a variance of one element, a NaN. Each entry names the text to find (literal
+substrings, checked before any regular expression runs), what it means, the category it is
+evidence for (or None for context only), and a public source for that meaning: the library code
+that prints it, its documentation, or the thread where its meaning was established.
+
+docs/error-signatures.md lists the catalogue; :class:`~trainaudit.ingest.signatures.SignatureScanner`
+reports a match as an event whose ``data["known"]`` is the entry's id.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from trainaudit.model import EventKind
+
+
+@dataclass(frozen=True, slots=True)
+class Known:
+    id: str
+    needles: tuple[str, ...]  # every one must be in the line
+    kind: EventKind
+    meaning: str
+    category: str | None  # a category of SPEC.md section 3, or None: context, not a problem
+    severity: str
+    source: str
+    fatal: bool = False  # the run stops here
+    pattern: re.Pattern[str] | None = None  # optional, linear: must also match (anchors the message)
+    signal: int | None = None  # for SIGNAL events: the signal number
+
+
+CATALOGUE: tuple[Known, ...] = (
+    Known("checkpoint-no-grad", ("None of the inputs have requires_grad=True",), EventKind.WARNING,
+          "gradient checkpointing received inputs that do not require grad (e.g. frozen embeddings under "
+          "LoRA): no gradient flows through the checkpointed blocks, so they do not train",
+          "plateau", "high",
+          "https://github.com/pytorch/pytorch/blob/main/torch/utils/checkpoint.py (the warning); "
+          "https://huggingface.co/docs/transformers/main_classes/model#transformers.PreTrainedModel."
+          "enable_input_require_grads (the fix)"),
+    Known("loss-broadcast", ("Using a target size", "that is different to the input size"), EventKind.WARNING,
+          "the loss compares tensors of different shapes and broadcasts them: the loss is not the intended one "
+          "(PyTorch: 'This will likely lead to incorrect results due to broadcasting')",
+          "plateau", "high", "https://github.com/pytorch/pytorch/blob/main/torch/nn/functional.py (mse_loss, "
+          "l1_loss, binary_cross_entropy size checks)"),
+    Known("var-dof", ("degrees of freedom is <= 0",), EventKind.NAN_CHECK,
+          "a variance or standard deviation over a single element (batch of one, a normalisation over one value): "
+          "the result is NaN", "nan_inf", "high",
+          "https://github.com/pytorch/pytorch/blob/main/aten/src/ATen/native/ReduceOps.cpp (var/std warning)"),
+    Known("scheduler-order", ("lr_scheduler.step()", "before `optimizer.step()`"), EventKind.WARNING,
+          "the scheduler stepped before the optimizer: the first value of the learning-rate schedule is skipped",
+          None, "info", "https://github.com/pytorch/pytorch/blob/main/torch/optim/lr_scheduler.py"),
+    Known("ddp-grad-strides", ("Grad strides do not match bucket view strides",), EventKind.WARNING,
+          "DDP copies gradients into buckets with a different memory layout (often channels_last): this may "
+          "impair performance", "throughput_regression", "low",
+          "https://github.com/pytorch/pytorch/blob/main/torch/csrc/distributed/c10d/reducer.cpp"),
+    Known("espnet-nan-grad", ("The grad norm is nan. Skipping updating the model",), EventKind.NAN_CHECK,
+          "ESPnet found a NaN gradient norm and skipped the update", "nan_inf", "high",
+          "https://github.com/espnet/espnet/blob/master/espnet2/train/trainer.py"),
+    Known("tensorboard-nan", ("NaN or Inf found in input tensor",), EventKind.NAN_CHECK,
+          "a value logged to TensorBoard (usually the loss) is NaN or Inf", "nan_inf", "high",
+          "https://github.com/pytorch/pytorch/blob/main/torch/utils/tensorboard/_convert_np.py"),
+    Known("tf-loss-nan", ("LossTensor is inf or nan",), EventKind.NAN_CHECK,
+          "the TensorFlow Object Detection API's loss check found a NaN/Inf loss", "nan_inf", "critical",
+          "https://github.com/tensorflow/models/blob/master/research/object_detection/legacy/trainer.py"),
+    Known("tf-check-numerics", ("Tensor had", "values"), EventKind.NAN_CHECK,
+          "TensorFlow's CheckNumerics found NaN or Inf values in a tensor (e.g. the loss)", "nan_inf", "critical",
+          "https://www.tensorflow.org/api_docs/python/tf/debugging/check_numerics",
+          pattern=re.compile(r"Tensor had (?:NaN|Inf|NaN and Inf) values")),
+    Known("detectron2-nan", ("Loss became infinite or NaN at iteration",), EventKind.NAN_CHECK,
+          "detectron2 stops training on a non-finite loss", "nan_inf", "critical",
+          "https://github.com/facebookresearch/detectron2/blob/main/detectron2/engine/train_loop.py", fatal=True),
+    Known("fairseq-oom-skip", ("ran out of memory", "skipping batch"), EventKind.OOM,
+          "fairseq caught a CUDA out-of-memory error and skipped the batch (training goes on, the batch is lost)",
+          "oom", "high", "https://github.com/facebookresearch/fairseq/blob/main/fairseq/trainer.py"),
+    Known("deepspeed-launcher-sigkill", ("exits with return code = -9",), EventKind.HOST_OOM,
+          "the DeepSpeed launcher reports a worker killed by SIGKILL (-9), which on Linux is most often the "
+          "kernel's OOM killer (host memory)", "oom", "critical",
+          "https://github.com/deepspeedai/DeepSpeed/blob/master/deepspeed/launcher/launch.py", fatal=True, signal=9),
+    Known("shell-killed", ("Killed",), EventKind.HOST_OOM,
+          "the shell reports the process killed by SIGKILL, most often the kernel's OOM killer (host memory)",
+          "oom", "critical", "https://man7.org/linux/man-pages/man7/signal.7.html", fatal=True,
+          pattern=re.compile(r"^[\W_]{0,4}Killed[\W_]{0,4}$"), signal=9),
+    Known("glog-check-failed", ("Check failed",), EventKind.ERROR,
+          "a glog CHECK failed (Caffe, MXNet, TensorFlow C++): the process aborts", "crash", "critical",
+          "https://github.com/google/glog#check-macros", fatal=True,
+          pattern=re.compile(r"(?:^|\] )Check failed: ")),
+    Known("cuda-device-assert", ("Assertion `", "` failed"), EventKind.ERROR,
+          "a CUDA kernel assertion failed (device-side assert, e.g. a label outside [0, C) or a probability "
+          "outside [0, 1] in a loss): the CUDA context is lost and the run stops", "crash", "critical",
+          "https://pytorch.org/docs/stable/notes/cuda.html", fatal=True,
+          pattern=re.compile(r"\.cu:\d{1,6}: .{0,200}Assertion `")),
+    Known("pcie-aer", ("PCIe Bus Error",), EventKind.XID,
+          "the kernel's PCIe Advanced Error Reporting logged a bus error on the link to a device", "hardware_fault",
+          "high", "https://docs.kernel.org/PCI/pcieaer-howto.html"),
+    # reference (golden-value) checks of test suites: a number compared with the value it must match
+    Known("assert-threshold", ("AssertionError", " than "), EventKind.GATE,
+          "a test compared a metric of a run with its reference threshold and the metric missed it",
+          "golden_mismatch", "high", "https://docs.python.org/3/library/unittest.html#unittest.TestCase."
+          "assertGreaterEqual", pattern=re.compile(r"AssertionError: [-+.\deE]{1,40} not (?:greater|less) than")),
+    Known("assert-expected", ("AssertionError", "Expected"), EventKind.GATE,
+          "a test compared a value of a run with its expected (reference) value and they differ",
+          "golden_mismatch", "high", "https://docs.pytest.org/en/stable/how-to/assert.html"),
+    Known("assert-close", ("mismatched elements",), EventKind.GATE,
+          "torch.testing.assert_close found elements outside the tolerance of the reference tensor",
+          "golden_mismatch", "high", "https://pytorch.org/docs/stable/testing.html#torch.testing.assert_close"),
+    Known("numpy-tolerance", ("Not equal to tolerance",), EventKind.GATE,
+          "numpy.testing found values outside the tolerance of the reference", "golden_mismatch", "high",
+          "https://numpy.org/doc/stable/reference/generated/numpy.testing.assert_allclose.html"),
+    Known("gtest-failure", (": Failure",), EventKind.GATE,
+          "a GoogleTest assertion failed: a computed value differs from the expected one", "golden_mismatch",
+          "high", "https://google.github.io/googletest/primer.html#assertions",
+          pattern=re.compile(r"\.(?:cpp|cc|cu|cxx):\d{1,6}: Failure$")),
+    Known("llmc-not-ok", ("NOT OK", "diff="), EventKind.GATE,
+          "llm.c's test compares each tensor with the PyTorch reference and reports the elements beyond the "
+          "tolerance", "golden_mismatch", "high",
+          "https://github.com/karpathy/llm.c/blob/master/test_gpt2.cu"),
+    Known("pytest-test-assert", ("AssertionError",), EventKind.GATE,
+          "a test of a test suite failed on an assertion", "golden_mismatch", "medium",
+          "https://docs.pytest.org/en/stable/how-to/output.html",
+          pattern=re.compile(r"(?:^|/)tests?/[\w/.\-]{0,200}\.py:\d{1,6}: AssertionError$")),
+    Known("tf-no-gradient", ("Gradients do not exist for variables",), EventKind.WARNING,
+          "some variables receive no gradient from the loss, so they do not train (unused in the loss, or the "
+          "graph is cut)", "plateau", "medium",
+          "https://github.com/keras-team/keras/blob/master/keras/src/optimizers/base_optimizer.py"),
+)
+
+# one substring per entry, the rarest first, to reject a line with one ``in`` test per entry
+_FIRST = [(k.needles[0], k) for k in CATALOGUE]
+
+
+def match(text: str) -> Known | None:
+    """The first catalogue entry the line matches, or None."""
+    for needle, k in _FIRST:
+        if needle in text and all(n in text for n in k.needles[1:]) and \
+                (k.pattern is None or k.pattern.search(text) is not None):
+            return k
+    return None

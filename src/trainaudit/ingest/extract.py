@@ -1,0 +1,624 @@
+"""Numbers from any text log: step counters and metric pairs in every common spelling.
+
+Used for text that no specific reader claims, and for what a specific reader leaves unread.
+One physical line at a time (:func:`parse_line`), then per file (:class:`Extractor`): which key is
+the step counter is decided from the data (a known counter name whose values are integral and
+mostly increasing), so ``s:9465`` counts as a step when it behaves like one.
+
+A line is read in three stages, each linear in its length:
+
+1. the *preamble* is dropped: timestamps, log levels, logger names, glog's
+   ``I0305 10:11:12.123456  4242 solver.cpp:218]`` (PID and source line), horovod's
+   ``[1,0]<stdout>:``, Markdown quote marks. Those numbers are never metrics;
+2. the rest is cut into tokens by one regular expression whose alternatives are anchored and
+   bounded (dates, clock times and version strings are tokens of their own, so they never
+   become values);
+3. a small state machine turns tokens into ``key -> value`` pairs (``k: v``, ``k = v``,
+   ``k=v``, ``k v``, ``'k': v``, ``"k": v``, ``Epoch[3]``, ``iter 100/500``,
+   ``tensor(2.3, device='cuda:0')``, ``[2526.27]``), unit-keyed speeds (``512.1 samples/sec``,
+   ``43.2it/s``, ``0.512 sec/step``) and the bare numbers of table rows.
+
+Tables (Markdown, ASCII or whitespace-aligned, with or without a header) are rows of bare numbers:
+their columns take the header's names, or ``col1``, ``col2`` ... without one.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+# -- stage 1: preambles ------------------------------------------------------------------------
+_LEVEL = r"(?:INFO|WARNING|WARN|ERROR|DEBUG|CRITICAL|FATAL|TRACE|NOTICE)"
+_PREAMBLES = [
+    # glog / absl: I0305 10:11:12.123456  4242 solver.cpp:218]
+    re.compile(r"[IWEF]\d{4} \d\d:\d\d:\d\d(?:\.\d+)? {1,8}\d{1,10} [\w.\-/]{1,200}:\d{1,8}\] ?"),
+    # ISO-like dates with an optional time: 2020-03-02 11:02:10,551 / [2018-11-26 14:47:26,759 INFO]
+    re.compile(r"\[?\d{4}[-/.]\d\d[-/.]\d\d(?:[ T_]\d\d:\d\d(?::\d\d)?(?:[.,:]\d{1,9})?(?:Z|[+-]\d\d:?\d\d)?)?"
+               r"(?: {1,4}" + _LEVEL + r")?\]? ?[:|,-]? ?"),
+    # 08/11/20 13:38:30, 11/26/2018 14:47
+    re.compile(r"\d\d/\d\d/\d{2,4} \d\d:\d\d(?::\d\d)? ?-? ?"),
+    # a leading clock time or elapsed time: [12:01:33], 1 day, 22:12:26 -, [  +0.000316]
+    re.compile(r"\[?(?:\d{1,4} days?, )?\d{1,3}:\d\d:\d\d(?:[.,]\d{1,9})?\]? ?-? ?"),
+    re.compile(r"\[ {0,12}\+?\d{1,9}\.\d{1,9}\] ?"),
+    # INFO:root: / INFO:tensorflow: / WARNING:absl:
+    re.compile(_LEVEL + r":[\w.]{1,80}:"),
+    # log levels, alone or bracketed: INFO  | [INFO] | INFO -
+    re.compile(r"\[?" + _LEVEL + r"\]? {0,8}(?:[-:|] ?)?"),
+    # logger locations: (trainer:581), [logging.py:60:log_dist], mod.func:train:86 -
+    re.compile(r"[(\[][\w.\-/]{1,120}(?::\w{1,60}){0,2}:\d{1,8}(?::\w{1,60})?[)\]] ?[-:]? ?"),
+    re.compile(r"\| ?[\w.]{1,120}(?::\w{1,60}){1,2}:\d{1,8} ?- ?"),
+    re.compile(r"\[\d{1,5},\d{1,5}\]<std(?:out|err)>: ?"),  # mpirun / horovod rank tags
+    re.compile(r"DLL "),  # NVIDIA dllogger
+    re.compile(r"> ?"),  # Markdown quote
+    re.compile(r"\[(?:[A-Za-z_][\w.\-]{0,40}|R\d{1,4}|rank ?\d{1,5})\] ?"),  # [deepspeed], [user], [R0]
+    re.compile(r"[|\- ] "),  # separators left between preamble fields
+]
+_MAX_PREAMBLES = 8
+
+
+def strip_preamble(text: str) -> str:
+    pos = 0
+    for _ in range(_MAX_PREAMBLES):
+        while pos < len(text) and text[pos] in " \t":
+            pos += 1
+        for pat in _PREAMBLES:
+            m = pat.match(text, pos)
+            if m is not None and m.end() > pos:
+                pos = m.end()
+                break
+        else:
+            break
+    return text[pos:]
+
+
+# -- stage 2: tokens ---------------------------------------------------------------------------
+_NUMBER = r"[-+]?(?:\d{1,3}(?:,\d{3})+(?!\d)|\d+)(?:\.\d*)?(?:[eE][-+]?\d+)?|[-+]?\.\d+(?:[eE][-+]?\d+)?"
+_TOKEN_RE = re.compile(
+    r"(?P<date>\d{4}[-/]\d\d[-/]\d\d(?:[ T_]\d\d:\d\d(?::\d\d)?(?:[.,]\d+)?)?)"
+    r"|(?P<clock>\d{1,4}:\d\d(?::\d\d)?(?:[.,]\d+)?)"
+    r"|(?P<ver>v?\d+\.\d+\.\d+[\w.+\-]*)"
+    r"|(?P<tensor>tensor\()"
+    r"|(?P<special>(?i:[-+]?(?:nan|inf(?:inity)?)(?:\(ind\))?)(?![A-Za-z0-9_])|1\.#(?:INF|IND|QNAN)\d*)"
+    r"|(?P<num>" + _NUMBER + r")(?P<unit>%|[A-Za-z]{1,5}(?:/[A-Za-z]{1,7})?(?![\w/]))?"
+    # words join with "-", "/" and ":" when a letter follows ("lr-SGD", "train/loss", "grad_norm:p2"),
+    # and take a ":N" device index before a value ("mem_usage:cuda:0 67.8GB")
+    r"|(?P<word>[A-Za-z_][\w.@]*(?:[-/:][A-Za-z_][\w.@]*)*(?::\d{1,3}(?= [-+.\d]))?)"
+    r"|(?P<str>'[^'\n]{1,120}'|\"[^\"\n]{1,120}\")"
+    r"|(?P<space>[ \t]+)"
+    r"|(?P<sep>.)"
+)
+
+_SPECIAL = {"nan": math.nan, "inf": math.inf, "infinity": math.inf}
+
+# unit words that make a bare number a speed or a duration ("512.1 samples/sec", "0.5 sec/step")
+SPEED_UNITS = frozenset({
+    "it/s", "its/s", "iter/s", "iters/s", "s/it", "sec/it", "s/iter", "sec/iter", "samples/sec", "samples/s",
+    "sample/s", "samples/second", "tokens/sec", "tokens/s", "tok/s", "toks/s", "img/s", "imgs/s", "images/sec",
+    "images/s", "sec/step", "s/step", "steps/s", "step/s", "batches/s", "seq/s", "sequences/s", "wps", "ex/s",
+})
+# keys that count something (a step) rather than measure it
+COUNTER_KEYS = {
+    "global step": 0, "global_step": 0, "globalstep": 0, "step": 1, "steps": 1, "train step": 1, "train_step": 1,
+    "iteration": 2, "iter": 2, "iters": 2, "it": 3, "update": 2, "updates": 2, "num_updates": 2, "s": 4, "i": 5,
+    "batch": 6, "epoch": 7, "ep": 7, "e": 8,
+}
+# keys whose number is an identifier or a size, never a metric of the run
+_IGNORED_KEYS = frozenset({
+    "pid", "tid", "port", "line", "version", "ver", "node", "host", "seed", "id", "job", "job_id", "jobid", "uid",
+    "gid", "pid=", "rank", "local_rank", "world_size", "gpu", "gpus", "device", "cuda", "worker", "workers",
+    "num_workers", "dim", "size", "shape", "#", "sent", "pred", "gold", "layer", "layers", "block", "head", "class",
+    "sample", "example", "python", "pytorch", "torch", "transformers", "tensorflow", "cudnn", "nccl", "eta",
+})
+# a key naming an index that qualifies the pairs after it on the line ("Layer 1: mean |grad| = ...")
+_QUALIFIERS = frozenset({"layer", "block", "head", "stage", "level", "module", "group"})
+MAX_KEY_WORDS = 4
+# tqdm prints "s/it" once an iteration takes longer than a second: one series, in iterations/s
+_INVERSE_SPEED = {"s/it": "it/s", "sec/it": "it/s", "s/iter": "iter/s", "sec/iter": "iter/s"}
+
+
+def speed_pair(unit: str, v: float) -> Pair:
+    inv = _INVERSE_SPEED.get(unit.lower())
+    if inv is not None:
+        return Pair(inv, 1.0 / v if v else math.inf, inv)
+    return Pair(unit, v, unit)
+# what a metric name without ':' or '=' before its value contains
+_METRIC_PARTS = ("loss", "acc", "data", "lr", "ppl", "perplex", "norm", "time", "err", "score", "bleu", "f1", "map", "auc",
+                 "reward", "kl", "entropy", "grad", "token", "tps", "wps", "mfu", "mem", "prec", "recall", "iou",
+                 "psnr", "ssim", "dice", "cost", "xent", "nll", "ce", "speed", "throughput", "scale", "rate", "value")
+
+
+def _metric_word(word: str) -> bool:
+    w = word.lower()
+    return any(c in w for c in "_/.@") or any(p in w for p in _METRIC_PARTS)
+
+
+def number(text: str) -> float | None:
+    t = text.replace(",", "") if "," in text else text
+    try:
+        return float(t)
+    except ValueError:
+        low = t.lower().lstrip("+")
+        neg = low.startswith("-")
+        low = low.lstrip("-").removesuffix("(ind)")
+        if low in _SPECIAL:
+            v = _SPECIAL[low]
+            return -v if neg else v
+        if low.startswith("1.#"):
+            return math.inf if "inf" in low else math.nan
+    return None
+
+
+@dataclass(slots=True)
+class Pair:
+    key: str
+    value: float
+    unit: str = ""
+    total: float | None = None  # "iter 100/500": 500
+
+
+@dataclass(slots=True)
+class Parsed:
+    """What one line holds: keyed pairs, and the bare numbers (a table row) when there is no key."""
+
+    pairs: list[Pair] = field(default_factory=list)
+    bare: list[float] = field(default_factory=list)
+    words: list[str] = field(default_factory=list)  # a header row: words only, no number
+    cells: int = 0  # cells of a separated row (``|`` or runs of 2+ spaces)
+
+
+def _clean_key(words: list[str]) -> str:
+    key = " ".join(words[-MAX_KEY_WORDS:]).strip(" -_.:'\"")
+    return key
+
+
+def _tokens(body: str) -> Iterator[tuple[str, str, str]]:
+    for m in _TOKEN_RE.finditer(body):
+        kind = m.lastgroup or "sep"
+        if kind in ("num", "unit"):  # lastgroup names the unit when a number carries one
+            yield "num", m.group("num"), m.group("unit") or ""
+        else:
+            yield kind, m.group(kind), ""
+
+
+def parse_line(text: str) -> Parsed:
+    """The pairs and bare numbers of one cleaned line (launcher prefixes already removed)."""
+    body = strip_preamble(text)
+    out = Parsed()
+    if not body:
+        return out
+    toks = list(_tokens(body))
+    words: list[str] = []  # the key being read
+    qualifier = ""
+    last: Pair | None = None  # the pair a following "/ N" or "(...)" belongs to
+    assign = False  # a ':' or '=' was seen after the key words
+    depth_after_value = 0  # inside "(...)" right after a value: only unit-keyed speeds count there
+    slash_pending = False
+    n = len(toks)
+    i = 0
+    row_words: list[str] = []
+    leading: list[float] = []  # bare numbers before the first pair
+    head = body[:body.find(":")] if ":" in body else ""
+    topic_mem = bool(head) and ("memory" in head.lower() or head.lower().startswith("mem "))
+    has_number = False
+    while i < n:
+        kind, val, unit = toks[i]
+        i += 1
+        if kind == "space":
+            continue
+        if kind == "clock" and assign and words and any(w.lower() in _DURATION_WORDS for w in words):
+            # "time delta: 0:00:01.074783", "took: 1:02": a duration, in seconds
+            secs = _seconds(val)
+            if secs is not None:
+                last = Pair(qualifier + _clean_key(words), secs, "s")
+                out.pairs.append(last)
+                words, assign = [], False
+                continue
+        if kind in ("date", "clock", "ver"):
+            words, assign, last, slash_pending = [], False, None, False
+            row_words.append(val)
+            continue
+        if kind == "str" and not _next_is(toks, i, ":=") and number(val[1:-1]) is not None:
+            kind, val = "num", val[1:-1]  # 'loss': '24.061707', "grad_norm": "nan"
+        if kind == "word" or (kind == "str" and _next_is(toks, i, ":=")):
+            w = val.strip("'\"")
+            row_words.append(w)
+            if depth_after_value:
+                continue
+            if last is not None and not words and w.lower() in SPEED_UNITS | {"ms", "s", "sec", "seconds"} \
+                    and not last.unit:
+                last.unit = w  # "Speed: 512.1 samples/sec"
+                continue
+            if assign and words:
+                words = []  # "key: text value" is not a number pair
+                assign = False
+            words.append(w)
+            last = None
+            continue
+        if kind in ("num", "special"):
+            has_number = True
+            v = number(val)
+            if v is None:
+                continue
+            if slash_pending and last is not None and last.total is None and not depth_after_value:
+                last.total = v
+                slash_pending = False
+                continue
+            slash_pending = False
+            if _next_word(toks, i).lower() in ("day", "days"):
+                words, assign, last = [], False, None  # "eta: 1 day, 23:12:04"
+                continue
+            if depth_after_value:
+                if unit.lower() in SPEED_UNITS or _next_word(toks, i).lower() in SPEED_UNITS:
+                    out.pairs.append(speed_pair(unit or _next_word(toks, i), v))
+                continue
+            if words and words[-1] == "#":
+                words = []  # "#0": an index, not a value
+                continue
+            if words and (assign or counter_rank(words[-1]) is not None or
+                          (len(words) <= 2 and (_metric_word(words[-1]) or unit == "%"))):
+                # without ':' or '=' a key must read as a metric ("loss 2.3", "val_acc 0.91"): other
+                # word-number pairs are prose ("Tried to allocate 20.00 MiB", "exits with code 1")
+                key = _clean_key(words)
+                low = key.lower()
+                if low.split(" ")[-1] in _QUALIFIERS and math.isfinite(v) and v == int(v) and _next_is(toks, i, ":"):
+                    qualifier = f"{key} {int(v)} "
+                    words, assign, last = [], False, None
+                    continue
+                if low in _IGNORED_KEYS or low.split(" ")[-1] in _IGNORED_KEYS or \
+                        (_next_is(toks, i, ":") and v == int(v) and counter_rank(key) is None and not unit):
+                    # an identifier ("GPU:0:", "rank 3:"), not a value
+                    words, assign, last = [], False, None
+                    continue
+                last = Pair(qualifier + key, v, unit)
+                out.pairs.append(last)
+                words, assign = [], False
+                continue
+            if words:
+                words, assign, last = [], False, None
+                continue
+            u = unit or _next_word(toks, i)
+            if u.lower() in SPEED_UNITS:
+                last = speed_pair(u, v)
+                out.pairs.append(last)
+                continue
+            if _next_is(toks, i, "/") and math.isfinite(v) and v == int(v) and v >= 0:
+                # a bare "N/M" counter: the batch of an epoch ("Epoch: [0][14/5005]") or a position
+                inner = "batch" if out.pairs and counter_rank(out.pairs[-1].key) == COUNTER_KEYS["epoch"] else "iter"
+                last = Pair(inner, v)
+                out.pairs.append(last)
+                continue
+            out.bare.append(v)
+            if not out.pairs and len(out.bare) == len(leading) + 1:
+                leading.append(v)
+            last = None
+            continue
+        if kind == "tensor":
+            continue  # tensor(2.3, device='cuda:0'): the number that follows is the value
+        # separators
+        if val in ":=":
+            if words:
+                assign = True
+            continue
+        if val == "/":
+            if last is not None and not depth_after_value:
+                slash_pending = True
+            continue
+        if val == "#":
+            words = [*words, "#"]
+            continue
+        if val == "(":
+            if last is not None and not words:
+                depth_after_value += 1
+            continue
+        if val == ")":
+            if depth_after_value:
+                depth_after_value -= 1
+                if not depth_after_value:
+                    last = None
+            continue
+        if val in "[]":
+            continue  # Epoch[3], loss: [2526.27], [epoch 3][iter 100/500]
+        if val in ",;|{}<>":
+            words, assign = [], False
+            if val != ",":
+                last = None
+            out.cells += val == "|"
+            continue
+        if val in "'\"":
+            continue
+        words, assign, last = [], False, None
+    if not has_number and len(row_words) >= 2:
+        out.words = row_words
+    if out.pairs and topic_mem:
+        # "Memory info of GPU:0: current: 0.18, peak: 2.55": the keys are memory figures
+        out.pairs = [p if "mem" in p.key.lower() or counter_rank(p.key) is not None else
+                     Pair(f"mem {p.key}", p.value, p.unit, p.total) for p in out.pairs]
+    if out.pairs and out.bare and leading and all(math.isfinite(b) and b == int(b) and b >= 0 for b in leading):
+        # "40 | loss 6.69 | lr 3e-4", "[  0]     240 || B: 4.553": integers before the first key count steps
+        names = ["epoch", "step"] if len(leading) == 2 else ["step"] if len(leading) == 1 else []
+        out.pairs[:0] = [Pair(k, v) for k, v in zip(names, leading)]
+        out.bare = out.bare[len(leading):] if names else out.bare
+    return out
+
+
+_DURATION_WORDS = frozenset({"delta", "elapsed", "duration", "took", "epoch_time", "iter_time", "step_time"})
+
+
+def _seconds(clock: str) -> float | None:
+    """``h:mm:ss.f`` / ``m:ss`` as seconds."""
+    try:
+        parts = [float(x) for x in clock.replace(",", ".").split(":")]
+    except ValueError:
+        return None
+    secs = 0.0
+    for x in parts:
+        secs = secs * 60 + x
+    return secs
+
+
+def _next_is(toks: list[tuple[str, str, str]], i: int, chars: str) -> bool:
+    while i < len(toks) and toks[i][0] == "space":
+        i += 1
+    return i < len(toks) and toks[i][0] == "sep" and toks[i][1] in chars
+
+
+def _next_word(toks: list[tuple[str, str, str]], i: int) -> str:
+    j = i
+    if j < len(toks) and toks[j][0] == "space":
+        j += 1
+    parts: list[str] = []
+    while j < len(toks) and toks[j][0] in ("word", "sep") and len(parts) < 3:
+        if toks[j][0] == "sep" and toks[j][1] != "/":
+            break
+        parts.append(toks[j][1])
+        j += 1
+    return "".join(parts)
+
+
+# -- stage 3: a file ---------------------------------------------------------------------------
+# tqdm: " 45%|████▌     | 450/1000 [00:10<00:12, 43.2it/s, loss=0.5]"
+_TQDM_RE = re.compile(r"(\d{1,12})/(\d{1,12}) \[\d{1,4}:\d\d")
+
+
+@dataclass(slots=True)
+class Record:
+    """The metrics of one line, with the counters it printed."""
+
+    line: int
+    rank: int | None
+    metrics: dict[str, float]
+    counters: dict[str, float]
+    totals: dict[str, float]
+
+
+def counter_rank(key: str) -> int | None:
+    """A known step-counter name's priority (lower wins), or None."""
+    k = key.lower().strip()
+    if k in COUNTER_KEYS:
+        return COUNTER_KEYS[k]
+    last = k.split(" ")[-1]
+    return COUNTER_KEYS.get(last) if last in ("step", "iteration", "iter", "epoch", "batch", "update") else None
+
+
+class Table:
+    """Column names for rows of bare numbers: the last header row seen, if its width matches."""
+
+    def __init__(self) -> None:
+        self.header: list[str] = []
+
+    def names(self, n: int) -> list[str]:
+        if len(self.header) == n:
+            return self.header
+        return [f"col{k}" for k in range(1, n + 1)]
+
+
+def record_of(text: str, no: int, rank: int | None, table: Table) -> Record | None:
+    """One line's record (None: no number that means something)."""
+    p = parse_line(text)
+    if p.words and not p.pairs:
+        header = [w for w in p.words if w not in ("|", "-")]
+        if 2 <= len(header) <= 40 and not all(set(w) <= set("-=:+|") for w in header):
+            table.header = header
+        return None
+    metrics: dict[str, float] = {}
+    counters: dict[str, float] = {}
+    totals: dict[str, float] = {}
+    if len(p.pairs) == 1 and p.bare and table.header and len(table.header) == 1 + len(p.bare):
+        # a labelled row under a header ("free -g": "Mem:  65  1  19  0  44  63")
+        label = p.pairs[0].key
+        p.bare = [p.pairs[0].value, *p.bare]
+        p.pairs = []
+        for name, v in zip(table.header, p.bare):
+            metrics[f"{label} {name}"] = v
+    m = _TQDM_RE.search(text)
+    if m and ("it/s" in text or "s/it" in text or "%|" in text):
+        counters["progress"] = float(m.group(1))
+        totals["progress"] = float(m.group(2))
+    for pr in p.pairs:
+        if counter_rank(pr.key) is not None and math.isfinite(pr.value) and pr.value >= 0:
+            counters.setdefault(pr.key.lower(), pr.value)
+            if pr.total is not None:
+                totals[pr.key.lower()] = pr.total
+            continue
+        metrics[pr.key] = pr.value
+    if not p.pairs and len(p.bare) >= 2 and not metrics:
+        if table.header and len(table.header) == len(p.bare):
+            names = table.header
+        elif math.isfinite(p.bare[0]) and p.bare[0] == int(p.bare[0]) and p.bare[0] >= 0:
+            # a headerless row led by an integer: "76930 2.6496577" is a step and its value(s)
+            names = ["step", *(["value"] if len(p.bare) == 2 else [f"col{k}" for k in range(2, len(p.bare) + 1)])]
+        else:
+            names = table.names(len(p.bare))
+        for name, v in zip(names, p.bare):
+            if counter_rank(name) is not None and math.isfinite(v):
+                counters[name.lower()] = v
+            else:
+                metrics[name] = v
+    if not metrics and not counters:
+        return None
+    if m and "progress" in counters and not metrics and not any(k != "progress" for k in counters):
+        return None  # a bare progress bar: no metric
+    return Record(no, rank, metrics, counters, totals)
+
+
+@dataclass(slots=True)
+class _Step:
+    key: str | None  # the counter the step comes from (None: the record's index)
+    integral: bool
+    swap_total: bool = False  # the counter's "N/M" total is the step (wenet's "Batch epoch/batch")
+
+
+class Extractor:
+    """A file's records -> series. The first ``decide_after`` records are kept to decide which
+    counter is the step; after that, records stream through.
+
+    The step of a record is its counter's value when the counter is integral and only grows (a
+    restart that goes back is kept as the log prints it). A counter that restarts while an outer
+    one grows (``Epoch[3] Batch[40]``, ``[epoch 3][iter 100/500]``) becomes a running step, and the
+    step as printed (``epoch 3 batch 40``) is kept as the step's text. Without any counter, the
+    step is the record's number, with the epoch as text when there is one.
+    """
+
+    decide_after = 2000
+
+    def __init__(self) -> None:
+        self.table = Table()
+        self.pending: list[Record] = []
+        self.step: _Step | None = None
+        self.last_counter: dict[int | None, float] = {}  # per launcher rank: ranks interleave
+        self.last_step: int | None = None
+        self.offset = 0
+        self.index = 0
+        self.outer: dict[str, float] = {}
+        self.texts: dict[int, str] = {}
+        self.emitted: list[tuple[int, Record]] = []
+
+    def feed(self, text: str, no: int, rank: int | None) -> list[tuple[int, Record]]:
+        rec = record_of(text, no, rank, self.table)
+        if rec is None:
+            return []
+        if self.step is None:
+            self.pending.append(rec)
+            if len(self.pending) < self.decide_after:
+                return []
+            self.step = self._decide(self.pending)
+            out = [self._place(r) for r in self.pending]
+            self.pending = []
+            return [x for x in out if x is not None]
+        placed = self._place(rec)
+        return [placed] if placed is not None else []
+
+    def finish(self) -> list[tuple[int, Record]]:
+        if self.step is None:
+            self.step = self._decide(self.pending)
+            out = [self._place(r) for r in self.pending]
+            self.pending = []
+            return [x for x in out if x is not None]
+        return []
+
+    @staticmethod
+    def _decide(records: list[Record]) -> _Step:
+        with_metrics = [r for r in records if r.metrics] or records
+        best: tuple[int, float, str] | None = None
+        seen: dict[str, list[float]] = {}
+        for r in records:
+            for k, v in r.counters.items():
+                seen.setdefault(k, []).append(v)
+        moving = {k: _moving(v) for k, v in seen.items()}
+        for k, vals in seen.items():
+            rank = counter_rank(k)
+            rank = 9 if k == "progress" else rank
+            if rank is None:
+                continue
+            cover = sum(1 for r in with_metrics if k in r.counters) / len(with_metrics)
+            if cover < 0.25 and len(seen) > 1:
+                continue
+            # a counter that stays put while another one moves on every line is not the step
+            # ("iter 1152 step 144": gradient accumulation; the iteration is what each line is)
+            stuck = moving[k] < 0.5 and any(m >= 0.9 and counter_rank(o) is not None and (counter_rank(o) or 9) < 6
+                                             for o, m in moving.items() if o != k)
+            cand = (int(stuck), rank, -cover, k)
+            if best is None or cand < best:
+                best = cand
+        if best is None:
+            return _Step(None, True)
+        k = best[3]
+        vals = seen[k]
+        totals = [r.totals[k] for r in records if k in r.totals]
+        if len(set(vals)) == 1 and len(totals) >= 3 and len(set(totals)) > 1:
+            # "Batch 0/4000", "Batch 0/4100": the number after the slash is the one that counts
+            for r in records:
+                if k in r.totals:
+                    r.counters[k] = r.totals[k]
+            return _Step(k, all(t == int(t) for t in totals), swap_total=True)
+        return _Step(k, all(v == int(v) for v in vals))
+
+    def _place(self, rec: Record) -> tuple[int, Record] | None:
+        assert self.step is not None
+        key = self.step.key
+        if self.step.swap_total and key is not None and key in rec.totals:
+            rec.counters[key] = rec.totals[key]
+        for k, v in rec.counters.items():
+            if k != key and counter_rank(k) is not None and counter_rank(k) >= 6:
+                self.outer[k] = v  # epoch: the counter around the step
+        if key is not None and key not in rec.counters:
+            # another counter of the same kind on this line ("iteration 3" in a log of "step N")
+            alt = min((k for k, v in rec.counters.items() if (counter_rank(k) or 9) <= 5 and v == int(v)),
+                      key=lambda k: counter_rank(k) or 9, default=None)
+            if alt is not None:
+                rec.counters[key] = rec.counters[alt]
+        if key is not None and self.step.integral and key in rec.counters:
+            v = rec.counters[key]
+            prev = self.last_counter.get(rec.rank)
+            if prev is not None and v < prev and self.last_step is not None and self._outer_moved(rec):
+                self.offset = self.last_step + 1 - int(v)  # the inner counter restarted in a new epoch
+            step = int(v) + self.offset
+            self.last_counter[rec.rank] = v
+            if self.offset or self.outer:
+                self._text(step, rec, key)
+        elif key is not None and key in rec.counters or not rec.counters or key is None:
+            if key is not None and self.last_step is not None and key not in rec.counters:
+                step = self.last_step  # a line without the counter belongs to the last step
+            else:
+                self.index += 1
+                step = self.index
+                self._text(step, rec, key)
+        else:
+            if self.last_step is None:
+                return None
+            step = self.last_step
+        if not rec.metrics:
+            self.last_step = step
+            return None
+        self.last_step = step
+        return step, rec
+
+    def _outer_moved(self, rec: Record) -> bool:
+        """An outer counter (epoch) on this line: the inner one restarts with it. Without one, a
+        counter going back is a restart of the run, kept as printed."""
+        return any(k in rec.counters for k in self.outer)
+
+    def _text(self, step: int, rec: Record, key: str | None) -> None:
+        if len(self.texts) >= 200_000:
+            return
+        parts = [f"{k} {_fmt(v)}" for k, v in self.outer.items()]
+        if key is not None and key in rec.counters:
+            parts.append(f"{key} {_fmt(rec.counters[key])}")
+        for k, v in rec.counters.items():
+            if k != key and k not in self.outer:
+                parts.append(f"{k} {_fmt(v)}")
+        if parts:
+            self.texts[step] = ", ".join(parts)
+
+
+def _moving(vals: list[float]) -> float:
+    """The share of consecutive values that change."""
+    if len(vals) < 2:
+        return 1.0
+    return sum(1 for a, b in zip(vals, vals[1:]) if a != b) / (len(vals) - 1)
+
+
+def _fmt(v: float) -> str:
+    return str(int(v)) if v == int(v) else f"{v:g}"

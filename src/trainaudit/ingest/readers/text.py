@@ -1,0 +1,82 @@
+"""Any text log: error signatures on every line (tracebacks, OOM, NCCL, Xid ...) and, through the
+format-agnostic extractor (:mod:`trainaudit.ingest.extract`), the step counters and metrics of
+lines in any spelling. Specific readers win when they claim a file; this one reads the rest."""
+
+from __future__ import annotations
+
+import bisect
+
+from trainaudit.ingest.base import LineReader, Sample
+from trainaudit.ingest.extract import Extractor, Record, record_of, Table
+from trainaudit.ingest.signatures import SignatureScanner
+from trainaudit.ingest.sink import Sink
+from trainaudit.ingest.sources import InputFile
+from trainaudit.ingest.text import Line, iter_lines
+from trainaudit.model import Event, SourceKind
+
+
+MAX_HELD = 10_000
+
+
+class TextLogReader(LineReader):
+    """The extractor decides which counter is the step after a few thousand records, so events
+    (a warning, a traceback) are held until then and take the step of the record before them."""
+
+    name = "text"
+    kind = SourceKind.LOG
+    description = ("any text log: step counters and metrics in any spelling (k: v, k=v, dicts, JSON lines, "
+                   "tables, progress bars), error signatures, tracebacks, phase markers")
+
+    def sniff(self, sample: Sample) -> float:
+        if not sample.is_text:
+            return 0.0
+        table = Table()
+        n = sum(1 for ln in sample.lines[:200] if record_of(ln, 0, None, table) is not None)
+        return 0.15 if n else 0.01
+
+    def read(self, inp: InputFile, sink: Sink) -> None:
+        read_metrics(inp, sink, scan_events=True)
+
+    def feed(self, line: Line, sink: Sink, state: dict) -> None:
+        raise NotImplementedError("read() drives the extractor and the signature scanner together")
+
+
+def read_metrics(inp: InputFile, sink: Sink, *, scan_events: bool = False) -> None:
+    """The extractor over a file (alone when another reader claimed the file, found no metric in
+    it and already reported its events; with the signature scanner when ``scan_events``)."""
+    ex = Extractor()
+    scanner = SignatureScanner(inp.display)  # also says when a traceback is open: its lines are code
+    held: list[Event] = []  # events seen before the extractor has placed the records around them
+    placed_lines: list[int] = []
+    placed_steps: list[int] = []
+
+    def emit(placed: list[tuple[int, Record]]) -> None:
+        for step, rec in placed:
+            placed_lines.append(rec.line)
+            placed_steps.append(step)
+            for k, v in rec.metrics.items():
+                sink.add(k, step, v, rec.line, rec.rank)
+        release(final=False)
+
+    def release(final: bool) -> None:
+        while held and (final or (placed_lines and placed_lines[-1] >= held[0].line)):
+            ev = held.pop(0)
+            i = bisect.bisect_right(placed_lines, ev.line) - 1
+            ev.step = placed_steps[i] if i >= 0 else None
+            sink.event(ev)
+
+    with inp.open() as stream:
+        for line in iter_lines(stream):
+            events = scanner.feed(line)
+            if not scanner.busy and not events:
+                emit(ex.feed(line.text, line.no, line.rank))
+            if scan_events:
+                held.extend(events)
+                if len(held) > MAX_HELD:
+                    release(final=True)  # a log of events and no metrics: no step to wait for
+    emit(ex.finish())
+    if scan_events:
+        held.extend(scanner.finish())
+    release(final=True)
+    if ex.texts:
+        sink.meta("step_text", ex.texts)

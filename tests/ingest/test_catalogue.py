@@ -1,0 +1,87 @@
+"""The catalogue of messages with a known meaning: each entry matches its message as printed (real
+lines from the corpus where one exists, else the library's own text, cited) and nothing else."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from shared_data import corpus_log, write_lines
+
+from trainaudit.ingest import catalogue, load_run
+from trainaudit.model import EventKind
+from trainaudit.rules import run_rules
+
+# entry id -> a line that prints it
+LINES = {
+    # torch/utils/checkpoint.py
+    "checkpoint-no-grad": "UserWarning: None of the inputs have requires_grad=True. Gradients will be None",
+    # torch/nn/functional.py (mse_loss)
+    "loss-broadcast": "UserWarning: Using a target size (torch.Size([8])) that is different to the input size "
+                      "(torch.Size([8, 1])). This will likely lead to incorrect results due to broadcasting.",
+    "var-dof": "UserWarning: var(): degrees of freedom is <= 0. Correction should be strictly less than the "
+               "reduction factor (input numel divided by output numel).",
+    "scheduler-order": "UserWarning: Detected call of `lr_scheduler.step()` before `optimizer.step()`. In PyTorch "
+                       "1.1.0 and later, you should call them in the opposite order",
+    "ddp-grad-strides": "UserWarning: Grad strides do not match bucket view strides. This may indicate grad was "
+                        "not created according to the gradient layout contract",
+    "espnet-nan-grad": corpus_log("espnet-espnet-espnet-3170")[0],
+    "tensorboard-nan": corpus_log("wenet-wenet-e2e-wenet-825")[1],
+    "tf-loss-nan": next(ln for ln in corpus_log("tf1-yangxue0827-FPN_Tensorflow-2") if "LossTensor" in ln),
+    "detectron2-nan": "FloatingPointError: Loss became infinite or NaN at iteration=2137!",
+    "fairseq-oom-skip": next(ln for ln in corpus_log("fairseq-facebookresearch-fairseq-103") if "ran out" in ln),
+    "deepspeed-launcher-sigkill": corpus_log("deepspeed-casia-lmc-lab-anomalygpt-43")[-1],
+    "shell-killed": "**Killed**",
+    "cuda-device-assert": next(ln for ln in corpus_log("pytorch-loop-xavysp-dexined-60") if "Assertion" in ln),
+    "pcie-aer": next(ln for ln in corpus_log("returnn-rwth-i6-returnn-1486") if "PCIe Bus Error" in ln),
+    "tf-no-gradient": corpus_log("tf-od-api-v2-keras-team-keras-14524")[0],
+    "assert-threshold": next(ln for ln in corpus_log("optimum-graphcore-huggingface-optimum-graphcore-210")
+                             if "not greater than" in ln),
+    "assert-close": next(ln for ln in corpus_log("liger-kernel-linkedin-liger-kernel-704") if "mismatched" in ln),
+    "llmc-not-ok": next(ln for ln in corpus_log("llm.c-karpathy-llm.c-228") if ln.startswith("NOT OK")),
+    "gtest-failure": next(ln for ln in corpus_log("nntrainer-nntrainer-nntrainer-1125") if ln.endswith(": Failure")),
+    "pytest-test-assert": "tests/test_examples.py:185: AssertionError",
+}
+
+
+def test_every_entry_has_a_line_and_matches_it() -> None:
+    assert {k.id for k in catalogue.CATALOGUE} <= set(LINES) | {"tf-check-numerics", "glog-check-failed",
+                                                               "assert-expected", "numpy-tolerance"}
+    for kid, line in LINES.items():
+        k = catalogue.match(line)
+        assert k is not None and k.id == kid, (kid, line, k and k.id)
+
+
+@pytest.mark.parametrize("line", [
+    "Killed 3 processes", "loss: 0.5, Tensor had a look", "step 100 | loss 2.1 | grad norm 0.8",
+    "INFO: checking whether None of the inputs is empty", "train.py:12: in main",
+])
+def test_ordinary_lines_match_nothing(line: str) -> None:
+    assert catalogue.match(line) is None
+
+
+def test_a_known_warning_becomes_a_finding_with_its_category(tmp_path: Path) -> None:
+    lines = ["step 1 | loss 2.30", LINES["checkpoint-no-grad"], "step 2 | loss 2.30", "step 3 | loss 2.30"]
+    run, _ = load_run([str(write_lines(tmp_path / "t.log", lines))])
+    [ev] = [e for e in run.events if e.kind is EventKind.WARNING]
+    assert ev.data["known"] == "checkpoint-no-grad" and ev.line == 2 and "huggingface" in ev.data["source"]
+    hits = [h for h in run_rules(run) if h.rule == "TA501"]
+    assert len(hits) == 1 and hits[0].category == "plateau" and hits[0].severity == "high"
+    assert hits[0].first_bad_step == 1  # printed after step 1
+
+
+def test_a_failed_reference_check_is_a_golden_mismatch(tmp_path: Path) -> None:
+    path = write_lines(tmp_path / "ci.log", corpus_log("optimum-graphcore-huggingface-optimum-graphcore-210"))
+    run, _ = load_run([str(path)])
+    hits = [h for h in run_rules(run) if h.rule == "TA805"]
+    assert len(hits) == 1 and hits[0].category == "golden_mismatch" and "0.65" in hits[0].message
+    assert hits[0].first_bad_step is None  # a test suite's output has no training step
+
+
+def test_a_nan_stop_is_nan_inf_not_a_crash(tmp_path: Path) -> None:
+    lines = ["[12/01 10:00:00 d2.utils.events]:  iter: 2119  total_loss: 1.2  loss_cls: 0.5",
+             "Traceback (most recent call last):", '  File "train.py", line 10, in <module>',
+             "    trainer.train()", LINES["detectron2-nan"]]
+    run, _ = load_run([str(write_lines(tmp_path / "d2.log", lines))])
+    rules = {h.rule: h for h in run_rules(run)}
+    assert "TA410" not in rules and rules["TA101"].fatal and rules["TA101"].category == "nan_inf"
