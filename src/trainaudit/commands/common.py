@@ -30,17 +30,15 @@ from trainaudit.render.write import ReportPaths, fresh_dir
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-PROGRESS_MIN_BYTES = 4 * 2**20  # smaller inputs are read in well under a second: no bar
-
 OUT_ROOT = Path("trainaudit-out")
+FAIL_ON = ("critical", "high", "medium", "low", "never")
+PROGRESS_MIN_BYTES = 4 * 2**20  # smaller inputs are read in well under a second: no bar
 
 
 class Rated(Protocol):
     """A finding, an alert, an inspection finding: anything with a severity."""
 
     severity: str
-
-FAIL_ON = ("critical", "high", "medium", "low", "never")
 
 
 def default_out(command: str) -> Path:
@@ -104,7 +102,7 @@ def report_notes(paths: ReportPaths, quiet: bool, extra: Iterable[object] = ()) 
 
 
 def print_summary(answer: Answer, paths: ReportPaths, *, quiet: bool, verbose: bool,
-                  head: Iterable[Text] = (), extra: str = "") -> None:
+                  head: Iterable[Text] = ()) -> None:
     """Checks and findings one line each, the verdict with its summary and fix, the closing line.
     ``head``: command-specific lines printed before the verdict (e.g. the commit an audit names)."""
     con = console()
@@ -139,7 +137,7 @@ def print_summary(answer: Answer, paths: ReportPaths, *, quiet: bool, verbose: b
         for line in lines:  # text from the input: masked, escapes stripped; wrapped at the width
             con.print(Text(mask_secrets(line)))
         con.print()
-    con.print(closing_line(answer, report, extra), soft_wrap=True)  # one line, whatever the width: scripts read it
+    con.print(closing_line(answer, report), soft_wrap=True)  # one line, whatever the width: scripts read it
 
 
 @contextmanager
@@ -149,7 +147,9 @@ def reading_progress(quiet: bool = False) -> Iterator[Position]:
     :class:`Position` to hand to ``load_run``/``scan``; a thread polls it, so reading is not
     slowed by the display."""
     position = Position()
-    err = Console(stderr=True)
+    # the interpreter's own stderr: the bar moves the cursor, which the sanitising wrapper around
+    # sys.stderr (cli.main) rightly strips from text that may come from input; the bar's text is ours
+    err = Console(file=sys.__stderr__ or sys.stderr)
     if quiet or not err.is_terminal:
         yield position
         return

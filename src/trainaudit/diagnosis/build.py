@@ -58,10 +58,10 @@ def build_answer(paths: list[str], run: Run, diag: Diagnosis, *, hash_sources: b
 
     # Collect every line to quote, then read each source once.
     binary = {s.path for s in run.sources if s.kind in BINARY_KINDS}
-    backing = {id(h): pt for h in diag.hits if (pt := _backing_point(run, h)) is not None}
+    points = {id(h): [*h.points, *filter(None, [_backing_point(run, h)])] for h in diag.hits}
     wanted: dict[str, set[int]] = defaultdict(set)
     for h in diag.hits:
-        for p in [*h.points, *([backing[id(h)]] if id(h) in backing else [])]:
+        for p in points[id(h)]:
             line = int(p.series.lines[p.index])
             path = run.source_path(p.series, p.index)
             if line and path not in binary:
@@ -80,7 +80,7 @@ def build_answer(paths: list[str], run: Run, diag: Diagnosis, *, hash_sources: b
     evidence_of: dict[int, list[str]] = {}
     for h in diag.hits:
         ids: dict[str, str] = {}
-        for p in [*h.points, *([backing[id(h)]] if id(h) in backing else [])]:
+        for p in points[id(h)]:
             s = p.series
             path = run.source_path(s, p.index)
             line = int(s.lines[p.index])

@@ -107,7 +107,7 @@ def counts(answer: Answer) -> str:
     return f"{n} finding{'s' if n != 1 else ''} ({parts})"
 
 
-def closing_line(answer: Answer, report: str, extra: str = "") -> Text:
+def closing_line(answer: Answer, report: str) -> Text:
     """pytest's last line: the verdict, what was found, the report folder (never cut)."""
     fa = answer.final_answer
     t = Text(fa.verdict, style=VERDICT_STYLE.get(fa.verdict, "bold"))
@@ -116,8 +116,6 @@ def closing_line(answer: Answer, report: str, extra: str = "") -> Text:
     if answer.comparisons:
         t.append(f", {failed}/{len(answer.comparisons)} checks failed" if failed
                  else f", {len(answer.comparisons)} checks passed")
-    if extra:
-        t.append(f", {extra}")
     t.append(f" in {report}")
     if not answer.validation.all_passed:
         t.append(" (INVALID)", style="bold red")
