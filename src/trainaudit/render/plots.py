@@ -19,7 +19,8 @@ PLOTS_EXTRA = "plots"  # the extra that installs matplotlib (pyproject.toml)
 
 
 def png_available() -> bool:
-    """matplotlib is an extra (about 85 MB with its dependencies): without it a report has no PNGs."""
+    """matplotlib is an extra (about 100 MB with its dependencies, docs/benchmarks.md): without it a
+    report has no PNGs."""
     return importlib.util.find_spec("matplotlib") is not None
 
 
