@@ -10,12 +10,12 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
-# Runtime install (no dev extras): enough for the demo.
+# Runtime install with PNG plots (no dev extras): enough for the demo.
 $(VENV)/.installed: pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install --quiet -e .
+	$(BIN)/python -m pip install --quiet -e '.[plots]'
 	touch $@
 
-# Dev install: test tools, torch (CPU, pinned), tensorboard, pyarrow.
+# Dev install (about 1.8 GB): test tools, torch (CPU, pinned), tensorboard, pyarrow, matplotlib.
 $(VENV)/.installed-dev: pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	touch $(VENV)/.installed $@

@@ -31,9 +31,10 @@ def world(tmp_path_factory) -> tuple[Path, dict[str, str]]:
 
 def _audit(root: Path, *args: str, out: str) -> tuple[dict, str, str]:
     (root / out).mkdir(exist_ok=True)
-    p = run_cli("audit", *args, cwd=root / out)
-    assert p.returncode == 0, p.stderr
+    p = run_cli("audit", *args, "-o", ".", cwd=root / out)
     answer = json.loads((root / out / "answer.json").read_text())
+    # exit 0 only for a passing verdict: an audit that found the failure exits 1
+    assert p.returncode == (0 if answer["final_answer"]["verdict"] == "pass" else 1), p.stderr
     md = (root / out / "answer.md").read_text()
     return answer, md, p.stdout
 
@@ -194,9 +195,9 @@ def test_through_fake_github_and_gitlab_with_a_failing_download(world, monkeypat
         p = subprocess.run([sys.executable, "-m", "trainaudit", "audit", "--github",
                             f"{ci.url}/NVIDIA/Megatron-LM/actions/runs/42", "--github-api-url", ci.url,
                             "--gitlab", f"{ci.url}/adlr/megatron-lm/-/jobs/99",
-                            "--repo", "../repo", "--good", shas["revert"], "--bad", shas["container"], "--find-fix"],
-                           capture_output=True, text=True, cwd=out, env=env, timeout=300)
-    assert p.returncode == 0, p.stderr
+                            "--repo", "../repo", "--good", shas["revert"], "--bad", shas["container"], "--find-fix",
+                            "-o", "."], capture_output=True, text=True, cwd=out, env=env, timeout=300)
+    assert p.returncode == 1, p.stderr  # the audit completed and the gate failed
     answer = json.loads((out / "answer.json").read_text())
     fa = answer["final_answer"]
     assert fa["verdict"] == "gating_policy_issue" and answer["commits"][0]["sha"] == shas["container"]

@@ -23,7 +23,7 @@ def test_demo_builds_and_names_the_suspect(tmp_path: Path) -> None:
     p = subprocess.run([sys.executable, str(REPO / "examples/make_audit_demo.py"), "--out", str(tmp_path / "demo"),
                         "--run"], capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr
-    assert "verdict: real_regression" in p.stdout and "suspect: Fuse attention softmax scaling" in p.stdout
+    assert "REAL REGRESSION" in p.stdout and "suspect: Fuse attention softmax scaling" in p.stdout
     answer = json.loads((tmp_path / "demo/report/answer.json").read_text())
     assert answer["validation"]["all_passed"]
     assert answer["final_answer"]["first_bad_step"] == 40

@@ -37,7 +37,7 @@ def test_batch_groups_generated_failures(tmp_path: Path) -> None:
     oom_run(sets / "job-102")
     nan_run(sets / "job-103", 120)
     res = run_cli("batch", "failures", "-o", "out", "--json", "--html", cwd=tmp_path)
-    assert res.returncode == 0, res.stderr
+    assert res.returncode == 1, res.stderr  # failures found
     cmp = json.loads(res.stdout)
     rows = {r["name"]: r for r in cmp["sets"]}
     assert set(rows) == {"job-101", "job-102", "job-103"}
@@ -57,7 +57,7 @@ def test_batch_groups_generated_failures(tmp_path: Path) -> None:
     assert "- **G1** nan_inf (TA101): 2 failures (job-101, job-103)" in md
     # the spelling, `trainaudit audit` over several failures, gives the same grouping
     res = run_cli("audit", "--batch", "failures", "-o", "out2", "--json", cwd=tmp_path)
-    assert res.returncode == 0, res.stderr
+    assert res.returncode == 1, res.stderr
     again = json.loads(res.stdout)
     assert [(g["category"], g["members"]) for g in again["groups"]] == groups
     assert (tmp_path / "out2" / "job-102" / "answer.json").is_file()
@@ -105,7 +105,7 @@ def test_shared_commits_and_environment_changes(tmp_path: Path) -> None:
         d.mkdir(parents=True)
         (d / "answer.json").write_text(m.answer.model_dump_json())
     res = run_cli("batch", "jobs", "-o", "out", cwd=tmp_path)
-    assert res.returncode == 0, res.stderr
+    assert res.returncode == 1, res.stderr
     assert f"| `{kernel[:10]}` | suspect | new attention kernel | h100-gpt, h100-moe |" in res.stdout
     assert f"| `{env[:10]}` | environment_change | bump PyTorch | a100-t5, h100-gpt, h100-moe |" in res.stdout
     assert not any((tmp_path / "jobs" / m.name / "report.html").exists() for m in members[:3])

@@ -25,7 +25,7 @@ def test_cli_exit_codes_and_report(tmp_path: Path) -> None:
     bad = run_cli("compare", "--golden", str(HISTORY_OLD), str(HISTORY_NEW), "--model-config", str(MIMO_CONFIG),
                   "-o", str(tmp_path / "bad"))
     assert bad.returncode == 1, bad.stderr
-    assert "FAIL  iteration-time" in bad.stdout and "gating_policy_issue" in bad.stdout
+    assert "FAIL iteration-time" in bad.stdout and "gating_policy_issue" in bad.stdout
     answer, validation = validate_file(tmp_path / "bad" / "answer.json")
     assert answer is not None and validation.all_passed
     assert (tmp_path / "bad" / "answer.md").is_file()

@@ -80,7 +80,7 @@ def test_good_answer_through_the_cli(tmp_path: Path, fake_llm, monkeypatch: pyte
     fake_llm.completion = json.dumps(GOOD)
     r = run_cli("diagnose", "train.log", "--llm", "openai:test-model", "--llm-base-url", f"{fake_llm.url}/v1",
                 "-o", "out", "--quiet", cwd=tmp_path)
-    assert r.returncode == 0, r.stderr
+    assert r.returncode == 1, r.stderr  # the run crashed
     answer, validation = validate_file(tmp_path / "out" / "answer.json")
     assert answer is not None and validation.all_passed
     fa = answer.final_answer
@@ -112,7 +112,7 @@ def test_good_answer_through_the_cli(tmp_path: Path, fake_llm, monkeypatch: pyte
 def test_without_llm_nothing_touches_the_network(tmp_path: Path, fake_llm) -> None:  # type: ignore[no-untyped-def]
     write_lines(tmp_path / "train.log", ITER_LINES + OOM_LINE)
     r = run_cli("diagnose", "train.log", "-o", "out", "--quiet", cwd=tmp_path)
-    assert r.returncode == 0, r.stderr
+    assert r.returncode == 1, r.stderr  # the run crashed
     answer = json.loads((tmp_path / "out" / "answer.json").read_text())
     assert fake_llm.requests == []
     assert not [c for c in answer["validation"]["checks"] if c["name"].startswith("llm_")]
@@ -190,7 +190,7 @@ def test_log_line_instructing_the_model_and_secrets(tmp_path: Path, fake_llm) ->
         "root_causes": [{"index": 0, "issue": "No issue, the verdict is pass."}]})
     r = run_cli("diagnose", "crash.log", "--llm", "openai:test-model", "--llm-base-url", f"{fake_llm.url}/v1",
                 "-o", "out", "--quiet", cwd=tmp_path)
-    assert r.returncode == 0, r.stderr
+    assert r.returncode == 1, r.stderr  # the run crashed
     answer, validation = validate_file(tmp_path / "out" / "answer.json")
     assert answer is not None and validation.all_passed and answer.validation.all_passed
     fa = answer.final_answer
@@ -283,8 +283,8 @@ def test_audit_keeps_its_verdict(tmp_path: Path, fake_llm) -> None:  # type: ign
                "golden, +14.5% with a 5% band. It is a real regression of 12.345% of the loss.")
     fake_llm.completion = json.dumps({"summary": summary, "verdict": "real_regression"})
     r = run_cli("audit", "--golden", "golden.json", "actual.json", "--model-config", "model_config.yaml",
-                "--quiet", "--llm", "openai:m", "--llm-base-url", f"{fake_llm.url}/v1", cwd=tmp_path)
-    assert r.returncode == 0, r.stderr
+                "--quiet", "--llm", "openai:m", "--llm-base-url", f"{fake_llm.url}/v1", "-o", ".", cwd=tmp_path)
+    assert r.returncode == 1, r.stderr  # the gate failed
     answer, validation = validate_file(tmp_path / "answer.json")
     assert answer is not None and validation.all_passed and answer.validation.all_passed
     assert (answer.final_answer.verdict, answer.final_answer.category) == ("gating_policy_issue", "throughput_regression")

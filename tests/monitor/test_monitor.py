@@ -359,10 +359,44 @@ def test_diagnose_reads_the_monitor_file_of_a_nan_run(tmp_path: Path) -> None:
 
     train(tmp_path / "run", steps=70, **FAST, fault=nan_batch)
     res = run_cli("diagnose", str(tmp_path / "run" / "trainaudit-monitor.jsonl"), "-o", str(tmp_path / "out"), "--quiet")
-    assert res.returncode == 0, res.stderr
+    assert res.returncode == 1, res.stderr  # unhealthy
     answer = json.loads((tmp_path / "out" / "answer.json").read_text())
     assert answer["final_answer"]["category"] == "nan_inf"
     assert answer["final_answer"]["first_bad_step"] == 57
+
+
+def test_diagnose_joins_the_monitors_findings_to_its_stories(tmp_path: Path) -> None:
+    """The monitor's own findings (MON*) are read back from its file by diagnose: a NaN the
+    monitor traced to the input batch is the story's cause, not the lr jump seven steps before;
+    parameter problems found at step 1 are findings at step 1."""
+    def nan_batch(step: int, _model: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
+        if step == 57:
+            x = x.clone()
+            x[3, 2] = float("nan")
+        return x
+
+    train(tmp_path / "nan", steps=80, fault=nan_batch, lr_at=lambda s: 3e-3 if s < 50 else 3e-2, **FAST)
+    res = run_cli("diagnose", str(tmp_path / "nan" / "trainaudit-monitor.jsonl"), "-o", str(tmp_path / "o1"), "--json")
+    answer = json.loads(res.stdout)
+    mon101 = [f for f in answer["findings"] if f["rule"] == "MON101"]
+    assert len(mon101) == 1 and mon101[0]["first_bad_step"] == 57 and mon101[0]["metric"] == "0"
+    assert "non-finite input entering 0" in mon101[0]["message"]
+    lead = answer["final_answer"]["root_causes"][0]
+    assert lead["category"] == "nan_inf" and mon101[0]["id"] in lead["evidence"]
+    assert lead["issue"].startswith("the input batch of step 57 holds a non-finite value")
+    assert "lr jumps" not in lead["issue"].split(". ")[0] and "input batch" in lead["fix"]
+
+    model = build()
+    model.register_parameter("unused", torch.nn.Parameter(torch.zeros(3)))  # never used in the forward: no gradient
+    for p in list(model[0].parameters()) + list(model[2].parameters()):
+        p.requires_grad_(False)
+    train(tmp_path / "params", steps=10, model=model, optimizer_params=lambda m: m[4].parameters(), **FAST)
+    res = run_cli("diagnose", str(tmp_path / "params" / "trainaudit-monitor.jsonl"), "-o", str(tmp_path / "o2"),
+                  "--json")
+    found = {f["rule"]: f for f in json.loads(res.stdout)["findings"]}
+    for rule in ("MON201", "MON202", "MON203"):
+        assert found[rule]["first_bad_step"] == 1, (rule, found.get(rule))
+    assert found["MON201"]["severity"] == "high" and found["MON201"]["category"] == "plateau"
 
 
 def test_tensorboard_writer_is_read_back(tmp_path: Path) -> None:

@@ -15,7 +15,7 @@ def test_github_summary_annotations_and_gitlab(tmp_path: Path) -> None:
     # as in a CI job: paths relative to the workspace, so annotations point at repository files
     res = cli("diagnose", "train.jsonl", "-o", "out", "--quiet", "--html", "--github-summary", "--gitlab-codequality",
               env={"GITHUB_STEP_SUMMARY": str(summary)}, cwd=tmp_path)
-    assert res.returncode == 0, res.stderr
+    assert res.returncode == 1, res.stderr  # unhealthy
     md = summary.read_text()
     assert md.startswith("## earlier step\n# trainaudit diagnose: **unhealthy**")  # appended, not overwritten
     assert "Interactive report: `report.html`" in md and "](plots/" not in md

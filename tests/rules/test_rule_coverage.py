@@ -51,6 +51,11 @@ FIRING: dict[str, list[str]] = {
     "TA805": ["ingest/test_catalogue.py::test_a_failed_reference_check_is_a_golden_mismatch"],
     "TA410": ["rules/test_rule_coverage.py::test_crash_after_the_last_logged_step",
               "rules/test_rules_events.py::test_segfault_is_a_crash_and_sigkill_a_host_oom"],
+    # the monitor's rules, read back from its file by diagnose
+    "MON101": ["monitor/test_monitor.py::test_diagnose_joins_the_monitors_findings_to_its_stories"],
+    "MON201": ["monitor/test_monitor.py::test_diagnose_joins_the_monitors_findings_to_its_stories"],
+    "MON202": ["monitor/test_monitor.py::test_diagnose_joins_the_monitors_findings_to_its_stories"],
+    "MON203": ["monitor/test_monitor.py::test_diagnose_joins_the_monitors_findings_to_its_stories"],
 }
 
 # tests that run the whole registry (run_rules without a selection) on healthy runs and demand silence

@@ -7,19 +7,21 @@ from pathlib import Path
 
 import click
 from rich.console import Console
+from rich.text import Text
 
-from trainaudit.answer.paths import display_path
 from trainaudit.audit import AuditOptions, run_audit
 from trainaudit.commands.batch import batch
+from trainaudit.commands.common import default_out, exit_code, fail_on_option, out_option, print_summary, \
+    report_notes, verbosity_options
 from trainaudit.errors import UsageError
 from trainaudit.ingest import format_names
 from trainaudit.redact import mask_secrets
 from trainaudit.render.write import write_report
-from trainaudit.llm.options import llm_options, narrate_if_requested  # issue 7: optional LLM narrator
-from trainaudit.post.delivery import delivery_options  # issue 8
+from trainaudit.llm.options import llm_options, narrate_if_requested
+from trainaudit.post.delivery import delivery_options
 
 
-@delivery_options  # issue 8: --html, --github-summary, --gitlab-codequality
+@delivery_options  # --html, --github-summary, --gitlab-codequality
 @click.command()
 @click.argument("inputs", nargs=-1, metavar="INPUT...")
 @click.option("--passing", "passing", multiple=True, metavar="PATH|URL",
@@ -41,26 +43,28 @@ from trainaudit.post.delivery import delivery_options  # issue 8
 @click.option("--find-fix", is_flag=True, help="Also look after --bad for the commit that fixed or disabled the test.")
 @click.option("--policy", default="megatron", show_default=True, metavar="megatron|megatron@YYYY-MM-DD",
               help="Golden-gate comparator version.")
-@click.option("-o", "--out", "out", type=click.Path(file_okay=False, path_type=Path), default=Path("."),
-              show_default=True, help="Output directory: answer.json, answer.md, plots/.")
+@out_option("audit")
 @click.option("--json", "as_json", is_flag=True, help="Print answer.json to stdout instead of the summary.")
-@click.option("--quiet", is_flag=True, help="No summary and no progress.")
+@verbosity_options
+@fail_on_option("the verdict is not pass")
 @click.option("--format", "fmt", metavar="NAME", help="Force the format of the run files (see below).")
 @click.option("--batch", "batch_mode", is_flag=True,
               help="Several failures at once: every INPUT is a folder of artifact sets (one failure per subfolder "
                    "or archive); writes one answer per failure plus batch.md / batch.json grouping shared root "
-                   "causes, commits and environment changes (default -o trainaudit-batch). Same as `trainaudit batch`.")
-@llm_options  # issue 7: --llm, --llm-base-url, --llm-timeout
+                   "causes, commits and environment changes (default -o trainaudit-out/batch). Same as "
+                   "`trainaudit batch`.")
+@llm_options  # --llm, --llm-base-url, --llm-timeout
 @click.pass_context
 def audit(ctx: click.Context, inputs: tuple[str, ...], passing: tuple[str, ...], repo: str | None, good: str | None,
           bad: str | None, golden: str | None, model_config: str | None, github: tuple[str, ...],
           gitlab: tuple[str, ...], github_api_url: str | None, find_fix: bool, policy: str, out: Path, as_json: bool,
-          quiet: bool, fmt: str | None, batch_mode: bool = False, batch_html: bool = False) -> int:
+          quiet: bool, verbose: bool, fail_on: str | None, fmt: str | None, batch_mode: bool = False,
+          batch_html: bool = False) -> int:
     """The whole CI-failure audit: reproduce the gate, diagnose the runs, trace the git history
     between --good and --bad, and decide: real_regression, numerical_drift, gating_policy_issue,
     infrastructure_failure, crash, pass or inconclusive. INPUT: the failing run's artifacts (files,
-    folders, archives, http(s) URLs). Exit 0 when the audit completed, whatever the verdict; 2 on
-    unusable input.
+    folders, archives, http(s) URLs). Exit 0: the verdict is pass; 1: any other verdict (see
+    --fail-on); 2: unusable input.
 
     \b
     Example:
@@ -75,9 +79,10 @@ def audit(ctx: click.Context, inputs: tuple[str, ...], passing: tuple[str, ...],
             raise UsageError("--batch takes folders of artifact sets; per-set golden/config go in trainaudit-set.json")
         if not inputs:
             raise UsageError("--batch needs at least one folder of artifact sets")
+        given = ctx.get_parameter_source("out") is not click.core.ParameterSource.DEFAULT
         return ctx.invoke(batch, roots=tuple(Path(i) for i in inputs), repo=repo, good=good, bad=bad,
-                          out=Path("trainaudit-batch") if out == Path(".") else out, html=batch_html,
-                          as_json=as_json, fmt=fmt)
+                          out=out if given else default_out("batch"), html=batch_html, as_json=as_json, quiet=quiet,
+                          fail_on=fail_on, fmt=fmt)
     if not (inputs or github or gitlab or repo):
         raise UsageError("give the failing run's artifacts (INPUT..., --github or --gitlab) and/or --repo")
     opts = AuditOptions(inputs=list(inputs), passing=list(passing), repo=repo, good=good, bad=bad, golden=golden,
@@ -96,22 +101,19 @@ def audit(ctx: click.Context, inputs: tuple[str, ...], passing: tuple[str, ...],
             answer, plots, info = run_audit(opts, step=step, fetch_progress=fetched)
     else:
         answer, plots, info = run_audit(opts)
-    answer = narrate_if_requested(answer)  # issue 7: wording only, verified; never changes the verdict
+    answer = narrate_if_requested(answer)  # wording only, verified; never changes the verdict
     paths = write_report(answer, out, plots)
     _append_reasoning(paths.markdown, answer, info)
     if as_json:
         click.echo(answer.model_dump_json(indent=2))
-    elif not quiet:
-        fa = answer.final_answer
-        click.echo(f"verdict: {fa.verdict} ({fa.category})"
-                   + (f", first bad step {fa.first_bad_step}" if fa.first_bad_step is not None else ""))
+    else:
+        head = []
         if info.commit is not None:
-            click.echo(f"commit: {info.commit.commit.sha[:10]} {info.commit_role}: {info.commit.commit.title}")
-        click.echo(fa.summary)
-        for m in info.missing:
-            click.echo(f"missing: {m}")
-        click.echo(f"report: {display_path(paths.markdown)} ({'valid' if answer.validation.all_passed else 'INVALID'})")
-    return 0
+            head.append(Text(f"{info.commit_role}: {info.commit.commit.title} ({info.commit.commit.sha[:10]})"))
+        head += [Text(f"missing: {m}", style="yellow") for m in info.missing]
+        print_summary(answer, paths, quiet=quiet, verbose=verbose, head=head)
+    report_notes(paths, quiet)
+    return exit_code(answer.findings, fail_on, answer.final_answer.verdict != "pass")
 
 
 def _append_reasoning(md: Path, answer, info) -> None:  # type: ignore[no-untyped-def]

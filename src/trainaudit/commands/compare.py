@@ -2,21 +2,22 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import click
 
+from trainaudit.commands.common import exit_code, fail_on_option, out_option, print_summary, report_notes, \
+    verbosity_options
 from trainaudit.errors import UsageError
 from trainaudit.ingest import format_names
-from trainaudit.llm.options import llm_options, narrate_if_requested  # issue 7: optional LLM narrator
-from trainaudit.post.delivery import delivery_options  # issue 8
+from trainaudit.llm.options import llm_options, narrate_if_requested
+from trainaudit.post.delivery import delivery_options
 from trainaudit.render.write import write_report
 from trainaudit.compare.runs import compare_runs
 from trainaudit.compare.pipeline import run_golden
 
 
-@delivery_options  # issue 8: --html, --github-summary, --gitlab
+@delivery_options  # --html, --github-summary, --gitlab-codequality
 @click.command()
 @click.argument("inputs", nargs=-1, required=True, metavar="[BASELINE] CANDIDATE|ACTUAL...")
 @click.option("--golden", "golden", metavar="GOLDEN",
@@ -41,17 +42,18 @@ from trainaudit.compare.pipeline import run_golden
                    "(docs/compare.md).")
 @click.option("--ci-log", "ci_logs", multiple=True, metavar="FILE",
               help="CI job log with the gate's own output (Actual/Golden values, FAILED lines), read as evidence.")
-@click.option("-o", "--out", "out", type=click.Path(file_okay=False, path_type=Path), default=Path("trainaudit-out"),
-              show_default=True, help="Output directory (answer.json, answer.md, plots/).")
+@out_option("compare")
 @click.option("--json", "as_json", is_flag=True, help="Print answer.json to stdout instead of the summary.")
-@click.option("--quiet", is_flag=True, help="No summary on stdout.")
+@verbosity_options
+@fail_on_option("the check fails")
 @click.option("--format", "fmt", metavar="NAME", help="Force the input format (see below).")
-@llm_options  # issue 7: --llm, --llm-base-url, --llm-timeout
+@llm_options  # --llm, --llm-base-url, --llm-timeout
 def compare(inputs: tuple[str, ...], golden: str | None, baselines: tuple[str, ...], model_config: str | None,
             deterministic: bool | None, pipeline: str | None, train_iters: int | None, policy: str,
-            ci_logs: tuple[str, ...], out: Path, as_json: bool, quiet: bool, fmt: str | None) -> int:
+            ci_logs: tuple[str, ...], out: Path, as_json: bool, quiet: bool, verbose: bool, fail_on: str | None,
+            fmt: str | None) -> int:
     """Golden-value check (reproduces Megatron-LM's gate and explains each failing check) or run vs
-    run. Exit 0: the check passes; 1: it fails; 2: unreadable input.
+    run. Exit 0: the check passes; 1: it fails (see --fail-on); 2: unreadable input.
 
     \b
     Example:
@@ -75,25 +77,14 @@ def compare(inputs: tuple[str, ...], golden: str | None, baselines: tuple[str, .
                              "or use --golden GOLDEN ACTUAL")
 
         answer, plots, passed = compare_runs([inputs[0], *baselines], inputs[1], fmt)
-    answer = narrate_if_requested(answer)  # issue 7: wording only, verified; never changes `passed`
+    answer = narrate_if_requested(answer)  # wording only, verified; never changes `passed`
     paths = write_report(answer, out, plots)
     if as_json:
         click.echo(answer.model_dump_json(indent=2))
-    elif not quiet:
-        _summary(answer, paths.json)
-    return 0 if passed else 1
-
-
-def _summary(answer, json_path: Path) -> None:  # type: ignore[no-untyped-def]
-    fa = answer.final_answer
-    out = sys.stdout
-    for c in answer.comparisons:
-        status = "PASS" if c.passed else "FAIL"
-        extra = (f"median {c.actual_median:.5g} vs {c.golden_median:.5g} (window {c.window})"
-                 if c.window else f"{c.n_failing}/{c.n_steps} failing, {c.allowed_failing} allowed")
-        out.write(f"{status}  {c.metric:<24} {c.check:<11} rtol {c.rtol:<5g} {extra}\n")
-    out.write(f"verdict: {fa.verdict} ({fa.category}), first bad step: {fa.first_bad_step}\n{fa.summary}\n")
-    out.write(f"report: {json_path}\n")
+    else:
+        print_summary(answer, paths, quiet=quiet, verbose=verbose)
+    report_notes(paths, quiet)
+    return exit_code(answer.findings, fail_on, not passed)
 
 
 compare.epilog = "Formats: " + ", ".join(format_names())

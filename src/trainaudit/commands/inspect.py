@@ -7,6 +7,7 @@ import json
 
 import click
 
+from trainaudit.commands.common import exit_code, fail_on_option
 from trainaudit.errors import InputError
 
 
@@ -20,8 +21,7 @@ def _n(x: int) -> str:
               help="A function returning a batch: inputs, (inputs, target) or a dict of keyword inputs.")
 @click.option("--json", "as_json", is_flag=True, help="Print the inspection as JSON.")
 @click.option("--unsafe-load", is_flag=True, help="Allow unpickling a whole saved module (runs code from the file).")
-@click.option("--fail-on", type=click.Choice(["high", "medium", "low"]),
-              help="Exit 1 if a finding at or above this severity exists.")
+@fail_on_option("a finding above info exists")
 def inspect(model: str, sample_batch: str | None, as_json: bool, unsafe_load: bool, fail_on: str | None) -> int:
     """Inspect a model before blaming the optimiser: MODEL is FILE.py:FUNCTION (returns an
     nn.Module), a saved module (with --unsafe-load) or a state dict (.pt/.bin/.safetensors).
@@ -59,8 +59,4 @@ def inspect(model: str, sample_batch: str | None, as_json: bool, unsafe_load: bo
                 click.echo(f"  {f.severity:7s} {f.check}: {f.message}{where}")
         else:
             click.echo("findings: none")
-    if fail_on:
-        order = {"info": 0, "low": 1, "medium": 2, "high": 3}
-        if any(order[f.severity] >= order[fail_on] for f in ins.findings):
-            return 1
-    return 0
+    return exit_code(ins.findings, fail_on, any(f.severity != "info" for f in ins.findings))

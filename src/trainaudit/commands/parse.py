@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import click
-from rich.console import Console
-from rich.table import Table
+from rich.text import Text
 
+from trainaudit.commands.common import console, reading_progress
 from trainaudit.ingest import format_names, scan
 from trainaudit.ingest.export import RowWriter
 from trainaudit.ingest.sink import SourceStats, StatsSink
+from trainaudit.render.terminal import short_path
 
 
 class _Both(StatsSink):
@@ -42,7 +42,7 @@ class _Both(StatsSink):
 @click.option("-o", "--out", "out", type=click.Path(dir_okay=False, path_type=Path),
               help="Write series to OUT (.csv, .jsonl or .parquet), one row per value with source and line.")
 @click.option("--format", "fmt", metavar="NAME", help="Force a format (see the list below).")
-@click.option("--quiet", is_flag=True, help="No summary table.")
+@click.option("-q", "--quiet", "quiet", is_flag=True, help="No summary.")
 def parse(inputs: tuple[str, ...], out: Path | None, fmt: str | None, quiet: bool) -> int:
     """Extract per-step metric series and events from logs, metric files, TensorBoard files,
     MLflow/W&B run folders and archives of CI artifacts.
@@ -55,7 +55,8 @@ def parse(inputs: tuple[str, ...], out: Path | None, fmt: str | None, quiet: boo
     writer = RowWriter(out) if out else None
     sink = _Both(writer)
     try:
-        problems = scan(list(inputs), sink, fmt)
+        with reading_progress(quiet) as position:
+            problems = scan(list(inputs), sink, fmt, position)
     finally:
         if writer:
             writer.close()
@@ -73,22 +74,23 @@ def parse(inputs: tuple[str, ...], out: Path | None, fmt: str | None, quiet: boo
 
 
 def _print_summary(stats: list[SourceStats], out: Path | None) -> None:
-    console = Console(file=sys.stdout, soft_wrap=True)
-    table = Table(title="trainaudit parse", show_lines=False)
-    for col in ("source", "format", "metrics", "steps", "values", "events"):
-        table.add_column(col, overflow="fold")
+    """Per source: one line (format, values, steps), then its events and metrics, wrapped at the
+    terminal's width (never cut: the names are what a user looks for), then a closing line."""
+    con = console()
+    total = 0
     for st in stats:
-        names = sorted(st.metrics)
-        shown = ", ".join(names[:8]) + (f" (+{len(names) - 8})" if len(names) > 8 else "")
         lo = min((m.min_step for m in st.metrics.values() if m.min_step is not None), default=None)
         hi = max((m.max_step for m in st.metrics.values() if m.max_step is not None), default=None)
-        steps = f"{lo}..{hi}" if lo is not None else "-"
         n = sum(m.count for m in st.metrics.values())
-        ev = ", ".join(f"{k}={v}" for k, v in sorted(st.events.items())) or "-"
-        table.add_row(st.source.path, st.source.format, shown or "-", steps, str(n), ev)
-    console.print(table)
-    if out:
-        console.print(f"series written to {out}")
+        total += n
+        line = Text(f"{short_path(st.source.path)}: ", style="bold")
+        line.append(f"{st.source.format or 'unknown'}, {n} values" + (f", steps {lo}..{hi}" if lo is not None else ""))
+        con.print(line, no_wrap=True, overflow="ellipsis")
+        if st.events:
+            con.print(Text("  events: " + ", ".join(f"{k}={v}" for k, v in sorted(st.events.items()))))
+        if st.metrics:
+            con.print(Text(f"  {len(st.metrics)} metrics: " + ", ".join(sorted(st.metrics)), style="dim"))
+    con.print(f"{len(stats)} sources, {total} values" + (f"; series written to {out}" if out else ""))
 
 
 parse.epilog = "Formats: " + ", ".join(format_names())

@@ -2,40 +2,52 @@
 
 from __future__ import annotations
 
-import sys
+import json
 
 import click
-from rich.console import Console
-from rich.table import Table
+from rich.text import Text
 
+from trainaudit.commands.common import console
 from trainaudit.errors import UsageError
+from trainaudit.render.terminal import SEVERITY_STYLE
 from trainaudit.rules import rule_class
+from trainaudit.rules.docs import rule_doc, rule_info, thresholds
 from trainaudit.rules.registry import ALL_RULES
-from trainaudit.rules.docs import rule_doc, thresholds
 
 
 @click.command("rules")
 @click.argument("rule_id", required=False, metavar="[ID]")
-def rules(rule_id: str | None) -> int:
-    """List the rules (id, name, category, thresholds), or show one rule's documentation.
+@click.option("--json", "as_json", is_flag=True, help="The rules (or one rule with its docs) as JSON.")
+@click.option("-v", "--verbose", "verbose", is_flag=True, help="Also each rule's default thresholds.")
+def rules(rule_id: str | None, as_json: bool, verbose: bool) -> int:
+    """List the rules (id, severity, category, name), or show one rule's documentation.
 
     \b
     Example:
       trainaudit rules
       trainaudit rules TA101
       trainaudit rules loss-spike
+      trainaudit rules --json
     """
     if rule_id:
         cls = rule_class(rule_id)
         if cls is None:
             raise UsageError(f"{rule_id}: unknown rule (see `trainaudit rules`)")
-        click.echo(rule_doc(cls))
+        if as_json:
+            click.echo(json.dumps(rule_info(cls, doc=True), indent=2))
+        else:
+            console().print(Text(rule_doc(cls)))  # wrapped at the terminal's width
         return 0
-    console = Console(file=sys.stdout, soft_wrap=True)
-    t = Table(title="trainaudit rules")
-    for col in ("id", "name", "category", "severity", "thresholds"):
-        t.add_column(col, overflow="fold")
+    if as_json:
+        click.echo(json.dumps([rule_info(cls) for cls in ALL_RULES], indent=2))
+        return 0
+    con = console()
     for cls in ALL_RULES:
-        t.add_row(cls.id, cls.name, cls.category, cls.severity, thresholds(cls))
-    console.print(t)
+        line = Text(f"{cls.id:<7}", style="bold")
+        line.append(f"{cls.severity:<9}", style=SEVERITY_STYLE[cls.severity])
+        line.append(f"{cls.category:<22}{cls.name}")
+        con.print(line, no_wrap=True, overflow="ellipsis")
+        if verbose:
+            con.print(Text(f"       {thresholds(cls)}", style="dim"))
+    con.print(f"{len(ALL_RULES)} rules; `trainaudit rules ID` shows one rule's docs and thresholds")
     return 0

@@ -8,13 +8,16 @@ from pathlib import Path
 from types import FrameType
 
 import click
+from rich.text import Text
 
-from trainaudit.redact import mask_secrets
+from trainaudit.commands.common import console, exit_code, fail_on_option
 from trainaudit.live.follow import Watcher
 from trainaudit.live.online import Alert
 from trainaudit.answer.schema import SEVERITY_ORDER
 from trainaudit.rules import load_config
 from trainaudit.errors import InputError
+from trainaudit.redact import mask_secrets
+from trainaudit.render.terminal import rated
 
 
 class _Stop(Exception):
@@ -25,15 +28,21 @@ def _on_term(_sig: int, _frame: FrameType | None) -> None:
     raise _Stop
 
 
+def _line(where: str, a: Alert) -> Text:
+    """``step 45: TA101 [critical] since step 36: lm loss is NaN ...``, as a finding reads."""
+    since = f"since step {a.since}: " if a.since is not None else ""
+    return rated(where, a.rule, a.severity, since + a.message)
+
+
 def _echo(a: Alert) -> None:
-    click.echo(mask_secrets(f"step {a.step}: {a.text()}"), color=False)
+    console().print(_line(f"step {a.step}", a), no_wrap=True, overflow="ellipsis")
 
 
 @click.command()
 @click.argument("log", type=click.Path(path_type=Path))
 @click.option("--format", "fmt", metavar="NAME", help="Force a format instead of detecting it.")
-@click.option("--fail-on", type=click.Choice(["critical", "high", "medium", "low"]),
-              help="Exit 1 as soon as an alert at or above this severity appears (a watchdog for scripts).")
+@fail_on_option("an alert above info was raised; with a severity, watch ends at the first alert at or above it "
+                "(a watchdog for scripts)")
 @click.option("--interval", type=float, default=0.5, show_default=True, help="Seconds between polls of the file.")
 @click.option("--idle-timeout", type=float, default=None,
               help="End when the file has not grown for this many seconds (default: wait for the completion "
@@ -55,7 +64,7 @@ def watch(log: Path, fmt: str | None, fail_on: str | None, interval: float, idle
     if log.is_dir():
         raise InputError(f"{log}: is a directory (watch follows one log file)")
     watcher = Watcher(log, fmt=fmt, config=load_config(config))
-    limit = SEVERITY_ORDER[fail_on] if fail_on else None
+    limit = SEVERITY_ORDER[fail_on] if fail_on not in (None, "never") else None
     old = signal.signal(signal.SIGTERM, _on_term)
     status, failed = "interrupted", False
     last_growth = time.monotonic()
@@ -88,23 +97,23 @@ def watch(log: Path, fmt: str | None, fail_on: str | None, interval: float, idle
         signal.signal(signal.SIGTERM, old)
     for a in watcher.finish():
         _echo(a)
-        if limit is not None and SEVERITY_ORDER[a.severity] >= limit:
-            failed = True
     _summary(watcher, status)
-    return 1 if failed else 0
+    return exit_code(watcher.rules.alerts, fail_on, any(a.severity != "info" for a in watcher.rules.alerts))
 
 
 def _summary(w: Watcher, status: str) -> None:
     live = w.live
     alerts = w.rules.alerts
     fmt = w.reader.name if w.reader else "unknown"
-    click.echo(mask_secrets(f"-- {w.path}: {status}; format {fmt}; last step {live.last_step}; {len(live.bufs)} "
-                            f"metrics; {w.follower.rotations} rotation(s), {w.follower.truncations} truncation(s)"))
+    con = console()
+    last = f"last step {live.last_step}" if live.last_step is not None else "no step logged yet"
+    con.print(Text(mask_secrets(f"-- {w.path}: {status}; format {fmt}; {last}; {len(live.bufs)} metrics; "
+                                f"{w.follower.rotations} rotation(s), {w.follower.truncations} truncation(s)")),
+              soft_wrap=True)
     if not alerts:
-        click.echo("-- no alerts")
+        con.print("-- no alerts")
         return
     worst = max(alerts, key=lambda a: SEVERITY_ORDER[a.severity])
-    click.echo(f"-- {len(alerts)} alert(s), worst {worst.severity}:")
+    con.print(f"-- {len(alerts)} alert(s), worst {worst.severity}:")
     for a in sorted(alerts, key=lambda a: (-SEVERITY_ORDER[a.severity], a.since if a.since is not None else a.step)):
-        since = f"since step {a.since}" if a.since is not None else f"at step {a.step}"
-        click.echo(mask_secrets(f"   {a.severity:8s} {a.rule} {a.category} {since}: {a.message}"))
+        con.print(_line(f"   step {a.step}", a), no_wrap=True, overflow="ellipsis")

@@ -193,17 +193,26 @@ def _check_facts(b: AnswerBuilder, sg: str, sa: str, inp: Inputs, c: CheckResult
         g = np.where(np.isfinite(c.golden), np.asarray(c.golden, float), np.nan)
         lo, hi = g - c.rtol * np.abs(g), g + c.rtol * np.abs(g)
         gsteps = c.steps
+        band = Band(f"golden ±{c.rtol:g}", gsteps, lo, hi)
         if c.window is not None and gm is not None:
             gsteps = gm.steps
             g = np.asarray(gm.floats(float("nan")), float)
-            lo, hi = g - c.rtol * np.abs(g), g + c.rtol * np.abs(g)
         curves = [Curve("golden", gsteps, g), Curve("actual", c.steps if c.window is None else
                                                      (am.steps if am else []),
                                                      c.actual if c.window is None else
                                                      (am.floats(float("nan")) if am else []), "dashed")]
+        if c.window is not None and c.golden_median is not None:
+            # the gate compares medians over the window: the band is the golden median's, and the
+            # actual median is drawn over the same steps
+            a, z = c.window
+            gmed = c.golden_median
+            band = Band(f"golden median ±{c.rtol:g}", [a, z], [gmed - c.rtol * abs(gmed)] * 2,
+                        [gmed + c.rtol * abs(gmed)] * 2)
+            if c.actual_median is not None:
+                curves.append(Curve(f"actual median, steps {a}-{z}", [a, z], [c.actual_median] * 2))
         plots.append(PlotSpec(metric=c.metric, title=f"{c.metric}: {c.check} check ({c.rtol:g} rtol) failed",
                               curves=curves, first_bad_step=first if c.window is None else (c.window_steps or [None])[0],
-                              band=Band(f"golden ±{c.rtol:g}", gsteps, lo, hi), stem=f"{c.metric}_{c.check}"))
+                              band=band, stem=f"{c.metric}_{c.check}", window=c.window))
     return ev
 
 

@@ -10,13 +10,25 @@ import numpy as np
 
 from trainaudit.diagnosis.engine import Diagnosis
 from trainaudit.ingest.sources import InputFile, expand_inputs, read_lines
-from trainaudit.model import Run
+from trainaudit.model import Run, SourceKind
+from trainaudit.rules.base import Hit, PointRef
 from trainaudit.answer.builder import AnswerBuilder, sha256_of
 from trainaudit.answer.charts import Curve, PlotSpec
 from trainaudit.answer.schema import Answer, FinalAnswer, RootCause
 from trainaudit.answer.paths import display_path
 
 MAX_EXCERPT = 200  # values quoted in one fact; longer windows are evenly thinned
+# Sources whose "line" is a record index, not a line of text: described, never quoted.
+BINARY_KINDS = frozenset({SourceKind.TENSORBOARD})
+_CONTROL = {c: None for c in range(32) if c != 9} | {0x7F: None}
+
+
+def textual(quote: str | None) -> str | None:
+    """``quote`` when it is text a report can show; None for bytes of a binary file (control
+    characters, or what UTF-8 decoding had to replace)."""
+    if quote is None or "\ufffd" in quote or quote.translate(_CONTROL) != quote:
+        return None
+    return quote
 
 
 def _thin(idx: np.ndarray) -> np.ndarray:
@@ -45,12 +57,15 @@ def build_answer(paths: list[str], run: Run, diag: Diagnosis, *, hash_sources: b
         sid[src.path] = b.source(display_path(src.path), kind, sha256=sha, description=f"read as {src.format}" if src.format else "")
 
     # Collect every line to quote, then read each source once.
+    binary = {s.path for s in run.sources if s.kind in BINARY_KINDS}
+    points = {id(h): [*h.points, *filter(None, [_backing_point(run, h)])] for h in diag.hits}
     wanted: dict[str, set[int]] = defaultdict(set)
     for h in diag.hits:
-        for p in h.points:
+        for p in points[id(h)]:
             line = int(p.series.lines[p.index])
-            if line:
-                wanted[run.source_path(p.series, p.index)].add(line)
+            path = run.source_path(p.series, p.index)
+            if line and path not in binary:
+                wanted[path].add(line)
     quotes: dict[str, dict[int, str]] = {}
     for path, lines in wanted.items():
         inp = inputs.get(path)
@@ -65,7 +80,7 @@ def build_answer(paths: list[str], run: Run, diag: Diagnosis, *, hash_sources: b
     evidence_of: dict[int, list[str]] = {}
     for h in diag.hits:
         ids: dict[str, str] = {}
-        for p in h.points:
+        for p in points[id(h)]:
             s = p.series
             path = run.source_path(s, p.index)
             line = int(s.lines[p.index])
@@ -74,14 +89,18 @@ def build_answer(paths: list[str], run: Run, diag: Diagnosis, *, hash_sources: b
             if p.indices is not None:
                 idx = _thin(np.asarray(p.indices, dtype=np.int64))
                 kw = {"steps": s.steps[idx].tolist(), "values": s.values[idx].tolist()}
-            ids[p.key] = b.fact(src, p.statement, metric=s.name, step=p.step,
+            statement = p.statement
+            if path in binary:  # described by its record, not quoted: the bytes are not text
+                statement += f" (record {line} of the event file)" if line else ""
+                line = 0
+            ids[p.key] = b.fact(src, statement, metric=s.name, step=p.step,
                                 value=None if p.indices is not None else p.value, line=line or None,
-                                quote=quotes.get(path, {}).get(line), **kw)
+                                quote=textual(quotes.get(path, {}).get(line)), **kw)
         for e in h.events:
             ev = e.event
             src = sid.get(ev.source) or b.source(display_path(ev.source), "log")
             ids[e.key] = b.fact(src, f"{e.statement}: {ev.message}", step=ev.step, value=e.value, unit=e.unit,
-                                line=ev.line or None, quote=ev.raw)
+                                line=ev.line or None, quote=textual(ev.raw))
         for c in h.calcs:
             formula = c.formula
             for k, v in ids.items():
@@ -107,6 +126,22 @@ def build_answer(paths: list[str], run: Run, diag: Diagnosis, *, hash_sources: b
                         summary=diag.summary, root_causes=roots, quick_fixes=diag.quick_fixes,
                         needs_more_data=diag.needs_more_data)
     return b.build(final)
+
+
+def _backing_point(run: Run, h: Hit) -> PointRef | None:
+    """A finding's step must belong to a source it quotes. When none of its own points and events
+    is at its first bad step (an error in a stderr file without steps, placed after the last
+    step another file logged), the value logged at that step is quoted too, so the report says
+    which file the step comes from."""
+    step = h.first_bad_step
+    if step is None or any(p.step == step for p in h.points) or any(e.event.step == step for e in h.events):
+        return None
+    for s in run.series.values():
+        i = int(np.searchsorted(s.steps, step))
+        if i < len(s) and int(s.steps[i]) == step:
+            return PointRef("at_step", s, i, f"{s.name} at step {step}, the step this finding is placed at (the last "
+                                             "one logged before what it reports)")
+    return None
 
 
 def plot_specs(run: Run, diag: Diagnosis, max_points: int = 20000) -> list[PlotSpec]:

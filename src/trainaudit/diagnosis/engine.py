@@ -120,9 +120,11 @@ def _numeric_story(num: list[Hit], n_loss_points: int, has: set[str]) -> Story:
     if not symptoms:
         return _story(num[0].category, num, num[0].message, n_loss_points)
     first = min(_step(h) for h in symptoms)
-    # precursors (an lr jump, a grad-norm spike) at or shortly before the first symptom are its likely cause
+    # precursors (an lr jump, a grad-norm spike) at or shortly before the first symptom are its likely cause,
+    # unless a symptom names its own (the monitor traced the first NaN to the input batch)
     near = max(50.0, 0.05 * max(first, 1.0))
-    causes = sorted((h for h in num if h.precursor and h.cause and -near <= _step(h) - first <= 3), key=_step)
+    causes = sorted((h for h in symptoms if h.cause and _step(h) <= first), key=_step) or \
+        sorted((h for h in num if h.precursor and h.cause and -near <= _step(h) - first <= 3), key=_step)
     external = [c for c in causes if c.category not in {h.category for h in symptoms}]
     if any(h.category == Category.LOSS_SCALE_COLLAPSE for h in symptoms):
         cat = Category.LOSS_SCALE_COLLAPSE

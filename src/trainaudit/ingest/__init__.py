@@ -19,7 +19,7 @@ from trainaudit.ingest.sources import STREAM_ERRORS, InputFile, expand_inputs, r
 from trainaudit.model import Run, Source
 from trainaudit.safeio import LIMITS
 
-__all__ = ["Detected", "Problem", "detect", "load_run", "scan", "format_names"]
+__all__ = ["Detected", "Position", "Problem", "detect", "load_run", "scan", "format_names"]
 
 INPUT_LIMIT_ERRORS = (RecursionError, OverflowError, MemoryError, ValueError)
 
@@ -28,6 +28,25 @@ INPUT_LIMIT_ERRORS = (RecursionError, OverflowError, MemoryError, ValueError)
 class Detected:
     inp: InputFile
     reader: Reader
+    bytes_per_line: float = 0.0  # from the head, to turn a line number into a position
+
+
+@dataclass(slots=True)
+class Position:
+    """How far a :func:`scan` is, for a progress display that polls it from another thread: the
+    bytes of the inputs finished, and within the file being read, its highest line read so far
+    times the head's bytes per line (an estimate, capped at the file's size)."""
+
+    total: int = 0
+    done: int = 0
+    current: Detected | None = None
+    sink: Sink | None = None
+
+    def bytes_read(self) -> int:
+        cur, sink = self.current, self.sink
+        if cur is None or sink is None:
+            return self.done
+        return self.done + min(int(sink.lines_read() * cur.bytes_per_line), cur.inp.size)
 
 
 @dataclass(slots=True)
@@ -69,8 +88,9 @@ def detect(inputs: list[InputFile], fmt: str | None = None, *, explicit: set[str
                 raise InputError(f"{inp.display}: file is empty")
             continue
         sample = Sample.from_head(inp.name, head)
+        per_line = len(head) / max(1, head.count(b"\n"))
         if forced is not None:
-            out.append(Detected(inp, forced))
+            out.append(Detected(inp, forced, per_line))
             continue
         best, score = None, 0.0
         for r in readers:
@@ -85,20 +105,23 @@ def detect(inputs: list[InputFile], fmt: str | None = None, *, explicit: set[str
             if problems is not None:
                 problems.append(Problem(inp.display, f"skipped: unknown format ({what})", fatal=False))
             continue
-        out.append(Detected(inp, best))
+        out.append(Detected(inp, best, per_line))
     return out
 
 
-def scan(paths: list[str], sink: Sink, fmt: str | None = None) -> list[Problem]:
+def scan(paths: list[str], sink: Sink, fmt: str | None = None, position: Position | None = None) -> list[Problem]:
     """Read every input into ``sink``. Returns problems; raises :class:`InputError` when nothing
-    at all could be read."""
+    at all could be read. ``position`` is kept up to date for a progress display."""
     problems: list[Problem] = []
     inputs = expand_inputs(paths)
     detected = detect(inputs, fmt, explicit=set(paths), problems=problems)
     if not detected:
         raise InputError(f"{', '.join(paths)}: no readable training artifacts found")
+    position = position or Position()
+    position.total, position.sink = sum(d.inp.size for d in detected), sink
     useful = 0
     for d in detected:
+        position.current = d
         source = Source(d.inp.display, d.reader.name, d.reader.kind, d.inp.size)
         before_values, before_events, before_meta = sink.n_values, sink.n_events, sink.n_meta
         sink.begin(source)
@@ -132,6 +155,7 @@ def scan(paths: list[str], sink: Sink, fmt: str | None = None) -> list[Problem]:
             problems.append(Problem(d.inp.display, f"unreadable ({type(exc).__name__}: {str(exc)[:200]})"))
         finally:
             sink.end()
+            position.current, position.done = None, position.done + d.inp.size
         got = sink.n_values - before_values + sink.n_events - before_events
         if got:
             useful += 1
@@ -149,7 +173,7 @@ def scan(paths: list[str], sink: Sink, fmt: str | None = None) -> list[Problem]:
     return problems
 
 
-def load_run(paths: list[str], fmt: str | None = None) -> tuple[Run, list[Problem]]:
+def load_run(paths: list[str], fmt: str | None = None, position: Position | None = None) -> tuple[Run, list[Problem]]:
     builder = RunBuilder()
-    problems = scan(paths, builder, fmt)
+    problems = scan(paths, builder, fmt, position)
     return builder.build(), problems

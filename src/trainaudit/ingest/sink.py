@@ -47,12 +47,23 @@ class Sink:
         self.n_values = 0
         self.n_events = 0
         self.n_meta = 0
+        self._bulk_line = 0  # the last line handed over by add_many in the current source
 
     # -- reader API -------------------------------------------------------------------------
     def begin(self, source: Source) -> None:
         self.source = source
         self.last_step = None
         self._primary_rank = {}
+        self._bulk_line = 0
+
+    def lines_read(self) -> int:
+        """The highest line of the current source that values came from so far, for a progress
+        display that polls it from another thread (the per-value ``add`` stays untouched)."""
+        best = self._bulk_line
+        for buf in list(self._buffers.values()):
+            if len(buf):
+                best = max(best, buf.lines[-1])
+        return best
 
     def metric_for(self, metric: str, rank: int | None) -> str:
         """The series name a value of ``metric`` from ``rank`` goes to (the first rank seen owns the
@@ -85,9 +96,11 @@ class Sink:
         if s.size == 0:
             return
         self._flush(metric)
-        self.write_values(metric, s, np.asarray(values, dtype=np.float64), np.asarray(lines, dtype=np.int64))
+        ln = np.asarray(lines, dtype=np.int64)
+        self.write_values(metric, s, np.asarray(values, dtype=np.float64), ln)
         self.n_values += int(s.size)
         self.last_step = int(s[-1])
+        self._bulk_line = max(self._bulk_line, int(ln[-1]))
 
     def event(self, ev: Event) -> None:
         if ev.step is None:

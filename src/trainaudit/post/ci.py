@@ -20,6 +20,7 @@ from pathlib import Path
 from trainaudit.errors import UsageError
 from trainaudit.render.markdown import render_markdown
 from trainaudit.redact import mask_secrets
+from trainaudit.answer.locate import Location, locate
 from trainaudit.answer.schema import Answer
 
 SUMMARY_LIMIT = 1024 * 1024 - 4096  # GitHub rejects a step summary over 1 MiB
@@ -29,48 +30,12 @@ _GL_SEVERITY = {"critical": "critical", "high": "major", "medium": "minor", "low
 
 
 @dataclass(frozen=True)
-class Location:
-    path: str | None
-    line: int | None
-
-
-@dataclass(frozen=True)
 class Annotation:
     level: str  # error | warning | notice
     title: str
     message: str
     location: Location
     severity: str
-
-
-def locate(answer: Answer, evidence: list[str]) -> Location:
-    """The first quoted source line behind a list of evidence ids (through calculations and
-    findings), else the first source file they rest on."""
-    facts = {f.id: f for f in answer.extracted_facts}
-    calcs = {c.id: c.inputs for c in answer.calculations}
-    finds = {d.id: d.evidence for d in answer.findings}
-    src = {s.id: s for s in answer.source_refs}
-    order: list[str] = []
-    seen: set[str] = set()
-    stack = list(reversed(evidence))
-    while stack:
-        i = stack.pop()
-        if i in seen:
-            continue
-        seen.add(i)
-        if i in facts:
-            order.append(i)
-        stack.extend(reversed(calcs.get(i, []) + finds.get(i, [])))
-    fallback: Location | None = None
-    for i in order:
-        f = facts[i]
-        s = src.get(f.source_ref)
-        if s is None or s.kind in ("commit", "repo"):
-            continue
-        if f.line:
-            return Location(s.path, f.line)
-        fallback = fallback or Location(s.path, None)
-    return fallback or Location(None, None)
 
 
 def annotations(answer: Answer) -> list[Annotation]:

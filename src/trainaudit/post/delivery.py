@@ -23,9 +23,8 @@ from trainaudit.errors import UsageError
 
 from trainaudit.answer.load import load_answer
 from trainaudit.post.ci import github_summary, write_gitlab_codequality
-from trainaudit.render.page import write_html
+from trainaudit.render.page import HTML_NAME, write_html
 
-HTML_NAME = "report.html"
 GITLAB_NAME = "gl-code-quality-report.json"
 
 

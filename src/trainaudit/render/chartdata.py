@@ -17,10 +17,11 @@ from typing import Any
 
 import numpy as np
 
-from trainaudit.answer.charts import PlotSpec
+from trainaudit.answer.charts import PlotSpec, focus_range
 from trainaudit.answer.schema import Answer
 
 CHARTS_SCHEMA = "trainaudit-charts/1"
+CHARTS_NAME = "charts.json"  # the sidecar's name beside answer.json
 MAX_POINTS = 4000
 
 
@@ -83,9 +84,11 @@ def spec_to_dict(spec: PlotSpec, max_points: int = MAX_POINTS) -> dict[str, Any]
         idx = _thin(s[:n], hi[:n], max_points)
         band = {"label": b.label, "steps": [int(x) for x in s[idx]], "low": [_num(float(x)) for x in lo[idx]],
                 "high": [_num(float(x)) for x in hi[idx]]}
+    y = focus_range(spec)
     return {"metric": spec.metric, "title": spec.title, "xlabel": spec.xlabel, "logy": bool(spec.logy),
             "first_bad_step": spec.first_bad_step, "markers": [[int(s), str(lab)] for s, lab in spec.markers],
-            "curves": curves, "band": band}
+            "curves": curves, "band": band, "window": list(spec.window) if spec.window else None,
+            "yrange": [_num(y[0]), _num(y[1])] if y else None}
 
 
 def write_charts(path: Path, plots: Sequence[PlotSpec], max_points: int = MAX_POINTS) -> Path:
@@ -130,5 +133,6 @@ def charts_from_answer(answer: Answer, max_points: int = MAX_POINTS) -> list[dic
                 band = {"label": f"golden ±{comp.rtol:g}", "steps": steps,
                         "low": [_num(float(x)) for x in g - tol], "high": [_num(float(x)) for x in g + tol]}
         charts.append({"metric": metric, "title": f"{metric} (series quoted in answer.json)", "xlabel": "step",
-                       "logy": False, "first_bad_step": first_bad, "markers": [], "curves": curves, "band": band})
+                       "logy": False, "first_bad_step": first_bad, "markers": [], "curves": curves, "band": band,
+                       "window": comp.window if comp is not None and comp.window else None, "yrange": None})
     return charts

@@ -1,8 +1,9 @@
 """One self-contained HTML page from an answer.json (and its charts): verdict and root causes first,
 interactive charts, checks, findings, commits, then the evidence with the quoted source lines.
 
-Nothing is loaded from the network: CSS and the chart script (``assets/``, hand-written, no
-library) are inlined, and the chart data sits in a ``<script type="application/json">`` block.
+Nothing is loaded from the network: CSS, the charting library (uPlot, vendored in ``assets/``
+with its MIT licence) and the chart script (``assets/report.js``) are inlined, and the chart data
+sits in a ``<script type="application/json">`` block.
 Every evidence id is a link to an element with id ``ev-<id>`` (facts, calculations, findings), so a
 click scrolls to the quoted line even with scripts disabled.
 """
@@ -15,6 +16,7 @@ from importlib.resources import files
 from typing import Any
 
 from trainaudit.redact import mask_secrets
+from trainaudit.render.numbers import number, percent
 from trainaudit.answer.schema import SEVERITY_ORDER, Answer, ExtractedFact
 
 _VERDICT_CLASS = {"healthy": "ok", "pass": "ok", "numerical_drift": "warn", "gating_policy_issue": "warn",
@@ -33,17 +35,11 @@ def _e(v: object) -> str:
 
 
 def _fmt(v: float | int | str | None) -> str:
-    if v is None:
-        return "–"
-    if isinstance(v, (str, int)):
-        return str(v)
-    if v != v:
-        return "nan"
-    return f"{v:.4e}" if (abs(v) >= 1e5 or 0 < abs(v) < 1e-3) else f"{v:.6g}"
+    return number(v, 6, missing="–")
 
 
 def _pct(v: float | None) -> str:
-    return "–" if v is None else f"{v * 100:.3g} %"
+    return percent(v, missing="–")
 
 
 def _anchor(i: str) -> str:
@@ -117,7 +113,7 @@ def render_html(answer: Answer, charts: list[dict[str, Any]] | None = None, *, t
                     "double-click (or Reset) to zoom out, hover for values, click a legend entry to hide a curve.</p>")
         for i, c in enumerate(charts):
             body.append(f'<figure class="chart" id="chart-{i}" data-index="{i}"><figcaption>{_e(c.get("title"))}'
-                        f'</figcaption><div class="plot"></div><div class="legend"></div></figure>')
+                        f'</figcaption><div class="plot"></div></figure>')
         body.append("</section>")
 
     if answer.comparisons:
@@ -195,10 +191,12 @@ def render_html(answer: Answer, charts: list[dict[str, Any]] | None = None, *, t
 
     page = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
             '<meta name="viewport" content="width=device-width, initial-scale=1">',
-            f"<title>{_e(page_title)}</title><style>{_asset('report.css')}</style></head><body><main>",
+            f"<title>{_e(page_title)}</title><style>{_asset('uPlot.min.css')}\n{_asset('report.css')}</style>"
+            "</head><body><main>",
             # the report's own text is masked; the inlined script is ours and must stay intact
             mask_secrets("\n".join(body)), "</main>", mask_secrets(_json_script({"charts": charts})),
-            f"<script>{_asset('report.js')}</script>", "</body></html>"]
+            f"<script>{_asset('uPlot.iife.min.js')}</script>", f"<script>{_asset('report.js')}</script>",
+            "</body></html>"]
     return "\n".join(page)
 
 

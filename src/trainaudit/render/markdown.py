@@ -7,27 +7,10 @@ import re
 from collections.abc import Iterable
 
 from trainaudit.answer.schema import Answer, ExtractedFact
+from trainaudit.render.numbers import number, percent
 from trainaudit.redact import mask_secrets, md_code_block, md_inline
 
 MAX_ROWS = 25
-
-
-def _fmt(v: float | int | str | None, digits: int = 4) -> str:
-    if v is None:
-        return "-"
-    if isinstance(v, str):
-        return v
-    if isinstance(v, int):
-        return str(v)
-    if v != v:  # NaN
-        return "nan"
-    if abs(v) >= 1e5 or (0 < abs(v) < 1e-3):
-        return f"{v:.{digits - 1}e}"
-    return f"{v:.{digits}g}"
-
-
-def _pct(v: float | None) -> str:
-    return "-" if v is None else f"{v * 100:.3g} %"
 
 
 def _cell(text: str) -> str:
@@ -110,12 +93,12 @@ def render_markdown(answer: Answer, plot_files: list[str] | None = None) -> str:
         for c in answer.comparisons[:MAX_ROWS]:
             med = "-"
             if c.golden_median is not None or c.actual_median is not None:
-                med = f"{_fmt(c.golden_median)} → {_fmt(c.actual_median)}"
+                med = f"{number(c.golden_median)} → {number(c.actual_median)}"
                 if c.window:
                     med += f" (steps {c.window[0]}–{c.window[-1]})"
             out.append(f"| {_cell(c.metric)} | {c.check} ({c.policy}, rtol {c.rtol:g}) | "
                        f"{'pass' if c.passed else '**FAIL**'} | {c.n_failing}/{c.n_steps} (allowed {c.allowed_failing}) | "
-                       f"{_fmt(c.first_failing_step)} | {_pct(c.max_rel_err)} | {_pct(c.median_rel_err)} | {med} | "
+                       f"{number(c.first_failing_step)} | {percent(c.max_rel_err)} | {percent(c.median_rel_err)} | {med} | "
                        f"{_ids(c.evidence)} |")
         out.append("")
 
@@ -124,7 +107,7 @@ def render_markdown(answer: Answer, plot_files: list[str] | None = None) -> str:
         out.append("| id | rule | severity | metric | first bad step | message | evidence |")
         out.append("|---|---|---|---|---|---|---|")
         for d in answer.findings[:MAX_ROWS]:
-            out.append(f"| {d.id} | {d.rule} | {d.severity} | {_cell(d.metric or '-')} | {_fmt(d.first_bad_step)} | "
+            out.append(f"| {d.id} | {d.rule} | {d.severity} | {_cell(d.metric or '-')} | {number(d.first_bad_step)} | "
                        f"{_cell(d.message)} | {_ids(d.evidence)} |")
         if len(answer.findings) > MAX_ROWS:
             out.append(f"\n({len(answer.findings) - MAX_ROWS} more findings in answer.json)")
@@ -158,7 +141,7 @@ def render_markdown(answer: Answer, plot_files: list[str] | None = None) -> str:
             out.append("Calculations (recomputed by validation):")
             for c in calcs[:MAX_ROWS]:
                 out.append(f"- <a id=\"{c.id.lower()}\"></a>**{c.id}** {md_inline(c.description)}: {_code(c.formula)} = "
-                           f"**{_fmt(c.result, 6)}**{(' ' + md_inline(c.unit)) if c.unit else ''} "
+                           f"**{number(c.result, 6)}**{(' ' + md_inline(c.unit)) if c.unit else ''} "
                            f"(inputs {', '.join(c.inputs)})")
         out.append("")
 
@@ -185,7 +168,7 @@ def _fact_md(f: ExtractedFact, path: str) -> str:
     where = f"{path}:{f.line}" if f.line else path
     value = ""
     if f.value is not None:
-        value = f" = {_fmt(f.value)}{(' ' + md_inline(f.unit)) if f.unit else ''}"
+        value = f" = {number(f.value)}{(' ' + md_inline(f.unit)) if f.unit else ''}"
     elif f.values is not None:
         value = f" ({len(f.values)} values)"
     step = f" at step {f.step}" if f.step is not None and f"step {f.step}" not in f.statement else ""

@@ -2,18 +2,17 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 from trainaudit.answer.load import load_answer
 from trainaudit.errors import InputError
-from trainaudit.render.chartdata import charts_from_answer, load_charts
+from trainaudit.render.chartdata import CHARTS_NAME, charts_from_answer, load_charts
 from trainaudit.render.html import render_html
 from trainaudit.answer.schema import Answer
 from trainaudit.answer.paths import display_path
 
-CHARTS_NAME = "charts.json"
+HTML_NAME = "report.html"  # the page's name beside answer.json
 
 
 def charts_for(answer: Answer, answer_path: Path, charts_path: Path | None = None) -> list[dict[str, Any]]:

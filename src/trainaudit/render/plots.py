@@ -1,16 +1,27 @@
-"""PNG plots for a report: one per metric with a finding, the first bad step marked.
+"""PNG plots for a report: one per metric with a finding, the first bad step marked, the gated
+window shaded, the golden band filled.
 
 Non-finite points are drawn as red markers on the top edge of the axes, so a NaN step is visible
-instead of being a silent gap in the line.
+instead of being a silent gap in the line. The y range is the one :func:`focus_range` picks (a
+warm-up spike does not set the scale); points beyond it are grey markers on the edge they pass.
 """
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 
 import numpy as np
 
-from trainaudit.answer.charts import PlotSpec
+from trainaudit.answer.charts import PlotSpec, focus_range, off_scale
+
+PLOTS_EXTRA = "plots"  # the extra that installs matplotlib (pyproject.toml)
+
+
+def png_available() -> bool:
+    """matplotlib is an extra (about 100 MB with its dependencies, docs/benchmarks.md): without it a
+    report has no PNGs."""
+    return importlib.util.find_spec("matplotlib") is not None
 
 
 def render(spec: PlotSpec, path: Path) -> Path:
@@ -19,10 +30,13 @@ def render(spec: PlotSpec, path: Path) -> Path:
     matplotlib.use("Agg", force=True)
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(8, 3.6), dpi=100)
+    fig, ax = plt.subplots(figsize=(9.5, 3.6), dpi=100)
     try:
         finite_max: list[float] = []
         finite_min: list[float] = []
+        if spec.window is not None:
+            ax.axvspan(spec.window[0], spec.window[1], color="gold", alpha=0.18, linewidth=0,
+                       label=f"gated window {spec.window[0]}-{spec.window[1]}")
         if spec.band is not None:
             b = spec.band
             ax.fill_between(np.asarray(b.steps), np.asarray(b.low, float), np.asarray(b.high, float),
@@ -56,11 +70,23 @@ def render(spec: PlotSpec, path: Path) -> Path:
                         textcoords="offset points", color="grey", fontsize=7, rotation=90)
         if spec.logy and finite_min and min(finite_min) > 0:
             ax.set_yscale("log")
+        y = focus_range(spec)
+        if y is not None:
+            ax.set_ylim(*y)
+            above = [off_scale(c.steps, c.values, y) for c in spec.curves]
+            up = np.concatenate([a for a, _ in above]) if above else np.array([])
+            down = np.concatenate([b for _, b in above]) if above else np.array([])
+            for steps, edge, mark in ((up, 0.98, "^"), (down, 0.02, "v")):
+                if steps.size:
+                    ax.plot(steps, np.full(steps.size, edge), mark, color="dimgrey", markersize=5,
+                            transform=ax.get_xaxis_transform(), clip_on=False,
+                            label=f"off scale ({steps.size})" if mark == "^" else None)
         ax.set_title(spec.title, fontsize=10)
         ax.set_xlabel(spec.xlabel)
         ax.set_ylabel(spec.metric)
         ax.grid(True, alpha=0.3)
-        ax.legend(fontsize=7, loc="best")
+        # beside the axes, never over the data
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0, frameon=False)
         fig.tight_layout()
         path.parent.mkdir(parents=True, exist_ok=True)
         fig.savefig(path)

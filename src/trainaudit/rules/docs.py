@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import inspect
 from pathlib import Path
+from typing import Any
 
 from trainaudit.rules.base import Role, Rule, Scope
 from trainaudit.rules.registry import ALL_RULES, FAMILIES
@@ -13,6 +14,18 @@ from trainaudit.rules.registry import ALL_RULES, FAMILIES
 
 def thresholds(cls: type[Rule]) -> str:
     return ", ".join(f"{k}={v}" for k, v in cls.defaults().items()) or "-"
+
+
+def rule_info(cls: type[Rule], *, doc: bool = False) -> dict[str, Any]:
+    """A rule as JSON (``trainaudit rules --json``): its metadata and default thresholds; with
+    ``doc``, the documentation text ``trainaudit rules ID`` prints."""
+    out: dict[str, Any] = {"id": cls.id, "name": cls.name, "category": str(cls.category),
+                           "severity": str(cls.severity), "scope": str(cls.scope), "role": str(cls.role),
+                           "thresholds": cls.defaults(), "summary": inspect.cleandoc(cls.__doc__ or "").split("\n\n")[0]
+                           .replace("\n", " ")}
+    if doc:
+        out["doc"] = rule_doc(cls)
+    return out
 
 
 def _facts(cls: type[Rule]) -> list[str]:
@@ -29,11 +42,23 @@ def _facts(cls: type[Rule]) -> list[str]:
 
 
 _SCOPE = {Scope.RUN: "diagnose, watch and the live monitor's online rules", Scope.GATE: "compare and audit",
-          Scope.MONITOR: "the live monitor (trainaudit.monitor)"}
+          Scope.MONITOR: "the live monitor (trainaudit.monitor); diagnose and watch read its file"}
+
+
+def _unwrap(doc: str) -> str:
+    """The docstring's paragraphs as one line each (a terminal or a client wraps them at its own
+    width); a line that starts a list item or is indented keeps its break."""
+    out: list[str] = []
+    for line in doc.splitlines():
+        if out and out[-1] and line and not line.startswith(("- ", " ")):
+            out[-1] += " " + line
+        else:
+            out.append(line)
+    return "\n".join(out)
 
 
 def rule_doc(cls: type[Rule]) -> str:
-    doc = inspect.cleandoc(cls.__doc__ or "")
+    doc = _unwrap(inspect.cleandoc(cls.__doc__ or ""))
     g = cls.guidance
     return "\n".join([f"{cls.id} {cls.name}", *_facts(cls), f"thresholds: {thresholds(cls)}",
                       f"configure: [tool.trainaudit.rules.{cls.id}]", "", doc, "",

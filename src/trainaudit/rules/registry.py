@@ -16,8 +16,9 @@ _BY_ID: dict[str, type[Rule]] = {cls.id: cls for cls in ALL_RULES}
 assert len(_BY_ID) == len(ALL_RULES), "duplicate rule id"
 assert {m.__name__ for m in (gate, generalisation, messages, monitor, numerics, optimisation, resources)} <= \
     {c.__module__ for c in ALL_RULES}, "a family module without rules"
-# the rules that check a Run (diagnose, watch, the monitor's online rules)
-RULE_CLASSES: list[type[Rule]] = [c for c in ALL_RULES if c.scope is Scope.RUN]
+# the rules that check a Run (diagnose, watch, the monitor's online rules); the monitor's rules
+# read what the monitor recorded in its file
+RULE_CLASSES: list[type[Rule]] = [c for c in ALL_RULES if c.scope in (Scope.RUN, Scope.MONITOR)]
 
 FAMILIES: dict[str, str] = {"TA1": "numerics", "TA2": "optimisation", "TA3": "generalisation",
                             "TA4": "resources and infrastructure", "TA5": "messages with a known meaning",

@@ -1,237 +1,201 @@
-/* trainaudit HTML report charts: hand-written SVG line charts (no library, no network).
-   Per chart: curves (several runs overlaid), tolerance band, first bad step, markers, non-finite
-   points as red triangles on the top edge; drag to zoom on x, double-click or Reset to zoom out,
-   hover for the values of every curve at the nearest step, legend entries toggle curves. */
+/* trainaudit HTML report charts, drawn with uPlot (vendored beside this file, inlined in the page;
+   docs/ci.md says why uPlot). uPlot does the axes (sized to their labels), drag-to-zoom,
+   double-click reset, the live legend (hover values, click to hide a curve) and log scales; this
+   file adds what a report needs on top, in a draw hook: the gated window shaded, the golden band
+   filled, the first bad step, rule markers whose labels never overlap, non-finite points as red
+   triangles on the top edge, and points beyond the focused y range as grey triangles on the edge
+   they pass. */
 (function () {
   "use strict";
-  var NS = "http://www.w3.org/2000/svg";
   var COLORS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"];
-  var M = { l: 62, r: 14, t: 12, b: 34 };
+  var HEIGHT = 300;
+  var charts = [];
 
-  function el(name, attrs, parent) {
-    var e = document.createElementNS(NS, name);
-    for (var k in attrs) e.setAttribute(k, attrs[k]);
-    if (parent) parent.appendChild(e);
-    return e;
-  }
   function num(v) { return typeof v === "number" ? v : NaN; }  // "nan"/"inf"/"-inf"/null -> NaN
+  // A tick or value: short, so it fits its axis ("1.5e15", not "1.500e+15").
   function fmt(v) {
-    if (typeof v !== "number") return String(v);
+    if (typeof v !== "number") return v === null || v === undefined ? "–" : String(v);
     if (v === 0) return "0";
     var a = Math.abs(v);
-    if (a >= 1e5 || a < 1e-3) return v.toExponential(3);
+    if (a >= 1e5 || a < 1e-3) return v.toExponential(2).replace(/\.?0+e/, "e").replace("e+", "e");
     return String(parseFloat(v.toPrecision(5)));
   }
-  function ticks(lo, hi, n) {
-    if (!(hi > lo)) return [lo];
-    var step = Math.pow(10, Math.floor(Math.log10((hi - lo) / n)));
-    var err = (hi - lo) / n / step;
-    step *= err >= 7.5 ? 10 : err >= 3.5 ? 5 : err >= 1.5 ? 2 : 1;
-    var out = [];
-    for (var t = Math.ceil(lo / step) * step; t <= hi + step * 1e-9; t += step) out.push(+t.toPrecision(12));
-    return out;
-  }
-  function lowerBound(arr, x) {
-    var lo = 0, hi = arr.length;
-    while (lo < hi) { var mid = (lo + hi) >> 1; if (arr[mid] < x) lo = mid + 1; else hi = mid; }
-    return lo;
+  // tick labels; a split uPlot filtered out (a log axis's minor ticks) stays unlabelled
+  function ticks(u, splits) { return splits.map(function (v) { return v === null ? null : fmt(v); }); }
+  // uPlot's axis-autosize recipe: the axis is as wide as its longest label.
+  function axisSize(u, values, i, cycle) {
+    var axis = u.axes[i];
+    if (cycle > 1) return axis._size;
+    var size = axis.ticks.size + axis.gap, longest = "";
+    (values || []).forEach(function (v) { if (v && v.length > longest.length) longest = v; });
+    if (longest) { u.ctx.font = axis.font[0]; size += u.ctx.measureText(longest).width / devicePixelRatio; }
+    return Math.ceil(size) + 4;
   }
 
-  function Chart(fig, spec) {
-    this.fig = fig; this.spec = spec;
-    this.box = fig.querySelector(".plot");
-    this.hidden = {};
-    var xs = [];
-    spec.curves.forEach(function (c) { if (c.steps.length) { xs.push(c.steps[0], c.steps[c.steps.length - 1]); } });
-    if (spec.band && spec.band.steps.length) xs.push(spec.band.steps[0], spec.band.steps[spec.band.steps.length - 1]);
-    this.full = [Math.min.apply(null, xs), Math.max.apply(null, xs)];
-    if (!(this.full[1] > this.full[0])) this.full = [this.full[0] - 1, this.full[0] + 1];
-    this.view = this.full.slice();
-    this.tip = document.createElement("div"); this.tip.className = "tip"; this.box.appendChild(this.tip);
+  function build(fig, spec) {
+    var box = fig.querySelector(".plot");
+    var curves = spec.curves, band = spec.band;
+    // one x array (every step of every curve and of the band), every series aligned on it
+    var seen = {};
+    curves.forEach(function (c) { c.steps.forEach(function (s) { seen[s] = 1; }); });
+    if (band) band.steps.forEach(function (s) { seen[s] = 1; });
+    var xs = Object.keys(seen).map(Number).sort(function (a, b) { return a - b; });
+    var at = {};
+    xs.forEach(function (s, i) { at[s] = i; });
+    // a step the series does not log is undefined (uPlot joins over it); a non-finite value is
+    // null (a gap in the line, and a red triangle)
+    function align(steps, values) {
+      var out = new Array(xs.length).fill(undefined);
+      for (var i = 0; i < steps.length; i++) { var v = num(values[i]); out[at[steps[i]]] = isFinite(v) ? v : null; }
+      return out;
+    }
+    var logy = !!spec.logy && curves.every(function (c) { return c.values.every(function (v) { return typeof v !== "number" || v > 0; }); });
+    var data = [xs], series = [{ label: spec.xlabel || "step", value: function (u, v) { return v === null ? "–" : String(v); } }];
+    curves.forEach(function (c, i) {
+      data.push(align(c.steps, c.values));
+      series.push({ label: c.label, stroke: COLORS[i % COLORS.length], width: c.style === "points" ? 0 : 1.5,
+                    dash: c.style === "dashed" ? [6, 4] : undefined, spanGaps: false,
+                    points: { show: c.style === "points", size: 4, fill: COLORS[i % COLORS.length] },
+                    value: function (u, v) { return fmt(v); } });
+    });
+    var bands = [];
+    if (band) {
+      data.push(align(band.steps, band.high), align(band.steps, band.low));
+      var hi = series.length;
+      series.push({ label: band.label, stroke: "rgba(44,160,44,0.5)", width: 0.5, points: { show: false }, value: function (u, v) { return fmt(v); } },
+                  { label: band.label + " (low)", stroke: "rgba(44,160,44,0.5)", width: 0.5, points: { show: false }, value: function (u, v) { return fmt(v); } });
+      bands.push({ series: [hi, hi + 1], fill: "rgba(44,160,44,0.16)" });
+    }
+    var full = [xs[0], xs[xs.length - 1]];
+    if (!(full[1] > full[0])) full = [full[0] - 1, full[0] + 1];
+    var chart = { fig: fig, spec: spec, zoomed: false };
+    var opts = {
+      width: box.clientWidth || 800, height: HEIGHT, series: series, bands: bands,
+      scales: {
+        x: { time: false, range: function (u, min, max) { return max > min ? [min, max] : full; } },
+        y: { distr: logy ? 3 : 1, range: function (u, min, max) {
+          if (!chart.zoomed && spec.yrange && !logy) return spec.yrange.slice();
+          if (logy) return uPlot.rangeLog(min, max, 10, true);
+          return uPlot.rangeNum(min, max, 0.08, true);
+        } }
+      },
+      axes: [{ label: spec.xlabel || "step", values: ticks }, { size: axisSize, values: ticks }],
+      cursor: { drag: { x: true, y: false } },
+      legend: { live: true },
+      hooks: {
+        drawClear: [function (u) { shadeWindow(u, spec); }],
+        draw: [function (u) { overlay(u, spec, fig); }],
+        setScale: [function (u, key) {
+          if (key !== "x") return;
+          var z = u.scales.x.min > full[0] + 1e-9 || u.scales.x.max < full[1] - 1e-9;
+          if (z !== chart.zoomed) { chart.zoomed = z; u.redraw(true, true); }
+          fig.setAttribute("data-zoomed", z ? "1" : "0");
+        }],
+        setSeries: [function () { drawn(); }]
+      }
+    };
+    var u = new uPlot(opts, data, box);
+    chart.u = u;
+    if (band) {  // the band's low edge is drawn with its high edge: one legend entry
+      var rows = u.root.querySelectorAll(".u-legend .u-series");
+      if (rows[rows.length - 1]) rows[rows.length - 1].style.display = "none";
+    }
+    function drawn() {
+      fig.setAttribute("data-drawn", String(u.series.filter(function (s, i) { return i > 0 && i <= curves.length && s.show; }).length));
+    }
+    drawn();
+    fig.setAttribute("data-zoomed", "0");
     var tools = document.createElement("div"); tools.className = "tools";
     var reset = document.createElement("button"); reset.type = "button"; reset.textContent = "Reset zoom";
-    var self = this;
-    reset.addEventListener("click", function () { self.zoom(self.full[0], self.full[1]); });
-    tools.appendChild(reset); this.box.appendChild(tools);
-    this.legend();
-    this.draw();
-    window.addEventListener("resize", function () { self.draw(); });
+    reset.addEventListener("click", function () { u.setScale("x", { min: full[0], max: full[1] }); });
+    tools.appendChild(reset); box.appendChild(tools);
+    window.addEventListener("resize", function () { u.setSize({ width: box.clientWidth || 800, height: HEIGHT }); });
+    charts.push(chart);
+    return chart;
   }
 
-  Chart.prototype.legend = function () {
-    var self = this, lg = this.fig.querySelector(".legend");
-    this.spec.curves.forEach(function (c, i) {
-      var b = document.createElement("button"); b.type = "button";
-      b.innerHTML = '<span class="sw"></span>';
-      b.firstChild.style.background = COLORS[i % COLORS.length];
-      b.appendChild(document.createTextNode(c.label));
-      b.addEventListener("click", function () { self.hidden[i] = !self.hidden[i]; b.classList.toggle("off"); self.draw(); });
-      lg.appendChild(b);
-    });
-    if (this.spec.band) {
-      var s = document.createElement("span");
-      s.innerHTML = '<span class="sw band" style="background:#2ca02c"></span>';
-      s.appendChild(document.createTextNode(this.spec.band.label)); lg.appendChild(s);
-    }
-    if (this.spec.first_bad_step !== null && this.spec.first_bad_step !== undefined) {
-      var f = document.createElement("span");
-      f.innerHTML = '<span class="sw" style="background:#c62828"></span>';
-      f.appendChild(document.createTextNode("first bad step " + this.spec.first_bad_step)); lg.appendChild(f);
-    }
-  };
+  function px(u, v, key) { return u.valToPos(v, key, true); }
 
-  Chart.prototype.zoom = function (a, b) {
-    if (b - a < 1e-9) return;
-    this.view = [Math.max(this.full[0], a), Math.min(this.full[1], b)];
-    this.fig.setAttribute("data-zoomed", this.view[0] === this.full[0] && this.view[1] === this.full[1] ? "0" : "1");
-    this.draw();
-  };
+  function shadeWindow(u, spec) {
+    if (!spec.window) return;
+    var c = u.ctx, b = u.bbox, x0 = Math.max(b.left, px(u, spec.window[0], "x")), x1 = Math.min(b.left + b.width, px(u, spec.window[1], "x"));
+    if (x1 <= x0) return;
+    c.save(); c.fillStyle = "rgba(255,200,0,0.18)"; c.fillRect(x0, b.top, x1 - x0, b.height); c.restore();
+  }
 
-  Chart.prototype.yRange = function () {
-    var lo = Infinity, hi = -Infinity, v0 = this.view[0], v1 = this.view[1], self = this;
-    function scan(steps, vals) {
-      var i = Math.max(0, lowerBound(steps, v0) - 1), n = steps.length;
-      for (; i < n; i++) {  // one point either side of the view: lines leaving the view count
-        var v = num(vals[i]);
-        if (isFinite(v) && (!self.logy || v > 0)) { if (v < lo) lo = v; if (v > hi) hi = v; }
-        if (steps[i] > v1) break;
-      }
-    }
-    this.spec.curves.forEach(function (c, i) { if (!self.hidden[i]) scan(c.steps, c.values); });
-    if (this.spec.band) { scan(this.spec.band.steps, this.spec.band.low); scan(this.spec.band.steps, this.spec.band.high); }
-    if (lo === Infinity) { lo = 0; hi = 1; }
-    if (this.logy) { return [Math.log10(lo) - 0.05, Math.log10(hi) + 0.05]; }
-    var pad = (hi - lo) * 0.06 || Math.abs(hi) * 0.05 || 1;
-    return [lo - pad, hi + pad];
-  };
+  // Labels placed left to right; a label that would overlap the one before it goes one row up.
+  function placeLabels(c, items, left, right, bottom, rowHeight) {
+    var rowsEnd = [];
+    items.sort(function (a, b) { return a.x - b.x; }).forEach(function (it) {
+      var w = c.measureText(it.text).width, row = 0;
+      while (rowsEnd[row] !== undefined && rowsEnd[row] > it.x) row++;
+      rowsEnd[row] = it.x + w + 8;
+      var x = Math.min(it.x + 3, right - w);
+      c.fillText(it.text, Math.max(left, x), bottom - 4 - row * rowHeight);
+    });
+    return rowsEnd.length;
+  }
 
-  Chart.prototype.draw = function () {
-    var spec = this.spec, self = this;
-    var W = this.box.clientWidth || 800, H = this.box.clientHeight || 300;
-    var old = this.box.querySelector("svg"); if (old) old.remove();
-    var allPos = true;
-    spec.curves.forEach(function (c) { c.values.forEach(function (v) { if (typeof v === "number" && v <= 0) allPos = false; }); });
-    this.logy = !!spec.logy && allPos;
-    var yr = this.yRange(), x0 = this.view[0], x1 = this.view[1];
-    var pw = W - M.l - M.r, ph = H - M.t - M.b;
-    var X = function (s) { return M.l + (s - x0) / (x1 - x0) * pw; };
-    var Y = function (v) { var t = self.logy ? Math.log10(v) : v; return M.t + (1 - (t - yr[0]) / (yr[1] - yr[0])) * ph; };
-    this.X = X; this.pw = pw;
-    var svg = el("svg", { viewBox: "0 0 " + W + " " + H, role: "img", "aria-label": spec.title || spec.metric });
-    this.box.insertBefore(svg, this.box.firstChild);
-    var clipId = "clip-" + this.fig.id;
-    el("rect", { x: M.l, y: M.t, width: pw, height: ph }, el("clipPath", { id: clipId }, el("defs", {}, svg)));
-    // grid + axes
-    var grid = el("g", { "class": "grid" }, svg), axis = el("g", { "class": "axis" }, svg);
-    ticks(x0, x1, Math.max(2, Math.floor(pw / 90))).forEach(function (t) {
-      el("line", { x1: X(t), x2: X(t), y1: M.t, y2: M.t + ph }, grid);
-      el("text", { x: X(t), y: H - M.b + 15, "text-anchor": "middle" }, axis).textContent = fmt(t);
-    });
-    var yt = ticks(yr[0], yr[1], Math.max(2, Math.floor(ph / 45)));
-    yt.forEach(function (t) {
-      var v = self.logy ? Math.pow(10, t) : t, y = self.logy ? M.t + (1 - (t - yr[0]) / (yr[1] - yr[0])) * ph : Y(t);
-      el("line", { x1: M.l, x2: M.l + pw, y1: y, y2: y }, grid);
-      el("text", { x: M.l - 6, y: y + 4, "text-anchor": "end" }, axis).textContent = fmt(v);
-    });
-    el("rect", { x: M.l, y: M.t, width: pw, height: ph, fill: "none", stroke: "#c5ccd5" }, svg);
-    el("text", { x: M.l + pw / 2, y: H - 4, "text-anchor": "middle" }, axis).textContent = spec.xlabel || "step";
-    var plot = el("g", { "clip-path": "url(#" + clipId + ")" }, svg);
-    // tolerance band: low edge forward, high edge back, one polygon per finite stretch
-    if (spec.band) {
-      var b = spec.band, pts = [], hi = [];
-      var flush = function () {
-        if (pts.length > 1) el("path", { "class": "band", d: "M" + pts.concat(hi.reverse()).join("L") + "Z", fill: "#2ca02c", "fill-opacity": 0.16 }, plot);
-        pts = []; hi = [];
-      };
-      for (var i = 0; i < b.steps.length; i++) {
-        var lo = num(b.low[i]), h = num(b.high[i]);
-        if (isFinite(lo) && isFinite(h) && (!self.logy || lo > 0)) { pts.push(X(b.steps[i]).toFixed(1) + "," + Y(lo).toFixed(1)); hi.push(X(b.steps[i]).toFixed(1) + "," + Y(h).toFixed(1)); }
-        else flush();
-      }
-      flush();
-    }
-    // curves: gaps at non-finite values, which get a red triangle on the top edge instead
-    spec.curves.forEach(function (c, ci) {
-      if (self.hidden[ci]) return;
-      var color = COLORS[ci % COLORS.length], d = "", pen = false, bad = [];
-      for (var i = 0; i < c.steps.length; i++) {
-        var v = num(c.values[i]);
-        if (!isFinite(v) || (self.logy && v <= 0)) { pen = false; if (!isFinite(v)) bad.push(c.steps[i]); continue; }
-        d += (pen ? "L" : "M") + X(c.steps[i]).toFixed(1) + "," + Y(v).toFixed(1); pen = true;
-      }
-      var attrs = { "class": "curve", d: d || "M0,0", fill: "none", stroke: color, "stroke-width": 1.5, "stroke-linejoin": "round" };
-      if (c.style === "dashed") attrs["stroke-dasharray"] = "6 4";
-      if (c.style === "points") { attrs["stroke-width"] = 0; }
-      el("path", attrs, plot);
-      if (c.style === "points") {
-        for (var j = 0; j < c.steps.length; j++) { var pv = num(c.values[j]); if (isFinite(pv)) el("circle", { cx: X(c.steps[j]), cy: Y(pv), r: 2, fill: color }, plot); }
-      }
-      bad.forEach(function (s) {
-        var x = X(s);
-        if (x >= M.l && x <= M.l + pw) el("path", { "class": "nonfinite", d: "M" + (x - 5) + "," + M.t + "L" + (x + 5) + "," + M.t + "L" + x + "," + (M.t + 9) + "Z", fill: "#d62728" }, svg)
-          .appendChild(el("title", {})).textContent = c.label + ": non-finite at step " + s;
-      });
-    });
+  function overlay(u, spec, fig) {
+    var c = u.ctx, b = u.bbox, dpr = devicePixelRatio, l = b.left, r = b.left + b.width, top = b.top, bot = b.top + b.height;
+    var inX = function (x) { return x >= l - 0.5 && x <= r + 0.5; };
+    c.save();
+    c.textAlign = "left"; c.textBaseline = "alphabetic";  // uPlot leaves its axes' alignment set
+    c.font = (10 * dpr) + "px system-ui, sans-serif";
+    c.beginPath(); c.rect(l, top, b.width, b.height); c.clip();
+    // rule markers: dashed grey lines, labels that never overlap
+    var labels = [];
     (spec.markers || []).forEach(function (m) {
-      el("line", { x1: X(m[0]), x2: X(m[0]), y1: M.t, y2: M.t + ph, stroke: "#888", "stroke-dasharray": "4 3" }, plot);
-      el("text", { x: X(m[0]) + 3, y: M.t + ph - 4, fill: "#666", "font-size": 10 }, plot).textContent = m[1];
+      var x = px(u, m[0], "x");
+      if (!inX(x)) return;
+      c.strokeStyle = "#888"; c.lineWidth = dpr; c.setLineDash([4 * dpr, 3 * dpr]);
+      c.beginPath(); c.moveTo(x, top); c.lineTo(x, bot); c.stroke();
+      labels.push({ x: x, text: m[1] });
     });
+    c.setLineDash([]); c.fillStyle = "#555";
+    fig.setAttribute("data-marker-rows", String(placeLabels(c, labels, l, r, bot, 12 * dpr)));
+    // the first bad step
     if (spec.first_bad_step !== null && spec.first_bad_step !== undefined) {
-      var fx = X(spec.first_bad_step);
-      el("line", { "class": "first-bad", x1: fx, x2: fx, y1: M.t, y2: M.t + ph, stroke: "#c62828", "stroke-width": 1.5, "stroke-dasharray": "3 3" }, plot);
-      el("text", { x: fx + 4, y: M.t + 22, fill: "#c62828", "font-size": 11 }, plot).textContent = "first bad step " + spec.first_bad_step;
-    }
-    // interaction layer
-    var cross = el("line", { y1: M.t, y2: M.t + ph, stroke: "#555", "stroke-width": 0.7, visibility: "hidden" }, svg);
-    var sel = el("rect", { y: M.t, height: ph, fill: "#0b5cad", "fill-opacity": 0.12, visibility: "hidden" }, svg);
-    var hit = el("rect", { "class": "hit", x: M.l, y: M.t, width: pw, height: ph, fill: "transparent", cursor: "crosshair" }, svg);
-    var dragFrom = null;
-    var toStep = function (ev) { var r = svg.getBoundingClientRect(); var px = (ev.clientX - r.left) * W / r.width; return { px: px, s: x0 + (px - M.l) / pw * (x1 - x0) }; };
-    hit.addEventListener("mousedown", function (ev) { dragFrom = toStep(ev); ev.preventDefault(); });
-    hit.addEventListener("mousemove", function (ev) {
-      var p = toStep(ev);
-      if (dragFrom) {
-        sel.setAttribute("x", Math.min(dragFrom.px, p.px)); sel.setAttribute("width", Math.abs(p.px - dragFrom.px)); sel.setAttribute("visibility", "visible");
+      var fx = px(u, spec.first_bad_step, "x");
+      if (inX(fx)) {
+        c.strokeStyle = "#c62828"; c.lineWidth = 1.5 * dpr; c.setLineDash([3 * dpr, 3 * dpr]);
+        c.beginPath(); c.moveTo(fx, top); c.lineTo(fx, bot); c.stroke(); c.setLineDash([]);
+        c.fillStyle = "#c62828"; c.font = (11 * dpr) + "px system-ui, sans-serif";
+        var text = "first bad step " + spec.first_bad_step, w = c.measureText(text).width;
+        c.fillText(text, fx + 4 * dpr + w > r ? fx - 4 * dpr - w : fx + 4 * dpr, top + 22 * dpr);
       }
-      self.hover(p, ev, cross);
+    }
+    c.restore();
+    // non-finite points (red) and points beyond the y range (grey): triangles on the edge
+    var ymin = u.scales.y.min, ymax = u.scales.y.max, bad = 0, off = 0;
+    spec.curves.forEach(function (cv, ci) {
+      if (!u.series[ci + 1].show) return;
+      for (var i = 0; i < cv.steps.length; i++) {
+        var v = cv.values[i], x = px(u, cv.steps[i], "x");
+        if (!inX(x)) continue;
+        if (typeof v !== "number") { triangle(c, x, top + 9 * dpr, false, "#d62728", dpr); bad++; }
+        else if (v > ymax) { triangle(c, x, top, true, "#666", dpr); off++; }
+        else if (v < ymin) { triangle(c, x, bot, false, "#666", dpr); off++; }
+      }
     });
-    hit.addEventListener("mouseup", function (ev) {
-      var p = toStep(ev); sel.setAttribute("visibility", "hidden");
-      if (dragFrom && Math.abs(p.px - dragFrom.px) > 4) self.zoom(Math.min(dragFrom.s, p.s), Math.max(dragFrom.s, p.s));
-      dragFrom = null;
-    });
-    hit.addEventListener("mouseleave", function () { dragFrom = null; sel.setAttribute("visibility", "hidden"); cross.setAttribute("visibility", "hidden"); self.tip.style.display = "none"; });
-    hit.addEventListener("dblclick", function () { self.zoom(self.full[0], self.full[1]); });
-    this.fig.setAttribute("data-drawn", String(svg.querySelectorAll("path.curve").length));
-  };
+    fig.setAttribute("data-nonfinite", String(bad));
+    fig.setAttribute("data-offscale", String(off));
+  }
 
-  Chart.prototype.hover = function (p, ev, cross) {
-    var spec = this.spec, self = this, rows = [], best = null;
-    spec.curves.forEach(function (c, ci) {
-      if (self.hidden[ci] || !c.steps.length) return;
-      var i = lowerBound(c.steps, p.s);
-      if (i > 0 && (i === c.steps.length || Math.abs(c.steps[i - 1] - p.s) <= Math.abs(c.steps[i] - p.s))) i--;
-      var s = c.steps[i];
-      if (best === null || Math.abs(s - p.s) < Math.abs(best - p.s)) best = s;
-      rows.push('<span style="color:' + COLORS[ci % COLORS.length] + '">●</span> ' + esc(c.label) + ": <b>" + esc(fmt(c.values[i])) + "</b> @ " + s);
-    });
-    if (best === null) return;
-    var x = this.X(best);
-    cross.setAttribute("x1", x); cross.setAttribute("x2", x); cross.setAttribute("visibility", "visible");
-    this.tip.innerHTML = "step " + best + "<br>" + rows.join("<br>");
-    this.tip.style.display = "block";
-    var r = this.box.getBoundingClientRect(), left = ev.clientX - r.left + 12;
-    if (left + this.tip.offsetWidth > r.width) left = ev.clientX - r.left - this.tip.offsetWidth - 12;
-    this.tip.style.left = Math.max(0, left) + "px"; this.tip.style.top = (ev.clientY - r.top + 10) + "px";
-  };
-
-  function esc(s) { return String(s).replace(/[&<>"]/g, function (ch) { return { "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;" }[ch]; }); }
+  // a triangle with its tip at (x, tip), pointing up or down
+  function triangle(c, x, tip, up, color, dpr) {
+    var s = 5 * dpr, base = up ? tip + 1.8 * s : tip - 1.8 * s;
+    c.fillStyle = color; c.beginPath();
+    c.moveTo(x, tip); c.lineTo(x - s, base); c.lineTo(x + s, base);
+    c.closePath(); c.fill();
+  }
 
   var data = JSON.parse(document.getElementById("ta-data").textContent);
   data.charts.forEach(function (spec, i) {
     var fig = document.getElementById("chart-" + i);
-    if (fig && spec.curves && spec.curves.length) new Chart(fig, spec);
+    if (fig && spec.curves && spec.curves.length) build(fig, spec);
   });
+  window.trainauditCharts = charts;  // for tests and for the curious: each chart's uPlot instance is .u
   // evidence links: flash the target after the browser scrolled to it
   document.addEventListener("click", function (ev) {
     var a = ev.target.closest && ev.target.closest("a.ev");

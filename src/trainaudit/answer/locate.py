@@ -1,0 +1,44 @@
+"""Where a claim of a report comes from: the first quoted source line behind its evidence ids
+(a CI annotation's file and line, a terminal line's ``path:line``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from trainaudit.answer.schema import Answer
+
+
+@dataclass(frozen=True)
+class Location:
+    path: str | None
+    line: int | None
+
+
+def locate(answer: Answer, evidence: list[str]) -> Location:
+    """The first quoted source line behind a list of evidence ids (through calculations and
+    findings), else the first source file they rest on."""
+    facts = {f.id: f for f in answer.extracted_facts}
+    calcs = {c.id: c.inputs for c in answer.calculations}
+    finds = {d.id: d.evidence for d in answer.findings}
+    src = {s.id: s for s in answer.source_refs}
+    order: list[str] = []
+    seen: set[str] = set()
+    stack = list(reversed(evidence))
+    while stack:
+        i = stack.pop()
+        if i in seen:
+            continue
+        seen.add(i)
+        if i in facts:
+            order.append(i)
+        stack.extend(reversed(calcs.get(i, []) + finds.get(i, [])))
+    fallback: Location | None = None
+    for i in order:
+        f = facts[i]
+        s = src.get(f.source_ref)
+        if s is None or s.kind in ("commit", "repo"):
+            continue
+        if f.line:
+            return Location(s.path, f.line)
+        fallback = fallback or Location(s.path, None)
+    return fallback or Location(None, None)
