@@ -41,6 +41,10 @@ LINES = {
     "llmc-not-ok": next(ln for ln in corpus_log("llm.c-karpathy-llm.c-228") if ln.startswith("NOT OK")),
     "gtest-failure": next(ln for ln in corpus_log("nntrainer-nntrainer-nntrainer-1125") if ln.endswith(": Failure")),
     "pytest-test-assert": "tests/test_examples.py:185: AssertionError",
+    "gpt-neox-overflow-exit": next(ln for ln in corpus_log("gpt-neox-EleutherAI-gpt-neox-482") if "in a row" in ln),
+    "worker-timeout": next(ln for ln in corpus_log("gluonts-awslabs-gluonts-689") if "Worker timed out" in ln),
+    # torch/utils/data/dataloader.py, _try_get_data
+    "dataloader-timeout": "RuntimeError: DataLoader timed out after 120 seconds",
 }
 
 

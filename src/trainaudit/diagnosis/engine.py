@@ -236,7 +236,8 @@ def diagnose(hits: list[Hit], *, n_loss_points: int = 0, has: set[str] | None = 
     # -- the rest: one story per category ------------------------------------------------------
     perf = take(lambda h: h.category in PERFORMANCE)
     if perf:
-        lead = max(perf, key=lambda h: (_sev(h), -_step(h)))
+        # what explains the others leads (steps that wait for data explain the throughput lost)
+        lead = max(perf, key=lambda h: (any(o.category in h.by.explains for o in perf), _sev(h), -_step(h)))
         stories.append(_story(lead.category, [lead] + [h for h in perf if h is not lead],
                               "; ".join(h.message for h in [lead] + [h for h in perf if h is not lead]), n_loss_points))
     for h in take(lambda _h: True):

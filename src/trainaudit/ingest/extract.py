@@ -37,6 +37,9 @@ _PREAMBLES = [
     # ISO-like dates with an optional time: 2020-03-02 11:02:10,551 / [2018-11-26 14:47:26,759 INFO]
     re.compile(r"\[?\d{4}[-/.]\d\d[-/.]\d\d(?:[ T_]\d\d:\d\d(?::\d\d)?(?:[.,:]\d{1,9})?(?:Z|[+-]\d\d:?\d\d)?)?"
                r"(?: {1,4}" + _LEVEL + r")?\]? ?[:|,-]? ?"),
+    # C's ctime(): "Sun Jan 31 00:02:53 2021"
+    re.compile(r"(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) (?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) [ \d]\d "
+               r"\d\d:\d\d:\d\d \d{4} ?"),
     # 08/11/20 13:38:30, 11/26/2018 14:47
     re.compile(r"\d\d/\d\d/\d{2,4} \d\d:\d\d(?::\d\d)? ?-? ?"),
     # a leading clock time or elapsed time: [12:01:33], 1 day, 22:12:26 -, [  +0.000316]
@@ -84,7 +87,8 @@ _TOKEN_RE = re.compile(
     r"|(?P<num>" + _NUMBER + r")(?P<unit>%|[A-Za-z]{1,5}(?:/[A-Za-z]{1,7})?(?![\w/]))?"
     # words join with "-", "/" and ":" when a letter follows ("lr-SGD", "train/loss", "grad_norm:p2"),
     # and take a ":N" device index before a value ("mem_usage:cuda:0 67.8GB")
-    r"|(?P<word>[A-Za-z_][\w.@]*(?:[-/:][A-Za-z_][\w.@]*)*(?::\d{1,3}(?= [-+.\d]))?)"
+    # and take a call's device index: "torch.cuda.memory_reserved(1) 608174080"
+    r"|(?P<word>[A-Za-z_][\w.@]*(?:[-/:][A-Za-z_][\w.@]*)*(?::\d{1,3}(?= [-+.\d])|\(\d{1,3}\)|-\d{1,3}(?= [A-Za-z]))?)"
     r"|(?P<str>'[^'\n]{1,120}'|\"[^\"\n]{1,120}\")"
     r"|(?P<space>[ \t]+)"
     r"|(?P<sep>.)"
@@ -102,18 +106,21 @@ SPEED_UNITS = frozenset({
 COUNTER_KEYS = {
     "global step": 0, "global_step": 0, "globalstep": 0, "step": 1, "steps": 1, "train step": 1, "train_step": 1,
     "iteration": 2, "iter": 2, "iters": 2, "it": 3, "update": 2, "updates": 2, "num_updates": 2, "s": 4, "i": 5,
-    "batch": 6, "epoch": 7, "ep": 7, "e": 8,
+    "batch": 6, "sample": 6, "samples": 6, "epoch": 7, "ep": 7, "e": 8,
 }
 # keys whose number is an identifier or a size, never a metric of the run
 _IGNORED_KEYS = frozenset({
     "pid", "tid", "port", "line", "version", "ver", "node", "host", "seed", "id", "job", "job_id", "jobid", "uid",
     "gid", "pid=", "rank", "local_rank", "world_size", "gpu", "gpus", "device", "cuda", "worker", "workers",
     "num_workers", "dim", "size", "shape", "#", "sent", "pred", "gold", "layer", "layers", "block", "head", "class",
-    "sample", "example", "python", "pytorch", "torch", "transformers", "tensorflow", "cudnn", "nccl", "eta",
+    "example", "python", "pytorch", "torch", "transformers", "tensorflow", "cudnn", "nccl", "eta",
 })
 # a key naming an index that qualifies the pairs after it on the line ("Layer 1: mean |grad| = ...")
 _QUALIFIERS = frozenset({"layer", "block", "head", "stage", "level", "module", "group"})
-MAX_KEY_WORDS = 4
+MAX_KEY_WORDS = 6
+# units printed in parentheses after a key: "elapsed time per iteration (ms)", "memory (MB)"
+_KEY_UNITS = frozenset({"ms", "s", "sec", "secs", "seconds", "mb", "mib", "gb", "gib", "kb", "kib", "bytes", "b",
+                        "tflops", "tokens", "samples"})
 # tqdm prints "s/it" once an iteration takes longer than a second: one series, in iterations/s
 _INVERSE_SPEED = {"s/it": "it/s", "sec/it": "it/s", "s/iter": "iter/s", "sec/iter": "iter/s"}
 
@@ -282,15 +289,15 @@ def parse_line(text: str) -> Parsed:
                 # without ':' or '=' a key must read as a metric ("loss 2.3", "val_acc 0.91"): other
                 # word-number pairs are prose ("Tried to allocate 20.00 MiB", "exits with code 1")
                 key = _clean_key(words)
+                if len(words) >= 3 and words[-2].lower() in ("at", "@") and counter_rank(words[-1]) is not None:
+                    at_metric = _clean_key(words[:-2])  # the metric; this number is its step
+                    key = words[-1]
                 low = key.lower()
                 if low in _IGNORED_KEYS or low.split(" ")[-1] in _IGNORED_KEYS or \
                         (_next_is(toks, i, ":") and v == int(v) and counter_rank(key) is None and not unit):
                     # an identifier ("GPU:0:", "rank 3:"), not a value
-                    words, assign, last = [], False, None
+                    words, assign, last, at_metric = [], False, None, ""
                     continue
-                if len(words) >= 3 and words[-2].lower() in ("at", "@") and counter_rank(words[-1]) is not None:
-                    at_metric = _clean_key(words[:-2])  # the metric; this number is its step
-                    key = words[-1]
                 last = Pair(qualifier + key, v, unit)
                 out.pairs.append(last)
                 words, assign = [], False
@@ -315,7 +322,7 @@ def parse_line(text: str) -> Parsed:
                 out.pairs.append(last)
                 continue
             out.bare.append(v)
-            if not out.pairs and len(out.bare) == len(leading) + 1:
+            if not out.pairs and not unit and len(out.bare) == len(leading) + 1:
                 leading.append(v)
             last = None
             continue
@@ -336,6 +343,11 @@ def parse_line(text: str) -> Parsed:
         if val == "(":
             if last is not None and not words:
                 depth_after_value += 1
+            elif words and i + 1 < n and toks[i][0] == "word" and toks[i][1].lower() in _KEY_UNITS and \
+                    toks[i + 1][1] == ")":
+                words = [*words, f"({toks[i][1]})"]  # "memory (MB) 1497": the key's unit
+                assign = True
+                i += 2
             continue
         if val == ")":
             if depth_after_value:
@@ -439,8 +451,11 @@ def counter_rank(key: str) -> int | None:
     k = key.lower().strip()
     if k in COUNTER_KEYS:
         return COUNTER_KEYS[k]
-    last = k.split(" ")[-1]
-    return COUNTER_KEYS.get(last) if last in ("step", "iteration", "iter", "epoch", "batch", "update") else None
+    words = k.split(" ")
+    if words[-1] not in ("step", "iteration", "iter", "epoch", "batch", "update", "sample"):
+        return None
+    # "time this epoch", "loss per step": a measurement of the step, not the counter
+    return None if any(_metric_word(w) for w in words[:-1]) else COUNTER_KEYS.get(words[-1])
 
 
 class Table:
@@ -578,7 +593,7 @@ class Extractor:
                 continue
             # a counter that stays put while another one moves on every line is not the step
             # ("iter 1152 step 144": gradient accumulation; the iteration is what each line is)
-            stuck = moving[k] < 0.5 and any(m >= 0.9 and counter_rank(o) is not None and (counter_rank(o) or 9) < 6
+            stuck = moving[k] < 0.5 and any(m >= 0.9 and counter_rank(o) is not None
                                              for o, m in moving.items() if o != k)
             cand = (int(stuck), rank, -cover, k)
             if best is None or cand < best:

@@ -146,8 +146,9 @@ def _oom(line: Line, text: str) -> list[tuple[EventKind, str, dict[str, Any]]]:
 #   (<=2.1 "[E ProcessGroupNCCL.cpp:458] [Rank 0]" glued to a tqdm bar). Heartbeat / stuck-watchdog
 #   companions: log_formats.md §14.2.
 NCCL_TAG_RE = re.compile(r"\[(?:PG (?:ID )?(?P<pg>\d+) (?:PG GUID (?P<guid>[^\s\]]+) )?)?Rank (?P<rank>\d+)\]")
-NCCL_WORK_RE = re.compile(r"Watchdog caught collective operation timeout: WorkNCCL\((?P<work>[^)]*(?:\(ms\)[^)]*)?)\)"
-                          r" ran for (?P<ms>\d+) milliseconds before timing out")
+# the line is often cut before its end in a pasted log: the duration is optional
+NCCL_WORK_RE = re.compile(r"Watchdog caught collective operation timeout: WorkNCCL\((?P<work>(?:[^()]|\(ms\))*+)"
+                          r"(?:\) ran for (?P<ms>\d+) milliseconds before timing out)?")
 NCCL_FIELD_RE = re.compile(r"(?<!\w)(\w++(?:\(ms\))?)=([^,]+)")
 NCCL_LAST_RE = re.compile(r"(?:detected by watchdog at work|Timeout at NCCL work): (?P<seq>-?\d+), last enqueued "
                           r"NCCL work: (?P<enq>-?\d+), last completed NCCL work: (?P<done>-?\d+)")
@@ -174,9 +175,10 @@ def _nccl(line: Line, text: str) -> list[tuple[EventKind, str, dict[str, Any]]]:
         for key, val in NCCL_FIELD_RE.findall(m.group("work")):
             name = _NCCL_KEYS.get(key, key)
             data[name] = val if name == "op" else _int_or_str(val)
-        data["ran_for_ms"] = int(m.group("ms"))
+        if m.group("ms"):
+            data["ran_for_ms"] = int(m.group("ms"))
         msg = (f"NCCL watchdog timeout: {data.get('op', 'collective')} SeqNum {data.get('seq', '?')} ran for "
-               f"{data['ran_for_ms']} ms (timeout {data.get('timeout_ms', '?')} ms)")
+               f"{data.get('ran_for_ms', '?')} ms (timeout {data.get('timeout_ms', '?')} ms)")
         return [(EventKind.NCCL_TIMEOUT, msg, data)]
     m = NCCL_LAST_RE.search(text)
     if m:
@@ -512,6 +514,9 @@ _MATCHERS: list[tuple[tuple[str, ...], Matcher]] = [
     (("CUDA error",), _cuda),
 ]
 
+# a step named in a message: "at iteration=2137", "at step 500", "iteration 17062"
+_STEP_IN_TEXT = re.compile(r"\b(?:iteration|iter|step)\s?[=:#]?\s?(\d{1,12})\b", re.I)
+
 # --- Python tracebacks --------------------------------------------------------------------------------
 # source: NVIDIA-BioNeMo/bionemo-recipes#794 (frames behind "29: [rank29]: "), alibaba/ROLL#193 (a logger
 #   prefix before "Traceback (most recent call last):"); chaining markers are CPython's traceback module text.
@@ -596,6 +601,8 @@ class SignatureScanner:
 
     # -- entry points -----------------------------------------------------------------------------------
     def feed(self, line: Line) -> list[Event]:
+        if "**" in line.text:  # Markdown bold around a pasted error ("**RuntimeError: CUDA out of memory.**")
+            line = Line(line.no, line.text.replace("**", ""), line.rank, line.raw)
         self._samples.feed(line)
         known = catalogue.match(line.text)
         out = self._signatures(line)
@@ -604,7 +611,11 @@ class SignatureScanner:
                                     "severity": known.severity, "fatal": known.fatal, "source": known.source}
             if known.signal is not None:
                 data["signal"] = known.signal
-            out.append(self._event(known.kind, _short(line.text), line, data))
+            ev = self._event(known.kind, _short(line.text), line, data)
+            m = _STEP_IN_TEXT.search(line.text)
+            if m is not None:
+                ev.step = int(m.group(1))  # "Loss became infinite or NaN at iteration=2137!"
+            out.append(ev)
         return out
 
     def _signatures(self, line: Line) -> list[Event]:

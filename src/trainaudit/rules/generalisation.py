@@ -30,8 +30,9 @@ class Overfitting(Rule):
     consecutive rises); or the training set is memorised (training accuracy at least
     ``memorised_acc``, validation loss ``gap_ratio`` times the training loss).
 
-    The rise must also exceed twice the validation loss's typical change from one evaluation to
-    the next before its minimum (its noise).
+    The end level must also stand 3 robust standard deviations above the validation loss's level
+    between its early descent and its minimum: a noisy curve is not overfitting for one high
+    stretch.
 
     Thresholds: ``ratio`` relative rise of validation loss over its minimum (0.1, as
     SageMaker Debugger's Overfit rule), ``min_points`` validation points (4), ``min_after``
@@ -77,10 +78,15 @@ class Overfitting(Rule):
         rise = (vend - vmin) / abs(vmin)
         if rise < self.p.ratio:
             return []
-        # and more than the validation loss's own epoch-to-epoch noise before its minimum
-        noise = float(np.median(np.abs(np.diff(x[:jmin + 1])))) if jmin >= 3 else 0.0
-        if vend - vmin < 2 * noise:
-            return []
+        # and out of the validation loss's own noise: 3 robust standard deviations above its level
+        # between the end of the early descent and the minimum (a noisy curve that dips once is
+        # not overfitting when it comes back to where it was)
+        settled = x[len(x) // 5: jmin + 1]
+        if settled.size >= 5:
+            level = float(np.median(settled))
+            sigma = 1.4826 * float(np.median(np.abs(settled - level)))
+            if vend - level < 3 * sigma:
+                return []
         step_min = int(v.steps[jmin])
         ti = int(np.searchsorted(t.steps, step_min, side="right")) - 1
         ti = max(ti, 0)

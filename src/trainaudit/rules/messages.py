@@ -41,15 +41,17 @@ class KnownMessage(Rule):
     def check(self, ctx: Context) -> list[Hit]:
         hits: list[Hit] = []
         seen: set[str] = set()
-        for e in ctx.events(EventKind.WARNING):
+        # warnings and errors of the catalogue (NaN checks, OOMs, hardware and gate failures have rules
+        # of their own)
+        for e in ctx.events(EventKind.WARNING, EventKind.ERROR):
             known, cat = e.data.get("known"), e.data.get("category")
-            if not known or not cat or known in seen:
+            if not known or not cat or known in seen or cat == Category.CRASH:
                 continue
             seen.add(known)
-            n = sum(1 for x in ctx.events(EventKind.WARNING) if x.data.get("known") == known)
+            n = sum(1 for x in ctx.events(EventKind.WARNING, EventKind.ERROR) if x.data.get("known") == known)
             h = self.hit(f"{e.data.get('meaning', e.message)} (printed {n} time{'s' if n > 1 else ''})", 0.75,
                          category=Category(cat), severity=Severity(e.data.get("severity", self.severity)),
-                         first_bad_step=ctx.step_of(e), last_step=ctx.step_of(e))
+                         first_bad_step=ctx.step_of(e), last_step=ctx.step_of(e), fatal=bool(e.data.get("fatal")))
             h.ev("msg", e, "the message")
             hits.append(h)
         return hits

@@ -73,8 +73,15 @@ class NonFiniteMetric(Rule):
                        if e.step == int(s.steps[i]) and s.name in e.data.get("metrics", [s.name])] if role == "loss" else []
             if missing:
                 msg += " (the loss field is absent from the log line: Megatron omits a NaN/Inf loss)"
+            # (the log must show the start of training: a paste that begins after the NaN says nothing)
+            from_start = role == "loss" and bad.size == len(s) and len(s) >= 2 and int(s.steps[0]) <= 1
+            if from_start:
+                # never a finite value, from the first step on: no update has diverged yet, the inputs,
+                # labels or the loss itself are non-finite
+                msg += "; it is non-finite from the very first logged step: the data or the loss, not the optimisation"
             h = self.hit(msg, 0.97 if role != "val_loss" else 0.9, metric=s.name, first_bad_step=int(s.steps[i]),
-                         last_step=int(s.steps[bad[-1]]), severity="critical" if role != "val_loss" else "high")
+                         last_step=int(s.steps[bad[-1]]), severity="critical" if role != "val_loss" else "high",
+                         category=Category.DATA_PIPELINE if from_start else self.category)
             h.point("bad", s, i, f"first non-finite {s.name} ({what}) at step {int(s.steps[i])}")
             if i > 0:
                 h.point("prev", s, i - 1, f"last value of {s.name} before it, step {int(s.steps[i - 1])}")

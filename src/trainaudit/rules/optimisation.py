@@ -126,6 +126,10 @@ class Divergence(Rule):
             return [h]
         if len(s) < self.p.min_points:
             return self._short(s)
+        # a jump in the last few points is too short for the smoothed test: only a clear one (3x) counts
+        return self._long(s) or self._short(s, rise=2 * self.p.short_rise)
+
+    def _long(self, s: Series) -> list[Hit]:
         st, sm, w = _smooth(s)
         best = np.minimum.accumulate(sm)
         progress = np.maximum(sm[0] - best, 0.0)
@@ -158,17 +162,23 @@ class Divergence(Rule):
                unit="x")
         return [h]
 
-    def _short(self, s: Series) -> list[Hit]:
+    def _short(self, s: Series, rise: float | None = None) -> list[Hit]:
+        rise = rise or self.p.short_rise
         x = s.values
         j = int(np.argmin(x))
         lo = float(x[j])
         after = x[j + 1:]
         # the loss came down to its lowest point first (a paste that starts at its lowest value and
-        # only rises is noise as often as divergence), and stays up over 3 points (2 if tripled)
-        if j == 0 or lo <= 0 or after.size < 2 or float(np.min(after)) < self.p.short_rise * lo:
+        # only rises is noise as often as divergence, unless it triples), and stays up over 3 points
+        # (2 if tripled)
+        if lo <= 0 or after.size < 2 or float(np.min(after)) < rise * lo:
             return []
-        if after.size < 3 and float(np.min(after)) < 2 * self.p.short_rise * lo:
+        if j == 0 and (after.size < 3 or float(np.min(after)) < 3 * lo):
             return []
+        if after.size < 3 and float(np.min(after)) < 2 * rise * lo:
+            return []
+        if len(x) >= self.p.min_points and float(np.min(after)) < float(np.max(x[:j + 1])):
+            return []  # in a long log, a jump that stays below where the loss started is noise
         i = j + 1
         ratio = float(x[-1]) / lo
         msg = (f"{s.name} rises from its lowest {lo:.4g} (step {int(s.steps[j])}) and stays up: every later point is "
@@ -205,7 +215,8 @@ class NotLearning(Rule):
 
     Thresholds: ``min_improvement`` relative (0.02), ``uniform_tol`` relative distance to ln(C)
     (0.05), ``learned`` relative drop of the best 10% stretch (0.1), ``min_points`` (10),
-    ``short_points`` (3), ``pinned_tol`` (0.003), ``flat_tol`` relative spread (0.01),
+    ``short_points`` (3), ``pinned_tol`` (0.003), ``pinned_spread`` relative spread of the last points
+    that counts as not moving at all (1e-4), ``flat_tol`` relative spread (0.01),
     ``chance_acc`` accuracy at or below which a flat loss is not learning (0.01).
     """
 
@@ -222,6 +233,7 @@ class NotLearning(Rule):
         min_points: int = 10
         short_points: int = 3
         pinned_tol: float = 0.003
+        pinned_spread: float = 1e-4
         flat_tol: float = 0.01
         chance_acc: float = 0.01
 
@@ -257,7 +269,9 @@ class NotLearning(Rule):
             msg += (f", which is ln({n_cls[1]}) = {uniform:.4g}: the loss of a uniform guess over {n_cls[1]} "  # type: ignore[index]
                     f"{n_cls[0].split('.')[-1]}")
         conf = 0.9 if near else 0.65
-        h = self.hit(msg, conf, metric=s.name, first_bad_step=int(s.steps[0]), last_step=int(s.steps[-1]),
+        # step 0 is the loss before the first update: not learning shows from the next logged step
+        first = int(s.steps[1]) if int(s.steps[0]) == 0 and len(s) > 1 else int(s.steps[0])
+        h = self.hit(msg, conf, metric=s.name, first_bad_step=first, last_step=int(s.steps[-1]),
                      severity="high" if near or len(s) >= 50 else "medium", data={"uniform": uniform})
         k = max(3, int(len(s) * 0.1))
         h.point("head", s, k - 1, f"{s.name} over the first {k} logged points", indices=np.arange(0, k))
@@ -269,7 +283,10 @@ class NotLearning(Rule):
     def _short(self, ctx: Context, s: Series) -> list[Hit]:
         k = self.p.short_points
         x = s.values
-        c = uniform_size(x[-k:], self.p.pinned_tol)
+        # at the start of training every classifier's loss is near ln(C): only a loss that does not
+        # move at all (to the printed digits) is pinned there
+        spread = float(np.ptp(x[-k:])) / max(abs(float(np.median(x[-k:]))), 1e-12)
+        c = uniform_size(x[-k:], self.p.pinned_tol) if spread <= self.p.pinned_spread else None
         start = 0
         if c is not None:
             while start < len(x) - k and abs(x[start] - math.log(c)) > self.p.pinned_tol * math.log(c):
@@ -285,8 +302,10 @@ class NotLearning(Rule):
             body = x[1:] if len(x) > k and abs(x[0] - np.median(x[1:])) > 0.5 * abs(np.median(x[1:])) else x
             start = len(x) - len(body)
             spread = (float(body.max()) - float(body.min())) / max(abs(float(np.median(body))), 1e-12)
-            acc = ctx.series("train_acc", finite=True) or ctx.series("val_acc", finite=True)
-            chance = acc is not None and float(np.max(acc.values)) <= self.p.chance_acc
+            # any accuracy the log prints (MLM_acc, top1, val_acc) stuck at chance
+            accs = [ctx.run.series[n].finite() for n in ctx.run.series if "acc" in n.lower() and "@rank" not in n]
+            acc = next((a for a in accs if len(a) and float(np.max(a.values)) <= self.p.chance_acc), None)
+            chance = acc is not None
             if len(body) < k + 1 or spread > self.p.flat_tol or not chance:
                 return []
             msg = (f"{s.name} stays flat at {float(np.median(body)):.4g} (spread {spread:.1%} over {len(body)} points) "

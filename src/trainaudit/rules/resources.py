@@ -461,6 +461,9 @@ class ThroughputRegression(Rule):
             return []
         if len(s) < self.p.min_points:
             return self._short(s, time_like)
+        return self._long(s, time_like) or self._short(s, time_like)
+
+    def _long(self, s: Series, time_like: bool) -> list[Hit]:
         v = s.values if time_like else np.where(s.values > 0, 1.0 / np.maximum(s.values, 1e-300), np.nan)
         ok = np.isfinite(v) & (v > 0)
         if not ok.all():
@@ -748,6 +751,7 @@ class DataWaitDominates(Rule):
     name = "data-wait-dominates"
     category = Category.DATA_PIPELINE
     severity = Severity.MEDIUM
+    explains = frozenset({Category.THROUGHPUT_REGRESSION})  # slow steps that wait for data
     guidance = Guidance(
         fix="Increase DataLoader num_workers, enable pin_memory and persistent_workers, cache or preprocess the data "
             "on fast storage, or move decoding and augmentation to the GPU.",
@@ -822,9 +826,15 @@ _FRAME_RE = re.compile(r'File "([^"]+)", line (\d+), in (\S+)')
 _LIB = ("site-packages", "dist-packages", "/lib/python", "<frozen", "/torch/", "\\lib\\")
 
 
-def _is_nan_stop(e: Event) -> bool:
+def _explained(e: Event) -> bool:
+    """A traceback whose exception is a known message of another kind (a framework's NaN stop, a
+    data-loader timeout): that kind's rule reports it, it is not a crash."""
     known = catalogue.match(e.message)
-    return known is not None and known.category == Category.NAN_INF
+    return known is not None and known.category not in (None, Category.CRASH)
+
+
+# the deepest frames of a traceback that died waiting for a DataLoader worker's batch
+_WAITING_FOR_DATA = ("torch/utils/data/dataloader.py", "multiprocessing/queues.py", "multiprocessing/connection.py")
 
 
 def user_frames(e: Event) -> list[str]:
@@ -869,7 +879,7 @@ class Crash(Rule):
     def check(self, ctx: Context) -> list[Hit]:
         # the fp16 scaler giving up and a framework's NaN stop are not crashes: TA104 and TA101 report them
         tbs = [e for e in ctx.events(EventKind.TRACEBACK) if not MIN_SCALE_RE.search(e.message + " " + e.raw)
-               and not _is_nan_stop(e)]
+               and not _explained(e)]
         sigs = [e for e in ctx.events(EventKind.SIGNAL) if e.data.get("signal") != 9]  # SIGKILL: host OOM (TA402)
         fatal = [e for e in ctx.events(EventKind.ERROR) if e.data.get("fatal")]
         if not tbs and not sigs and not fatal:
@@ -879,7 +889,13 @@ class Crash(Rule):
         msg = f"the run crashed: {e.message}"
         if frames:
             msg += f" (in user code at {frames[-1]})"
+        deepest = [str(f.get("file", "")).replace("\\", "/") for f in (e.data.get("frames") or [])[-3:]]
+        waiting = bool(tbs) and bool(deepest) and all(any(w in f for w in _WAITING_FOR_DATA) for f in deepest)
+        if waiting:
+            msg = ("the run died waiting for a batch from the DataLoader (the deepest frames are the loader's queue "
+                   "and poll): the input pipeline stalled")
         h = self.hit(msg, 0.85, first_bad_step=ctx.step_of(e), last_step=ctx.step_of(e), fatal=True,
+                     category=Category.DATA_PIPELINE if waiting else self.category,
                      data={"user_frames": frames[-5:], "rank": e.rank, "exception": e.data.get("exception")},
                      needs=[] if frames else ["the full stderr with the Python traceback"])
         h.ev("exc", e, "last exception" if tbs else "fatal signal" if sigs else "fatal error")

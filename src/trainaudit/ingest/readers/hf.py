@@ -87,7 +87,11 @@ class HFReader(LineReader):
         return 0.85 if n >= 2 else 0.7
 
     def new_state(self) -> dict:
-        return {"n_train": 0, "last_step": 0}
+        return {"n_train": 0, "last_step": 0, "texts": {}}
+
+    def finish(self, sink: Sink, state: dict) -> None:
+        if state["texts"]:
+            sink.meta("step_text", state["texts"])  # the step is the dict's number; the log prints the epoch
 
     def feed(self, line: Line, sink: Sink, state: dict) -> None:
         if "'" not in line.text or not line.text.rstrip().endswith("}"):
@@ -105,6 +109,9 @@ class HFReader(LineReader):
             state["n_train"] += 1
             if step is None:
                 step = state["n_train"]
+                epoch = logs.get("epoch")
+                if isinstance(epoch, float) and len(state["texts"]) < 200_000:
+                    state["texts"][step] = f"epoch {epoch:g}"
             state["last_step"] = step
         elif step is None:
             step = state["last_step"]

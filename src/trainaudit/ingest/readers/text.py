@@ -61,8 +61,9 @@ def read_metrics(inp: InputFile, sink: Sink, *, scan_events: bool = False) -> No
     def release(final: bool) -> None:
         while held and (final or (placed_lines and placed_lines[-1] >= held[0].line)):
             ev = held.pop(0)
-            i = bisect.bisect_right(placed_lines, ev.line) - 1
-            ev.step = placed_steps[i] if i >= 0 else None
+            if ev.step is None:  # a step the message names itself stays
+                i = bisect.bisect_right(placed_lines, ev.line) - 1
+                ev.step = placed_steps[i] if i >= 0 else None
             sink.event(ev)
 
     with inp.open() as stream:
