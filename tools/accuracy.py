@@ -50,12 +50,13 @@ class LogCase:
         return str(self.label["category"])
 
     @property
-    def window(self) -> tuple[int, int] | None:
+    def window(self) -> tuple[float, float] | None:
+        """As the log prints it: an epoch can be fractional (HF's 'epoch': 0.53)."""
         w = self.label.get("first_bad_step_window")
         if w:
-            return int(w[0]), int(w[1])
+            return float(w[0]), float(w[1])
         s = self.label.get("first_bad_step")
-        return None if s is None else (int(s), int(s))
+        return None if s is None else (float(s), float(s))
 
 
 def log_cases(root: Path = CORPUS / "logs") -> list[LogCase]:
@@ -181,7 +182,7 @@ def render_logs(results: list[LogResult]) -> str:
     out += ["### Cases", "", "| case | label | first bad (label) | answer | first bad | ok |", "|---|---|---|---|---|---|"]
     for r in results:
         w = r.case.window
-        win = "-" if w is None else (str(w[0]) if w[0] == w[1] else f"{w[0]}..{w[1]}")
+        win = "-" if w is None else (f"{w[0]:g}" if w[0] == w[1] else f"{w[0]:g}..{w[1]:g}")
         ok = "unread" if r.unread else ("yes" if r.cat_ok and r.step_ok is not False else
                                         "category" if not r.cat_ok else "step")
         out.append(f"| {r.case.name} | {r.case.category} | {win} | {r.category} | "

@@ -141,4 +141,5 @@ def test_detection(tmp_path: Path) -> None:
     assert _detected(_csv_logger_file(tmp_path)) == "keras_csv"
     assert _detected(write_lines(tmp_path / "metrics.csv", LIGHTNING_CSV)) == "lightning_csv"
     assert _detected(write_lines(tmp_path / "m.log", MEGATRON)) == "megatron"
-    assert _detected(write_lines(tmp_path / "e.log", ["Epoch 1/3", "Traceback (most recent call last):"])) == "keras"
+    # "Epoch 1/3" alone is printed by hand-written loops as much as by Keras: the generic reader takes it
+    assert _detected(write_lines(tmp_path / "e.log", ["Epoch 1/3", "Traceback (most recent call last):"])) == "text"

@@ -94,6 +94,11 @@ class NonFiniteMetric(Rule):
                 h.ev("missing", missing[0], "log line without the loss field")
             hits.append(h)
         checks = ctx.events(EventKind.NAN_CHECK)
+        named = [e.step for e in checks if e.step is not None and e.data.get("known")]
+        if hits and named and ctx.run.meta.get("steps_are_line_counts"):
+            # the log has no step counter (its steps number records); the check names the real one
+            for h in hits:
+                h.first_bad_step = h.last_step = min(named)
         if checks:
             e = checks[0]
             first = min((h.first_bad_step for h in hits if h.first_bad_step is not None), default=None)

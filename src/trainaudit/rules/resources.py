@@ -469,7 +469,9 @@ class ThroughputRegression(Rule):
         if not ok.all():
             s = s.take(ok)
             v = v[ok]
-        skip = max(3, int(len(v) * self.p.warmup_frac))
+        # warm-up: 3 points of a step-level log; 1 of a short (epoch-level) one, where the third point
+        # may already be the change
+        skip = max(3 if len(v) >= 50 else 1, int(len(v) * self.p.warmup_frac))
         st, x = downsample(s.steps[skip:], v[skip:], 4000)
         sm = rolling_median(x, 5 if x.size >= 25 else 3)
         k, _ = change_point(np.log(sm), min_seg=max(3, x.size // 20))
@@ -833,6 +835,12 @@ def _explained(e: Event) -> bool:
     return known is not None and known.category not in (None, Category.CRASH)
 
 
+def _follows(tb: Event, known: list[Event], lines: int = 40) -> bool:
+    """The traceback comes right after a known fatal message of another kind in the same file (a
+    data-loader timeout logged, then the traceback it raises)."""
+    return any(k.source == tb.source and 0 <= tb.line - k.line <= lines for k in known)
+
+
 # the deepest frames of a traceback that died waiting for a DataLoader worker's batch
 _WAITING_FOR_DATA = ("torch/utils/data/dataloader.py", "multiprocessing/queues.py", "multiprocessing/connection.py")
 
@@ -878,8 +886,10 @@ class Crash(Rule):
 
     def check(self, ctx: Context) -> list[Hit]:
         # the fp16 scaler giving up and a framework's NaN stop are not crashes: TA104 and TA101 report them
+        known = [e for e in ctx.events(EventKind.ERROR) if e.data.get("fatal") and e.data.get("category") not in
+                 (None, Category.CRASH)]
         tbs = [e for e in ctx.events(EventKind.TRACEBACK) if not MIN_SCALE_RE.search(e.message + " " + e.raw)
-               and not _explained(e)]
+               and not _explained(e) and not _follows(e, known)]
         sigs = [e for e in ctx.events(EventKind.SIGNAL) if e.data.get("signal") != 9]  # SIGKILL: host OOM (TA402)
         fatal = [e for e in ctx.events(EventKind.ERROR) if e.data.get("fatal")]
         if not tbs and not sigs and not fatal:

@@ -109,6 +109,10 @@ class MMEngineReader(LineReader):
                 if v is not None:
                     sink.add(f"{m.group(1)}{suffix}", step, v, line.no, line.rank)
 
+    def finish(self, sink: Sink, state: dict) -> None:
+        if state.get("texts"):
+            sink.meta("step_text", state["texts"])
+
     def _val_step(self, state: dict, epoch: int | None, sink: Sink) -> int:
         if epoch is None:
             return state["last_step"]
@@ -128,6 +132,8 @@ class MMEngineReader(LineReader):
                     state["ipe"] = n
                     sink.meta("iters_per_epoch", n)
                 step = (epoch - 1) * n + i
+                if len(state.setdefault("texts", {})) < 200_000:
+                    state["texts"][step] = f"epoch {epoch}, iter {i}/{n}"  # as the log prints it
             else:
                 step = i
             state["last_step"] = step
