@@ -40,6 +40,8 @@ _PREAMBLES = [
     # C's ctime(): "Sun Jan 31 00:02:53 2021"
     re.compile(r"(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) (?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) [ \d]\d "
                r"\d\d:\d\d:\d\d \d{4} ?"),
+    # detectron2 / fvcore's logger: [02/10 22:55:41 d2.engine.train_loop]:
+    re.compile(r"\[\d\d/\d\d \d\d:\d\d:\d\d(?: [\w.\-]{1,120})?\]:? ?"),
     # 08/11/20 13:38:30, 11/26/2018 14:47
     re.compile(r"\d\d/\d\d/\d{2,4} \d\d:\d\d(?::\d\d)? ?-? ?"),
     # a leading clock time or elapsed time: [12:01:33], 1 day, 22:12:26 -, [  +0.000316]

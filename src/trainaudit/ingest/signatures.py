@@ -606,16 +606,20 @@ class SignatureScanner:
         self._samples.feed(line)
         known = catalogue.match(line.text)
         out = self._signatures(line)
-        if known is not None and all(e.kind is not known.kind for e in out):
+        if known is not None:
             data: dict[str, Any] = {"known": known.id, "meaning": known.meaning, "category": known.category,
                                     "severity": known.severity, "fatal": known.fatal, "source": known.source}
             if known.signal is not None:
                 data["signal"] = known.signal
-            ev = self._event(known.kind, _short(line.text), line, data)
+            ev = next((e for e in out if e.kind is known.kind), None)
+            if ev is not None:
+                ev.data.update(data)  # a generic reading of the same line gains the known meaning
+            else:
+                ev = self._event(known.kind, _short(line.text), line, data)
+                out.append(ev)
             m = _STEP_IN_TEXT.search(line.text)
-            if m is not None:
+            if m is not None and ev.step is None:
                 ev.step = int(m.group(1))  # "Loss became infinite or NaN at iteration=2137!"
-            out.append(ev)
         return out
 
     def _signatures(self, line: Line) -> list[Event]:

@@ -52,6 +52,11 @@ class NonFiniteMetric(Rule):
     def check(self, ctx: Context) -> list[Hit]:
         hits: list[Hit] = []
         seen: set[str] = set()
+        checks = ctx.events(EventKind.NAN_CHECK)
+        # a log without a step counter numbers its records; a NaN check naming its iteration
+        # ("Loss became infinite or NaN at iteration=2137!") gives the real step
+        named = min((e.step for e in checks if e.step is not None and e.data.get("known")), default=None) \
+            if ctx.run.meta.get("steps_are_line_counts") else None
         for role in TRAINING_ROLES:
             s = ctx.series(role)
             if s is None or s.name in seen:
@@ -63,7 +68,8 @@ class NonFiniteMetric(Rule):
             i = int(bad[0])
             v = float(s.values[i])
             what = "NaN" if math.isnan(v) else ("+Inf" if v > 0 else "-Inf")
-            msg = f"{s.name} is {what} from step {int(s.steps[i])} ({bad.size} of {len(s)} logged values non-finite)"
+            first_step = named if named is not None else int(s.steps[i])
+            msg = f"{s.name} is {what} from step {first_step} ({bad.size} of {len(s)} logged values non-finite)"
             if role == "grad_norm":
                 loss = ctx.series("loss")
                 lv = loss.value_at(int(s.steps[i])) if loss is not None else None
@@ -79,8 +85,9 @@ class NonFiniteMetric(Rule):
                 # never a finite value, from the first step on: no update has diverged yet, the inputs,
                 # labels or the loss itself are non-finite
                 msg += "; it is non-finite from the very first logged step: the data or the loss, not the optimisation"
-            h = self.hit(msg, 0.97 if role != "val_loss" else 0.9, metric=s.name, first_bad_step=int(s.steps[i]),
-                         last_step=int(s.steps[bad[-1]]), severity="critical" if role != "val_loss" else "high",
+            h = self.hit(msg, 0.97 if role != "val_loss" else 0.9, metric=s.name, first_bad_step=first_step,
+                         last_step=named if named is not None else int(s.steps[bad[-1]]),
+                         severity="critical" if role != "val_loss" else "high",
                          category=Category.DATA_PIPELINE if from_start else self.category)
             h.point("bad", s, i, f"first non-finite {s.name} ({what}) at step {int(s.steps[i])}")
             if i > 0:
@@ -93,12 +100,6 @@ class NonFiniteMetric(Rule):
             if missing:
                 h.ev("missing", missing[0], "log line without the loss field")
             hits.append(h)
-        checks = ctx.events(EventKind.NAN_CHECK)
-        named = [e.step for e in checks if e.step is not None and e.data.get("known")]
-        if hits and named and ctx.run.meta.get("steps_are_line_counts"):
-            # the log has no step counter (its steps number records); the check names the real one
-            for h in hits:
-                h.first_bad_step = h.last_step = min(named)
         if checks:
             e = checks[0]
             first = min((h.first_bad_step for h in hits if h.first_bad_step is not None), default=None)

@@ -891,7 +891,7 @@ class Crash(Rule):
         tbs = [e for e in ctx.events(EventKind.TRACEBACK) if not MIN_SCALE_RE.search(e.message + " " + e.raw)
                and not _explained(e) and not _follows(e, known)]
         sigs = [e for e in ctx.events(EventKind.SIGNAL) if e.data.get("signal") != 9]  # SIGKILL: host OOM (TA402)
-        fatal = [e for e in ctx.events(EventKind.ERROR) if e.data.get("fatal")]
+        fatal = [e for e in ctx.events(EventKind.ERROR) if e.data.get("fatal") and e not in known]
         if not tbs and not sigs and not fatal:
             return []
         e = tbs[-1] if tbs else sigs[0] if sigs else fatal[0]
