@@ -37,5 +37,9 @@ test: $(VENV)/.installed-dev browser
 bench: $(VENV)/.installed-dev
 	$(BIN)/python benchmarks/run.py
 
+# Scores on the labelled corpora -> docs/accuracy.md (`python tools/accuracy.py logs` rescores one set).
+accuracy: $(VENV)/.installed-dev
+	$(BIN)/python tools/accuracy.py
+
 clean:
 	rm -rf $(VENV) trainaudit-out

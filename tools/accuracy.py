@@ -167,7 +167,7 @@ def render_logs(results: list[LogResult]) -> str:
            f"| first bad step (cases whose label has one) | {_pct(total.step_ok, total.stepped)} |",
            f"| false alarms (healthy logs with a finding above info) | {total.false_alarms} of {total.healthy} |",
            f"| could not read (no metric or event found) | {total.unread} |",
-           f"| slowest case | {total.slowest:.2f} s |", ""]
+           f"| slowest case (read + diagnose, in process) | {total.slowest:.2f} s |", ""]
     for key, title in ((lambda r: r.case.category, "category"), (lambda r: r.case.label["framework"], "framework")):
         groups: dict[str, Score] = defaultdict(Score)
         for r in results:

@@ -77,7 +77,7 @@ def _story(category: str, hits: list[Hit], issue: str, n_loss: int) -> Story:
     first = min((h.first_bad_step for h in hits if h.first_bad_step is not None and not h.precursor), default=None)
     if first is None:
         first = primary.first_bad_step
-    g = primary.by.guidance
+    g = primary.advice
     st = Story(category=category, severity=sev, hits=hits, issue=issue, first_bad_step=first, confidence=conf,
                fix=g.fix, expected_impact=g.impact, verify=g.verify, fatal=any(h.fatal for h in hits))
     for h in hits:
@@ -159,7 +159,7 @@ def _numeric_story(num: list[Hit], n_loss_points: int, has: set[str]) -> Story:
             if any(h.first_bad_step is not None for h in causes) else None
         if cause_step is not None and st.first_bad_step is not None and st.first_bad_step < cause_step:
             st.first_bad_step = cause_step  # a symptom cannot precede its cause
-        lead = causes[-1].by.guidance
+        lead = causes[-1].advice
         st.fix = lead.fix + " Then: " + st.fix[0].lower() + st.fix[1:]
         st.confidence = min(0.97, st.confidence + 0.05)
     if "grad_norm" not in has:

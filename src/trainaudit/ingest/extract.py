@@ -33,10 +33,14 @@ from dataclasses import dataclass, field
 _LEVEL = r"(?:INFO|WARNING|WARN|ERROR|DEBUG|CRITICAL|FATAL|TRACE|NOTICE)"
 _PREAMBLES = [
     # glog / absl: I0305 10:11:12.123456  4242 solver.cpp:218]
-    re.compile(r"[IWEF]\d{4} \d\d:\d\d:\d\d(?:\.\d+)? {1,8}\d{1,10} [\w.\-/]{1,200}:\d{1,8}\] ?"),
+    # (the thread id is a 15-digit pthread id in TensorFlow's logs: "I0912 11:40:27.956218 139735407601536")
+    re.compile(r"[IWEF]\d{4} \d\d:\d\d:\d\d(?:\.\d+)? {1,8}\d{1,20} [\w.\-/]{1,200}:\d{1,8}\] ?"),
     # ISO-like dates with an optional time: 2020-03-02 11:02:10,551 / [2018-11-26 14:47:26,759 INFO]
     re.compile(r"\[?\d{4}[-/.]\d\d[-/.]\d\d(?:[ T_]\d\d:\d\d(?::\d\d)?(?:[.,:]\d{1,9})?(?:Z|[+-]\d\d:?\d\d)?)?"
                r"(?: {1,4}" + _LEVEL + r")?\]? ?[:|,-]? ?"),
+    # syslog (RFC 3164): "Oct 12 10:11:12 host kernel: ", "Oct 12 10:11:13 host sshd[4242]: "
+    re.compile(r"(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) [ \d]\d \d\d:\d\d:\d\d [\w.\-]{1,120} "
+               r"[\w.\-/]{1,120}(?:\[\d{1,10}\])?: ?"),
     # C's ctime(): "Sun Jan 31 00:02:53 2021"
     re.compile(r"(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) (?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) [ \d]\d "
                r"\d\d:\d\d:\d\d \d{4} ?"),
@@ -85,7 +89,7 @@ _TOKEN_RE = re.compile(
     r"|(?P<clock>\d{1,4}:\d\d(?::\d\d)?(?:[.,]\d+)?)"
     r"|(?P<ver>v?\d+\.\d+\.\d+[\w.+\-]*)"
     r"|(?P<tensor>tensor\()"
-    r"|(?P<special>(?i:[-+]?(?:nan|inf(?:inity)?)(?:\(ind\))?)(?![A-Za-z0-9_])|1\.#(?:INF|IND|QNAN)\d*)"
+    r"|(?P<special>(?i:[-+]?(?:nan|inf(?:inity)?)(?:\(ind\))?)(?![A-Za-z0-9_])|[-+]?1\.#(?:INF|IND|QNAN)\d*)"
     r"|(?P<num>" + _NUMBER + r")(?P<unit>%|[A-Za-z]{1,5}(?:/[A-Za-z]{1,7})?(?![\w/]))?"
     # words join with "-", "/" and ":" when a letter follows ("lr-SGD", "train/loss", "grad_norm:p2"),
     # and take a ":N" device index before a value ("mem_usage:cuda:0 67.8GB")
@@ -226,7 +230,7 @@ def parse_line(text: str) -> Parsed:
             continue
         if kind == "clock" and assign and words and any(w.lower() in _DURATION_WORDS for w in words):
             # "time delta: 0:00:01.074783", "took: 1:02": a duration, in seconds
-            secs = _seconds(val)
+            secs = seconds(val)
             if secs is not None:
                 last = Pair(qualifier + _clean_key(words), secs, "s")
                 out.pairs.append(last)
@@ -387,7 +391,7 @@ def parse_line(text: str) -> Parsed:
 _DURATION_WORDS = frozenset({"delta", "elapsed", "duration", "took", "epoch_time", "iter_time", "step_time"})
 
 
-def _seconds(clock: str) -> float | None:
+def seconds(clock: str) -> float | None:
     """``h:mm:ss.f`` / ``m:ss`` as seconds."""
     try:
         parts = [float(x) for x in clock.replace(",", ".").split(":")]
@@ -472,11 +476,27 @@ class Table:
         return [f"col{k}" for k in range(1, n + 1)]
 
 
+_WIDE_GAP_RE = re.compile(r"\s{2,}|\t")
+
+
+def _cells(body: str) -> list[str]:
+    """A header row's column names when its cells are delimited ("| Step | Training Loss |", or
+    runs of spaces): a name can then have several words. Empty when the row has no delimiters."""
+    body = body.strip()
+    if "|" in body:
+        cells = body.strip("|").split("|")
+    elif _WIDE_GAP_RE.search(body):
+        cells = _WIDE_GAP_RE.split(body)
+    else:
+        return []
+    return [c for c in (c.strip() for c in cells) if c and not set(c) <= set("-=:+ ")]
+
+
 def record_of(text: str, no: int, rank: int | None, table: Table) -> Record | None:
     """One line's record (None: no number that means something)."""
     p = parse_line(text)
     if p.words and not p.pairs:
-        header = [w for w in p.words if w not in ("|", "-")]
+        header = _cells(strip_preamble(text)) or [w for w in p.words if w not in ("|", "-")]
         if 2 <= len(header) <= 40 and not all(set(w) <= set("-=:+|") for w in header):
             table.header = header
         return None

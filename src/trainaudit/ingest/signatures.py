@@ -31,7 +31,7 @@ from trainaudit.model import Event, EventKind
 # rejected by a single scan (~2 us on a 400-character Megatron line). Keep in sync with the matchers.
 GATE = re.compile(
     r"A(?:borted \(core|ssertionError)|B(?:us error)|C(?:UDA|hild|urrent loss|uda failure)"
-    r"|D(?:ataLoader worker|uring handling of)|E(?:rror|xception|CC)|F(?:atal|unction '|AILED)"
+    r"|D(?:ataLoader worker|uring handling of)|E(?:rror|xception|CC)|F(?:atal|unction '|AILED|ile \")"
     r"|G(?:PU is lost)|H(?:IP out|eartbeat monitor)|K(?:illed)|M(?:inimum loss scale)"
     r"|N(?:CCL|VRM|aN)|O(?:utOfMemory|OM|ut of memory)|P(?:rocessGroupNCCL)|R(?:oot Cause)"
     r"|S(?:egmentation fault|ending process)|T(?:raceback|raining failed|he above exception"
@@ -637,6 +637,12 @@ class SignatureScanner:
                 return out
         if TB_START in text:
             self._tb_start(line, text, out)
+            return out
+        if line.rank not in self._tb and FRAME_RE.match(text):
+            # a paste that starts inside a traceback (its header cut off) or a process killed while it
+            # hung, which leaves only the stack: the frames still say where it was
+            self._tb[line.rank] = _Traceback(line.no, "", last_line=line.no, last_raw=line.raw)
+            self._tb_feed(line, text, out)
             return out
         if CHAIN_CONTEXT in text or CHAIN_CAUSE in text:
             prev = self._chain.get(line.rank)

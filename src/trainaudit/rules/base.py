@@ -81,10 +81,15 @@ class Hit:
     cause: str | None = None  # for a precursor: why it is the likely cause of what follows (None: it is not)
     needs: list[str] = field(default_factory=list)  # what would settle this finding (beyond the rule's own list)
     data: dict[str, Any] = field(default_factory=dict)
+    guidance: Guidance | None = None  # this finding needs other advice than its rule's usual one
 
     @property
     def rule(self) -> str:
         return self.by.id
+
+    @property
+    def advice(self) -> Guidance:
+        return self.guidance or self.by.guidance
 
     @property
     def precursor(self) -> bool:

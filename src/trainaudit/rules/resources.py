@@ -427,13 +427,15 @@ class ThroughputRegression(Rule):
 
     A short paste (``short_points`` to ``min_points`` points) counts only with a clean break: every
     point from some step on at least ``short_ratio`` times worse than every point before it (at
-    least 3 points before, 2 after).
+    least 3 points before, 2 after). Fewer points (an epoch-level log of two or three epochs)
+    count only for a break of ``tiny_ratio`` or more ("60/60 [00:37, 1.61it/s]" then
+    "60/60 [06:06, 6.11s/it]" for epochs of the same size), with a low confidence.
 
     Thresholds: ``ratio`` slowdown (1.2), ``warmup_frac`` points ignored at the start (0.05),
     ``consistency`` fraction of points after the change that are slower (0.7), ``min_delta_s``
     smallest step-time increase that matters, in seconds (0.002; the unit is read from the name:
     ``(ms)``/``_ms`` means milliseconds, otherwise seconds), ``min_points`` (12),
-    ``short_points`` (5), ``short_ratio`` (1.5).
+    ``short_points`` (5), ``short_ratio`` (1.5), ``tiny_ratio`` (5).
     """
 
     id = "TA406"
@@ -454,11 +456,14 @@ class ThroughputRegression(Rule):
         min_delta_s: float = 0.002
         short_points: int = 5
         short_ratio: float = 1.5
+        tiny_ratio: float = 5.0
 
     def check(self, ctx: Context) -> list[Hit]:
         s, time_like = _time_series(ctx)
-        if s is None or len(s) < self.p.short_points:
+        if s is None or len(s) < 2:
             return []
+        if len(s) < self.p.short_points:
+            return self._short(s, time_like, tiny=True)
         if len(s) < self.p.min_points:
             return self._short(s, time_like)
         return self._long(s, time_like) or self._short(s, time_like)
@@ -512,20 +517,23 @@ class ThroughputRegression(Rule):
             h.calc("slowdown", "throughput before over after (medians)", "median({before}) / median({after})", unit="x")
         return [h]
 
-    def _short(self, s: Series, time_like: bool) -> list[Hit]:
+    def _short(self, s: Series, time_like: bool, tiny: bool = False) -> list[Hit]:
         v = s.values
         ok = v > 0
         if not ok.all():
             s, v = s.take(ok), v[ok]
-        found = _clean_break(v if time_like else 1.0 / v, self.p.short_ratio)
+        bad = v if time_like else 1.0 / v
+        found = _clean_break(bad, self.p.tiny_ratio, before=1, after=1) if tiny else \
+            _clean_break(bad, self.p.short_ratio)
         if found is None:
             return []
         k, r = found
         what = "slows down" if time_like else "drops"
         msg = (f"{s.name} {what} {r:.2f}x or more from step {int(s.steps[k])}: every later point is worse than every "
                f"earlier one ({float(np.median(v[:k])):.4g} -> {float(np.median(v[k:])):.4g}, few points logged)")
-        h = self.hit(msg, 0.65, metric=s.name, first_bad_step=int(s.steps[k]), last_step=int(s.steps[-1]),
-                     severity="high" if r >= 2 else "medium", data={"ratio": r})
+        h = self.hit(msg, 0.5 if tiny else 0.65, metric=s.name, first_bad_step=int(s.steps[k]),
+                     last_step=int(s.steps[-1]), severity="high" if r >= 2 else "medium", data={"ratio": r},
+                     needs=[f"more points of {s.name}: {len(s)} logged"] if tiny else [])
         h.point("before", s, k - 1, f"{s.name} before the break", indices=np.arange(0, k))
         h.point("after", s, len(s) - 1, f"{s.name} from the break", indices=np.arange(k, len(s)))
         if time_like:
@@ -535,10 +543,11 @@ class ThroughputRegression(Rule):
         return [h]
 
 
-def _clean_break(bad: np.ndarray, ratio: float) -> tuple[int, float] | None:
-    """The first index k (3 <= k <= n-2) from which every value of ``bad`` (higher is worse) is at
-    least ``ratio`` times every value before it, with that smallest ratio; None without one."""
-    for k in range(3, bad.size - 1):
+def _clean_break(bad: np.ndarray, ratio: float, before: int = 3, after: int = 2) -> tuple[int, float] | None:
+    """The first index k (``before`` <= k <= n - ``after``) from which every value of ``bad``
+    (higher is worse) is at least ``ratio`` times every value before it, with that smallest ratio;
+    None without one."""
+    for k in range(before, bad.size - after + 1):
         before, after = float(np.max(bad[:k])), float(np.min(bad[k:]))
         if before > 0 and after / before >= ratio:
             return k, after / before
@@ -857,6 +866,14 @@ def user_frames(e: Event) -> list[str]:
     return [f for f in out if not any(k in f for k in _LIB)]
 
 
+_STALLED_LOADER = Guidance(
+    fix="Find what blocks the DataLoader workers: run with num_workers=0 to get the worker's own error, set a "
+        "DataLoader timeout so a stuck worker raises instead of hanging, and check the dataset's __getitem__ for "
+        "slow or blocking I/O (network storage, locks) and the workers for host-memory pressure.",
+    impact="Batches keep arriving; the run passes the point where it hung.",
+    verify="Re-run the same epoch with the DataLoader timeout set; no hang and no timeout error.")
+
+
 class Crash(Rule):
     """Detects a crash: the last Python exception (with the frames that belong to user code,
     library frames dropped) or a fatal signal (SIGSEGV, SIGABRT, SIGBUS).
@@ -906,6 +923,7 @@ class Crash(Rule):
                    "and poll): the input pipeline stalled")
         h = self.hit(msg, 0.85, first_bad_step=ctx.step_of(e), last_step=ctx.step_of(e), fatal=True,
                      category=Category.DATA_PIPELINE if waiting else self.category,
+                     guidance=_STALLED_LOADER if waiting else None,
                      data={"user_frames": frames[-5:], "rank": e.rank, "exception": e.data.get("exception")},
                      needs=[] if frames else ["the full stderr with the Python traceback"])
         h.ev("exc", e, "last exception" if tbs else "fatal signal" if sigs else "fatal error")

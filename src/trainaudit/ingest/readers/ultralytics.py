@@ -25,6 +25,7 @@ from __future__ import annotations
 import re
 
 from trainaudit.ingest.base import LineReader, Sample
+from trainaudit.ingest.extract import seconds, speed_pair
 from trainaudit.ingest.readers.generic import num
 from trainaudit.ingest.sink import Sink
 from trainaudit.ingest.text import Line
@@ -45,6 +46,8 @@ DEFAULT_COLS = {
     7: ["GPU_mem", "box_loss", "seg_loss", "cls_loss", "dfl_loss", "Instances", "Size"],
     8: ["GPU_mem", "box_loss", "pose_loss", "kobj_loss", "cls_loss", "dfl_loss", "Instances", "Size"],
 }
+# the training bar's end: "[06:06<00:00,  6.11s/it]": the epoch's duration and tqdm's speed
+TQDM_END_RE = re.compile(r"\[(\d{1,4}:\d\d(?::\d\d)?)<[\d:?]{1,12},\s{0,4}([\d.]{1,12})(it/s|s/it)\]")
 GROUP_NAMES = {"P": "precision", "R": "recall", "mAP50": "mAP50", "mAP50-95": "mAP50-95"}
 
 
@@ -161,3 +164,10 @@ class UltralyticsReader(LineReader):
             v = num(cell, units=True)
             if v is not None:
                 sink.add(name, epoch, v, line.no, line.rank)
+        t = TQDM_END_RE.search(text)
+        if t is not None:
+            speed = speed_pair(t.group(3), float(t.group(2)))  # tqdm turns to s/it past a second
+            sink.add(speed.key, epoch, speed.value, line.no, line.rank)
+            secs = seconds(t.group(1))
+            if secs is not None:
+                sink.add("epoch_time", epoch, secs, line.no, line.rank)

@@ -1,0 +1,79 @@
+"""The real-log corpus keeps its scores: each floor is the count reached when it was last raised,
+so a change that loses a case fails here (raise the floor when a change wins one). The corpus
+itself keeps the shape that makes the scores mean something, and docs/accuracy.md shows the
+scores of the code that is here (``python tools/accuracy.py logs`` rewrites it).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import Counter
+from pathlib import Path
+
+import accuracy
+import pytest
+
+from trainaudit.answer.schema import Category
+
+DOC = Path(__file__).resolve().parents[2] / "docs" / "accuracy.md"
+
+# right answers out of the corpus (192 logs: 88 with a labelled first bad step, 57 healthy)
+TOP1_FLOOR = 166
+FIRST_BAD_STEP_FLOOR = 72
+FALSE_ALARMS_CEILING = 0
+UNREAD_CEILING = 0
+
+
+@pytest.fixture(scope="module")
+def results() -> list[accuracy.LogResult]:
+    return accuracy.score_logs()
+
+
+@pytest.fixture(scope="module")
+def score(results: list[accuracy.LogResult]) -> accuracy.Score:
+    return accuracy.log_summary(results)
+
+
+def _misses(results: list[accuracy.LogResult], ok: str) -> str:
+    return "\n".join(f"{r.case.name}: label {r.case.category} {r.case.window}, got {r.category} {r.first_bad}"
+                     for r in results if getattr(r, ok) is False)
+
+
+def test_top1_category_does_not_drop(score: accuracy.Score, results: list[accuracy.LogResult]) -> None:
+    assert score.cat_ok >= TOP1_FLOOR, _misses(results, "cat_ok")
+    assert score.cat_ok / score.n >= 0.85
+
+
+def test_first_bad_step_does_not_drop(score: accuracy.Score, results: list[accuracy.LogResult]) -> None:
+    assert score.step_ok >= FIRST_BAD_STEP_FLOOR, _misses(results, "step_ok")
+    assert score.step_ok / score.stepped >= 0.8
+
+
+def test_no_false_alarm_on_healthy_logs(score: accuracy.Score, results: list[accuracy.LogResult]) -> None:
+    alarms = [f"{r.case.name}: {r.category} ({r.detail})" for r in results if r.healthy and not r.cat_ok]
+    assert score.false_alarms <= FALSE_ALARMS_CEILING, alarms
+
+
+def test_every_log_with_numbers_is_read(score: accuracy.Score, results: list[accuracy.LogResult]) -> None:
+    assert score.unread <= UNREAD_CEILING, [f"{r.case.name}: {r.detail}" for r in results if r.unread]
+
+
+def test_the_corpus_keeps_its_shape() -> None:
+    labels = [json.loads(p.read_text(encoding="utf-8")) for p in sorted((accuracy.CORPUS / "logs").glob("*/label.json"))]
+    assert len(labels) >= 150
+    cats = Counter(lab["category"] for lab in labels)
+    assert cats["healthy"] >= 40
+    assert {c.value for c in Category if cats[c.value] < 4} == set()  # every category at least 4 times
+    assert len({lab["framework"] for lab in labels}) >= 25
+    for lab in labels:
+        assert lab["source"].startswith("http") and lab["cause"] and lab["label_confidence"] in ("high", "medium", "low")
+
+
+def test_the_published_table_is_current(score: accuracy.Score) -> None:
+    doc = DOC.read_text(encoding="utf-8")
+    m = re.search(r"\| top-1 category \| (\d+)/(\d+) ", doc)
+    s = re.search(r"\| first bad step \(cases whose label has one\) \| (\d+)/(\d+) ", doc)
+    assert m is not None and s is not None
+    assert (int(m.group(1)), int(m.group(2))) == (score.cat_ok, score.n), "run `python tools/accuracy.py logs`"
+    assert (int(s.group(1)), int(s.group(2))) == (score.step_ok, score.stepped), "run `python tools/accuracy.py logs`"

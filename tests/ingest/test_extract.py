@@ -1,0 +1,278 @@
+"""The format-agnostic extractor on verbatim lines of real logs: one test per spelling of a step
+counter, a metric pair or a table, each line as its author posted it (the source is named beside
+it; lines from ``tests/corpus/logs`` carry their source in the case's ``label.json``; the few
+written here say so). Then logs whose numbers are no metric at all (timestamps, PIDs, thread ids,
+C++ logger locations, versions, ports), written in the shapes glog, syslog and Python's logging
+print, must give no series: a fake step series would make every rule fire on noise.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from trainaudit.errors import InputError
+from trainaudit.ingest import load_run
+from trainaudit.ingest.extract import Extractor, parse_line
+from trainaudit.model import Run
+
+from tests.shared_data import corpus_log
+
+
+def read(tmp_path: Path, text: str, name: str = "train.log") -> Run:
+    p = tmp_path / name
+    p.write_text(text, encoding="utf-8")
+    run, _ = load_run([str(p)])
+    return run
+
+
+def points(run: Run, name: str) -> list[tuple[int, float]]:
+    s = run.series[name]
+    return list(zip(s.steps.tolist(), s.values.tolist()))
+
+
+def head(case: str, n: int) -> str:
+    """The first ``n`` lines of a corpus log, verbatim."""
+    return "\n".join(corpus_log(case)[:n]) + "\n"
+
+
+# -- step counters --------------------------------------------------------------------------------
+def test_iter_and_step_the_iteration_is_what_each_line_is(tmp_path: Path) -> None:
+    # litgpt with gradient accumulation: "step" stays put while "iter" moves on every line
+    run = read(tmp_path, head("litgpt-Lightning-AI-litgpt-628", 5))
+    assert points(run, "loss") == [(1151, 1.7019), (1152, 11.463), (1153, 11.7545), (1154, 11.5019), (1155, 11.4807)]
+    assert points(run, "iter time")[0] == (1151, 1106.53)
+
+
+def test_iteration_n_of_m_in_a_megatron_deepspeed_line(tmp_path: Path) -> None:
+    run = read(tmp_path, head("megatron-deepspeed-bigscience-workshop-Megatron-DeepSpeed-396", 2))
+    steps = {int(x) for s in run.series.values() for x in s.steps}
+    assert steps == {5426, 5427}  # not the 250000 after the slash, nor consumed samples/tokens
+    assert points(run, "elapsed time per iteration (ms)") == [(5426, 4247.9), (5427, 4225.8)]
+
+
+def test_global_step_printed_twice_by_two_loggers(tmp_path: Path) -> None:
+    # TF1 object detection: every line twice (absl and the tensorflow logger)
+    run = read(tmp_path, head("tf1-yangxue0827-FPN_Tensorflow-2", 2))
+    assert points(run, "loss") == [(124368, 0.114)]
+    assert points(run, "sec/step") == [(124368, 0.138)]
+
+
+def test_epoch_and_batch_in_brackets_with_a_speed(tmp_path: Path) -> None:
+    # MXNet's Speedometer, https://github.com/apache/mxnet/issues/15962 (verbatim, tabs kept)
+    run = read(tmp_path, (
+        "2019-08-21 14:56:44,024 INFO Epoch[101] Batch [250]\tSpeed: 581.56 samples/sec\taccuracy=1.000000\n"
+        "2019-08-21 14:56:54,971 INFO Epoch[101] Batch [300]\tSpeed: 584.65 samples/sec\taccuracy=1.000000\n"
+        "2019-08-21 14:57:14,472 INFO Epoch[101] Train-accuracy=1.000000\n"
+        "2019-08-21 14:57:18,638 INFO Epoch[101] Validation-accuracy=0.808193\n"
+        "2019-08-21 14:57:29,825 INFO Epoch[102] Batch [50]\tSpeed: 580.51 samples/sec\taccuracy=1.000000\n"))
+    speed = points(run, "Speed")
+    assert [v for _, v in speed] == [581.56, 584.65, 580.51]
+    assert speed[0][0] < speed[1][0] < speed[2][0]  # the batch restarts with the epoch; the step does not
+    assert run.meta["step_text"][speed[2][0]] == "epoch 102, batch 50"
+    assert points(run, "Validation-accuracy") == [(speed[1][0], 0.808193)]
+    assert not any(k.startswith(("2019", "14:")) for k in run.series)
+
+
+def test_session_epoch_iter_of_total(tmp_path: Path) -> None:
+    # faster-rcnn.pytorch's trainer, https://github.com/ruoqianguo/cascade-rcnn_Pytorch/issues/18
+    run = read(tmp_path, (
+        "[session 1][epoch 16][iter  500/ 565] loss: 0.9430, lr: 1.00e-03\n"
+        "\t\t\tfg/bg=(223/1057), time cost: 301.081875\n"
+        "\t\t\trpn_cls: 0.0097, rpn_box: 0.0153, rcnn_cls: 0.1231, rcnn_box 0.2279\n"
+        "save model: weights/detnet59/pascal_voc/exp_name/fpn_1_16_564.pth\n"
+        "[session 1][epoch 17][iter    0/ 565] loss: 0.7003, lr: 1.00e-03\n"
+        "[session 1][epoch 17][iter  100/ 565] loss: 0.8786, lr: 1.00e-03\n"))
+    loss = points(run, "loss")
+    assert [v for _, v in loss] == [0.943, 0.7003, 0.8786]
+    assert loss[0][0] < loss[1][0] < loss[2][0]
+    assert run.meta["step_text"][loss[1][0]] == "epoch 17, iter 0"
+    assert points(run, "rcnn_box") == [(500, 0.2279)]  # "k v" on a continuation line joins its step
+
+
+def test_keras_epoch_n_of_m_then_its_metrics(tmp_path: Path) -> None:
+    run = read(tmp_path, head("keras-keras-team-keras-10102", 4))
+    assert points(run, "loss") == [(4, 55.8033), (5, 53.3749)]
+    assert points(run, "val_loss") == [(4, 26.4454), (5, 26.3017)]
+    assert "200" not in str(run.series.keys())
+
+
+def test_caffe_iteration_comma_loss_equals_under_glog(tmp_path: Path) -> None:
+    # https://github.com/rbgirshick/py-faster-rcnn/issues/261 (verbatim)
+    run = read(tmp_path, (
+        "I0716 19:43:47.749999 10332 solver.cpp:229] Iteration 0, loss = 1.97911\n"
+        "I0716 19:43:47.750056 10332 solver.cpp:245]     Train net output #0: loss_bbox = 0.215723 (* 1 = 0.215723 loss)\n"
+        "I0716 19:43:47.750092 10332 sgd_solver.cpp:106] Iteration 0, lr = 0.001\n"
+        "I0716 19:44:22.012998 10332 solver.cpp:229] Iteration 20, loss = 0.540817\n"
+        "I0716 19:44:22.013044 10332 solver.cpp:245]     Train net output #0: loss_bbox = 0.449951 (* 1 = 0.449951 loss)\n"
+        "I0716 19:44:22.013074 10332 sgd_solver.cpp:106] Iteration 20, lr = 0.001\n"))
+    assert points(run, "loss") == [(0, 1.97911), (20, 0.540817)]
+    assert points(run, "loss_bbox") == [(0, 0.215723), (20, 0.449951)]
+    assert points(run, "lr") == [(0, 0.001), (20, 0.001)]
+    assert set(run.series) == {"loss", "loss_bbox", "lr"}  # nothing from 10332, solver.cpp:229 or the clock
+
+
+def test_tensorflow_step_under_glog_with_a_15_digit_thread_id(tmp_path: Path) -> None:
+    # TF2 object detection API, printed by absl and the tensorflow logger:
+    # https://github.com/armaanpriyadarshan/Training-a-Custom-TensorFlow-2.X-Object-Detector/issues/6
+    run = read(tmp_path, (
+        "I0912 11:40:27.956218 139735407601536 model_lib_v2.py:652] Step 100 per-step time 0.813s loss=1.396\n"
+        "INFO:tensorflow:Step 200 per-step time 0.831s loss=1.192\n"
+        "I0912 11:41:51.976096 139735407601536 model_lib_v2.py:652] Step 200 per-step time 0.831s loss=1.192\n"))
+    assert points(run, "loss") == [(100, 1.396), (200, 1.192)]
+    assert set(run.series) == {"loss", "per-step time"}
+
+
+def test_tqdm_speed_in_both_units_as_one_throughput_series(tmp_path: Path) -> None:
+    # Ultralytics YOLOv8's epoch bars; tqdm prints s/it once an iteration takes more than a second
+    run = read(tmp_path, head("ultralytics-ultralytics-ultralytics-7618", 7))
+    speed = points(run, "it/s")
+    assert speed[0] == (1, 1.61)
+    assert speed[1][0] == 2 and speed[1][1] == pytest.approx(1 / 6.11)
+    assert points(run, "epoch_time") == [(1, 37.0), (2, 366.0)]
+    # tqdm's default bar (written here): the position is the step
+    run = read(tmp_path, (" 45%|████▌     | 450/1000 [01:02<01:16,  7.21it/s]\n"
+                          " 46%|████▌     | 460/1000 [01:03<01:15,  7.18it/s]\n"
+                          " 48%|████▊     | 480/1000 [01:20<01:30,  1.52s/it]\n"), "bar.log")
+    bar = points(run, "it/s")
+    assert [s for s, _ in bar] == [450, 460, 480] and bar[2][1] == pytest.approx(1 / 1.52)
+
+
+def test_a_markdown_table_with_a_step_column(tmp_path: Path) -> None:
+    # transformers' Trainer prints this table in notebooks; pasted as Markdown (written here)
+    run = read(tmp_path, ("| Step | Training Loss | Validation Loss |\n"
+                          "|------|---------------|-----------------|\n"
+                          "| 500 | 2.104500 | 1.987311 |\n"
+                          "| 1000 | 1.876200 | nan |\n"))
+    assert points(run, "Training Loss") == [(500, 2.1045), (1000, 1.8762)]
+    val = points(run, "Validation Loss")
+    assert val[0] == (500, 1.987311) and val[1][0] == 1000 and math.isnan(val[1][1])
+
+
+def test_a_whitespace_table_with_a_header(tmp_path: Path) -> None:
+    # Chainer's PrintReport
+    run = read(tmp_path, head("chainer-chainer-chainer-mnist-tutorial", 3))
+    assert points(run, "main/loss") == [(1, 1.53241), (2, 0.578334)]
+    assert points(run, "validation/main/accuracy") == [(1, 0.835839), (2, 0.882812)]
+
+
+def test_an_ascii_table_and_a_headerless_one() -> None:
+    ex = Extractor()
+    lines = ["+------+--------+", "| step |  loss  |", "+------+--------+", "|  10  | 2.3026 |",
+             "|  20  | 1.9500 |", "+------+--------+"]
+    placed = [p for no, t in enumerate(lines, 1) for p in ex.feed(t, no, None)] + ex.finish()
+    assert [(s, r.metrics) for s, r in placed] == [(10, {"loss": 2.3026}), (20, {"loss": 1.95})]
+    ex = Extractor()
+    placed = [p for no, t in enumerate(["76930 2.6496577", "76940 2.6401"], 1) for p in ex.feed(t, no, None)]
+    placed += ex.finish()
+    assert [(s, r.metrics) for s, r in placed] == [(76930, {"value": 2.6496577}), (76940, {"value": 2.6401})]
+
+
+# -- metric pairs ---------------------------------------------------------------------------------
+def test_colon_pairs_with_running_averages_and_nan(tmp_path: Path) -> None:
+    # maskrcnn-benchmark, https://github.com/facebookresearch/maskrcnn-benchmark/issues/721
+    run = read(tmp_path, (
+        "2019-04-27 12:59:06,432 maskrcnn_benchmark.trainer INFO: eta: 6:07:52  iter: 20  loss: 5.6908 (nan)  "
+        "loss_box_reg: 0.0103 (nan)  time: 0.7274 (0.7362)  data: 0.0025 (0.0143)  lr: 0.001793  max mem: 5827\n"
+        "2019-04-27 12:59:20,762 maskrcnn_benchmark.trainer INFO: eta: 6:02:41  iter: 40  loss: nan (nan)  "
+        "loss_box_reg: nan (nan)  time: 0.7273 (0.7264)  data: 0.0023 (0.0084)  lr: 0.001927  max mem: 5827\n"))
+    loss = points(run, "loss")
+    assert loss[0] == (20, 5.6908) and loss[1][0] == 40 and math.isnan(loss[1][1])  # the value, not its average
+    assert points(run, "max mem") == [(20, 5827.0), (40, 5827.0)]
+    assert "eta" not in run.series
+
+
+def test_python_dicts_and_json_lines(tmp_path: Path) -> None:
+    run = read(tmp_path, head("hf-transformers-ironjr-grokfast-9", 40))
+    assert points(run, "grad_norm")[0][1] == 3789384056832.0  # very large numbers as printed
+    run = read(tmp_path, head("deit-jer-ry-cf-vit", 2), "log.txt")
+    assert [v for _, v in points(run, "train_loss")] == [6.919728336438455, 6.867710180881896]
+
+
+def test_tensor_reprs_in_a_loss_dict() -> None:
+    # https://github.com/yqc123456/HKD_for_person_search/issues/6 (verbatim)
+    p = parse_line("{'loss_rcnn_cls_1st': tensor(1.1173, device='cuda:0', grad_fn=<MulBackward0>), "
+                   "'loss_box_reid': tensor(nan, device='cuda:0', grad_fn=<MulBackward0>)}")
+    values = {x.key: x.value for x in p.pairs}
+    assert values["loss_rcnn_cls_1st"] == 1.1173 and math.isnan(values["loss_box_reid"])
+    assert len(values) == 2  # nothing from "cuda:0" or "MulBackward0"
+
+
+@pytest.mark.parametrize(("printed", "value"), [
+    # the C runtimes' spellings of non-finite values: glibc prints "-nan"; MSVC since Visual Studio
+    # 2015 prints "-nan(ind)" and "inf", older MSVC "1.#INF", "-1.#IND" and "1.#QNAN" (Microsoft's
+    # printf documentation, "Infinity and NaN formatting")
+    ("nan", math.nan), ("-nan", math.nan), ("-nan(ind)", math.nan), ("inf", math.inf), ("-inf", -math.inf),
+    ("1.#INF", math.inf), ("-1.#IND", math.nan), ("1.#QNAN", math.nan), ("3.1e+21", 3.1e21),
+    ("7.696129e+22", 7.696129e22), ("1,234.5", 1234.5),
+])
+def test_number_spellings(printed: str, value: float) -> None:
+    (pair,) = parse_line(f"iteration 10, loss = {printed}").pairs[1:]
+    assert pair.key == "loss"
+    assert (math.isnan(pair.value) and math.isnan(value)) or pair.value == value
+
+
+def test_key_value_without_separator_reads_only_metric_words() -> None:
+    p = parse_line("step 10 loss 2.31 Tried to allocate 20.00 MiB exits with code 1")
+    assert {x.key: x.value for x in p.pairs} == {"step": 10.0, "loss": 2.31}
+
+
+# -- several ranks, epoch-level metrics --------------------------------------------------------------
+def test_ranks_interleaved_keep_their_own_series(tmp_path: Path) -> None:
+    # RETURNN under torchrun --tee=3, https://github.com/rwth-i6/i6_core/pull/658 (verbatim)
+    run = read(tmp_path, (
+        "[default0]:ep 55 train, step 1347, ce 0.324, ctc_4 1.006, ctc_10 0.776, ctc_16 0.677, grad_norm:p2 3.388, "
+        "num_seqs 27, max_size:time 291200, max_size:aug_spatial 128, mem_usage:cuda:0 67.8GB, 0.855 sec/step, "
+        "elapsed 0:16:59, exp. remaining 0:03:45, complete 81.92%\n"
+        "[default3]:ep 55 train, step 1347, ce 0.355, ctc_4 1.038, ctc_10 0.790, ctc_16 0.729, grad_norm:p2 3.388, "
+        "num_seqs 26, max_size:time 306560, max_size:aug_spatial 143, mem_usage:cuda:3 66.8GB, 0.838 sec/step, "
+        "elapsed 0:16:59, exp. remaining 0:04:53, complete 77.63%\n"))
+    assert points(run, "ce") == [(1347, 0.324)]
+    assert points(run, "ce@rank3") == [(1347, 0.355)]
+    assert points(run, "sec/step@rank3") == [(1347, 0.838)]
+    assert points(run, "grad_norm:p2") == [(1347, 3.388)]
+    assert not any("elapsed" in k or "remaining" in k for k in run.series)  # clock times, not metrics
+
+
+def test_epoch_level_train_and_validation_metrics(tmp_path: Path) -> None:
+    # https://github.com/LingxiaoShawn/PairNorm/issues/1 (verbatim)
+    run = read(tmp_path, ("Epoch 521: train loss 0.244 train acc: 0.957, val loss: 1.078 val acc 0.708.\n"
+                          "Epoch 522: train loss 0.227 train acc: 0.950, val loss: 1.080 val acc 0.690.\n"))
+    assert points(run, "train loss") == [(521, 0.244), (522, 0.227)]
+    assert points(run, "val loss") == [(521, 1.078), (522, 1.08)]
+    assert points(run, "val acc") == [(521, 0.708), (522, 0.69)]
+
+
+def test_detectron2_logger_prefix_is_no_counter(tmp_path: Path) -> None:
+    # "[02/10 22:55:41 d2.engine.train_loop]" is a date and a logger, not "iteration 2 of 10"
+    run = read(tmp_path, "\n".join(corpus_log("detectron2-facebookresearch-detectron2-838")) + "\n")
+    assert run.meta.get("steps_are_line_counts") is True
+
+
+# -- numbers that are no metric ------------------------------------------------------------------
+def test_a_glog_server_log_gives_no_series(tmp_path: Path) -> None:
+    text = ("W0305 10:11:12.123456  4242 server.cc:218] Connection 17 dropped after 3 retries\n"
+            "I0305 10:11:13.223456  4242 server.cc:230] Serving version 2.14.1 on port 8500\n"
+            "I0305 10:11:14.323456  4243 server.cc:241] Loaded 12 models in 0.53 s\n") * 20
+    with pytest.raises(InputError, match="no metrics or events"):
+        read(tmp_path, text)
+
+
+def test_a_syslog_gives_no_series(tmp_path: Path) -> None:
+    text = ("Oct 12 10:11:12 gpu-node-3 kernel: [12345.678901] eth0: link up 1000 Mbps\n"
+            "Oct 12 10:11:13 gpu-node-3 sshd[4242]: Accepted publickey for user from 10.0.0.5 port 52344\n"
+            "Oct 12 10:11:14 gpu-node-3 systemd[1]: Started Session 17 of user.\n"
+            "Oct 12 10:11:15 gpu-node-3 kernel: [12346.001122] nvidia-uvm: Loaded the UVM driver, major device number 510.\n"
+            ) * 20
+    with pytest.raises(InputError, match="no metrics or events"):
+        read(tmp_path, text)
+
+
+def test_a_python_logger_with_versions_pids_and_ports_gives_no_series(tmp_path: Path) -> None:
+    text = ("2024-05-01 10:00:01,123 - INFO - torch 2.3.0+cu121, transformers 4.41.2, python 3.11.7\n"
+            "2024-05-01 10:00:02,456 - INFO - worker pid=31337 listening on 127.0.0.1 port 29500\n"
+            "2024-05-01 10:00:03,789 - INFO - rank 3 of world_size 8 on node 2\n") * 20
+    with pytest.raises(InputError, match="no metrics or events"):
+        read(tmp_path, text)
