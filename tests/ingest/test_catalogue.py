@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import catalogue_doc
 import pytest
 from shared_data import corpus_log, write_lines
 
@@ -89,3 +90,8 @@ def test_a_nan_stop_is_nan_inf_not_a_crash(tmp_path: Path) -> None:
     run, _ = load_run([str(write_lines(tmp_path / "d2.log", lines))])
     rules = {h.rule: h for h in run_rules(run)}
     assert "TA410" not in rules and rules["TA101"].fatal and rules["TA101"].category == "nan_inf"
+
+
+def test_the_documented_catalogue_is_current() -> None:
+    doc = catalogue_doc.DOC.read_text(encoding="utf-8")
+    assert catalogue_doc.updated(doc) == doc, "docs/error-signatures.md is stale: run python tools/catalogue_doc.py"

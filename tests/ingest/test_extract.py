@@ -12,13 +12,12 @@ import math
 from pathlib import Path
 
 import pytest
+from shared_data import corpus_log
 
 from trainaudit.errors import InputError
 from trainaudit.ingest import load_run
 from trainaudit.ingest.extract import Extractor, parse_line
 from trainaudit.model import Run
-
-from tests.shared_data import corpus_log
 
 
 def read(tmp_path: Path, text: str, name: str = "train.log") -> Run:

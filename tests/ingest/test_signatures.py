@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from shared_data import LOG_SAMPLES, sample_block, sample_blocks, write_lines
+from shared_data import LOG_SAMPLES, corpus_log, sample_block, sample_blocks, write_lines
 from trainaudit.ingest.signatures import GATE, SignatureScanner, is_user_frame, to_gib
-from trainaudit.ingest.text import iter_lines
+from trainaudit.ingest.text import Line, iter_lines
 from trainaudit.model import Event, EventKind
 
 SIG = "error_signatures.txt"
@@ -481,3 +481,14 @@ def test_more_hardware_and_loader_lines() -> None:
     assert events[0].data["pid"] == 31337 and events[0].data["dataloader_worker"] is True
     assert events[2].data["nccl_error"] == "unhandled system error" and events[2].data["nccl_version"] == "2.19.3"
     assert events[3].data["xid"] == 79 and events[3].data["category"] == "gpu_lost"
+
+
+def test_frames_without_their_traceback_header_are_a_traceback() -> None:
+    # a process killed while it hung leaves only its stack; a paste can start below the header
+    lines = corpus_log("pytorch-loop-vskode-acodet-47")
+    sc = SignatureScanner("log.txt")
+    events = [e for no, t in enumerate(lines, 1) for e in sc.feed(Line(no, t, None, t))] + sc.finish()
+    (tb,) = [e for e in events if e.kind is EventKind.TRACEBACK]
+    assert tb.data["incomplete"] is True
+    assert tb.data["frames"][-1]["function"] == "_try_get_data"
+    assert tb.data["frames"][-1]["file"].endswith("torch/utils/data/dataloader.py")
