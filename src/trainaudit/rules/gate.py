@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from trainaudit.answer.schema import Category, Severity
 from trainaudit.model import EventKind
-from trainaudit.rules.base import Context, Guidance, Hit, Rule, Scope, Thresholds
+from trainaudit.rules.base import Context, Guidance, Hit, Rule, Scope
 
 GOLDEN_GUIDANCE = Guidance(
     fix="Find what changed between the run that produced the golden values and this one (code, container, "
@@ -150,9 +150,6 @@ class ReferenceCheckFailed(Rule):
     severity = Severity.HIGH
     guidance = GOLDEN_GUIDANCE
     needs_more_data = ("the reference values and the run's values (for trainaudit compare)",)
-
-    class Params(Thresholds):
-        pass
 
     def check(self, ctx: Context) -> list[Hit]:
         evs = [e for e in ctx.events(EventKind.GATE) if e.data.get("passed") is not True]

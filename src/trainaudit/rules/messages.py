@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from trainaudit.answer.schema import Category, Severity
 from trainaudit.model import EventKind
-from trainaudit.rules.base import Context, Guidance, Hit, Rule, Thresholds
+from trainaudit.rules.base import Context, Guidance, Hit, Rule
 
 
 class KnownMessage(Rule):
@@ -34,9 +34,6 @@ class KnownMessage(Rule):
             "for gradient checkpointing, match the loss's input and target shapes.",
         impact="The message no longer appears and the symptom it explains goes away.",
         verify="Re-run and check the log no longer prints the message.")
-
-    class Params(Thresholds):
-        pass
 
     def check(self, ctx: Context) -> list[Hit]:
         hits: list[Hit] = []

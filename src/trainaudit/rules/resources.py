@@ -137,9 +137,6 @@ class HostOOM(Rule):
     severity = Severity.CRITICAL
     guidance = OOM_GUIDANCE
 
-    class Params(Thresholds):
-        pass
-
     def check(self, ctx: Context) -> list[Hit]:
         evs = ctx.events(EventKind.HOST_OOM)
         if not evs:
@@ -305,9 +302,6 @@ class CollectiveFailure(Rule):
     category = Category.DISTRIBUTED_FAILURE
     severity = Severity.CRITICAL
     guidance = DISTRIBUTED_GUIDANCE
-
-    class Params(Thresholds):
-        pass
 
     def check(self, ctx: Context) -> list[Hit]:
         evs = ctx.events(EventKind.NCCL_TIMEOUT, EventKind.DISTRIBUTED_ERROR)
@@ -819,9 +813,6 @@ class HardwareFault(Rule):
         impact="The run proceeds without the fault on other hardware.",
         verify="Check dmesg / nvidia-smi -q on the node; the re-run on other nodes passes the failing step.")
 
-    class Params(Thresholds):
-        pass
-
     def check(self, ctx: Context) -> list[Hit]:
         evs = ctx.events(EventKind.XID, EventKind.ECC, EventKind.GPU_LOST)
         if not evs:
@@ -897,9 +888,6 @@ class Crash(Rule):
             "with CUDA_LAUNCH_BLOCKING=1 and faulthandler enabled.",
         impact="The run passes the step where it crashed.",
         verify="Re-run to the same step; no traceback.")
-
-    class Params(Thresholds):
-        pass
 
     def check(self, ctx: Context) -> list[Hit]:
         # the fp16 scaler giving up and a framework's NaN stop are not crashes: TA104 and TA101 report them

@@ -54,6 +54,14 @@ class Template:
         return len(self.keys)
 
 
+
+def _usable_cpus() -> int:
+    """CPUs this process may run on (the affinity mask on Linux; macOS and Windows have no
+    ``os.sched_getaffinity``)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
 def build_template(raw: bytes) -> Template | None:
     """A template from one physical line (no newline), or None if the line is not a plain,
     all-numeric Megatron iteration line."""
@@ -396,7 +404,7 @@ def read_fast(reader: LineReader, tpl: Template, inp: InputFile, sink: Sink, sca
     if inp.fs_path is not None and not inp.compressed:
         path = str(inp.fs_path)
         ranges = file_ranges(path, inp.size, chunk_size)
-        nproc = workers if workers is not None else min(2, len(os.sched_getaffinity(0)))
+        nproc = workers if workers is not None else min(2, _usable_cpus())
         if nproc > 1 and inp.size >= POOL_MIN_SIZE:
             results = _pooled(path, ranges, tpl, nproc)
         else:
