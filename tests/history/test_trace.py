@@ -36,11 +36,13 @@ def test_roles_of_each_kind_of_commit(repo) -> None:
     assert "test scope" in _by_sha(t, shas["broken"]).reason
 
 
-@pytest.mark.parametrize("kind,top", [("real_regression", "model"), ("numerical_drift", "container"),
-                                      ("gating_policy_issue", "container")])
-def test_ranking_follows_the_kind_of_failure(repo, kind: str, top: str) -> None:
+@pytest.mark.parametrize("kind,category,top", [("real_regression", None, "model"), ("numerical_drift", None, "container"),
+                                               ("gating_policy_issue", "throughput_regression", "container"),
+                                               ("gating_policy_issue", "golden_mismatch", "golden")])
+def test_ranking_follows_the_kind_of_failure(repo, kind: str, category: str | None, top: str) -> None:
     root, shas = repo
-    t = trace(str(root), shas["base"], shas["golden"], Context(kind=kind, test_case=CASE))
+    t = trace(str(root), shas["base"], shas["golden"], Context(kind=kind, category=category, test_case=CASE,
+                                                               golden_paths=[GOLDEN]))
     assert t.commits[0].commit.sha == shas[top], [(c.commit.title, c.relevance) for c in t.commits]
 
 

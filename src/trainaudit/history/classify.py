@@ -1,52 +1,218 @@
-"""Classify commits by what they touched, and rank them by relevance to a failing check.
+"""Score every commit of a range by how well it explains one failing check.
 
-Roles (SPEC.md ``commits[].role``):
-- ``golden_update``: golden-value files changed;
-- ``environment_change``: container image, Dockerfile, requirements/lock files, CUDA/TE/NCCL/PyTorch
-  versions in CI config;
-- ``policy_change``: the comparator, tolerances, METRICS, or the test's scope (moved to a
-  broken/flaky list);
-- ``suspect``: training or model code, more so on the failing test's path;
-- ``fix``: after the bad revision, a commit that changes the same goldens, reverts a suspect or
-  disables the test.
+Each commit is described by what it touched relative to the failing test (:class:`Evidence`):
 
-Only commits touching CI/config files have their diff read (to see version bumps and scope
-changes), so classifying thousands of commits costs one ``git log`` plus a handful of ``git show``.
+- the test's own folder: the failing golden, the test's other goldens, its ``model_config.yaml``
+  (with the arguments its diff changes), a recipe line naming the test;
+- the code the test runs (:mod:`trainaudit.history.features`): the test's own features (MoE, MLA,
+  hybrid, FSDP, multimodal, RL...), the generic training code every test runs, or code the test
+  does not run;
+- the environment, graded by what moved: the base image, Transformer Engine, PyTorch, NCCL/CUDA,
+  kernel libraries, other pins, a routine lock refresh, CI plumbing (:func:`env_grade`);
+- the comparator and extractor (tests/functional_tests/python_test_utils), the launch scripts;
+- how many other goldens it regenerated: a commit that rewrites many goldens admits that numerics
+  moved with it.
+
+The failure's explanation (:data:`WEIGHTS`: drift, a training change, memory, wall-clock, a
+malformed golden, a golden older than the comparator or config, a redefined reported metric or
+test, a crash) weighs those components, so a
+container bump leads a numerical drift or a wall-clock failure, a model change a training change,
+and the comparator or the golden's author a gating problem. The relevance is the weighted sum
+(capped at 1), the role the component that contributes most, and the reason lists the evidence in
+that order. Equal scores are ordered by the number of kinds of evidence, then by the number of
+relevant files; only then by date.
+
+Roles (SPEC.md ``commits[].role``): ``golden_update``, ``environment_change``, ``policy_change``
+(comparator, tolerances, METRICS, the test's scope or config), ``suspect`` (model and training
+code), ``fix`` (after the bad revision: a commit that reverts a suspect, rewrites the same golden or
+disables the test).
 """
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 
+from trainaudit.history.features import (ARGUMENTS, DEFINING_ARGS, GENERIC_TRAINING, is_code, message_features,
+                                         path_features)
 from trainaudit.history.git import CommitInfo, Repo
 
 GOLDEN_RE = re.compile(r"golden[_-]?values?[^/]*\.json$|(^|/)golden[^/]*\.(json|ya?ml)$", re.I)
 ENV_FILE_RE = re.compile(r"(^|/)(Dockerfile[^/]*|[^/]*\.dockerfile|requirements[^/]*\.(txt|in)|constraints[^/]*\.txt|"
                          r"[^/]*\.lock|environment\.ya?ml|conda[^/]*\.ya?ml|setup\.py|pyproject\.toml|"
-                         r"docker/[^/]+)$", re.I)
-CI_FILE_RE = re.compile(r"(^|/)(\.gitlab-ci\.ya?ml|\.github/workflows/[^/]+|\.gitlab/[^/]+|jet[^/]*\.ya?ml|"
-                        r"tests/test_utils/recipes/.+\.ya?ml|ci/.+\.(ya?ml|sh)|\.ci/.+)$", re.I)
-ENV_DIFF_RE = re.compile(r"^[+-].*(image|container|FROM |cuda|cudnn|nccl|transformer[-_]engine|\bte\b|pytorch|"
-                         r"torch==|nvcr\.io|py3|cublas)", re.I | re.M)
-SCOPE_DIFF_RE = re.compile(r"^\+.*(-broken|broken|flaky|scope\s*:|skip|disabled?)", re.I | re.M)
-COMPARATOR_RE = re.compile(r"(python_test_utils/|conftest\.py$|compar|tolerance|threshold|golden[^/]*\.py$|"
-                           r"check_golden)", re.I)
+                         r"docker/.+|\.ngc_version[^/]*|manifest\.json)$", re.I)
+CI_FILE_RE = re.compile(r"(^|/)(\.gitlab-ci\.ya?ml|\.github/workflows/[^/]+|\.gitlab/.+|jet[^/]*\.ya?ml|"
+                        r"ci/.+\.(ya?ml|sh)|\.ci/.+)$", re.I)
+RECIPE_RE = re.compile(r"(^|/)tests/test_utils/recipes/.+\.ya?ml$", re.I)
+COMPARATOR_RE = re.compile(r"(^|/)tests/functional_tests/python_test_utils/(?!test_(inference|grpo)).+\.py$|"
+                           r"(^|/)(compare|check)_golden[^/]*\.py$", re.I)
+LAUNCHER_RE = re.compile(r"(^|/)tests/functional_tests/shell_test_utils/.+|(^|/)tests/test_utils/python_scripts/"
+                         r"(launch|generate)[^/]*\.py$|(^|/)(run_ci_test|_run_training)[^/]*\.sh$", re.I)
 TEST_CONFIG_RE = re.compile(r"model_config\.ya?ml$", re.I)
-CODE_RE = re.compile(r"\.(py|cu|cuh|cpp|cc|c|h|hpp|pyx)$")
-NON_CODE_DIRS = ("tests/", "test/", "docs/", "doc/", ".github/", "examples/tests/")
 REVERT_RE = re.compile(r'^Revert\b|This reverts commit ([0-9a-f]{7,40})', re.I | re.M)
+SCOPE_DIFF_RE = re.compile(r"^\+.*(-broken|broken|flaky|scope\s*:|skip|disabled?)", re.I | re.M)
+THRESHOLD_WORDS = re.compile(r"rtol|atol|threshold|toleran|step[-_ ]size|METRICS|CHECK_THRESHOLDS|is_close|"
+                             r"allclose|median|window|budget|failing_steps|golden", re.I)
+
+# git pathspecs covering the files whose patches are read (environment, CI, recipes, comparator,
+# launch scripts), so their diffs come from one git call that runs while the commit list is read.
+CONFIG_PATHSPECS = [
+    ":(glob,icase)**/Dockerfile*", ":(glob)**/*.dockerfile", ":(glob)**/requirements*.txt", ":(glob)**/requirements*.in",
+    ":(glob)**/constraints*.txt", ":(glob)**/*.lock", ":(glob)**/environment.y*ml", ":(glob)**/conda*.y*ml",
+    ":(glob)**/setup.py", ":(glob)**/pyproject.toml", ":(glob)**/docker/**", ":(glob)**/.ngc_version*",
+    ":(glob)**/.gitlab-ci.y*ml", ":(glob)**/.github/workflows/*", ":(glob)**/.gitlab/**", ":(glob)**/jet*.y*ml",
+    ":(glob)**/tests/test_utils/recipes/**", ":(glob)**/tests/functional_tests/python_test_utils/*.py",
+    ":(glob)**/tests/functional_tests/shell_test_utils/**", ":(glob)**/ci/**", ":(glob)**/.ci/**",
+]
+
+# -- the environment, graded ------------------------------------------------------------------------
+# (what moved, weight): the base image decides every kernel; TE and PyTorch most of them; NCCL/CUDA
+# the reductions; kernel libraries some; any other pin little; a lock refresh or CI plumbing almost
+# nothing.
+ENV_KINDS: tuple[tuple[str, str, float], ...] = (
+    ("base image", r"nvcr\.io/nvidia/pytorch|pytorch:\d\d\.\d\d|base[_-]?image|from_image|ngc[-_]pytorch|"
+                   r"\.ngc_version|^FROM\s+\S+:\S+", 1.0),
+    ("Transformer Engine", r"transformer[-_]?engine|\bTE_(COMMIT|VERSION|REF)\b|\bte==|TransformerEngine", 0.9),
+    ("PyTorch", r"\btorch\s*(==|>=|~=|<=|@)|\bpytorch[_-]?version\b|\btorch_version\b", 0.9),
+    ("NCCL/CUDA/cuDNN", r"\bnccl\b|nvidia-nccl|\bcuda[-_ ]?(version|\d)|cudnn|cublas|NCCL_[A-Z_]+", 0.8),
+    ("kernel library", r"triton|flash[-_]?attn|apex|mamba|causal[-_]conv1d|grouped[-_]gemm|deep_?ep|cutlass|"
+                       r"nvidia-[a-z-]+-cu\d+", 0.6),
+)
+_ENV_RX = [(name, re.compile(rx, re.I | re.M), w) for name, rx, w in ENV_KINDS]
+_ASSIGN = re.compile(r"^([+-])\s*(?:ARG\s+|ENV\s+|export\s+)?([\w.\-\"' ]+?)\s*(==|>=|<=|~=|=|:)\s*(.+?)\s*$")
+_IMAGE = re.compile(r"([\w./-]*(?:pytorch|cuda|ubuntu)[\w./-]*):([\w.\-]+)", re.I)
+ENV_TITLE_RE = re.compile(r"\b(bump|upgrade|update|move to)\b.{0,40}\b(pyt|pytorch|container|image|te\b|"
+                          r"transformer[- ]engine|nccl|cuda|base)", re.I)
+
+
+@dataclass(slots=True)
+class EnvChange:
+    grade: float = 0.0
+    what: str = ""
+
+
+def env_grade(diff: str, files: list[str], title: str = "") -> EnvChange:
+    """How much a commit moved the environment, from its patch of environment/CI files: a value
+    that changed between a removed and an added line (a version bump) counts fully, a new or
+    dropped pin half, an environment file changed without any version 0.15 (a Dockerfile
+    restructure, a lock refresh of other packages), CI plumbing 0.05."""
+    removed: dict[str, str] = {}
+    added: dict[str, str] = {}
+    for line in diff.splitlines():
+        if line[:1] not in ("+", "-") or line.startswith(("+++", "---")):
+            continue
+        for m in _IMAGE.finditer(line):
+            (removed if line[0] == "-" else added)[m.group(1).lower()] = m.group(2)
+        a = _ASSIGN.match(line)
+        if a:
+            (removed if a.group(1) == "-" else added)[a.group(2).strip(" \"'").lower()] = a.group(4)
+    best = EnvChange()
+    for key in set(removed) | set(added):
+        old, new = removed.get(key), added.get(key)
+        if old == new:
+            continue  # moved, not changed
+        for name, rx, w in _ENV_RX:
+            text = f"{key} {old or ''} {new or ''}"
+            if rx.search(text):
+                g = w if old is not None and new is not None else w / 2
+                if g > best.grade:
+                    how = f"{old} → {new}" if old and new else (f"added {new}" if new else f"dropped {old}")
+                    best = EnvChange(g, f"{name} {key.strip()}: {how}"[:160])
+                break
+        else:
+            if old is not None and new is not None and best.grade < 0.3 and re.search(r"\d", f"{old}{new}"):
+                best = EnvChange(0.3, f"pin {key.strip()}: {old} → {new}"[:160])
+    if best.grade:
+        return best
+    env_files = [f for f in files if ENV_FILE_RE.search(f)]
+    if ENV_TITLE_RE.search(title) and env_files:
+        return EnvChange(0.7, f"the message announces an environment change: {title[:80]}")
+    if env_files:
+        lock_only = all(f.endswith(".lock") for f in env_files)
+        return EnvChange(0.1 if lock_only else 0.15,
+                         ("a lock-file refresh" if lock_only else "environment files changed without a version move")
+                         + f" ({', '.join(env_files[:2])})")
+    if any(CI_FILE_RE.search(f) for f in files):
+        return EnvChange(0.05, "CI configuration")
+    return best
+
+
+# -- what explains what ------------------------------------------------------------------------
+# explanation (set by the verdict: which kind of change the failure points to) -> component -> weight
+WEIGHTS: dict[str | None, dict[str, float]] = {
+    "drift": {"env": 0.6, "code": 0.35, "regen": 0.3, "own_golden": 0.35, "own_config": 0.3, "comparator": 0.1,
+              "launcher": 0.05, "recipe": 0.05, "golden": 0.1},
+    "training": {"code": 0.6, "env": 0.2, "regen": 0.3, "own_golden": 0.35, "own_config": 0.3, "comparator": 0.05,
+                 "launcher": 0.05, "recipe": 0.05, "golden": 0.1},
+    "memory": {"code": 0.55, "env": 0.3, "regen": 0.25, "own_golden": 0.35, "own_config": 0.3, "launcher": 0.1,
+               "comparator": 0.05, "recipe": 0.05, "golden": 0.1},
+    "wall_clock": {"env": 0.55, "launcher": 0.45, "comparator": 0.5, "code": 0.2, "regen": 0.15, "own_golden": 0.35,
+                   "own_config": 0.35, "recipe": 0.2, "golden": 0.2},
+    "golden": {"golden": 0.9, "comparator": 0.55, "own_config": 0.45, "recipe": 0.5, "own_golden": 0.3, "env": 0.1,
+               "code": 0.1, "regen": 0.1, "launcher": 0.2},
+    "stale_golden": {"comparator": 0.8, "recipe": 0.8, "own_config": 0.5, "golden": 0.3, "launcher": 0.3,
+                     "own_golden": 0.2, "env": 0.1, "code": 0.1, "regen": 0.1},
+    "reported_metric": {"code": 0.55, "comparator": 0.35, "own_golden": 0.35, "regen": 0.25, "env": 0.1,
+                        "own_config": 0.2, "recipe": 0.05, "golden": 0.1, "launcher": 0.05},
+    "test_redefined": {"own_config": 0.9, "recipe": 0.4, "code": 0.2, "env": 0.1, "regen": 0.1, "own_golden": 0.2,
+                       "comparator": 0.2, "golden": 0.2, "launcher": 0.1},
+    "crash": {"code": 0.55, "env": 0.35, "own_config": 0.45, "launcher": 0.35, "comparator": 0.1, "regen": 0.05,
+              "own_golden": 0.1, "recipe": 0.1, "golden": 0.05},
+    "infra": {"env": 0.5, "launcher": 0.35, "code": 0.2, "own_config": 0.3, "comparator": 0.05, "regen": 0.0,
+              "own_golden": 0.05, "recipe": 0.1, "golden": 0.0},
+    None: {"code": 0.45, "env": 0.45, "comparator": 0.3, "own_config": 0.3, "regen": 0.2, "own_golden": 0.3,
+           "launcher": 0.2, "recipe": 0.2, "golden": 0.3},
+}
+ROLE_OF = {"env": "environment_change", "code": "suspect", "comparator": "policy_change", "launcher": "policy_change",
+           "recipe": "policy_change", "own_config": "policy_change", "golden": "golden_update",
+           "own_golden": "golden_update", "regen": "golden_update"}
+# A verdict (and, for gating issues, a category) -> the explanation it implies when the audit does
+# not name one.
+EXPLANATION_OF: dict[str, str] = {"numerical_drift": "drift", "real_regression": "training",
+                                  "real_regression:memory_growth": "memory",
+                                  "gating_policy_issue:throughput_regression": "wall_clock",
+                                  "gating_policy_issue": "golden", "crash": "crash", "infrastructure_failure": "infra"}
 
 
 @dataclass
 class Context:
-    """What the failure looks like, to weigh roles: ``kind`` is a verdict of SPEC.md (or None)."""
+    """What the failure looks like. ``kind``: a verdict of SPEC.md (or None); ``explanation``: one
+    key of :data:`WEIGHTS` when the audit knows more than the verdict (a redefined metric...)."""
 
     kind: str | None = None
     metrics: list[str] = field(default_factory=list)
-    test_case: str | None = None
+    test_case: str | None = None  # the test's folder, repository-relative
     golden_paths: list[str] = field(default_factory=list)
+    category: str | None = None
+    explanation: str | None = None
+    features: set[str] = field(default_factory=set)
+    config_path: str | None = None
+
+    @property
+    def explanation_key(self) -> str | None:
+        key = self.explanation or EXPLANATION_OF.get(f"{self.kind}:{self.category}") or \
+            EXPLANATION_OF.get(self.kind or "")
+        return key if key in WEIGHTS else None
+
+    @property
+    def weights(self) -> dict[str, float]:
+        return WEIGHTS[self.explanation_key]
+
+
+@dataclass
+class Evidence:
+    """What one commit touched, relative to the failing test; each component in [0, 1]."""
+
+    parts: dict[str, float] = field(default_factory=dict)
+    why: dict[str, str] = field(default_factory=dict)
+    n_relevant: int = 0
+
+    def add(self, part: str, value: float, why: str) -> None:
+        if value > self.parts.get(part, 0.0):
+            self.parts[part] = value
+            self.why[part] = why
 
 
 @dataclass
@@ -57,119 +223,242 @@ class Classified:
     relevance: float
     reason: str
     after_bad: bool = False
+    evidence: Evidence | None = None
 
 
-# How much each role explains each kind of failure (rows: verdict; cols: role).
-_WEIGHTS: dict[str | None, dict[str, float]] = {
-    "gating_policy_issue": {"environment_change": 0.85, "policy_change": 0.8, "golden_update": 0.55, "suspect": 0.2},
-    "numerical_drift": {"environment_change": 0.9, "golden_update": 0.5, "policy_change": 0.45, "suspect": 0.35},
-    "real_regression": {"suspect": 0.75, "environment_change": 0.45, "golden_update": 0.4, "policy_change": 0.3},
-    "crash": {"suspect": 0.6, "environment_change": 0.55, "policy_change": 0.3, "golden_update": 0.1},
-    "infrastructure_failure": {"environment_change": 0.6, "suspect": 0.3, "policy_change": 0.2, "golden_update": 0.1},
-    None: {"suspect": 0.5, "environment_change": 0.5, "policy_change": 0.45, "golden_update": 0.4},
+def _case_name(test_case: str | None) -> str:
+    return PurePosixPath(test_case).name if test_case else ""
+
+
+# Features that single a test out (its code runs in few tests) weigh more than those most tests share.
+DISTINCTIVE = frozenset({"moe", "mla", "mtp", "hybrid", "fsdp", "fp8", "cudagraph", "multimodal", "t5", "bert", "rl",
+                         "inference", "muon", "offload", "recompute", "context_parallel", "post_training"})
+COMMON = frozenset({"te", "tensor_parallel", "pipeline_parallel", "data", "gpt"})
+
+
+def code_relevance(files: list[str], features: set[str]) -> tuple[float, str, int]:
+    """(relevance of the code a commit touched to a test with ``features``, the best file and why,
+    the number of relevant files)."""
+    best, why, n = 0.0, "", 0
+    for f in files:
+        if not is_code(f) or COMPARATOR_RE.search(f) or LAUNCHER_RE.search(f):
+            continue
+        feats = path_features(f)
+        own, other = feats & DISTINCTIVE & features, feats & DISTINCTIVE - features
+        if own:
+            r, w = 1.0, f"{f} ({', '.join(sorted(own))}: what this test exercises)"
+        elif other:
+            r, w = 0.05, f"{f} ({', '.join(sorted(other))}: a feature this test does not use)"
+        elif feats & COMMON & features:
+            r, w = 0.7, f"{f} ({', '.join(sorted(feats & COMMON & features))}: on the test's path)"
+        elif "checkpointing" in feats:
+            # saving runs in the first run too, but the golden check compares values logged before
+            # any resume
+            r, w = 0.3, f"{f} (checkpointing)"
+        elif ARGUMENTS.search(f):
+            r, w = 0.25, f"{f} (arguments/config)"
+        elif GENERIC_TRAINING.search(f):
+            r, w = 0.6, f"{f} (training code every test runs)"
+        elif f.startswith("megatron/core/"):
+            r, w = 0.5, f"{f} (core library code)"
+        elif f.startswith("megatron/"):
+            r, w = 0.3, f
+        else:
+            r, w = 0.4, f"{f} (code outside Megatron-LM's layout: on the path as far as can be told)"
+        n += r >= 0.5
+        if r > best:
+            best, why = r, w
+    if best >= 0.5:
+        best = min(1.0, best * (0.85 + 0.15 * min(1.0, n / 8)))
+    return best, why, n
+
+
+def evidence_of(c: CommitInfo, ctx: Context, diff: str) -> Evidence:
+    ev = Evidence()
+    case_dir = (ctx.test_case or "").rstrip("/")
+    case = _case_name(ctx.test_case)
+    failing = set(ctx.golden_paths)
+    files = [f for f in c.files if f not in c.moved]  # a file moved unchanged changes nothing
+    # regenerated goldens: existing files rewritten (a golden added for a new platform or deleted
+    # records no change of numerics)
+    goldens = [f for f in files if GOLDEN_RE.search(f) and c.status.get(f, "M") == "M"]
+    own_goldens = [f for f in goldens if case_dir and f.startswith(case_dir + "/") and f not in failing]
+    rewritten = failing & {f for f in files if c.status.get(f, "M") in ("M", "A")}
+    if rewritten:
+        ev.add("golden", 1.0, f"writes the failing golden ({next(iter(rewritten))})")
+    elif own_goldens and not failing:
+        ev.add("golden", 0.8, f"rewrites this test's golden ({PurePosixPath(own_goldens[0]).name})")
+    others = len(goldens) - len(own_goldens) - len(failing & set(goldens))
+    content_files = [f for f in files if not GOLDEN_RE.search(f)]
+    # the test's own config
+    own_cfg = [f for f in files if TEST_CONFIG_RE.search(f) and case_dir and f.startswith(case_dir + "/")]
+    if own_cfg:
+        changed = _config_keys(diff, own_cfg[0])
+        defining = [k for k in changed if DEFINING_ARGS.match(k)]
+        weight = 1.0 if defining else (0.6 if changed else 0.5)
+        ev.add("own_config", weight, "changes this test's model_config.yaml"
+               + (f" ({', '.join(changed[:5])})" if changed else ""))
+    # recipes naming the test
+    recipes = [f for f in files if RECIPE_RE.search(f)]
+    if recipes and case:
+        text = _diff_of(diff, recipes)
+        if case in text:
+            scope = bool(SCOPE_DIFF_RE.search(text))
+            ev.add("recipe", 1.0, "changes the test scope of this test (recipe" + (", moved to broken/flaky or re-scoped)" if scope else ")"))
+        else:
+            ev.add("recipe", 0.1, f"changes test recipes ({PurePosixPath(recipes[0]).name}), not this test's lines")
+    # comparator / extractor and launchers
+    comparator = [f for f in files if COMPARATOR_RE.search(f)]
+    if comparator:
+        text = _diff_of(diff, comparator)
+        names_metric = any(m in text for m in ctx.metrics)
+        thresholds = bool(THRESHOLD_WORDS.search(text))
+        ev.add("comparator", 1.0 if names_metric else (0.8 if thresholds else 0.5),
+               f"changes the golden-value comparator/extractor ({PurePosixPath(comparator[0]).name}"
+               + (", the failing metric's check" if names_metric else ", its tolerances or sampling" if thresholds else "")
+               + ")")
+    launcher = [f for f in files if LAUNCHER_RE.search(f)]
+    if launcher:
+        ev.add("launcher", 0.7, f"changes how the tests are launched ({PurePosixPath(launcher[0]).name})")
+    # environment
+    env = env_grade(_diff_of(diff, [f for f in files if ENV_FILE_RE.search(f) or CI_FILE_RE.search(f)]),
+                    files, f"{c.title}\n{c.body.splitlines()[0] if c.body else ''}")
+    if env.grade:
+        ev.add("env", env.grade, f"changes the environment: {env.what}")
+    nccl_cfg = [k for k in (_config_keys(diff, own_cfg[0]) if own_cfg else []) if k.startswith(("NCCL", "NVTE", "CUBLAS"))]
+    if nccl_cfg:
+        ev.add("env", 0.7, f"changes this test's numerics environment ({', '.join(nccl_cfg[:3])})")
+    # code
+    rel, why, n = code_relevance(content_files, ctx.features or {"gpt", "data"})
+    if rel:
+        ev.add("code", rel, f"changes code: {why}")
+        ev.n_relevant = n
+    # Regenerated goldens admit that numerics moved with the commit's own change; a commit that
+    # only refreshes goldens follows a change made before it.
+    if ev.parts.keys() - {"golden", "recipe"}:
+        if own_goldens:
+            # a commit that rewrote this test's golden for another platform but left the failing one
+            # as it was: on the failing platform the test apparently still passed after it
+            ev.add("own_golden", 0.5 if failing and not rewritten else 1.0,
+                   f"regenerates this test's other golden(s) ({PurePosixPath(own_goldens[0]).name})")
+        if others:
+            ev.add("regen", 1 - math.exp(-others / 6),
+                   f"regenerates {others} other golden file(s): numerics moved with it")
+    # the message: naming the test, or a feature the test exercises, when the commit has content
+    text = f"{c.title}\n{c.body}"
+    if case and case in text:
+        ev.add("named", 1.0, "its message names this test")
+    elif ev.parts.keys() - {"golden", "recipe"} and (said := message_features(text) & ctx.features):
+        ev.add("named", 0.4, f"its message names what the test exercises ({', '.join(sorted(said))})")
+    return ev
+
+
+def _diff_of(diff: str, paths: list[str]) -> str:
+    """The parts of a ``git log -p`` patch that belong to ``paths``."""
+    if not diff or not paths:
+        return ""
+    out: list[str] = []
+    keep = False
+    wanted = set(paths)
+    for line in diff.splitlines():
+        if line.startswith("diff --git "):
+            keep = any(line.endswith(" b/" + p) for p in wanted)
+            continue
+        if keep:
+            out.append(line)
+    return "\n".join(out)
+
+
+def _config_keys(diff: str, path: str) -> list[str]:
+    """Argument names on the changed lines of a model_config.yaml patch."""
+    keys: list[str] = []
+    for line in _diff_of(diff, [path]).splitlines():
+        if line[:1] in "+-" and not line.startswith(("+++", "---")):
+            m = re.match(r"^[+-]\s*([\w\-.]+)\s*:", line)
+            if m and m.group(1) not in keys:
+                keys.append(m.group(1))
+    return keys
+
+
+ADMISSION = ("regen", "own_golden")  # goldens rewritten with the commit: how sure its change moved numbers
+# explanation -> the kinds of change that can produce it: the goldens a commit rewrote count in
+# proportion to how strongly it made such a change (a container bump that rewrote goldens explains
+# drift, not a model change)
+CAN_CAUSE: dict[str | None, tuple[str, ...]] = {
+    "drift": ("env", "code", "own_config"), "training": ("code", "own_config"),
+    "memory": ("code", "env", "own_config"), "wall_clock": ("env", "launcher", "code", "own_config", "comparator"),
+    "golden": ("golden", "comparator"), "stale_golden": ("comparator", "recipe", "own_config", "launcher"),
+    "reported_metric": ("code", "comparator"), "test_redefined": ("own_config", "recipe"),
+    "crash": ("code", "env", "own_config", "launcher"), "infra": ("env", "launcher", "own_config"),
+    None: ("code", "env", "own_config", "comparator", "launcher", "recipe", "golden"),
 }
 
 
-def _is_code(path: str) -> bool:
-    return bool(CODE_RE.search(path)) and not path.startswith(NON_CODE_DIRS) and "/tests/" not in path
-
-
-# git pathspecs covering ENV_FILE_RE and CI_FILE_RE, so their diffs can be read in one call that
-# runs while the commit list is still being read.
-CONFIG_PATHSPECS = [
-    ":(glob,icase)**/Dockerfile*", ":(glob)**/*.dockerfile", ":(glob)**/requirements*.txt", ":(glob)**/requirements*.in",
-    ":(glob)**/constraints*.txt", ":(glob)**/*.lock", ":(glob)**/environment.y*ml", ":(glob)**/conda*.y*ml",
-    ":(glob)**/setup.py", ":(glob)**/pyproject.toml", ":(glob)**/docker/*", ":(glob)**/.gitlab-ci.y*ml",
-    ":(glob)**/.github/workflows/*", ":(glob)**/.gitlab/*", ":(glob)**/jet*.y*ml", ":(glob)**/tests/test_utils/recipes/**",
-    ":(glob)**/ci/**", ":(glob)**/.ci/**",
-]
-
-
-class _PathKinds:
-    """Per-path classification, cached: a history has far fewer distinct paths than commits."""
-
-    def __init__(self) -> None:
-        self._cache: dict[str, tuple[bool, bool, bool, bool, bool, bool]] = {}
-
-    def __call__(self, f: str) -> tuple[bool, bool, bool, bool, bool, bool]:
-        k = self._cache.get(f)
-        if k is None:
-            k = self._cache[f] = (bool(GOLDEN_RE.search(f)), bool(ENV_FILE_RE.search(f)), bool(CI_FILE_RE.search(f)),
-                                  bool(COMPARATOR_RE.search(f)) and f.endswith(".py"), bool(TEST_CONFIG_RE.search(f)),
-                                  _is_code(f))
-        return k
-
-
-def roles_of(repo: Repo, c: CommitInfo, diffs: dict[str, str] | None = None,
-             kinds: _PathKinds | None = None) -> tuple[list[str], list[str]]:
-    """Roles a commit plays, with a short reason per role. ``diffs`` holds pre-read patches of
-    CI/environment files by sha; without it they are read per commit."""
-    kinds = kinds or _PathKinds()
-    roles: list[str] = []
-    why: list[str] = []
-    fk = [(f, kinds(f)) for f in c.files]
-    golden = [f for f, k in fk if k[0]]
-    if golden:
-        roles.append("golden_update")
-        why.append(f"changes {len(golden)} golden-value file(s)")
-    env = [f for f, k in fk if k[1]]
-    ci = [f for f, k in fk if k[2]]
-    if not (ci or env):
-        diff = ""
-    elif diffs is not None:
-        diff = diffs.get(c.sha, "")
-    else:
-        diff = repo.diff_text(c.sha, ci + env)
-    env_lines = ENV_DIFF_RE.findall(diff)
-    if env or (ci and env_lines) or re.search(r"\b(docker|container|image|base image)\b.*\b(bump|update|upgrade)|"
-                                               r"\b(bump|update|upgrade)\b.*\b(docker|container|image|cuda|nccl|"
-                                               r"pytorch|transformer.engine)", c.title, re.I):
-        roles.append("environment_change")
-        why.append("changes the environment (" + ", ".join((env + ci)[:3] or ["title"]) + ")")
-    comparator = [f for f, k in fk if k[3]]
-    scope = bool(ci and SCOPE_DIFF_RE.search(diff))
-    configs = [f for f, k in fk if k[4]]
-    if comparator or scope:
-        roles.append("policy_change")
-        why.append("changes the comparator" if comparator else "changes the test scope (broken/flaky)")
-    elif configs and not golden:
-        roles.append("policy_change")
-        why.append("changes test config " + configs[0])
-    code = [f for f, k in fk if k[5] and not k[3]]
-    if code:
-        roles.append("suspect")
-        why.append(f"changes {len(code)} code file(s), e.g. {code[0]}")
-    return roles, why
+def score(ev: Evidence, ctx: Context) -> tuple[float, str, list[str]]:
+    """(relevance, role, the reasons ordered by contribution): each component weighted for the
+    explanation, the rewritten goldens in proportion to the change they vouch for."""
+    w = ctx.weights
+    content = {k: w.get(k, 0.0) * v for k, v in ev.parts.items() if k not in ADMISSION and k != "named"}
+    fit = max((ev.parts.get(k, 0.0) for k in CAN_CAUSE.get(ctx.explanation_key, CAN_CAUSE[None])), default=0.0)
+    contrib = dict(content)
+    contrib.update({k: w.get(k, 0.0) * ev.parts[k] * fit for k in ADMISSION if k in ev.parts})
+    total = sum(contrib.values()) + 0.15 * ev.parts.get("named", 0.0)
+    if not contrib or total <= 0:
+        return 0.0, "suspect", []
+    top = max(content or contrib, key=lambda k: (content or contrib)[k])
+    order = sorted(ev.why, key=lambda k: -contrib.get(k, 0.0))
+    return min(1.0, total), ROLE_OF[top], [ev.why[k] for k in order]
 
 
 def classify(repo: Repo, commits: list[CommitInfo], ctx: Context, *, after_bad: list[CommitInfo] | None = None,
-             suspects_for_fix: list[str] | None = None, diffs: dict[str, str] | None = None) -> list[Classified]:
+             suspects_for_fix: list[str] | None = None, diffs: dict[str, str] | None = None,
+             extra: list[tuple[CommitInfo, str]] | None = None) -> list[Classified]:
+    """Every commit of the range that touched anything relevant, best first; ``extra``: commits
+    outside the range offered as candidates (the commit that wrote the golden at --good), each
+    with the reason it is offered."""
     out: list[Classified] = []
-    weights = _WEIGHTS.get(ctx.kind, _WEIGHTS[None])
-    case_parts = _case_parts(ctx.test_case)
-    kinds = _PathKinds()
+    diffs = diffs or {}
     for c in commits:
-        roles, why = roles_of(repo, c, diffs, kinds)
-        if not roles:
+        ev = evidence_of(c, ctx, diffs.get(c.sha, ""))
+        rel, role, reasons = score(ev, ctx)
+        if rel <= 0.0:
             continue
-        best = max(roles, key=lambda r: weights.get(r, 0.1))
-        rel = weights.get(best, 0.1)
-        on_path = [f for f in c.files if case_parts and any(p in f for p in case_parts)]
-        if on_path:
-            rel += 0.1
-            why.append(f"touches the failing test's files ({on_path[0]})")
-        if ctx.metrics and any(m.lower() in (c.title + " " + c.body).lower() for m in ctx.metrics):
-            rel += 0.05
-            why.append("its message names the failing metric")
-        out.append(Classified(c, roles, best, min(rel, 1.0), "; ".join(why)))
+        roles = list(dict.fromkeys(ROLE_OF[k] for k in ev.parts if k in ROLE_OF))
+        out.append(Classified(c, roles, role, round(rel, 3), "; ".join(reasons), evidence=ev))
+    for c, why in (extra or []) if ctx.weights.get("golden", 0.0) >= 0.5 else []:
+        ev = Evidence()
+        ev.add("golden", 1.0, why)
+        rel, role, reasons = score(ev, ctx)
+        out.append(Classified(c, ["golden_update"], role, round(rel, 3), "; ".join(reasons), evidence=ev))
+    _cancel_reverts(out)
     golden_set = set(ctx.golden_paths) | {f for cl in out if "golden_update" in cl.roles for f in cl.commit.files
                                           if GOLDEN_RE.search(f)}
+    case = _case_name(ctx.test_case)
     for c in after_bad or []:
-        reason = _fix_reason(repo, c, golden_set, suspects_for_fix or [], case_parts)
+        reason = _fix_reason(repo, c, golden_set, suspects_for_fix or [], [case] if case else [])
         if reason:
             out.append(Classified(c, ["fix"], "fix", 0.7, reason, after_bad=True))
-    out.sort(key=lambda x: (-x.relevance, x.commit.date), reverse=False)
-    return out
+    ranked = sorted((x for x in out if not x.after_bad),
+                    key=lambda x: (-x.relevance, -len(x.evidence.parts) if x.evidence else 0,
+                                   -(x.evidence.n_relevant if x.evidence else 0), _neg_date(x.commit.date)))
+    return ranked + [x for x in out if x.after_bad]  # fixes in the order they landed
+
+
+def _neg_date(date: str) -> str:
+    """Newest first among equals (closest to the failure): invert the ISO date's characters."""
+    return "".join(chr(0x10FFFF - ord(ch)) for ch in date)
+
+
+def _cancel_reverts(out: list[Classified]) -> None:
+    """A change reverted inside the range is not live at bad: both commits lose most relevance."""
+    by_sha = {c.commit.sha: c for c in out}
+    for c in out:
+        for sha in REVERT_RE.findall(c.commit.body):
+            target = next((x for s, x in by_sha.items() if sha and s.startswith(sha)), None)
+            if target is not None and target is not c and target.commit.date <= c.commit.date:
+                for x in (target, c):
+                    x.relevance = round(x.relevance * 0.3, 3)
+                    x.reason += "; reverted within the range" if x is target else "; reverts a change of the range"
 
 
 def _fix_reason(repo: Repo, c: CommitInfo, goldens: set[str], suspects: list[str], case_parts: list[str]) -> str:
@@ -182,16 +471,9 @@ def _fix_reason(repo: Repo, c: CommitInfo, goldens: set[str], suspects: list[str
     same = [f for f in c.files if f in goldens]
     if same:
         return f"changes the same golden values ({same[0]})"
-    ci = [f for f in c.files if CI_FILE_RE.search(f)]
+    ci = [f for f in c.files if CI_FILE_RE.search(f) or RECIPE_RE.search(f)]
     if ci and case_parts:
         diff = repo.diff_text(c.sha, ci, context=5)  # context lines name the test case
         if SCOPE_DIFF_RE.search(diff) and any(p in diff for p in case_parts):
             return "disables or re-scopes the failing test"
     return ""
-
-
-def _case_parts(test_case: str | None) -> list[str]:
-    if not test_case:
-        return []
-    name = PurePosixPath(test_case).name
-    return [name] if name else []

@@ -119,6 +119,8 @@ class CommitInfo:
     body: str = ""
     files: list[str] = field(default_factory=list)
     parents: list[str] = field(default_factory=list)
+    moved: dict[str, str] = field(default_factory=dict)  # new path -> old path, for files moved unchanged
+    status: dict[str, str] = field(default_factory=dict)  # path -> A (added), M, D (deleted), R (moved)
 
 
 class Repo:
@@ -151,6 +153,18 @@ class Repo:
             raise InputError(f"{what} ({detail})")
         return proc.stdout.decode("utf-8", "replace")
 
+    @property
+    def name(self) -> str:
+        """How a report names the repository: its origin remote (without credentials), else its
+        folder's name; never a path of this machine."""
+        url = self._run(["config", "--get", "remote.origin.url"], what="git config", check=False).strip()
+        if url:
+            return re.sub(r"(?<=://)[^/@\s]*@", "", url)[:200]
+        folder = self.path.resolve()
+        if folder.name == ".git":
+            folder = folder.parent
+        return folder.name[:-4] if folder.name.endswith(".git") and len(folder.name) > 4 else folder.name
+
     def resolve(self, rev: str, option: str = "revision") -> str:
         """Full sha of a commit-ish, or InputError naming the option and the revision."""
         if not _REV_RE.match(rev):
@@ -168,12 +182,17 @@ class Repo:
                 paths: list[str] | None = None) -> tuple[list[CommitInfo], bool]:
         """Commits of ``rev_range`` (e.g. [good_sha + '..' + bad_sha] built from resolved shas),
         newest first, at most ``max_count``; returns (commits, truncated)."""
-        # Record separator first, so the --name-only file list that follows a header stays with it.
+        # Record separator first, so the --name-status file list that follows a header stays with it.
         fmt = _RECORD + _FIELD.join(["%H", "%cI", "%an", "%s", "%b", "%P"]) + _FIELD
-        args = ["log", f"--max-count={max_count + 1}", f"--format={fmt}", "--no-color", "--no-renames",
-                "--no-ext-diff", "--no-textconv"]
+        # A merge lists what it brought to its first parent (what landed on the branch), as a
+        # plain commit does (by default git log lists no files for merges). Exact renames are
+        # detected so that a moved file is not read as rewritten.
+        args = ["log", f"--max-count={max_count + 1}", f"--format={fmt}", "--no-color", "--no-ext-diff",
+                "--no-textconv", "--diff-merges=first-parent"]
         if with_files:
-            args.append("--name-only")
+            args += ["--name-status", "-M100%"]
+        else:
+            args.append("--no-renames")
         args += rev_range
         if paths:
             args += ["--", *paths]
@@ -183,9 +202,21 @@ class Repo:
             parts = rec.split(_FIELD)
             if len(parts) < 7:
                 continue
-            files = [f for f in parts[6].splitlines() if f.strip()]
+            files: list[str] = []
+            moved: dict[str, str] = {}
+            status: dict[str, str] = {}
+            for line in parts[6].splitlines():
+                cols = line.split("\t")
+                if len(cols) == 3 and cols[0].startswith("R"):
+                    files.append(cols[2])
+                    moved[cols[2]] = cols[1]
+                    status[cols[2]] = "R"
+                elif len(cols) == 2 and cols[1].strip():
+                    files.append(cols[1])
+                    status[cols[1]] = cols[0][:1]
             commits.append(CommitInfo(sha=parts[0], date=parts[1], author=parts[2], title=parts[3],
-                                      body=parts[4].strip(), parents=parts[5].split(), files=files))
+                                      body=parts[4].strip(), parents=parts[5].split(), files=files, moved=moved,
+                                      status=status))
         truncated = len(commits) > max_count
         return commits[:max_count], truncated
 
@@ -195,6 +226,17 @@ class Repo:
         if proc.returncode != 0:
             return None
         return proc.stdout[:max_bytes]
+
+    def renamed_from(self, good: str, bad: str, path: str) -> str | None:
+        """The path ``path`` (at ``bad``) had at ``good``, when a commit of ``good..bad`` moved it."""
+        out = self._run(["log", "--follow", "-M", "--name-status", "--format=", "--no-color", "--no-ext-diff",
+                         "--no-textconv", f"{good}..{bad}", "--", path], what=f"git log --follow {path}", check=False)
+        old = None
+        for line in out.splitlines():  # newest first: the last rename listed is the oldest
+            parts = line.split("\t")
+            if len(parts) == 3 and parts[0].startswith("R"):
+                old = parts[1]
+        return old
 
     def ls_files(self, rev: str, pattern: str | None = None, max_files: int = 200_000) -> list[str]:
         out = self._run(["ls-tree", "-r", "--name-only", rev], what=f"git ls-tree {rev}")
@@ -211,7 +253,8 @@ class Repo:
         if not paths:
             return {}
         out = self._run(["log", f"--max-count={max_count}", f"--format={_RECORD}%H", "-p", "--no-color",
-                         f"--unified={context}", "--no-ext-diff", "--no-textconv", "--no-renames", *rev_range, "--", *paths],
+                         f"--unified={context}", "--no-ext-diff", "--no-textconv", "--no-renames",
+                         "--diff-merges=first-parent", *rev_range, "--", *paths],
                         what=f"git log -p {' '.join(rev_range)}")[:max_bytes]
         result: dict[str, str] = {}
         for rec in out.split(_RECORD)[1:]:
