@@ -16,7 +16,7 @@ from trainaudit.rules.base import Rule
 from trainaudit.rules.gate import ApproximateCheck, ExactCheck, GateAborted, IterationTimeCheck
 from trainaudit.answer.builder import AnswerBuilder, sha256_file
 from trainaudit.answer.charts import Band, Curve, PlotSpec
-from trainaudit.answer.schema import Answer, FinalAnswer, RootCause
+from trainaudit.answer.schema import Answer, Comparison, FinalAnswer, RootCause
 from trainaudit.answer.paths import display_path
 
 SEVERITY_OF = {"crash": "critical", "infrastructure_failure": "critical", "real_regression": "high",
@@ -80,10 +80,13 @@ def build_answer(inp: Inputs, gate: GateResult, devs: dict[int, Deviation], deci
         evidence_for_cause.setdefault(-2, []).extend(ids)
     causes: list[RootCause] = []
     for cause in decision.causes:
-        ev: list[str] = list(abort_ev) if not cause.checks else []
+        src = sg if cause.golden else sa
+        decided = [b.fact(src, f"decides the verdict: {why}", metric=cause.metrics[0] if cause.metrics else None)
+                   for why in dict.fromkeys(cause.decided_by)]
+        ev: list[str] = decided + (list(abort_ev) if not cause.checks else [])
         for ci in cause.checks:
-            ev += evidence_for_cause.get(ci, [])
-        ev += evidence_for_cause.get(-1, []) + evidence_for_cause.get(-2, [])[:3]
+            ev += [e for e in evidence_for_cause.get(ci, []) if e not in ev]
+        ev += [e for e in evidence_for_cause.get(-1, []) + evidence_for_cause.get(-2, [])[:3] if e not in ev]
         d = b.finding(rule=(RULE_OF["iteration-time"] if cause.metrics == ["iteration-time"] else
                             RULE_OF["abort"] if not cause.checks else
                             RULE_OF[gate.checks[cause.checks[0]].check]).id,
@@ -91,7 +94,8 @@ def build_answer(inp: Inputs, gate: GateResult, devs: dict[int, Deviation], deci
                       metric=cause.metrics[0] if cause.metrics else None, first_bad_step=cause.first_bad_step,
                       message=cause.issue, evidence=ev, confidence=cause.confidence)
         causes.append(RootCause(issue=cause.issue, category=cause.category, severity=cause.severity,
-                                evidence=[d] + ev[:8], fix=cause.fix, expected_impact=cause.expected_impact,
+                                evidence=decided + [d] + [e for e in ev if e not in decided][:8], fix=cause.fix,
+                                expected_impact=cause.expected_impact,
                                 verify=cause.verify, confidence=cause.confidence))
     final = FinalAnswer(verdict=decision.verdict, category=decision.category,  # type: ignore[arg-type]
                         first_bad_step=decision.first_bad_step, summary=decision.summary, root_causes=causes,
@@ -99,8 +103,18 @@ def build_answer(inp: Inputs, gate: GateResult, devs: dict[int, Deviation], deci
     return b.build(final), plots
 
 
-def _vals(xs: list[float]) -> list[float]:
-    return xs
+def check_in_words(c: Comparison) -> str:
+    """One check of ``comparisons[]`` in words: what was compared and by how much."""
+    if c.window:
+        med = f"{c.actual_median:.5g} s" if c.actual_median is not None else "n/a (missing or 'nan' steps)"
+        gold = f"{c.golden_median:.5g} s" if c.golden_median is not None else "n/a"
+        ratio = f", {c.actual_median / c.golden_median - 1:+.1%}" if c.actual_median is not None and c.golden_median \
+            else ""
+        return (f"{c.metric} {c.check}: median over steps {c.window[0]}-{c.window[-1]} {med} vs golden {gold}{ratio}, "
+                f"band {c.rtol:.0%}")
+    err = f", max rel err {c.max_rel_err:.3g}" if c.max_rel_err is not None else ""
+    return (f"{c.metric} {c.check}: {c.n_failing}/{c.n_steps} steps outside rtol {c.rtol:g} "
+            f"({c.allowed_failing} allowed{err}, first at step {c.first_failing_step})")
 
 
 def _check_facts(b: AnswerBuilder, sg: str, sa: str, inp: Inputs, c: CheckResult, gate: GateResult,

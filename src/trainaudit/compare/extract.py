@@ -12,6 +12,7 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from trainaudit.compare.cilog import CiGateReport
 from trainaudit.ingest.golden import GoldenFile, GoldenMetric, load_golden, looks_like_golden
 from trainaudit.errors import InputError
 from trainaudit.model import Run, SourceKind
@@ -98,6 +99,41 @@ def from_run(run: Run, golden: GoldenFile | None, train_iters: int | None, label
                 out.notes.append(f"{m}: a stdout log has no per-step TensorBoard memory; "
                                  "give the TensorBoard event files to check it")
     return out
+
+
+def complete_from_reports(actual: Actual, golden: GoldenFile, metrics: list[str],
+                          reports: list[CiGateReport]) -> list[str]:
+    """Fill in, from the comparator's own output in a CI job log, what the actual run's files lack.
+
+    A training log prints the loss and the iteration time but not every metric the gate checks
+    (memory goes to TensorBoard only). The comparator logs ``Actual values: ...`` for a failing
+    check, one value per golden step in the golden file's order (``common.py``: ``actual_values[m]
+    .values.get(step, "nan") for step in golden_value.values``): those become the metric's values.
+    A metric the job log reports as PASSED but that no file holds cannot be replayed: it is dropped
+    from the checks, with a note. Returns ``metrics`` without the dropped ones."""
+    have = actual.values.metrics
+    kept = []
+    for m in metrics:
+        if m in have or m not in golden.metrics:
+            kept.append(m)
+            continue
+        checks = [c for r in reports for c in r.checks if c.metric == m]
+        g = golden.metrics[m]
+        listed = next((c for c in checks if not c.passed and c.actual and not c.elided
+                       and len(c.actual) == len(g.steps) and None not in c.actual), None)
+        if listed is not None and listed.actual is not None:
+            vals: list[float | int | str] = [v if v is not None and math.isfinite(v) else "nan" for v in listed.actual]
+            have[m] = GoldenMetric(m, g.steps[0], g.steps[-1], g.step_interval, list(g.steps), vals,
+                                   [listed.actual_line or 0] * len(vals), g.full_precision)
+            actual.notes.append(f"{m}: values from the CI log's 'Actual values' line {listed.actual_line} "
+                                "(the run's files do not hold this metric)")
+            kept.append(m)
+        elif checks and all(c.passed for c in checks):
+            actual.notes.append(f"{m}: not in the run's files; the CI log reports it PASSED (line {checks[0].line}), "
+                                "so it is left out of the replayed checks")
+        else:
+            kept.append(m)
+    return kept
 
 
 def full_note_done(a: Actual) -> bool:

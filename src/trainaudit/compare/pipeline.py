@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
 from trainaudit.compare.cilog import CiGateReport, read_ci_log
 from trainaudit.compare.explain import Deviation, describe
-from trainaudit.compare.extract import Actual, load_actual
+from trainaudit.compare.extract import Actual, complete_from_reports, load_actual
 from trainaudit.ingest.golden import GoldenFile, load_golden
-from trainaudit.compare.megatron import GateResult, policy_for, run_gate
+from trainaudit.compare.megatron import GateResult, Policy, policy_for, run_gate
 from trainaudit.compare.model_config import ModelConfig, load_model_config
 from trainaudit.compare.build import Inputs, build_answer
-from trainaudit.compare.verdict import decide
+from trainaudit.compare.verdict import Decision, decide
 from trainaudit.errors import InputError, UsageError
 from trainaudit.answer.charts import PlotSpec
 from trainaudit.answer.schema import Answer
@@ -28,6 +29,7 @@ class GoldenGate:
     config: ModelConfig
     nondeterministic: bool
     gate: GateResult
+    decision: Decision | None = None  # set by :func:`answer_golden`
 
 
 def explain_checks(gate: GateResult) -> dict[int, Deviation]:
@@ -40,11 +42,13 @@ def explain_checks(gate: GateResult) -> dict[int, Deviation]:
 
 def gate_golden(golden_path: str, actual_paths: list[str], *, model_config: str | None = None,
                 deterministic: bool | None = None, pipeline: str | None = None, train_iters: int | None = None,
-                policy: str = "megatron", fmt: str | None = None) -> GoldenGate:
-    """Load the golden file, the actual run and the model config, and run the gate. Unreadable
+                policy: str | Policy = "megatron", fmt: str | None = None,
+                ci_logs: list[str] | None = None) -> GoldenGate:
+    """Load the golden file, the actual run and the model config, and run the gate; what the
+    actual run's files lack is completed from the comparator's output in ``ci_logs``. Unreadable
     inputs raise :class:`InputError`; a comparison Megatron's comparator itself cannot carry out
     is returned as ``gate.abort_kind == "comparator_error"``."""
-    pol = policy_for(policy)
+    pol = policy if isinstance(policy, Policy) else policy_for(policy)
     if not actual_paths:
         raise UsageError("compare --golden GOLDEN needs the ACTUAL run as input")
     if not Path(golden_path).exists():
@@ -56,27 +60,47 @@ def gate_golden(golden_path: str, actual_paths: list[str], *, model_config: str 
     iters = train_iters or cfg.train_iters or max((max(m.steps) for m in golden.metrics.values() if m.steps), default=None)
     actual = load_actual(actual_paths, golden, iters, fmt)
     metrics = cfg.effective_metrics(pol.default_metrics)
+    if ci_logs:
+        metrics = complete_from_reports(actual, golden, metrics, [read_ci_log(p) for p in ci_logs])
     gate = run_gate(golden, actual.values, metrics, nondeterministic=nondet, policy=pol,
                     pipeline=pipe, train_iters=iters)  # type: ignore[arg-type]
     return GoldenGate(golden, actual, list(actual_paths), cfg, nondet, gate)
 
 
-def answer_golden(run: GoldenGate, *, deterministic: bool | None = None, ci_logs: list[str] | None = None
+def answer_golden(run: GoldenGate, *, deterministic: bool | None = None, ci_logs: list[str] | None = None,
+                  substance: bool = False, last_step: int | None = None, last_step_from: str = ""
                   ) -> tuple[Answer, list[PlotSpec], bool]:
-    """Explain, decide and build the answer for a gate run of :func:`gate_golden`."""
+    """Explain, decide and build the answer for a gate run of :func:`gate_golden`; ``substance``,
+    ``last_step``: see :func:`trainaudit.compare.verdict.decide`."""
     gate, cfg, actual, nondet = run.gate, run.config, run.actual, run.nondeterministic
     if gate.abort_kind == "comparator_error":
         raise InputError(f"{run.golden.path}: {gate.abort}")
     devs = explain_checks(gate)
-    decision = decide(gate, devs, run=actual.run, nan_metrics=actual.nan_metrics)
     reports: list[CiGateReport] = [read_ci_log(p) for p in (ci_logs or [])]
-    notes = list(actual.notes)
+    decision = decide(gate, devs, run=actual.run, nan_metrics=_fatal_nans(run, reports), substance=substance,
+                      last_step=last_step, last_step_from=last_step_from)
+    run.decision = decision
+    notes = list(actual.notes) + decision.notes
     if nondet:
         notes.append("nondeterministic mode: exact checks skipped"
                      + (f" ({cfg.nondeterministic_flag}=1)" if cfg.nondeterministic_flag and deterministic is None else ""))
     inp = Inputs(run.golden, actual.values, actual.kind, run.actual_paths, cfg.path, reports, notes)
     answer, plots = build_answer(inp, gate, devs, decision)
     return answer, plots, gate.passed and not actual.nan_metrics
+
+
+def _fatal_nans(run: GoldenGate, reports: list[CiGateReport]) -> dict[str, int]:
+    """The run's non-finite metrics that stop the gate before it compares: not those the CI log
+    shows compared, nor those the golden holds as non-finite too (values recorded by an extractor
+    that wrote them, so the gate compared them as inf)."""
+    compared = {c.metric for r in reports for c in r.checks}
+    out = {}
+    for m, step in run.actual.nan_metrics.items():
+        g = run.golden.metrics.get(m)
+        golden_nan = g is not None and any(not math.isfinite(v) for v in g.floats())
+        if m not in compared and not golden_nan:
+            out[m] = step
+    return out
 
 
 def run_golden(golden_path: str, actual_paths: list[str], *, model_config: str | None = None,
