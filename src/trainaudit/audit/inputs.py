@@ -61,7 +61,8 @@ class Staging:
         self._n = 0
         self._map: dict[str, str] = {}  # local spelling -> display name
 
-    def _remember(self, local: Path, display: str) -> None:
+    def remember(self, local: Path, display: str) -> None:
+        """Show ``local`` (a staged or derived file) as ``display`` in every report text."""
         s = str(local)
         self._map[s] = display
         self._map[display_path(s)] = display
@@ -109,7 +110,7 @@ class Staging:
         else:
             with inp.open() as src, open(target, "wb") as dst:
                 shutil.copyfileobj(src, dst, 1 << 20)
-        self._remember(target, display)
+        self.remember(target, display)
         return Item(target, display, role, inp.size)
 
 

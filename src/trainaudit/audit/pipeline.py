@@ -2,30 +2,36 @@
 
 from __future__ import annotations
 
+import json
 import tempfile
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from datetime import date, datetime
 from pathlib import Path
 
-from trainaudit.audit.combine import Verdict, decide, explaining_commit, first_fix
+from trainaudit.audit.combine import RepoEvidence, Verdict, decide, explaining_commit, first_fix
 from trainaudit.audit.discover import Discovered, discover
 from trainaudit.audit.inputs import Item, Side, Staging
 from trainaudit.audit.merge import absorb
+from trainaudit.audit.testcase import TestProfile, profile
 from trainaudit.errors import InputError
 from trainaudit.history.classify import Classified, Context
-from trainaudit.answer.builder import AnswerBuilder, sha256_file
+from trainaudit.history.features import is_code, path_features
+from trainaudit.answer.builder import AnswerBuilder
 from trainaudit.answer.charts import PlotSpec
 from trainaudit.answer.schema import Answer, FinalAnswer, RootCause
-from trainaudit.answer.paths import display_path
+from trainaudit.ingest.golden import GoldenFile, load_golden
 from trainaudit.ingest.sources import expand_inputs
 from trainaudit.ingest import load_run
 from trainaudit.ingest import detect
-from trainaudit.history.trace import trace
+from trainaudit.history.trace import Trace, rank, trace
 from trainaudit.history.git import Repo
 from trainaudit.fetch import acquire
 from trainaudit.diagnosis import build_answer, diagnose_run
+from trainaudit.compare.megatron import BASE_METRICS, EARLIEST, Policy, policy_for
 from trainaudit.compare.runs import compare_runs
-from trainaudit.compare.pipeline import run_golden
+from trainaudit.compare.pipeline import GoldenGate, answer_golden, gate_golden, run_golden
+from trainaudit.compare.build import check_in_words
 from trainaudit.compare.cilog import read_ci_log
 
 Step = Callable[[str], None]
@@ -45,7 +51,7 @@ class AuditOptions:
     github_api_url: str | None = None
     find_fix: bool = False
     fmt: str | None = None
-    policy: str = "megatron"
+    policy: str | None = None  # None: the comparator dated at --bad
     retries: int = 3
     backoff_s: float = 0.5
 
@@ -60,6 +66,8 @@ class AuditInfo:
     fix: Classified | None = None
     test_case: str | None = None
     golden: str | None = None
+    verdict: Verdict | None = None
+    support: list[str] = field(default_factory=list)  # facts that back the verdict beside the deciding ones
 
 
 def _is_url(s: str) -> bool:
@@ -72,6 +80,24 @@ def run_audit(opts: AuditOptions, *, step: Step | None = None,
     say = step or (lambda _msg: None)
     with tempfile.TemporaryDirectory(prefix="trainaudit-audit-") as tmp:
         return _run(opts, Path(tmp), say, fetch_progress)
+
+
+def dated_policy(day: date | None) -> tuple[Policy | str, str]:
+    """The comparator of ``day`` (the date of --bad), and a note when it is not replayed exactly.
+
+    Before the oldest replayed comparator (EARLIEST, adc69dba2d) Megatron-LM compared with
+    ``np.allclose`` over every step (tests/functional_tests/python_test_utils/common.py until
+    696f164de1, 2025-10-07) and checked iteration-time by default: today's every-step budget with
+    the default METRICS of that time is the closest replay."""
+    if day is None:
+        return "megatron", ""
+    if day >= EARLIEST.day:
+        return f"megatron@{day.isoformat()}", ""
+    era = policy_for(f"megatron@{EARLIEST.day.isoformat()}")
+    pol = replace(policy_for("megatron"), name=f"megatron~{day.isoformat()}", default_metrics=era.default_metrics)
+    return pol, (f"--bad is dated {day.isoformat()}, before the oldest comparator replayed ({EARLIEST.commit}, "
+                 f"{EARLIEST.day.isoformat()}): checks replayed with today's every-step budget (as np.allclose "
+                 f"required then) and the default METRICS of that time ({', '.join(era.default_metrics)})")
 
 
 def _run(opts: AuditOptions, tmp: Path, say: Step, fetch_progress) -> tuple[Answer, list[PlotSpec], AuditInfo]:  # type: ignore[no-untyped-def]
@@ -104,13 +130,18 @@ def _run(opts: AuditOptions, tmp: Path, say: Step, fetch_progress) -> tuple[Answ
     needs: list[str] = []
 
     # -- repository: revisions, test case, golden values, model config ------------------------
-    repo = bad_sha = None
+    repo: Repo | None = None
+    bad_sha = good_sha = None
     found = Discovered()
+    policy: Policy | str = opts.policy or "megatron"
     if opts.repo:
         repo = Repo(opts.repo)
         bad_sha = repo.resolve(opts.bad, "--bad") if opts.bad else repo.resolve("HEAD", "--bad (HEAD)")
-        if opts.good:
-            repo.resolve(opts.good, "--good")
+        good_sha = repo.resolve(opts.good, "--good") if opts.good else None
+        if opts.policy is None:
+            head, _ = repo.commits([bad_sha], max_count=1, with_files=False)
+            policy, note = dated_policy(datetime.fromisoformat(head[0].date).date() if head else None)
+            info.notes += [note] if note else []
         if not opts.golden or not opts.model_config:
             say("finding the test case in the repository")
             texts = [i.display for s in sides.values() for i in s.items]
@@ -123,26 +154,45 @@ def _run(opts: AuditOptions, tmp: Path, say: Step, fetch_progress) -> tuple[Answ
     golden_display = opts.golden
     if golden_local is None and found.golden_local is not None:
         golden_local, golden_display = str(found.golden_local), found.golden
-        staging._remember(found.golden_local, found.golden)  # noqa: SLF001 - our own staging
+        staging.remember(found.golden_local, found.golden)
         info.reasoning.append(f"Golden values: {found.golden} at --bad {bad_sha[:10]} ({found.how}).")  # type: ignore[index]
     config_local = opts.model_config
     if config_local is None and found.model_config_local is not None:
         config_local = str(found.model_config_local)
-        staging._remember(found.model_config_local, found.model_config)  # noqa: SLF001
+        staging.remember(found.model_config_local, found.model_config)
     info.golden = golden_display
+    prof = profile(repo, good_sha, bad_sha, found.test_case,
+                   Path(config_local).read_text(encoding="utf-8", errors="replace") if config_local else None,
+                   found.model_config)
 
     # -- comparison -------------------------------------------------------------------------
     cmp_answer: Answer | None = None
+    gg: GoldenGate | None = None
     cmp_causes: list[RootCause] = []
     ci_items = failing.of("ci_log")
     actual = _actual_paths(failing, opts.fmt)
+    legacy = False
     if golden_local and actual:
         say("reproducing the golden-value gate")
+        golden_local, actual, legacy, list_era = _readable(golden_local, actual, tmp / "layout", staging, info)
+        if list_era:
+            # The comparator of the list layout (test_ci_pipeline.py, 2024) checked every metric of
+            # the golden file; METRICS did not exist yet.
+            pol = policy if isinstance(policy, Policy) else policy_for(policy)
+            policy = replace(pol, default_metrics=tuple(m for m in load_golden(golden_local).metrics
+                                                        if pol.thresholds(m)))
         try:
-            cmp_answer, cplots, _ = run_golden(golden_local, actual, model_config=config_local, policy=opts.policy,
-                                               ci_logs=[str(i.local) for i in ci_items], fmt=opts.fmt)
+            # The golden check of every pretraining test is the regular pipeline (run_ci_test.sh runs
+            # the resume pipeline only between the two runs of a checkpoint-resume test).
+            gg = gate_golden(golden_local, actual, model_config=config_local, pipeline="regular", policy=policy,
+                             fmt=opts.fmt, ci_logs=[str(i.local) for i in ci_items])
+            if gg.gate.abort_kind == "comparator_error":
+                raise InputError(f"{golden_display}: {gg.gate.abort}")
+            cmp_answer, cplots, _ = answer_golden(gg, ci_logs=[str(i.local) for i in ci_items], substance=True,
+                                                  last_step=prof.last_step, last_step_from=prof.last_step_from)
             plots += cplots
         except InputError as exc:
+            gg = None
             info.notes.append(f"golden comparison not possible: {staging.display(str(exc))}")
     elif passing.items and failing.items and not golden_local:
         base, cand = _actual_paths(passing, opts.fmt, whole=True), _actual_paths(failing, opts.fmt, whole=True)
@@ -155,7 +205,7 @@ def _run(opts: AuditOptions, tmp: Path, say: Step, fetch_progress) -> tuple[Answ
                 info.notes.append(f"run vs run comparison not possible: {staging.display(str(exc))}")
     if cmp_answer is not None:
         _, cmp_causes = absorb(b, cmp_answer, staging.display)
-        _fix_golden_source(b, golden_display, found, bad_sha)
+        _pin_repo_sources(b, golden_display, found, bad_sha)
     elif not golden_local and not passing.items:
         needs.append("golden values (--golden, or --repo with the test case named in the CI log) or the artifacts "
                      "of a passing run (--passing), to compare the failing run with")
@@ -163,12 +213,12 @@ def _run(opts: AuditOptions, tmp: Path, say: Step, fetch_progress) -> tuple[Answ
         needs.append("the failing run's values (actual-values JSON, TensorBoard event files or the training log)")
 
     # the passing run against the same gate: what did not change
-    if cmp_answer is not None and golden_local and passing.items:
+    if gg is not None and golden_local and passing.items:
         pv = _actual_paths(passing, opts.fmt)
         if pv:
             try:
-                pans, _, ppassed = run_golden(golden_local, pv, model_config=config_local, policy=opts.policy,
-                                              fmt=opts.fmt)
+                pans, _, ppassed = run_golden(golden_local, pv, model_config=config_local, pipeline="regular",
+                                              policy=policy, fmt=opts.fmt)
                 src = b.source(", ".join(staging.display(p) for p in pv), _kind(pans), description="passing run")
                 if not ppassed and cmp_answer is not None:
                     same = {c.metric for c in pans.comparisons if not c.passed} & \
@@ -177,8 +227,9 @@ def _run(opts: AuditOptions, tmp: Path, say: Step, fetch_progress) -> tuple[Answ
                         info.reasoning.append(f"The passing run fails the same golden on {', '.join(sorted(same))} "
                                               "too: the golden values, not the run, changed.")
                 npass = sum(c.passed for c in pans.comparisons)
-                b.fact(src, f"the passing run {'passes' if ppassed else 'FAILS'} the same gate "
-                            f"({npass}/{len(pans.comparisons)} checks pass, verdict {pans.final_answer.verdict})")
+                info.support.append(b.fact(src, f"the passing run {'passes' if ppassed else 'FAILS'} the same gate "
+                                                f"({npass}/{len(pans.comparisons)} checks pass, verdict "
+                                                f"{pans.final_answer.verdict})"))
                 info.reasoning.append(f"The passing run against the same golden: "
                                       f"{'passes' if ppassed else 'fails'} ({npass}/{len(pans.comparisons)} checks).")
             except InputError as exc:
@@ -197,68 +248,140 @@ def _run(opts: AuditOptions, tmp: Path, say: Step, fetch_progress) -> tuple[Answ
             if name == "failing":
                 diag_causes = d[1]
     dv = diag.get("failing")
-    cfa = cmp_answer.final_answer if cmp_answer is not None else None
     ci_failed = next((r.failed_metrics for r in _ci_reports(ci_items) if r.failed_metrics), None)
-    verdict = decide(cfa.verdict if cfa else None, cfa.category if cfa else None,
-                     max((r.confidence for r in cfa.root_causes), default=None) if cfa else None,
-                     cfa.first_bad_step if cfa else None,
-                     dv.verdict if dv else None, dv.category if dv else None,
-                     max((s.confidence for s in dv.stories), default=None) if dv else None,
-                     dv.first_bad_step if dv else None,
-                     diag["passing"].verdict if "passing" in diag else None, ci_failed)
-    info.reasoning += verdict.why
 
-    # -- history ------------------------------------------------------------------------------
-    commit_fact: str | None = None
+    # -- history: read once, ranked for the explanation the verdict implies -------------------
+    tr: Trace | None = None
+    ctx = Context(test_case=found.test_case, golden_paths=[found.golden] if found.golden else [],
+                  features=prof.features, config_path=found.model_config)
     if repo is not None:
         say("tracing the git history")
-        failed_metrics = [c.metric for c in (cmp_answer.comparisons if cmp_answer else []) if not c.passed]
-        ctx = Context(kind=verdict.verdict, metrics=list(dict.fromkeys(failed_metrics or (ci_failed or []))),
-                      test_case=found.test_case, golden_paths=[found.golden] if found.golden else [])
-        tr = trace(opts.repo, opts.good, opts.bad, ctx, find_fix=opts.find_fix)  # type: ignore[arg-type]
+        tr = trace(opts.repo, good_sha, bad_sha, ctx, find_fix=opts.find_fix,  # type: ignore[arg-type]
+                   golden_origin=bool(found.golden))
         info.notes += tr.notes
-        pick = explaining_commit(verdict.verdict, verdict.category, tr.commits)
-        rs = b.source(opts.repo, "repo", commit=tr.bad, description=f"{tr.n_commits} commit(s) in "
+    evidence = _repo_evidence(gg, legacy, prof, tr)
+    verdict = decide(gg.decision if gg is not None else None, dv.verdict if dv else None,
+                     dv.category if dv else None,
+                     max((s.confidence for s in dv.stories), default=None) if dv else None,
+                     dv.first_bad_step if dv else None, diag["passing"].verdict if "passing" in diag else None,
+                     ci_failed, evidence)
+    info.verdict = verdict
+    commit_fact: str | None = None
+    if tr is not None and repo is not None:
+        failed = list(dict.fromkeys(verdict.metrics or [c.metric for c in (cmp_answer.comparisons if cmp_answer
+                                                                              else []) if not c.passed]
+                                    or (ci_failed or [])))
+        ctx = replace(ctx, kind=verdict.verdict, category=verdict.category, explanation=verdict.explanation,
+                      metrics=failed)
+        ranked = rank(tr, ctx)
+        pick = explaining_commit(verdict, ranked)
+        name = repo.name
+        rs = b.source(name, "repo", commit=tr.bad, description=f"{tr.n_commits} commit(s) in "
                       + (f"{tr.good[:10]}..{tr.bad[:10]}" if tr.good else f"the last commits before {tr.bad[:10]}"))  # type: ignore[index]
-        b.fact(rs, f"{tr.n_commits} commit(s) between --good and --bad; {len([c for c in tr.commits if not c.after_bad])} "
+        b.fact(rs, f"{tr.n_commits} commit(s) between --good and --bad; {len([c for c in ranked if not c.after_bad])} "
                    "touch code, environment, goldens or the gate" + (" (truncated)" if tr.truncated else ""))
-        ordered = tr.commits
+        ordered = [c for c in ranked if not c.after_bad]
         if pick is not None:
-            c, role = pick
-            info.commit, info.commit_role = c, role
-            ordered = [c] + [x for x in tr.commits if x is not c]
-            cs = b.source(f"{opts.repo}@{c.commit.sha[:12]}", "commit", commit=c.commit.sha, description=c.commit.title)
-            commit_fact = b.fact(cs, f"commit {c.commit.sha[:10]} ({c.commit.date[:10]}) \"{c.commit.title}\" "
-                                     f"plays the role {role}: {c.reason}; files: {', '.join(c.commit.files[:6])}")
-            info.reasoning.append(f"Commit {c.commit.sha[:10]} \"{c.commit.title}\" explains it as {role}: {c.reason}.")
-        else:
-            info.reasoning.append("No commit between --good and --bad plays a role that explains this verdict.")
-        info.fix = first_fix(tr.commits)
-        for c in ordered[:50]:
-            role = info.commit_role if c is info.commit else c.role
+            info.commit, info.commit_role = pick, pick.role
+            cs = b.source(f"{name}@{pick.commit.sha[:12]}", "commit", commit=pick.commit.sha,
+                          description=pick.commit.title)
+            commit_fact = b.fact(cs, f"commit {pick.commit.sha[:10]} ({pick.commit.date[:10]}) \"{pick.commit.title}\" "
+                                     f"explains it as {pick.role} (relevance {pick.relevance:.2f}): {pick.reason}")
+            info.reasoning.append(f"Commit {pick.commit.sha[:10]} \"{pick.commit.title}\" explains it as {pick.role}: "
+                                  f"{pick.reason}.")
+        elif verdict.verdict != "pass":
+            info.reasoning.append("No commit between --good and --bad touches anything that explains this failure.")
+        info.fix = first_fix(ranked)
+        for c in ordered[:50] + [c for c in ranked if c.after_bad][:10]:
             b.commit(sha=c.commit.sha, date=c.commit.date, title=c.commit.title, files=c.commit.files[:50],
-                     role=role, relevance=round(c.relevance, 3), reason=c.reason)
+                     role=c.role, relevance=round(c.relevance, 3), reason=c.reason)
     else:
         needs.append("the repository (--repo, with --good and --bad) to name the commit that explains the failure")
     if info.missing:
         needs.append("artifacts that did not arrive: " + "; ".join(info.missing))
 
-    final = _final(verdict, cmp_answer, cmp_causes, dv, diag_causes, info, commit_fact, needs)
+    where = next((s.id for s in b.sources if s.kind in ("golden_values", "repo")), None)
+    for note in dict.fromkeys(info.notes):
+        if where is not None:
+            b.fact(where, f"note: {staging.display(note)}")
+    final = _final(b, verdict, cmp_answer, cmp_causes, dv, diag_causes, info, commit_fact, needs, golden_display)
     return b.build(final), plots, info
 
 
-def _final(v: Verdict, cmp_answer: Answer | None, cmp_causes: list[RootCause], dv, diag_causes: list[RootCause],  # type: ignore[no-untyped-def]
-           info: AuditInfo, commit_fact: str | None, needs: list[str]) -> FinalAnswer:
-    causes = list(diag_causes if v.source == "diagnosis" else cmp_causes)
-    if not causes and v.source == "ci_log":
-        causes = []
+def _repo_evidence(gg: GoldenGate | None, legacy: bool, prof: TestProfile, tr: Trace | None) -> RepoEvidence:
+    ev = RepoEvidence(legacy_golden=legacy, changes=prof.changes, redefined=prof.defining_changes)
+    if gg is not None:
+        checked = set(BASE_METRICS) | set(gg.gate.policy.known_metrics)
+        ev.golden_lacks = sorted(m for m in gg.actual.values.metrics
+                                 if m in checked and m not in gg.golden.metrics and m not in gg.gate.metrics)
+    if ev.redefined and tr is not None and prof.config_path:
+        movers = [c for c in tr.raw if prof.config_path in c.files]
+        ev.redefined_by_code = any(is_code(f) and (path_features(f) & prof.features or not path_features(f))
+                                   and f.startswith("megatron/") for c in movers for f in c.files)
+    return ev
+
+
+def _readable(golden: str, actual: list[str], dest: Path, staging: Staging,
+              info: AuditInfo) -> tuple[str, list[str], bool, bool]:
+    """A golden in the 2024 list layout, as step -> value mappings the gate reads (with the run's
+    values when they are in that layout too: the comparator of that time compared by position).
+    Returns (golden, actual, the golden is in the list layout while the run's values are not,
+    both are in the list layout)."""
+    try:
+        g = load_golden(golden)
+    except InputError:
+        return golden, actual, False, False
+    if not g.legacy_list:
+        return golden, actual, False, False
+    dest.mkdir(parents=True, exist_ok=True)
+    g_path = _as_mapping(g, dest / "golden.json")
+    staging.remember(g_path, staging.display(golden))
+    a_legacy = False
+    if len(actual) == 1:
+        try:
+            a = load_golden(actual[0])
+        except InputError:
+            a = None
+        if a is not None and a.legacy_list:
+            a_path = _as_mapping(a, dest / "actual.json")
+            staging.remember(a_path, staging.display(actual[0]))
+            actual, a_legacy = [str(a_path)], True
+    info.notes.append("the golden is in the 2024 list layout (values by position from start_step, every "
+                      "step_interval): read as step -> value mappings" + (", like the run's values" if a_legacy else ""))
+    return str(g_path), actual, not a_legacy, a_legacy
+
+
+def _as_mapping(g: GoldenFile, path: Path) -> Path:
+    data = {m.name: {"start_step": m.start_step, "end_step": m.end_step, "step_interval": m.step_interval,
+                     "values": {str(s): v for s, v in zip(m.steps, m.raw)}} for m in g.metrics.values()}
+    path.write_text(json.dumps(data, indent=1), encoding="utf-8")
+    return path
+
+
+def _final(b: AnswerBuilder, v: Verdict, cmp_answer: Answer | None, cmp_causes: list[RootCause], dv,  # type: ignore[no-untyped-def]
+           diag_causes: list[RootCause], info: AuditInfo, commit_fact: str | None, needs: list[str],
+           golden_display: str | None) -> FinalAnswer:
+    if v.source == "diagnosis":
+        causes = list(diag_causes)
+    elif v.source == "comparison":
+        causes = list(cmp_causes)
+    else:  # decided by the repository (golden layout, test redefined, a metric the golden lacks)
+        src = next((s.id for s in b.sources if s.kind == "golden_values"), None) or \
+            b.source(golden_display or "golden values", "golden_values", description="golden values")
+        ev = [b.fact(src, f"decides the verdict: {why}") for why in v.why]
+        causes = [RootCause(issue=v.why[0], category=v.category, severity="medium", evidence=ev,  # type: ignore[arg-type]
+                            fix="regenerate the golden values from a run of the current test definition and "
+                                "comparator (download_golden_values.py), after checking the change is intended",
+                            expected_impact="the check compares the run with a golden of the same test",
+                            verify="rerun the test: the gate passes against the regenerated golden",
+                            confidence=v.confidence)] + list(cmp_causes)
     failed = [c for c in (cmp_answer.comparisons if cmp_answer else []) if not c.passed]
     passed = [c for c in (cmp_answer.comparisons if cmp_answer else []) if c.passed]
     parts: list[str] = []
     first: list[str] = []  # the reasoning opens with what failed and what did not
     if failed:
-        parts.append("Failed: " + "; ".join(_how_much(c) for c in failed[:4]) + ".")
-        first.append("What failed: " + "; ".join(_how_much(c) for c in failed[:8]) + ".")
+        parts.append("Failed: " + "; ".join(check_in_words(c) for c in failed[:4]) + ".")
+        first.append("What failed: " + "; ".join(check_in_words(c) for c in failed[:8]) + ".")
     if passed and v.verdict != "pass":
         unchanged = list(dict.fromkeys(c.metric for c in passed if c.metric not in {f.metric for f in failed}))
         if unchanged:
@@ -266,6 +389,7 @@ def _final(v: Verdict, cmp_answer: Answer | None, cmp_causes: list[RootCause], d
             first.append("What did not change: " + ", ".join(unchanged[:8])
                          + (f" and {len(unchanged) - 8} more" if len(unchanged) > 8 else "") + " pass their checks.")
     info.reasoning[:0] = first
+    info.reasoning += [f"Why {v.verdict}: {w}" for w in v.why[:3]]
     if v.source == "diagnosis" and dv is not None:
         parts.append(dv.summary)
     c = info.commit
@@ -273,10 +397,7 @@ def _final(v: Verdict, cmp_answer: Answer | None, cmp_causes: list[RootCause], d
         parts.append(f"Explained by commit {c.commit.sha[:10]} ({info.commit_role}): \"{c.commit.title}\".")
     if info.fix is not None:
         parts.append(f"Later commit {info.fix.commit.sha[:10]} \"{info.fix.commit.title}\" {info.fix.reason}.")
-    head = {"real_regression": "Real regression", "numerical_drift": "Numerical drift",
-            "gating_policy_issue": "Gating-policy issue", "infrastructure_failure": "Infrastructure failure",
-            "crash": "Crash", "pass": "Pass", "inconclusive": "Inconclusive"}.get(v.verdict, v.verdict)
-    summary = f"{head} ({v.category}). " + " ".join(parts)
+    summary = f"{HEADS.get(v.verdict, v.verdict)} ({v.category}). " + " ".join(parts)
     conf = v.confidence
     if causes:
         rc = causes[0]
@@ -284,12 +405,9 @@ def _final(v: Verdict, cmp_answer: Answer | None, cmp_causes: list[RootCause], d
         if c is not None:
             extra_issue = f" Commit {c.commit.sha[:10]} \"{c.commit.title}\" ({info.commit_role}) explains it."
             extra_fix = _fix_for(v, info)
-            if (v.verdict, info.commit_role) in {("real_regression", "suspect"), ("numerical_drift", "environment_change"),
-                                                ("gating_policy_issue", "environment_change"),
-                                                ("gating_policy_issue", "golden_update")}:
-                conf = min(0.97, conf + 0.05)
-        ev = rc.evidence + ([commit_fact] if commit_fact else [])
-        causes[0] = rc.model_copy(update={"issue": rc.issue + extra_issue, "fix": (extra_fix + " " + rc.fix).strip(),
+            conf = min(0.97, conf + 0.1 * c.relevance)
+        ev = rc.evidence + [f for f in [*info.support, commit_fact] if f and f not in rc.evidence]
+        causes[0] = rc.model_copy(update={"issue": rc.issue + extra_issue, "fix": extra_fix or rc.fix,
                                           "evidence": ev, "confidence": round(conf, 3)})
     elif commit_fact and c is not None:
         causes.append(RootCause(issue=f"commit {c.commit.sha[:10]} \"{c.commit.title}\" ({info.commit_role})",
@@ -300,7 +418,13 @@ def _final(v: Verdict, cmp_answer: Answer | None, cmp_causes: list[RootCause], d
     needs = list(dict.fromkeys(needs + (cmp_answer.final_answer.needs_more_data if cmp_answer else [])
                                + (dv.needs_more_data if dv is not None and v.source == "diagnosis" else [])))
     return FinalAnswer(verdict=v.verdict, category=v.category, first_bad_step=v.first_bad_step,  # type: ignore[arg-type]
-                       summary=summary, root_causes=causes, quick_fixes=quick[:5], needs_more_data=needs)
+                       summary=summary, root_causes=causes, quick_fixes=list(dict.fromkeys(quick))[:5],
+                       needs_more_data=needs)
+
+
+HEADS = {"real_regression": "Real regression", "numerical_drift": "Numerical drift",
+         "gating_policy_issue": "Gating-policy issue", "infrastructure_failure": "Infrastructure failure",
+         "crash": "Crash", "pass": "Pass", "inconclusive": "Inconclusive"}
 
 
 def _fix_for(v: Verdict, info: AuditInfo) -> str:
@@ -314,31 +438,22 @@ def _fix_for(v: Verdict, info: AuditInfo) -> str:
         return f"Fix or revert {sha} \"{c.commit.title}\"{later}; keep the goldens until the loss is back in the band."
     if v.verdict == "numerical_drift":
         return (f"The values moved with {sha} ({info.commit_role}): refresh the golden values from runs on the new "
-                f"environment (download_golden_values.py) after checking the approximate check still passes{later}.")
+                f"code/environment (download_golden_values.py) after checking the approximate check still "
+                f"passes{later}.")
     if v.verdict == "gating_policy_issue" and v.category == "throughput_regression":
         return (f"Wall-clock changed with {sha} ({info.commit_role}): refresh iteration-time from several runs on the "
                 f"new environment, or replace the 5 % band by a measured run-to-run spread, or take iteration-time "
                 f"out of the gate; loss and memory stay gated{later}.")
     if v.verdict == "gating_policy_issue":
-        return f"The gate, not the training, changed with {sha} ({info.commit_role}): repair or regenerate that " \
-               f"golden/comparator change{later}."
+        return (f"The gate, not the training, is at fault since {sha} ({info.commit_role}): regenerate the golden "
+                f"for the current test and comparator{later}.")
     if v.verdict == "crash":
         return f"Fix the error the run died of; {sha} is the first candidate{later}."
     return f"Inspect {sha} \"{c.commit.title}\"{later}."
 
 
-def _how_much(c) -> str:  # type: ignore[no-untyped-def]
-    if c.window:
-        ratio = (c.actual_median / c.golden_median - 1) if c.golden_median else float("nan")
-        return (f"{c.metric} {c.check} (median over steps {c.window[0]}-{c.window[-1]} {c.actual_median:.5g} vs "
-                f"golden {c.golden_median:.5g}, {ratio:+.1%}, band {c.rtol:.0%})")
-    err = f", max rel err {c.max_rel_err:.3g}" if c.max_rel_err is not None else ""
-    return (f"{c.metric} {c.check} ({c.n_failing}/{c.n_steps} steps outside rtol {c.rtol:g}, "
-            f"{c.allowed_failing} allowed{err}, first at step {c.first_failing_step})")
-
-
-def _fix_golden_source(b: AnswerBuilder, golden_display: str | None, found: Discovered, bad_sha: str | None) -> None:
-    """A golden taken from the repository is pinned to the commit it was read at."""
+def _pin_repo_sources(b: AnswerBuilder, golden_display: str | None, found: Discovered, bad_sha: str | None) -> None:
+    """A golden and config taken from the repository are pinned to the commit they were read at."""
     if found.golden and golden_display == found.golden and bad_sha:
         for s in b.sources:
             if s.path in (found.golden, found.model_config) and s.kind in ("golden_values", "config"):
@@ -381,12 +496,10 @@ def _actual_paths(side: Side, fmt: str | None, *, whole: bool = False) -> list[s
 
 
 def _ci_reports(items: list[Item]):  # type: ignore[no-untyped-def]
-
     return [read_ci_log(str(i.local)) for i in items]
 
 
 def _diagnose(side: Side, b: AnswerBuilder, staging: Staging, name: str, keep: bool):  # type: ignore[no-untyped-def]
-
     try:
         run, _problems = load_run([str(side.run_dir)])
     except InputError:
@@ -404,4 +517,4 @@ def _diagnose(side: Side, b: AnswerBuilder, staging: Staging, name: str, keep: b
     return d, []
 
 
-__all__ = ["AuditInfo", "AuditOptions", "run_audit", "display_path", "sha256_file"]
+__all__ = ["AuditInfo", "AuditOptions", "dated_policy", "run_audit"]

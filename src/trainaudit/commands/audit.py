@@ -15,7 +15,6 @@ from trainaudit.commands.common import default_out, exit_code, fail_on_option, o
     report_notes, verbosity_options
 from trainaudit.errors import UsageError
 from trainaudit.ingest import format_names
-from trainaudit.redact import mask_secrets
 from trainaudit.render.write import write_report
 from trainaudit.llm.options import llm_options, narrate_if_requested
 from trainaudit.post.delivery import delivery_options
@@ -41,8 +40,9 @@ from trainaudit.post.delivery import delivery_options
               help="GitLab job URL of the failing run (token from GITLAB_TOKEN or CI_JOB_TOKEN).")
 @click.option("--github-api-url", metavar="URL", help="GitHub API base (default $GITHUB_API_URL or api.github.com).")
 @click.option("--find-fix", is_flag=True, help="Also look after --bad for the commit that fixed or disabled the test.")
-@click.option("--policy", default="megatron", show_default=True, metavar="megatron|megatron@YYYY-MM-DD",
-              help="Golden-gate comparator version.")
+@click.option("--policy", default=None, metavar="megatron|megatron@YYYY-MM-DD",
+              help="Golden-gate comparator version. Default: the comparator dated at --bad's commit (with --repo), "
+                   "else the current one.")
 @out_option("audit")
 @click.option("--json", "as_json", is_flag=True, help="Print answer.json to stdout instead of the summary.")
 @verbosity_options
@@ -57,7 +57,8 @@ from trainaudit.post.delivery import delivery_options
 @click.pass_context
 def audit(ctx: click.Context, inputs: tuple[str, ...], passing: tuple[str, ...], repo: str | None, good: str | None,
           bad: str | None, golden: str | None, model_config: str | None, github: tuple[str, ...],
-          gitlab: tuple[str, ...], github_api_url: str | None, find_fix: bool, policy: str, out: Path, as_json: bool,
+          gitlab: tuple[str, ...], github_api_url: str | None, find_fix: bool, policy: str | None, out: Path,
+          as_json: bool,
           quiet: bool, verbose: bool, fail_on: str | None, fmt: str | None, batch_mode: bool = False,
           batch_html: bool = False) -> int:
     """The whole CI-failure audit: reproduce the gate, diagnose the runs, trace the git history
@@ -103,7 +104,6 @@ def audit(ctx: click.Context, inputs: tuple[str, ...], passing: tuple[str, ...],
         answer, plots, info = run_audit(opts)
     answer = narrate_if_requested(answer)  # wording only, verified; never changes the verdict
     paths = write_report(answer, out, plots)
-    _append_reasoning(paths.markdown, answer, info)
     if as_json:
         click.echo(answer.model_dump_json(indent=2))
     else:
@@ -114,24 +114,6 @@ def audit(ctx: click.Context, inputs: tuple[str, ...], passing: tuple[str, ...],
         print_summary(answer, paths, quiet=quiet, verbose=verbose, head=head)
     report_notes(paths, quiet)
     return exit_code(answer.findings, fail_on, answer.final_answer.verdict != "pass")
-
-
-def _append_reasoning(md: Path, answer, info) -> None:  # type: ignore[no-untyped-def]
-    """The chain of reasoning, in order, after the lead's standard report body."""
-    fa = answer.final_answer
-    lines = ["## Reasoning", ""]
-    k = 1
-    for r in info.reasoning:
-        lines.append(f"{k}. {r}")
-        k += 1
-    if fa.root_causes:
-        lines.append(f"{k}. What to do: {fa.root_causes[0].fix}")
-        lines.append(f"{k + 1}. How to verify: {fa.root_causes[0].verify}")
-    if info.notes:
-        lines += ["", "Notes:"] + [f"- {n}" for n in info.notes]
-    if info.missing:
-        lines += ["", "Did not arrive (analysed without them):"] + [f"- {m}" for m in info.missing]
-    md.write_text(md.read_text(encoding="utf-8") + "\n" + mask_secrets("\n".join(lines)) + "\n", encoding="utf-8")
 
 
 audit.epilog = "Formats: " + ", ".join(format_names())

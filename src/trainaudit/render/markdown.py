@@ -1,16 +1,26 @@
 """answer.md: the page a human reads in a minute. Every claim carries its evidence ids, and the
-evidence section quotes the source lines (``path:line``) those ids rest on."""
+evidence section quotes the source lines (``path:line``) those ids rest on.
+
+An audit opens with at most :data:`TOP_LINES` lines: the verdict, what failed by how much, why
+this verdict (the statements that decided it), the commit that explains it and why, what to do
+and how to verify. Everything else (all checks, the evidence, calculations, the commits, findings,
+plots, sources) follows in collapsible sections, each fact listed once."""
 
 from __future__ import annotations
 
 import re
 from collections.abc import Iterable
 
-from trainaudit.answer.schema import Answer, ExtractedFact
+from trainaudit.answer.schema import Answer, Commit, ExtractedFact
+from trainaudit.compare.build import check_in_words
 from trainaudit.render.numbers import number, percent
 from trainaudit.redact import mask_secrets, md_code_block, md_inline
 
 MAX_ROWS = 25
+TOP_LINES = 20
+TOP_COMMITS = 5
+DECIDES = "decides the verdict: "
+NOTE = "note: "
 
 
 def _cell(text: str) -> str:
@@ -58,6 +68,8 @@ def _cited(answer: Answer) -> list[str]:
 
 
 def render_markdown(answer: Answer, plot_files: list[str] | None = None) -> str:
+    if answer.task == "audit":
+        return render_audit(answer, plot_files)
     fa = answer.final_answer
     src = {s.id: s for s in answer.source_refs}
     facts = {f.id: f for f in answer.extracted_facts}
@@ -177,3 +189,147 @@ def _fact_md(f: ExtractedFact, path: str) -> str:
         q = f.quote if len(f.quote) <= 300 else f.quote[:297] + "..."
         text += "\n" + "\n".join("  " + ln for ln in md_code_block(q.replace("\n", " ")).split("\n"))
     return text
+
+
+# -- the audit page ------------------------------------------------------------------------------
+def _cut(text: str, n: int = 400) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= n else text[: n - 3] + "..."
+
+
+def culprit(answer: Answer) -> Commit | None:
+    """The commit the first root cause cites (the one that explains the failure)."""
+    if not answer.final_answer.root_causes:
+        return None
+    cited = set(answer.final_answer.root_causes[0].evidence)
+    src = {s.id: s for s in answer.source_refs}
+    shas = {src[f.source_ref].commit for f in answer.extracted_facts
+            if f.id in cited and f.source_ref in src and src[f.source_ref].kind == "commit"}
+    return next((c for c in answer.commits if c.sha in shas and c.role != "fix"), None)
+
+
+def audit_top(answer: Answer) -> list[str]:
+    """The first lines of an audit's answer.md (at most TOP_LINES)."""
+    fa = answer.final_answer
+    facts = {f.id: f for f in answer.extracted_facts}
+    rc = fa.root_causes[0] if fa.root_causes else None
+    conf = f" · confidence {rc.confidence:.2f}" if rc else ""
+    step = f" · first bad step {fa.first_bad_step}" if fa.first_bad_step is not None else ""
+    out = [f"# trainaudit audit: **{fa.verdict}** (`{fa.category}`{step}{conf})", ""]
+    failed = [c for c in answer.comparisons if not c.passed]
+    passed = list(dict.fromkeys(c.metric for c in answer.comparisons if c.passed
+                                and c.metric not in {f.metric for f in failed}))
+    if failed:
+        more = f"; and {len(failed) - 2} more check(s)" if len(failed) > 2 else ""
+        out.append("**What failed:** " + md_inline("; ".join(check_in_words(c) for c in failed[:2]) + more)
+                   + (f". Pass: {md_inline(', '.join(passed[:6]))}." if passed else "."))
+    elif answer.comparisons:
+        out.append(f"**What failed:** nothing the replayed checks show; pass: {md_inline(', '.join(passed[:8]))}.")
+    why = [facts[i].statement[len(DECIDES):] for i in (rc.evidence if rc else [])
+           if i in facts and facts[i].statement.startswith(DECIDES)]
+    if why:
+        out.append(f"**Why {fa.verdict}:**")
+        out += [f"- {md_inline(_cut(w, 300))}" for w in list(dict.fromkeys(why))[:4]]
+    elif rc is not None:
+        out.append(f"**Why {fa.verdict}:** {md_inline(_cut(rc.issue, 400))}")
+    c = culprit(answer)
+    if c is not None:
+        out.append(f"**Culprit:** `{c.sha[:10]}` {md_inline(_cut(c.title, 100))} ({c.role}, relevance "
+                   f"{c.relevance:.2f}): {md_inline(_cut(c.reason, 300))}")
+    elif answer.commits and fa.verdict != "pass":
+        out.append("**Culprit:** none of the commits between --good and --bad explains it.")
+    if rc is not None:
+        out.append(f"**What to do:** {md_inline(_cut(rc.fix, 500))}")
+        if rc.verify:
+            out.append(f"**How to verify:** {md_inline(_cut(rc.verify, 300))}")
+    if fa.needs_more_data:
+        out.append(f"**Would raise the confidence:** {md_inline(_cut('; '.join(fa.needs_more_data), 300))}")
+    return out[:TOP_LINES]
+
+
+def _details(summary: str, body: list[str]) -> list[str]:
+    return ["<details>", f"<summary>{summary}</summary>", "", *body, "", "</details>", ""]
+
+
+def render_audit(answer: Answer, plot_files: list[str] | None = None) -> str:
+    fa = answer.final_answer
+    src = {s.id: s for s in answer.source_refs}
+    facts = {f.id: f for f in answer.extracted_facts}
+    out = audit_top(answer) + [""]
+    if answer.comparisons:
+        rows = ["| metric | check | result | failing / allowed | first failing step | max rel err | median rel err | "
+                "medians (golden → actual) | evidence |", "|---|---|---|---|---|---|---|---|---|"]
+        for c in answer.comparisons[:MAX_ROWS]:
+            med = "-"
+            if c.golden_median is not None or c.actual_median is not None:
+                med = f"{number(c.golden_median)} → {number(c.actual_median)}"
+                if c.window:
+                    med += f" (steps {c.window[0]}–{c.window[-1]})"
+            rows.append(f"| {_cell(c.metric)} | {c.check} ({c.policy}, rtol {c.rtol:g}) | "
+                        f"{'pass' if c.passed else '**FAIL**'} | {c.n_failing}/{c.n_steps} (allowed {c.allowed_failing}) | "
+                        f"{number(c.first_failing_step)} | {percent(c.max_rel_err)} | {percent(c.median_rel_err)} | "
+                        f"{med} | {_ids(c.evidence)} |")
+        out += _details(f"All checks ({len(answer.comparisons)}, {sum(not c.passed for c in answer.comparisons)} "
+                        "failing)", rows)
+    if fa.root_causes:
+        body = []
+        for k, rc in enumerate(fa.root_causes, 1):
+            body.append(f"{k}. **{md_inline(rc.issue)}** (`{rc.category}`, {rc.severity}, confidence "
+                        f"{rc.confidence:.2f}; evidence {_ids(rc.evidence)})")
+            body.append(f"   - Fix: {md_inline(rc.fix)}")
+            if rc.expected_impact:
+                body.append(f"   - Expected impact: {md_inline(rc.expected_impact)}")
+            if rc.verify:
+                body.append(f"   - Verify: {md_inline(rc.verify)}")
+        out += _details(f"Root causes ({len(fa.root_causes)})", body + ["", md_inline(fa.summary)])
+    if answer.commits:
+        ranked = [c for c in answer.commits if c.role != "fix"]
+        fixes = [c for c in answer.commits if c.role == "fix"]
+        rows = ["| commit | role | relevance | title | reason |", "|---|---|---|---|---|"]
+        rows += [f"| `{c.sha[:10]}` | {c.role} | {c.relevance:.2f} | {_cell(c.title)} | {_cell(c.reason)} |"
+                 for c in ranked[:TOP_COMMITS] + fixes[:3]]
+        if len(ranked) > TOP_COMMITS:
+            rows.append(f"\n{len(ranked) - TOP_COMMITS} more ranked commit(s) in answer.json.")
+        out += _details(f"Commits (top {min(TOP_COMMITS, len(ranked))} of {len(ranked)} ranked"
+                        + (f", {len(fixes)} later fix(es)" if fixes else "") + ")", rows)
+    if answer.findings:
+        rows = ["| id | rule | severity | metric | first bad step | message | evidence |", "|---|---|---|---|---|---|---|"]
+        rows += [f"| {d.id} | {d.rule} | {d.severity} | {_cell(d.metric or '-')} | {number(d.first_bad_step)} | "
+                 f"{_cell(d.message)} | {_ids(d.evidence)} |" for d in answer.findings[:MAX_ROWS]]
+        out += _details(f"Findings ({len(answer.findings)})", rows)
+    cited = _cited(answer)
+    shown: set[tuple[str, str, int | None, int | None]] = set()
+    lines = []
+    for fid in cited:
+        f = facts.get(fid)
+        if f is None or f.statement.startswith(NOTE):
+            continue
+        key = (f.source_ref, f.statement, f.line, f.step)
+        if key in shown:  # the same fact twice (two checks of one metric quote the same series)
+            continue
+        shown.add(key)
+        lines.append(_fact_md(f, src[f.source_ref].path if f.source_ref in src else f.source_ref))
+    if lines:
+        out += _details(f"Evidence ({len(lines)} facts)", lines[:MAX_ROWS * 4])
+    if answer.calculations:
+        rows = [f"- <a id=\"{c.id.lower()}\"></a>**{c.id}** {md_inline(c.description)}: {_code(c.formula)} = "
+                f"**{number(c.result, 6)}**{(' ' + md_inline(c.unit)) if c.unit else ''} (inputs {', '.join(c.inputs)})"
+                for c in answer.calculations[:MAX_ROWS * 2]]
+        out += _details(f"Calculations ({len(answer.calculations)}, recomputed by validation)", rows)
+    notes = [f.statement[len(NOTE):] for f in answer.extracted_facts if f.statement.startswith(NOTE)]
+    if notes:
+        out += _details(f"Notes ({len(notes)})", [f"- {md_inline(n)}" for n in notes])
+    if plot_files:
+        out += _details(f"Plots ({len(plot_files)})", [f"![{p}]({p})" for p in plot_files])
+    rows = []
+    for s in answer.source_refs:
+        extra = f" @ `{s.commit[:12]}`" if s.commit else ""
+        sha = f" (sha256 `{s.sha256[:12]}`)" if s.sha256 else ""
+        rows.append(f"- **{s.id}** {s.kind}: {_code(s.path)}{extra}{sha} {md_inline(s.description)}".rstrip())
+    v = answer.validation
+    failed_v = [c for c in v.checks if not c.passed]
+    rows += ["", f"Validation: {'all checks passed' if v.all_passed else 'FAILED'} "
+                 f"({', '.join(c.name for c in v.checks)})"
+             + "".join(f"\n- {c.name}: {md_inline(c.detail)}" for c in failed_v)]
+    out += _details(f"Sources ({len(answer.source_refs)}) and validation", rows)
+    return "\n".join(out)
