@@ -30,12 +30,15 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from trainaudit.audit import AuditOptions, run_audit
 from trainaudit.diagnosis import diagnose_run
 from trainaudit.errors import InputError
 from trainaudit.ingest import load_run
 
 REPO = Path(__file__).resolve().parents[1]
 CORPUS = REPO / "tests" / "corpus"
+sys.path.insert(0, str(CORPUS))  # the dev set's repository builder (a test helper)
+import megatron_repo  # noqa: E402
 
 
 # -- real logs -------------------------------------------------------------------------------
@@ -190,6 +193,99 @@ def render_logs(results: list[LogResult]) -> str:
     return "\n".join(out) + "\n"
 
 
+# -- Megatron-LM golden-value failures ---------------------------------------------------------
+# A case counts for the verdict unless its label says it is not decided (confidence "low"); it counts
+# for the culprit when its label names one (a null culprit means the history explains nothing).
+TOP = 3
+
+
+@dataclass
+class MegatronRow:
+    case: megatron_repo.Case
+    verdict: str
+    culprit_rank: int | None  # 1-based rank of the labelled culprit in answer.json commits[], None if absent
+    named: str  # the first commit's original sha (10) and role
+    seconds: float
+    error: str = ""
+
+    @property
+    def label(self) -> dict:
+        return self.case.label
+
+    @property
+    def scored_verdict(self) -> bool:
+        return self.label.get("confidence") != "low"
+
+    @property
+    def scored_culprit(self) -> bool:
+        return self.scored_verdict and bool(self.label.get("culprit"))
+
+    @property
+    def verdict_ok(self) -> bool:
+        return self.verdict == self.label["verdict"]
+
+
+def audit_megatron(case: megatron_repo.Case, root: Path) -> MegatronRow:
+    """Rebuild the case's history, lay out the failing job's artifacts, audit them in-process."""
+    repo = megatron_repo.rebuild(case, root / "repo")
+    art = megatron_repo.failing_artifacts(case, root / "artifacts")
+    t0 = time.perf_counter()
+    try:
+        answer, _, _ = run_audit(AuditOptions(inputs=[str(art)], repo=str(repo.path), good=repo.good, bad=repo.bad))
+    except InputError as exc:
+        return MegatronRow(case, "-", None, "-", time.perf_counter() - t0, str(exc))
+    seconds = time.perf_counter() - t0
+    shas = [repo.original(c.sha) or c.sha for c in answer.commits if c.role != "fix"]
+    culprit = case.label.get("culprit")
+    rank = shas.index(culprit) + 1 if culprit in shas else None
+    first = answer.commits[0] if answer.commits else None
+    named = f"{(repo.original(first.sha) or first.sha)[:10]} {first.role}" if first else "-"
+    return MegatronRow(case, answer.final_answer.verdict, rank, named, seconds)
+
+
+def score_megatron(root: Path, cases: list[megatron_repo.Case] | None = None) -> list[MegatronRow]:
+    return [audit_megatron(c, root / c.id) for c in (cases if cases is not None else megatron_repo.cases())]
+
+
+def megatron_summary(rows: list[MegatronRow]) -> dict[str, float]:
+    v = [r for r in rows if r.scored_verdict]
+    c = [r for r in rows if r.scored_culprit]
+    return {"cases": len(rows), "verdict_cases": len(v), "culprit_cases": len(c),
+            "verdict": sum(r.verdict_ok for r in v) / len(v) if v else 0.0,
+            "culprit_first": sum(r.culprit_rank == 1 for r in c) / len(c) if c else 0.0,
+            f"culprit_top{TOP}": sum(r.culprit_rank is not None and r.culprit_rank <= TOP for r in c) / len(c)
+            if c else 0.0,
+            "slowest_s": max((r.seconds for r in rows), default=0.0)}
+
+
+def render_megatron(rows: list[MegatronRow]) -> str:
+    s = megatron_summary(rows)
+    v = [r for r in rows if r.scored_verdict]
+    c = [r for r in rows if r.scored_culprit]
+    out = ["## Megatron-LM golden-value failures (`tests/corpus/megatron`)", "",
+           f"{len(rows)} real golden-value failures of Megatron-LM's CI rebuilt from the repository's history "
+           "(labels from the commit diffs and PR threads, `case.json`). Each history is rebuilt as a real git "
+           "repository (`tests/corpus/megatron_repo.py`) and the failing job's artifact (the actual values under "
+           "the golden file's name) is audited with `--repo --good --bad`, as a user would.", "",
+           "Scored: the verdict on every case whose label confidence is not `low`; the culprit on those whose "
+           "label names one (a null culprit: nothing in the history explains the failure).", "",
+           "| metric | value |", "|---|---|",
+           f"| verdict | {_pct(sum(r.verdict_ok for r in v), len(v))} |",
+           f"| culprit first | {_pct(sum(r.culprit_rank == 1 for r in c), len(c))} |",
+           f"| culprit in the top {TOP} | "
+           f"{_pct(sum(r.culprit_rank is not None and r.culprit_rank <= TOP for r in c), len(c))} |",
+           f"| slowest audit | {s['slowest_s']:.2f} s |", "",
+           "| case | label | answer | culprit (label) | rank | first commit named | s |",
+           "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        lab = r.label
+        cul = (lab.get("culprit") or "-")[:10] + (f" {lab.get('culprit_role')}" if lab.get("culprit") else "")
+        ans = r.verdict + ("" if r.verdict_ok else " ✗") if not r.error else f"error: {r.error[:80]}"
+        rank = "-" if not r.scored_culprit else (str(r.culprit_rank) if r.culprit_rank else "absent")
+        out.append(f"| {r.case.id} | {lab['verdict']} | {ans} | {cul} | {rank} | {r.named} | {r.seconds:.2f} |")
+    return "\n".join(out) + "\n"
+
+
 # -- generated runs --------------------------------------------------------------------------
 @dataclass
 class SynthRow:
@@ -288,7 +384,13 @@ def _synth(args: argparse.Namespace) -> str:
     return render_synth(rows, time.perf_counter() - t0)
 
 
+def _megatron(_args: argparse.Namespace) -> str:
+    with tempfile.TemporaryDirectory() as tmp:
+        return render_megatron(score_megatron(Path(tmp)))
+
+
 SECTIONS["logs"] = _logs
+SECTIONS["megatron"] = _megatron
 SECTIONS["synth"] = _synth
 
 
