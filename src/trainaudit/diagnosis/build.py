@@ -84,7 +84,7 @@ def build_answer(paths: list[str], run: Run, diag: Diagnosis, *, hash_sources: b
             s = p.series
             path = run.source_path(s, p.index)
             line = int(s.lines[p.index])
-            src = sid.get(path) or b.source(display_path(path), "log")
+            src_id = sid.get(path) or b.source(display_path(path), "log")
             kw: dict = {}
             if p.indices is not None:
                 idx = _thin(np.asarray(p.indices, dtype=np.int64))
@@ -93,14 +93,14 @@ def build_answer(paths: list[str], run: Run, diag: Diagnosis, *, hash_sources: b
             if path in binary:  # described by its record, not quoted: the bytes are not text
                 statement += f" (record {line} of the event file)" if line else ""
                 line = 0
-            ids[p.key] = b.fact(src, statement, metric=s.name, step=p.step,
+            ids[p.key] = b.fact(src_id, statement, metric=s.name, step=p.step,
                                 value=None if p.indices is not None else p.value, line=line or None,
                                 quote=textual(quotes.get(path, {}).get(line)), **kw)
         for e in h.events:
-            ev = e.event
-            src = sid.get(ev.source) or b.source(display_path(ev.source), "log")
-            ids[e.key] = b.fact(src, f"{e.statement}: {ev.message}", step=ev.step, value=e.value, unit=e.unit,
-                                line=ev.line or None, quote=textual(ev.raw))
+            event = e.event
+            src_id = sid.get(event.source) or b.source(display_path(event.source), "log")
+            ids[e.key] = b.fact(src_id, f"{e.statement}: {event.message}", step=event.step, value=e.value,
+                                unit=e.unit, line=event.line or None, quote=textual(event.raw))
         for c in h.calcs:
             formula = c.formula
             for k, v in ids.items():

@@ -111,8 +111,8 @@ def render_html(answer: Answer, charts: list[dict[str, Any]] | None = None, *, t
     if charts:
         body.append('<section id="charts"><h2>Charts</h2><p class="hint no-print">Drag across a chart to zoom, '
                     "double-click (or Reset) to zoom out, hover for values, click a legend entry to hide a curve.</p>")
-        for i, c in enumerate(charts):
-            body.append(f'<figure class="chart" id="chart-{i}" data-index="{i}"><figcaption>{_e(c.get("title"))}'
+        for i, chart in enumerate(charts):
+            body.append(f'<figure class="chart" id="chart-{i}" data-index="{i}"><figcaption>{_e(chart.get("title"))}'
                         f'</figcaption><div class="plot"></div></figure>')
         body.append("</section>")
 
@@ -169,11 +169,11 @@ def render_html(answer: Answer, charts: list[dict[str, Any]] | None = None, *, t
             body.append(f"<p>{len(answer.extracted_facts) - MAX_FACTS} more facts in answer.json.</p>")
         if answer.calculations:
             body.append("<h3>Calculations</h3><p>Recomputed from their inputs by validation.</p>")
-            for c in answer.calculations:
-                unit = f" {_e(c.unit)}" if c.unit else ""
-                body.append(f'<div class="calc" id="{_anchor(c.id)}"><b>{_e(c.id)}</b> {_e(c.description)}: '
-                            f"<code>{_e(c.formula)}</code> = <b>{_fmt(c.result)}</b>{unit} "
-                            f"(inputs {_ids(c.inputs, known)})</div>")
+            for calc in answer.calculations:
+                unit = f" {_e(calc.unit)}" if calc.unit else ""
+                body.append(f'<div class="calc" id="{_anchor(calc.id)}"><b>{_e(calc.id)}</b> {_e(calc.description)}: '
+                            f"<code>{_e(calc.formula)}</code> = <b>{_fmt(calc.result)}</b>{unit} "
+                            f"(inputs {_ids(calc.inputs, known)})</div>")
         body.append("</section>")
 
     body.append('<section id="sources"><h2>Sources</h2><ul class="sources">')
