@@ -91,6 +91,24 @@ def test_session_epoch_iter_of_total(tmp_path: Path) -> None:
     assert points(run, "rcnn_box") == [(500, 0.2279)]  # "k v" on a continuation line joins its step
 
 
+def test_a_counter_first_seen_beside_the_step_is_no_new_epoch(tmp_path: Path) -> None:
+    # FastMaskRCNN after a debug print "begin iter 2222222222": "batch:(16|85, ...)" is not an epoch
+    # that moved, so "iter 144" is step 144 (not 2222222222 + 1) and the bare "Killed" after it too
+    run = read(tmp_path, head("tf1-charlesshang-fastmaskrcnn-172", 10))
+    assert points(run, "regular_loss") == [(144, 0.248765)]
+    assert [e.step for e in run.events] == [144, 144]  # the shell's "Killed": SIGKILL, likely host OOM
+
+
+def test_the_step_the_log_prints_in_its_first_epoch(tmp_path: Path) -> None:
+    # DeepSpeed-Chat's "Epoch 1, Step 0" after tqdm's bar: the step is 0 as printed; from the second
+    # epoch on the step counter restarts and the steps run on
+    run = read(tmp_path, head("deepspeed-BeyonderXX-TRACE-5", 20))
+    loss = points(run, "Loss")
+    assert loss[:2] == [(0, 0.9741), (1, 1.3742)]
+    assert [s for s, _ in loss] == list(range(len(loss)))
+    assert run.meta["step_text"][8].startswith("epoch 2,") and "step 0" in run.meta["step_text"][8]
+
+
 def test_keras_epoch_n_of_m_then_its_metrics(tmp_path: Path) -> None:
     run = read(tmp_path, head("keras-keras-team-keras-10102", 4))
     assert points(run, "loss") == [(4, 55.8033), (5, 53.3749)]

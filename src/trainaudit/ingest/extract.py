@@ -570,6 +570,7 @@ class Extractor:
         self.offset = 0
         self.index = 0
         self.outer: dict[str, float] = {}
+        self.step_outer: dict[str, float] = {}  # the outer counters as the step counter's lines last printed them
         self.texts: dict[int, str] = {}
         self.emitted: list[tuple[int, Record]] = []
 
@@ -654,6 +655,7 @@ class Extractor:
                 self.offset = self.last_step + 1 - int(v)  # the inner counter restarted in a new epoch
             step = int(v) + self.offset
             self.last_counter[rec.rank] = v
+            self.step_outer.update({k: rec.counters[k] for k in self.outer if k in rec.counters})
             if self.offset or self.outer:
                 self._text(step, rec, key)
         elif key is not None and key in rec.counters or not rec.counters or key is None:
@@ -674,9 +676,12 @@ class Extractor:
         return step, rec
 
     def _outer_moved(self, rec: Record) -> bool:
-        """An outer counter (epoch) on this line: the inner one restarts with it. Without one, a
-        counter going back is a restart of the run, kept as printed."""
-        return any(k in rec.counters for k in self.outer)
+        """An outer counter (epoch) on this line with another value than on the last line of the
+        step counter that had it: the inner one restarts with it. Without one, a counter going back
+        is a restart of the run, kept as printed; an outer-looking counter never seen with the step
+        before has not moved ("iter 144: ... batch:(16|85)" after a debug print "begin iter
+        2222222222" is step 144, not a new epoch)."""
+        return any(k in rec.counters and rec.counters[k] != v for k, v in self.step_outer.items())
 
     def _text(self, step: int, rec: Record, key: str | None) -> None:
         if len(self.texts) >= 200_000:

@@ -808,3 +808,70 @@ class RepeatedOutputs(Rule):
             h.ev("samples", e, "the generated samples")
             return [h]
         return []
+
+
+# a metric named as a cross-entropy (OpenNMT-py's "xent", DETR's "loss_ce", MXNet's "cross-entropy") or a
+# perplexity; "nll" is left out: the negative log-likelihood of a continuous density (GaussianNLLLoss, a
+# normalising flow) is below 0 whenever the density is above 1, so a negative NLL can be healthy
+_CROSS_ENTROPY = re.compile(r"(?:^|[^a-z])(?:xent|ce|cross[ _-]?entropy)(?:[^a-z]|$)")
+_PERPLEXITY = re.compile(r"(?:^|[^a-z])(?:ppl|perplexity)(?:[^a-z]|$)")
+
+
+class ImpossibleLoss(Rule):
+    """Detects a cross-entropy below 0 or a perplexity below 1: values no cross-entropy of
+    probabilities can take, so the loss is not computed on log-probabilities.
+
+    Why: a cross-entropy ``-log p(target)`` of probabilities is at least 0 and its perplexity at
+    least 1. Below that, the loss is fed something else: ``nn.NLLLoss`` on raw logits instead of
+    ``log_softmax`` output (NLLLoss expects log-probabilities,
+    https://pytorch.org/docs/stable/generated/torch.nn.NLLLoss.html), so it rewards growing logits
+    without bound and the loss falls to minus infinity while the model learns nothing.
+
+    Fix: apply ``log_softmax`` before ``NLLLoss``, or use ``CrossEntropyLoss`` on the raw logits
+    (it applies log_softmax itself); check the logged value is the loss, not a logit or score.
+
+    Example: ``{"step": 50, "xent": -9.48, "ppl": 8e-05}``.
+
+    Thresholds: a cross-entropy below ``ce_below`` (-0.01) or a perplexity below ``ppl_below``
+    (0.99) on at least ``min_points`` (2) logged values; the margins absorb printed rounding.
+    """
+
+    id = "TA210"
+    name = "impossible-loss"
+    category = Category.PLATEAU
+    severity = Severity.HIGH
+    guidance = Guidance(
+        fix="Give the loss log-probabilities: apply log_softmax before NLLLoss, or use CrossEntropyLoss on the raw "
+            "logits; check that the logged value is the loss itself.",
+        impact="The loss starts near ln(number of classes) and stays at or above 0 (perplexity at or above 1).",
+        verify="On one batch, check torch.exp(log_probs).sum(-1) is 1 for every row and the loss is >= 0.")
+
+    class Params(Thresholds):
+        ce_below: float = -0.01
+        ppl_below: float = 0.99
+        min_points: int = 2
+
+    def check(self, ctx: Context) -> list[Hit]:
+        found: list[tuple[int, Series, int, float, str]] = []
+        for name, s in ctx.run.series.items():
+            low = name.lower()
+            bound, floor = (self.p.ppl_below, "1") if _PERPLEXITY.search(low) else \
+                (self.p.ce_below, "0") if _CROSS_ENTROPY.search(low) else (None, "")
+            if bound is None:
+                continue
+            below = np.flatnonzero(np.isfinite(s.values) & (s.values < bound))
+            if below.size >= self.p.min_points:
+                found.append((int(s.steps[below[0]]), s, int(below[0]), bound, floor))
+        if not found:
+            return []
+        step, s, i, bound, floor = min(found, key=lambda f: (f[0], f[4], f[1].name))  # the loss before its perplexity
+        n = int(np.sum(np.isfinite(s.values) & (s.values < bound)))
+        kind = "perplexity" if floor == "1" else "cross-entropy"
+        h = self.hit(f"{s.name} is {s.values[i]:.4g} at step {step}, below {floor} ({n} of {len(s)} logged values): "
+                     f"no {kind} of probabilities goes below {floor}, so the loss is not computed on "
+                     "log-probabilities (NLLLoss on raw logits?)", 0.9, metric=s.name, first_bad_step=step,
+                     last_step=int(s.steps[-1]))
+        h.point("first", s, i, f"the first {s.name} below {floor}")
+        h.point("values", s, len(s) - 1, f"{s.name} on every logged step", indices=np.arange(len(s)))
+        h.calc("n_below", f"logged values of {s.name} below {bound:g}", f"count({{values}} < {bound!r})", unit="count")
+        return [h]

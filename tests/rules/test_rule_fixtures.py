@@ -1,0 +1,166 @@
+"""Every rule of the registry against its fixture, ``tests/rules/fixtures/<ID>.json`` (as Ruff keeps
+``resources/test/fixtures`` beside its rules): each ``fires`` input makes the rule fire with the
+category, first bad step and message given, and each ``silent`` input keeps it silent, because a
+false alarm is a bug too. Every rule alone also stays silent (nothing above info) on every healthy
+log of the corpus and every recorded healthy run. The list of rules comes from the registry: a rule without a fixture fails here.
+
+Fixture format (paths relative to ``tests/``; what each input is: ``fixtures/SOURCES.md``)::
+
+    {"fires": [{"input": ["corpus/logs/<case>/log.txt"], "first_bad_step": 220, "category": "nan_inf",
+                "message": "loss is NaN from step"}],
+     "silent": [{"input": ["rules/fixtures/data/tiny/healthy.jsonl"]}]}
+
+The rules the golden-value gate or a run-vs-run comparison reports (scope ``gate``) are run by
+their producer: an entry says ``"compare": "golden"`` (``input``: the golden file, then the
+actual values; ``config``: the test's model_config.yaml) or ``"compare": "runs"`` (``input``:
+the baseline runs, then the candidate).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import pytest
+from shared_data import CORPUS_LOGS
+
+from trainaudit.answer.schema import Severity
+from trainaudit.compare.pipeline import run_golden
+from trainaudit.compare.runs import compare_runs
+from trainaudit.ingest import load_run
+from trainaudit.model import Run
+from trainaudit.rules import ALL_RULES, Context, Rule, run_rules
+from trainaudit.rules.base import Scope
+
+TESTS = Path(__file__).resolve().parents[1]
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+ENTRY_KEYS = {"input", "first_bad_step", "category", "message", "compare", "config"}
+
+
+@dataclass(frozen=True)
+class Found:
+    """One finding, whichever layer produced it (a rule's Hit or a comparison's Finding)."""
+
+    category: str
+    first_bad_step: int | None
+    message: str
+    severity: str
+
+
+def fixture(cls: type[Rule]) -> dict[str, Any]:
+    return json.loads((FIXTURES / f"{cls.id}.json").read_text(encoding="utf-8"))
+
+
+@cache
+def _run(inputs: tuple[str, ...]) -> Run:
+    run, problems = load_run([str(TESTS / p) for p in inputs])
+    assert not [p for p in problems if p.fatal], problems
+    return run
+
+
+def _found(hits: list[Any]) -> list[Found]:
+    return [Found(str(h.category), h.first_bad_step, h.message, str(h.severity)) for h in hits]
+
+
+def alone(cls: type[Rule], inputs: list[str]) -> list[Found]:
+    """The rule by itself on the run read from ``inputs``."""
+    return _found(cls().check(Context.of(_run(tuple(inputs)))))
+
+
+def through_engine(cls: type[Rule], entry: dict[str, Any]) -> list[Found]:
+    """The rule's findings as the engine reports them: every rule on the run, or the comparison
+    that produces a gate rule's findings."""
+    paths = [str(TESTS / p) for p in entry["input"]]
+    if cls.scope is not Scope.GATE:
+        return _found([h for h in run_rules(_run(tuple(entry["input"]))) if h.rule == cls.id])
+    if entry["compare"] == "golden":
+        answer, _, _ = run_golden(paths[0], paths[1:], model_config=str(TESTS / entry["config"]))
+    else:
+        answer, _, _ = compare_runs(paths[:-1], paths[-1])
+    assert answer.validation.all_passed, [c for c in answer.validation.checks if not c.passed]
+    return _found([f for f in answer.findings if f.rule == cls.id])
+
+
+def _matches(found: list[Found], entry: dict[str, Any]) -> bool:
+    return any(f.category == entry["category"] and f.first_bad_step == entry["first_bad_step"]
+               and entry["message"] in f.message and f.severity != Severity.INFO for f in found)
+
+
+def _healthy_logs() -> list[Path]:
+    out = []
+    for d in sorted(p for p in CORPUS_LOGS.iterdir() if p.is_dir()):
+        if json.loads((d / "label.json").read_text(encoding="utf-8"))["category"] == "healthy":
+            out.extend(f for f in d.iterdir() if f.name != "label.json")
+    return out
+
+
+RULES = [pytest.param(cls, id=cls.id) for cls in ALL_RULES]
+RUN_RULES = [pytest.param(cls, id=cls.id) for cls in ALL_RULES if cls.scope is not Scope.GATE]
+HEALTHY = _healthy_logs()
+# the recorded healthy runs (fixtures/SOURCES.md): a tiny classifier, a Megatron log of warmup and
+# cosine decay, a balanced 2-rank DDP run, the live monitor's file of a healthy run
+HEALTHY_RECORDED = [FIXTURES / "data" / p for p in ("tiny/healthy.jsonl", "synth/healthy-warmup-cosine.train.log",
+                                                    "ddp/balanced.log", "monitor/healthy/trainaudit-monitor.jsonl")]
+
+
+def _entries(kind: str) -> list[Any]:
+    out = []
+    for cls in ALL_RULES:
+        path = FIXTURES / f"{cls.id}.json"
+        entries = fixture(cls)[kind] if path.exists() else []
+        out += [pytest.param(cls, e, id=f"{cls.id}-{i}-{Path(e['input'][-1]).parent.name}")
+                for i, e in enumerate(entries)]
+    return out
+
+
+@pytest.mark.parametrize("cls", RULES)
+def test_every_rule_has_its_fixture(cls: type[Rule]) -> None:
+    path = FIXTURES / f"{cls.id}.json"
+    assert path.exists(), f"{cls.id} has no fixture: add {path.relative_to(TESTS)} (see this module's docstring)"
+    doc = fixture(cls)
+    assert set(doc) == {"fires", "silent"}, sorted(doc)
+    assert doc["fires"] and doc["silent"], f"{cls.id}: a fixture needs inputs where it fires and where it stays silent"
+    sources = (FIXTURES / "SOURCES.md").read_text(encoding="utf-8")
+    for e in doc["fires"] + doc["silent"]:
+        assert set(e) <= ENTRY_KEYS and e["input"], e
+        assert all(f"`{p}`" in sources for p in e["input"]), f"{e['input']}: say where it comes from in SOURCES.md"
+        assert all((TESTS / p).exists() for p in e["input"] + ([e["config"]] if "config" in e else [])), e
+        assert ("compare" in e) is (cls.scope is Scope.GATE), f"{cls.id}: 'compare' is for gate rules only"
+    for e in doc["fires"]:
+        assert {"first_bad_step", "category", "message"} <= set(e) and e["message"], e
+
+
+def test_no_fixture_without_a_rule() -> None:
+    ids = {cls.id for cls in ALL_RULES}
+    assert not {p.stem for p in FIXTURES.glob("*.json")} - ids
+
+
+@pytest.mark.parametrize("cls,entry", _entries("fires"))
+def test_rule_fires_on_its_fixture(cls: type[Rule], entry: dict[str, Any]) -> None:
+    if cls.scope is not Scope.GATE:
+        found = alone(cls, entry["input"])
+        assert _matches(found, entry), (entry, found)
+        assert found[0].category == entry["category"]  # its first finding is the one the fixture names
+    found = through_engine(cls, entry)
+    assert _matches(found, entry), (entry, found)
+
+
+@pytest.mark.parametrize("cls,entry", _entries("silent"))
+def test_rule_is_silent_on_its_fixture(cls: type[Rule], entry: dict[str, Any]) -> None:
+    if cls.scope is not Scope.GATE:
+        assert not alone(cls, entry["input"])
+    assert not through_engine(cls, entry)
+
+
+@pytest.mark.parametrize("cls", RUN_RULES)
+def test_rule_is_silent_on_every_healthy_run(cls: type[Rule]) -> None:
+    assert len(HEALTHY) >= 50
+    loud = {}
+    for path in HEALTHY + HEALTHY_RECORDED:
+        found = [f for f in alone(cls, [str(path.relative_to(TESTS))]) if f.severity != Severity.INFO]
+        if found:
+            loud[str(path.relative_to(TESTS))] = found[0].message
+    assert not loud, loud
