@@ -85,7 +85,7 @@ class AnswerBuilder:
     # -- facts and calculations -----------------------------------------------------------
     def fact(self, source_ref: str, statement: str, *, metric: str | None = None, step: int | None = None,
              value: Any = None, unit: str | None = None, line: int | None = None, quote: str | None = None,
-             steps: Sequence[int] | None = None, values: Sequence[float] | np.ndarray | None = None) -> str:
+             steps: Sequence[int] | None = None, values: Sequence[float | str | None] | np.ndarray | None = None) -> str:
         fid = f"F{len(self.facts) + 1}"
         vals = None if values is None else [_num(v) for v in values]
         self.facts.append(ExtractedFact(

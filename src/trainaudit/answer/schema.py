@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-SCHEMA_VERSION = "1"
+SCHEMA_VERSION: Literal["1"] = "1"
 
 SourceKindName = Literal["log", "metrics", "tensorboard", "golden_values", "config", "ci_log", "archive_member",
                          "commit", "repo"]

@@ -154,12 +154,12 @@ def _run(opts: AuditOptions, tmp: Path, say: Step, fetch_progress) -> tuple[Answ
     golden_display = opts.golden
     if golden_local is None and found.golden_local is not None:
         golden_local, golden_display = str(found.golden_local), found.golden
-        staging.remember(found.golden_local, found.golden)
+        staging.remember(found.golden_local, found.golden or str(found.golden_local))
         info.reasoning.append(f"Golden values: {found.golden} at --bad {bad_sha[:10]} ({found.how}).")  # type: ignore[index]
     config_local = opts.model_config
     if config_local is None and found.model_config_local is not None:
         config_local = str(found.model_config_local)
-        staging.remember(found.model_config_local, found.model_config)
+        staging.remember(found.model_config_local, found.model_config or str(found.model_config_local))
     info.golden = golden_display
     prof = profile(repo, good_sha, bad_sha, found.test_case,
                    Path(config_local).read_text(encoding="utf-8", errors="replace") if config_local else None,

@@ -192,7 +192,7 @@ def compare_members(result: BatchResult) -> dict[str, Any]:
         steps = [a.final_answer.first_bad_step for _, a in answers if a.final_answer.first_bad_step is not None]
         g["first_bad_steps"] = steps
         out_groups.append(g)
-    rows = []
+    rows: list[dict[str, object]] = []
     for m in result.members:
         if m.answer is None:
             rows.append({"name": m.name, "error": m.error})

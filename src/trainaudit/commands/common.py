@@ -38,7 +38,8 @@ PROGRESS_MIN_BYTES = 4 * 2**20  # smaller inputs are read in well under a second
 class Rated(Protocol):
     """A finding, an alert, an inspection finding: anything with a severity."""
 
-    severity: str
+    @property
+    def severity(self) -> str: ...
 
 
 def default_out(command: str) -> Path:
@@ -122,8 +123,8 @@ def print_summary(answer: Answer, paths: ReportPaths, *, quiet: bool, verbose: b
             con.print()
         fa = answer.final_answer
         con.print(verdict_line(answer))
-        for line in head:
-            con.print(Text(mask_secrets(line.plain), style=line.style), no_wrap=True, overflow="ellipsis")
+        for head_line in head:
+            con.print(Text(mask_secrets(head_line.plain), style=head_line.style), no_wrap=True, overflow="ellipsis")
         lines = [fa.summary]
         causes = fa.root_causes if verbose else fa.root_causes[:1]
         for k, rc in enumerate(causes, 1):

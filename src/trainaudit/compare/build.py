@@ -16,7 +16,7 @@ from trainaudit.rules.base import Rule
 from trainaudit.rules.gate import ApproximateCheck, ExactCheck, GateAborted, IterationTimeCheck
 from trainaudit.answer.builder import AnswerBuilder, sha256_file
 from trainaudit.answer.charts import Band, Curve, PlotSpec
-from trainaudit.answer.schema import Answer, Comparison, FinalAnswer, RootCause
+from trainaudit.answer.schema import Answer, Category, Comparison, FinalAnswer, RootCause, Severity
 from trainaudit.answer.paths import display_path
 
 SEVERITY_OF = {"crash": "critical", "infrastructure_failure": "critical", "real_regression": "high",
@@ -65,8 +65,7 @@ def build_answer(inp: Inputs, gate: GateResult, devs: dict[int, Deviation], deci
         abort_ev.append(b.fact(sg if gate.abort_kind != "missing_in_actual" else sa,
                                f"gate aborts: {gate.abort}", metric=gate.abort_metric[0] if gate.abort_metric else None))
     for i, c in enumerate(gate.checks):
-        ev = _check_facts(b, sg, sa, inp, c, gate, devs.get(i), plots)
-        evidence_for_cause[i] = ev
+        evidence_for_cause[i] = _check_facts(b, sg, sa, inp, c, gate, devs.get(i), plots)
     for rep in inp.ci:
         sci = b.source(display_path(rep.path), "ci_log", sha256=_sha(rep.path), description="CI job log with the gate's output")
         ids = []
@@ -93,7 +92,7 @@ def build_answer(inp: Inputs, gate: GateResult, devs: dict[int, Deviation], deci
                       category=cause.category, severity=cause.severity,
                       metric=cause.metrics[0] if cause.metrics else None, first_bad_step=cause.first_bad_step,
                       message=cause.issue, evidence=ev, confidence=cause.confidence)
-        causes.append(RootCause(issue=cause.issue, category=cause.category, severity=cause.severity,
+        causes.append(RootCause(issue=cause.issue, category=Category(cause.category), severity=Severity(cause.severity),
                                 evidence=decided + [d] + [e for e in ev if e not in decided][:8], fix=cause.fix,
                                 expected_impact=cause.expected_impact,
                                 verify=cause.verify, confidence=cause.confidence))
@@ -225,7 +224,7 @@ def _check_facts(b: AnswerBuilder, sg: str, sa: str, inp: Inputs, c: CheckResult
             if c.actual_median is not None:
                 curves.append(Curve(f"actual median, steps {a}-{z}", [a, z], [c.actual_median] * 2))
         plots.append(PlotSpec(metric=c.metric, title=f"{c.metric}: {c.check} check ({c.rtol:g} rtol) failed",
-                              curves=curves, first_bad_step=first if c.window is None else (c.window_steps or [None])[0],
+                              curves=curves, first_bad_step=first if c.window is None else (c.window_steps[0] if c.window_steps else None),
                               band=band, stem=f"{c.metric}_{c.check}", window=c.window))
     return ev
 

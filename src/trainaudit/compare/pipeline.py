@@ -105,7 +105,7 @@ def _fatal_nans(run: GoldenGate, reports: list[CiGateReport]) -> dict[str, int]:
 
 def run_golden(golden_path: str, actual_paths: list[str], *, model_config: str | None = None,
                deterministic: bool | None = None, pipeline: str | None = None, train_iters: int | None = None,
-               policy: str = "megatron", ci_logs: list[str] | None = None, fmt: str | None = None
+               policy: str | Policy = "megatron", ci_logs: list[str] | None = None, fmt: str | None = None
                ) -> tuple[Answer, list[PlotSpec], bool]:
     run = gate_golden(golden_path, actual_paths, model_config=model_config, deterministic=deterministic,
                       pipeline=pipeline, train_iters=train_iters, policy=policy, fmt=fmt)

@@ -15,7 +15,7 @@ from trainaudit.ingest import load_run
 from trainaudit.model import EventKind, Run, Series
 from trainaudit.answer.builder import AnswerBuilder
 from trainaudit.answer.charts import Band, Curve, PlotSpec
-from trainaudit.answer.schema import Answer, FinalAnswer, RootCause
+from trainaudit.answer.schema import Answer, Category, FinalAnswer, RootCause, Severity
 from trainaudit.answer.paths import display_path
 
 DEFAULT_RTOL = 0.05  # the Megatron approximate band, used when no noise band can be measured
@@ -134,8 +134,8 @@ def compare_runs(baseline_paths: list[str], candidate_path: str, fmt: str | None
                           evidence=[fb, fc, cn, cm], confidence=0.8 if md.noise is not None else 0.65)
             causes.append(RootCause(issue=f"{md.metric} diverges from the baseline from step "
                                           f"{md.diverge_step or nanstep[0]} ({dev.summary})",
-                                    category="divergence" if not nanstep else "nan_inf", severity="high",
-                                    evidence=[d, cn, cm], fix="find the change between the two runs (code, config, "
+                                    category=Category.DIVERGENCE if not nanstep else Category.NAN_INF,
+                                    severity=Severity.HIGH, evidence=[d, cn, cm], fix="find the change between the two runs (code, config, "
                                     "data, environment) with `trainaudit audit --good --bad`",
                                     expected_impact=f"{md.metric} back inside the baseline band",
                                     verify="rerun the candidate: the comparison passes",
@@ -149,8 +149,8 @@ def compare_runs(baseline_paths: list[str], candidate_path: str, fmt: str | None
         verdict, category, first_bad = ("infrastructure_failure" if infra else "crash"), \
             ("distributed_failure" if infra else "crash"), short
         f = b.fact(sc, f"candidate's last logged step is {short} (the baseline goes further)", step=short)
-        causes.insert(0, RootCause(issue=f"the candidate run stopped at step {short}", category=category,  # type: ignore[arg-type]
-                                   severity="critical", evidence=[f], fix="see why the candidate ended "
+        causes.insert(0, RootCause(issue=f"the candidate run stopped at step {short}", category=Category(category),
+                                   severity=Severity.CRITICAL, evidence=[f], fix="see why the candidate ended "
                                    "(`trainaudit diagnose`)", expected_impact="a complete run to compare",
                                    verify="the candidate reaches the baseline's last step", confidence=0.8))
     elif loss_fail:

@@ -435,7 +435,7 @@ def _cause_for(m: str, idx: list[int], gate: GateResult, shapes: dict[str, Shape
             why = (f"{m} moves by up to {_pct(sh.max_rel_clean)} on {sh.n_beyond_drift}/{sh.n_compared} steps: "
                    f"beyond the {DRIFT_REL:g} a container or kernel change produces (4th significant digit)")
         at_start = ""
-        if from_start and sh.first_step is not None:
+        if from_start and sh.first_step is not None and sh.first_rel is not None:
             at_start = (f"; it differs at the first compared step {sh.first_step} already ({_pct(sh.first_rel)}): "
                         "the model, its initialisation or its data changed, not the rounding")
         return Cause("real_regression", "golden_mismatch", "high",

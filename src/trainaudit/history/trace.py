@@ -66,7 +66,7 @@ def trace(repo_path: str, good: str | None, bad: str | None, ctx: Context, *, fi
     if truncated:
         out.notes.append(f"more than {max_commits} commits between good and bad; only the newest {max_commits} "
                          "were classified")
-    after = []
+    after: list[CommitInfo] = []
     if find_fix:
         head = repo.resolve("HEAD", "HEAD")
         branches = repo._run(["for-each-ref", "--format=%(objectname)", "refs/heads"], what="git for-each-ref")

@@ -376,8 +376,9 @@ class Toolbox:
 
     def get_evidence(self, result_id: str, ids: list[str]) -> Evidence:
         answer = self.answer(result_id)
-        table: dict[str, BaseModel] = {x.id: x for x in [*answer.source_refs, *answer.extracted_facts,
-                                                         *answer.calculations, *answer.findings]}
+        table: dict[str, BaseModel] = {}
+        for group in (answer.source_refs, answer.extracted_facts, answer.calculations, answer.findings):
+            table.update({x.id: x for x in group})
         items: dict[str, dict[str, Any]] = {}
         for i in ids[:50]:
             if i in table:

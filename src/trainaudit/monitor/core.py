@@ -298,7 +298,7 @@ class Monitor:
         if not grads:
             return 0.0, 0, []
         with torch.no_grad():
-            norms = torch._foreach_norm(grads)  # one fused pass over all grads, one result each
+            norms = list(torch._foreach_norm(grads))  # one fused pass over all grads, one result each
             if norms[0].device.type != "cpu":
                 norms = [n.float().cpu() for n in norms]
             stacked = torch.stack(norms)
@@ -492,9 +492,9 @@ class Monitor:
                     rec[k] = float(v)
             if p.per is not None:
                 by_mod: dict[str, float] = {}
-                for v, mod in zip(p.per, self._module_of):
-                    if v is not None:  # None: that parameter has no gradient
-                        by_mod[mod] = by_mod.get(mod, 0.0) + v * v
+                for norm, mod in zip(p.per, self._module_of):
+                    if norm is not None:  # None: that parameter has no gradient
+                        by_mod[mod] = by_mod.get(mod, 0.0) + norm * norm
                 for mod, sq in by_mod.items():
                     rec[f"grad_norm/{mod}"] = math.sqrt(sq)
             if p.ratios:

@@ -38,7 +38,7 @@ class Annotation:
     severity: str
 
 
-def annotations(answer: Answer) -> list[Annotation]:
+def annotations_of(answer: Answer) -> list[Annotation]:
     out = []
     for d in answer.findings:
         title = f"{d.rule} {d.category}" + (f" ({d.metric})" if d.metric else "")
@@ -97,12 +97,12 @@ def github_summary(answer: Answer, env: Mapping[str, str] | None = None, html_na
                 f.write(summary_markdown(answer, html_name) + "\n")
         except OSError as exc:
             raise UsageError(f"GITHUB_STEP_SUMMARY ({path}): cannot append ({exc.strerror})") from None
-    return target, [workflow_command(a) for a in annotations(answer)]
+    return target, [workflow_command(a) for a in annotations_of(answer)]
 
 
 def gitlab_codequality(answer: Answer) -> list[dict[str, object]]:
-    issues = []
-    for a in annotations(answer):
+    issues: list[dict[str, object]] = []
+    for a in annotations_of(answer):
         loc = a.location
         fp = hashlib.md5(f"{a.title}|{loc.path}|{a.message}".encode(), usedforsecurity=False).hexdigest()
         issues.append({"description": mask_secrets(f"{a.title}: {a.message}"), "check_name": a.title.split(" ")[0],

@@ -129,8 +129,8 @@ def render_markdown(answer: Answer, plot_files: list[str] | None = None) -> str:
         out.append("## Commits")
         out.append("| commit | role | relevance | title | reason |")
         out.append("|---|---|---|---|---|")
-        for c in answer.commits[:MAX_ROWS]:
-            out.append(f"| `{c.sha[:10]}` | {c.role} | {c.relevance:.2f} | {_cell(c.title)} | {_cell(c.reason)} |")
+        for cm in answer.commits[:MAX_ROWS]:
+            out.append(f"| `{cm.sha[:10]}` | {cm.role} | {cm.relevance:.2f} | {_cell(cm.title)} | {_cell(cm.reason)} |")
         out.append("")
 
     if plot_files:
@@ -144,17 +144,16 @@ def render_markdown(answer: Answer, plot_files: list[str] | None = None) -> str:
             f = facts.get(fid)
             if f is None:
                 continue
-            out.append(_fact_md(f, src.get(f.source_ref).path if f.source_ref in src else f.source_ref))
+            out.append(_fact_md(f, src[f.source_ref].path if f.source_ref in src else f.source_ref))
         if len(cited) > MAX_ROWS * 2:
             out.append(f"- ({len(cited) - MAX_ROWS * 2} more facts in answer.json)")
-        calcs = [c for c in answer.calculations]
-        if calcs:
+        if answer.calculations:
             out.append("")
             out.append("Calculations (recomputed by validation):")
-            for c in calcs[:MAX_ROWS]:
-                out.append(f"- <a id=\"{c.id.lower()}\"></a>**{c.id}** {md_inline(c.description)}: {_code(c.formula)} = "
-                           f"**{number(c.result, 6)}**{(' ' + md_inline(c.unit)) if c.unit else ''} "
-                           f"(inputs {', '.join(c.inputs)})")
+            for calc in answer.calculations[:MAX_ROWS]:
+                out.append(f"- <a id=\"{calc.id.lower()}\"></a>**{calc.id}** {md_inline(calc.description)}: "
+                           f"{_code(calc.formula)} = **{number(calc.result, 6)}**"
+                           f"{(' ' + md_inline(calc.unit)) if calc.unit else ''} (inputs {', '.join(calc.inputs)})")
         out.append("")
 
     if fa.needs_more_data:

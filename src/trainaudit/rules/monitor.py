@@ -28,8 +28,9 @@ class _Recorded(Rule):
                 continue
             message = e.message.split(": ", 1)[-1]
             sev = e.data.get("severity")
+            known = isinstance(sev, str) and sev in Severity._value2member_map_
             h = self.hit(message, 0.9, metric=e.data.get("metric"), first_bad_step=e.step, last_step=e.step,
-                         **({"severity": Severity(sev)} if sev in Severity._value2member_map_ else {}))
+                         **({"severity": Severity(str(sev))} if known else {}))
             h.ev("alert", e, "the monitor's alert")
             hits.append(h)
         return hits[:1]  # the monitor alerts once per rule

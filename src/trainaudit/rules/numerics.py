@@ -208,7 +208,7 @@ class LossSpike(Rule):
         if not spikes:
             return []
         i = spikes[0]
-        worst = max(spikes, key=lambda k: x[k] / max(abs(med[k]), 1e-300))
+        worst = max(spikes, key=lambda k: float(x[k]) / max(abs(float(med[k])), 1e-300))
         excess = float((x[worst] - med[worst]) / max(abs(med[worst]), 1e-300))
         sev = "medium" if len(spikes) >= 3 or excess >= 2 else "low"
         msg = (f"{s.name} spiked at step {int(s.steps[i])}: {x[i]:.4g} vs a median of {med[i]:.4g} over the previous "
@@ -407,8 +407,8 @@ class LossScaleCollapse(Rule):
         if not hits and overflow:
             vals = np.array([v for _, v in overflow])
             n = len(overflow)
-            late = n - int(n * self.p.calibration_frac)
-            if vals[-1] <= self.p.min_scale or (late >= self.p.late_halvings and vals[-1] < vals[0] / 2 ** self.p.late_halvings):
+            n_late = n - int(n * self.p.calibration_frac)
+            if vals[-1] <= self.p.min_scale or (n_late >= self.p.late_halvings and vals[-1] < vals[0] / 2 ** self.p.late_halvings):
                 e0 = overflow[0][0]
                 k = next((j for j in range(n) if vals[j] <= vals[0] / 2), 0) if n > 1 else 0
                 msg = (f"{n} fp16 overflows reduced the loss scale to {vals[-1]:g}"
