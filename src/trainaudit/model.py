@@ -17,7 +17,7 @@ from numpy.typing import NDArray
 
 
 class SourceKind(str, enum.Enum):
-    """What a source is; the values are the ``kind`` of SPEC.md's ``source_refs``."""
+    """What a source is; the values are the ``kind`` of answer.json's ``source_refs`` (docs/answer.md)."""
 
     LOG = "log"
     METRICS = "metrics"

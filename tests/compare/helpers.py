@@ -46,7 +46,7 @@ def close(a: float, g: float, rtol: float) -> bool:
 
 
 def hand_check(golden: dict[str, Any], actual: dict[str, Any], rtol: float, exact: bool) -> tuple[bool, int]:
-    """The rule of megatron_golden.md §1.5 for a per-step metric: golden drives the steps, missing
+    """The comparator's rule (Megatron-LM common.py) for a per-step metric: golden drives the steps, missing
     -> "nan" -> inf, budget k = min(max(N // 100, 1), 50), pass if mean >= 1 - k/N."""
     steps = list(golden["values"])
     ok = [close(as_inf(actual["values"].get(s, "nan")), as_inf(golden["values"][s]), rtol) for s in steps]

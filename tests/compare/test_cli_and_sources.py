@@ -67,7 +67,7 @@ def test_golden_file_reads_as_a_run() -> None:
 
 
 def _megatron_log(golden: dict, steps: range) -> list[str]:
-    # The training_log line format of megatron_golden.md §3 (stdout: loss .6E, time in ms, num zeros raw).
+    # The line format of Megatron-LM's training_log() (stdout: loss .6E, time in ms, num zeros raw).
     out = []
     for s in steps:
         it = golden["iteration-time"]["values"].get(str(s), 9.0)

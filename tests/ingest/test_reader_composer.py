@@ -47,7 +47,7 @@ def test_tab_indented_records_and_foundry_logging(tmp_path: Path) -> None:
 
 
 def test_time_batch_epoch_headers_eval_records_and_nan(tmp_path: Path) -> None:
-    # Header and item shapes from composer's console_logger.py (research notes §11.1):
+    # Header and item shapes from composer's console_logger.py :
     # epoch-based progress, a record whose time/batch gives the step, an eval record and NaN.
     lines = _tab_indented(RECORDS) + [
         "[epoch=2][batch=3/100]:",

@@ -83,7 +83,7 @@ def test_trl_axolotl_swift_variants(tmp_path: Path) -> None:
 def test_tqdm_carriage_returns_quoted_floats_and_end_summary(tmp_path: Path) -> None:
     # Raw terminal framing (fixtures had the \r removed): bar states and the dict on one
     # physical line; transformers 5.x quoted-float dicts and the end-of-training summary are
-    # built from the templates in research/log_formats.md §2.2 (no verbatim sample exists).
+    # built from the Trainer's log templates in transformers' trainer.py (no verbatim sample exists).
     bar = AXOLOTL_TQDM[0]
     raw = bar + "\r" + bar.replace("283/873", "284/873") + "\r" + HF_35207[0]
     quoted = "{'loss': '2.345', 'grad_norm': 'inf', 'learning_rate': '5e-05', 'epoch': '0.5'}"

@@ -92,7 +92,7 @@ def test_sample_based_and_unknown_target(tmp_path: Path) -> None:
 
 def test_raw_terminal_redraws(tmp_path: Path) -> None:
     # Keras 3 on Linux writes "\b"*width + "\r" before each redraw and ANSI bold/colour codes
-    # (research notes §8.1); the fixture's copy had them stripped, so rebuild one physical line.
+    # (keras' ProgbarLogger); the fixture's copy had them stripped, so rebuild one physical line.
     final = K3[0]
     in_progress = final.replace(" 1407/1407", "  700/1407").replace("loss: 1.8852", "loss: 2.5000")
     ansi = final.replace("1407/1407", "\x1b[1m1407/1407\x1b[0m").replace("8s", "\x1b[1m8s\x1b[0m")
@@ -105,7 +105,7 @@ def test_raw_terminal_redraws(tmp_path: Path) -> None:
 
 
 def _csv_logger_file(tmp_path: Path) -> Path:
-    # CSVLogger layout (research notes §8.1): epoch (0-based) + sorted keys, NA for missing;
+    # CSVLogger layout (keras.callbacks.CSVLogger): epoch (0-based) + sorted keys, NA for missing;
     # values are those of the Keras 3 sample's two epochs, then a diverged epoch.
     rows = ["epoch,accuracy,loss,val_accuracy,val_loss",
             "0,0.3224,1.8852,0.4116,1.5662",

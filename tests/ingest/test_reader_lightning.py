@@ -56,7 +56,7 @@ def test_later_epochs_offset_by_batches_per_epoch(tmp_path: Path) -> None:
 
 def test_carriage_return_states_nan_spellings_and_messages(tmp_path: Path) -> None:
     # Raw terminal framing: bar states joined by \r on one physical line. Lightning's padded
-    # NaN/Inf spellings (research notes §3.2, computed from Tqdm.format_num) and the
+    # NaN/Inf spellings (computed from Lightning's Tqdm.format_num) and the
     # EarlyStopping / fit-stopped messages use the templates of lightning 2.x.
     nan_state = BAR_4225[1].replace("2/18", "3/18").replace("loss=10.224", "loss=nan.0")
     inf_state = BAR_4225[1].replace("2/18", "4/18").replace("loss=10.224", "loss=-inf.")

@@ -1,5 +1,5 @@
 """MLflow FileStore run folders written by mlflow itself (mlflow-skinny, file: tracking URI), plus
-the verbatim metric line of ../shared/fixtures/log_samples/wandb_mlflow.txt."""
+the verbatim metric line of tests/fixtures/log_samples/wandb_mlflow.txt."""
 
 from __future__ import annotations
 

@@ -58,7 +58,7 @@ def test_duplicate_rank_lines_keep_first_copy(tmp_path: Path) -> None:
 
 
 def test_colours_ranks_nan_and_validation(tmp_path: Path) -> None:
-    # torchtitan colours each field even in files (Color codes from research notes §6.1; the
+    # torchtitan colours each field even in files (torchtitan/tools/logging.py's Color codes; the
     # fixture copies were stripped): rebuild the sample line with them, then a second rank,
     # a NaN loss with 'mfu: N/A', and a validation line from the log_validation template.
     red, green, turquoise, reset = "\x1b[31m", "\x1b[32m", "\x1b[38;2;54;234;195m", "\x1b[39m"

@@ -1,7 +1,7 @@
 """W&B run folders. The `wandb` client is not installed here (and its offline mode no longer writes
 wandb-history.jsonl), so the folder is built by hand to the documented layout
-(research/log_formats.md §13.1, wandb/wandb#1768), with the verbatim wandb-summary.json of
-../shared/fixtures/log_samples/wandb_mlflow.txt (HF Trainer WandbCallback run)."""
+(wandb/wandb#1768), with the verbatim wandb-summary.json of
+tests/fixtures/log_samples/wandb_mlflow.txt (HF Trainer WandbCallback run)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Event-driven rules and the NaN rule on verbatim public sample lines (../shared/fixtures)."""
+"""Event-driven rules and the NaN rule on verbatim public sample lines (tests/fixtures)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""answer.json, schema_version "1", exactly as SPEC.md section 2 defines it (pydantic models).
+"""answer.json, schema_version "1", as docs/answer.md describes it (pydantic models).
 
-Where the SPEC is silent we add optional fields and say why:
+Optional fields beyond the essentials, and why:
 - ``ExtractedFact.values`` / ``steps``: a fact may quote a whole series excerpt (e.g. the golden and
   actual values of a metric), so that aggregate calculations (median, max relative error) are
   recomputable from facts in the same file.
@@ -39,7 +39,7 @@ class Severity(StrEnum):
 
 
 class Category(StrEnum):
-    """SPEC.md section 3: what went wrong, as the primary root cause of a run."""
+    """What went wrong, as the primary root cause of a run (docs/answer.md)."""
 
     NAN_INF = "nan_inf"
     DIVERGENCE = "divergence"

@@ -1,5 +1,5 @@
-"""What the Megatron gate reads from a test's ``model_config.yaml`` (megatron_golden.md §1.1, §1.4,
-§1.6): ``METRICS`` (default ``lm loss``, ``num-zeros``), the nondeterministic flags that make the
+"""What the Megatron gate reads from a test's ``model_config.yaml`` (Megatron-LM's
+``tests/functional_tests/python_test_utils/common.py`` and the test cases' configs): ``METRICS`` (default ``lm loss``, ``num-zeros``), the nondeterministic flags that make the
 gate skip exact checks, ``TEST_TYPE`` and ``--train-iters``.
 """
 

@@ -1,4 +1,4 @@
-"""Decide the CI verdict of a golden-value gate run (SPEC.md §2) from the shape of the failure:
+"""Decide the CI verdict of a golden-value gate run (the verdicts of docs/answer.md) from the shape of the failure:
 which checks fail, how far each metric is from its golden against the check's tolerance and
 against the known run-to-run and cross-environment spread, where the differences start, and
 whether the golden itself is consistent. Every cause carries the statements that decided it.

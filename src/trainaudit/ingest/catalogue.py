@@ -25,7 +25,7 @@ class Known:
     needles: tuple[str, ...]  # every one must be in the line
     kind: EventKind
     meaning: str
-    category: str | None  # a category of SPEC.md section 3, or None: context, not a problem
+    category: str | None  # a category of docs/answer.md, or None: context, not a problem
     severity: str
     source: str
     fatal: bool = False  # the run stops here

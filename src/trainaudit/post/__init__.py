@@ -1,4 +1,4 @@
-"""Delivery of a report where teams work (issue 8): CI outputs (``ci``), the ``--html`` /
+"""Delivery of a report where teams work: CI outputs (``ci``), the ``--html`` /
 ``--github-summary`` / ``--gitlab`` options (``delivery``), failure fingerprints (``fingerprint``)
 and posting to GitHub issues and Slack (``send``)."""
 

@@ -1,4 +1,4 @@
-"""Self-contained HTML report (issue 8): ``render_html(answer, charts)``; chart data from the
+"""Self-contained HTML report: ``render_html(answer, charts)``; chart data from the
 ``charts.json`` sidecar that ``write_report`` writes, or from the series excerpts in answer.json.
 
     html = report_html(Path("trainaudit-out/answer.json"))

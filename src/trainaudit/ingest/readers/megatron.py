@@ -2,9 +2,10 @@
 
 ``iteration 43/ 100 | consumed samples: 5504 | ... | lm loss: 1.825991E+00 | ... |``
 
-Megatron drops a NaN loss from the line instead of printing ``nan`` (research notes,
-megatron_golden.md §3): a loss key seen on earlier lines and absent on this one becomes a NaN
-value at this step plus a ``missing_metric`` event, never silence.
+Megatron drops a NaN loss from the line instead of printing ``nan`` (``training_log`` in
+megatron/training/training.py prints a loss only ``if avg >= 0.0``, false for NaN): a loss key
+seen on earlier lines and absent on this one becomes a NaN value at this step plus a
+``missing_metric`` event, never silence.
 """
 
 from __future__ import annotations
