@@ -7,6 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
+
 from trainaudit.compare.cilog import CiGateReport
 from trainaudit.compare.explain import Deviation
 from trainaudit.ingest.golden import GoldenFile
@@ -201,8 +203,6 @@ def _check_facts(b: AnswerBuilder, sg: str, sa: str, inp: Inputs, c: CheckResult
                  allowed_failing=kw.pop("allowed_failing", 0), first_failing_step=first,
                  deviation=dev.to_dict() if dev else None, evidence=ev[2:], **kw)
     if not c.passed:
-        import numpy as np
-
         g = np.where(np.isfinite(c.golden), np.asarray(c.golden, float), np.nan)
         lo, hi = g - c.rtol * np.abs(g), g + c.rtol * np.abs(g)
         gsteps = c.steps
