@@ -75,10 +75,6 @@ def confined(roots: tuple[Path, ...], *, allow_hardlinks: bool = False) -> Itera
         _CONFINED.reset(token)
 
 
-def confinement() -> Confinement | None:
-    return _CONFINED.get()
-
-
 def check_location(real: Path, what: str) -> None:
     """Refuse a resolved path outside the current confinement (for paths handed to other programs,
     such as a repository's git directory, which cannot be checked at open time)."""

@@ -3,7 +3,6 @@ findings, root causes) and the plot specs for the report."""
 
 from __future__ import annotations
 
-import math
 from collections import defaultdict
 
 import numpy as np
@@ -171,7 +170,3 @@ def plot_specs(run: Run, diag: Diagnosis, max_points: int = 20000) -> list[PlotS
         specs.append(PlotSpec(metric=metric, title=f"{metric}: {h.category.replace('_', ' ')} ({h.rule})", curves=curves,
                               first_bad_step=h.first_bad_step, markers=markers, logy=logy))
     return specs
-
-
-def finite_or_none(v: float) -> float | None:
-    return v if math.isfinite(v) else None
