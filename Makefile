@@ -31,8 +31,9 @@ browser:
 	  else echo "chromium is missing and cannot be installed without root: apt-get install chromium" >&2; exit 1; fi; \
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq chromium >/dev/null; }
 
+# Each test file on one worker (its module fixtures are built once), files spread over the cores.
 test: $(VENV)/.installed-dev browser
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n auto --dist loadfile
 
 bench: $(VENV)/.installed-dev
 	$(BIN)/python benchmarks/run.py
