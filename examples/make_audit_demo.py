@@ -123,18 +123,18 @@ def build_repo(repo: Path) -> dict[str, str]:
             golden_json(lambda s: round(golden_loss(s) + 1, 5), zeros),
         f"{CASE}/model_config.yaml": "ENV_VARS:\n  NVTE_ALLOW_NONDETERMINISTIC_ALGO: 0\nMODEL_ARGS:\n  --train-iters: 100\n"
                                      "METRICS:\n  - \"lm loss\"\n  - \"num-zeros\"\n",
-        "README.md": "megatron-like demo\n"}, "2026-04-01T10:00:00+00:00")}
+        "README.md": "megatron-like demo\n"}, "2026-06-01T10:00:00+00:00")}
     _commit(repo, "chore: Update Docker image version to 26.04-py3",
-            {"docker/Dockerfile.ci.dev": "FROM nvcr.io/nvidia/pytorch:26.04-py3\n"}, "2026-04-02T10:00:00+00:00")
+            {"docker/Dockerfile.ci.dev": "FROM nvcr.io/nvidia/pytorch:26.04-py3\n"}, "2026-06-02T10:00:00+00:00")
     _commit(repo, "Refresh bert golden values", {
         "tests/functional_tests/test_cases/bert/bert_tp1_pp1/golden_values_dev_dgx_h100.json":
-            golden_json(lambda s: round(golden_loss(s) + 1.00001, 5), zeros)}, "2026-04-03T10:00:00+00:00")
+            golden_json(lambda s: round(golden_loss(s) + 1.00001, 5), zeros)}, "2026-06-03T10:00:00+00:00")
     _commit(repo, "Move bert_tp1_pp1 to broken: flaky on dgx_h100", {
         "tests/test_utils/recipes/h100/bert.yaml": recipe.format(case="bert_tp1_pp1", scope="mr-github-broken")},
-        "2026-04-04T10:00:00+00:00")
+        "2026-06-04T10:00:00+00:00")
     shas["bad"] = _commit(repo, "Fuse attention softmax scaling", {
         "megatron/core/transformer/attention.py": "def attention(q, k, v):\n    return (q @ k.T / 8) @ v\n"},
-        "2026-04-05T10:00:00+00:00")
+        "2026-06-05T10:00:00+00:00")
     return shas
 
 

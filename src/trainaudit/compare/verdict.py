@@ -399,7 +399,9 @@ def _cause_for(m: str, idx: list[int], gate: GateResult, shapes: dict[str, Shape
     kind = sh.kind
     where = f"from step {sh.first_diff_step}" if sh.first_diff_step is not None else ""
     facts = [f"{m}: {sh.n_diff}/{sh.n_compared} compared steps differ {where}, max {_pct(sh.max_rel)} relative"
-             + (f", first step {sh.first_step} by {_pct(sh.first_rel or 0.0)}" if sh.first_step is not None else "")]
+             + (f"; at the first compared step ({sh.first_step}) "
+                + (f"by {_pct(sh.first_rel)}" if sh.first_rel else "identical")
+                if sh.first_step is not None and sh.first_step != sh.first_diff_step else "")]
     decides = kind in ("loss", "other") or (kind == "counter" and not loss.checked)
     if kind == "loss" and m != MAIN_LOSS and loss.main_identical and sh.max_rel > 0:
         # an auxiliary loss enters the gradient: had it changed, lm loss would differ after step 1
