@@ -15,10 +15,16 @@ from typing import Any
 
 import numpy as np
 
-from synth.runlog import RunLog
+from synth.runlog import ModelClock, RunLog
 
 K = 120  # the step most faults are injected at
 STEPS = 200
+
+# Modelled durations (see synth.runlog.ModelClock), about what these steps took on one core of a
+# 2-core x86 machine with torch 2.13 when they were measured once: the values only need to be
+# plausible, what matters is that they are the same everywhere.
+STEP_S = 0.001  # one step of the 64-wide MLPs (classifier and language model), batch 64
+EVAL_BATCH_S = 0.001  # one validation batch of 256 sequences, forward only
 
 
 class GroundTruthError(AssertionError):
@@ -78,7 +84,8 @@ def healthy_truth(log: RunLog) -> Truth:
 def _classifier(seed: int, *, steps: int = STEPS, lr: float = 1e-3, batch: int = 64, clip: float | None = 1.0,
                 opt: str = "adam", faults: Any = None, track_rss: bool = False, hidden: int = 64,
                 depth: int = 2, act: str = "relu", layer_norms: dict[str, str] | None = None,
-                labels: str = "true", lr_at: Callable[[int], float] | None = None, catch: bool = False) -> RunLog:
+                labels: str = "true", lr_at: Callable[[int], float] | None = None, catch: bool = False,
+                step_s: float = STEP_S) -> RunLog:
     import torch
     from torch import nn
 
@@ -89,10 +96,11 @@ def _classifier(seed: int, *, steps: int = STEPS, lr: float = 1e-3, batch: int =
     data = tasks.mixture(4096, seed)
     if labels == "shuffled":
         data.y = data.y[torch.randperm(len(data.y), generator=gen)]
-    model = tasks.mlp(20, hidden, data.num_classes, depth=depth, act=nn.Sigmoid if act == "sigmoid" else nn.ReLU)
+    model = tasks.perturb(tasks.mlp(20, hidden, data.num_classes, depth=depth,
+                                    act=nn.Sigmoid if act == "sigmoid" else nn.ReLU))
     optim = (torch.optim.Adam(model.parameters(), lr=lr) if opt == "adam"
              else torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9 if opt == "sgdm" else 0.0))
-    log = RunLog(total_steps=steps, batch_size=batch,
+    log = RunLog(total_steps=steps, batch_size=batch, clock=ModelClock(step_s, seed=seed),
                  config={"model": f"mlp{depth}x{hidden}-{act}", "optimizer": opt, "lr": lr, "batch_size": batch,
                          "num_classes": data.num_classes, "clip_grad": clip or 0.0, "train_iters": steps})
     f = faults or Faults()
@@ -156,13 +164,13 @@ def truth_nan_from(k: int) -> Callable[[RunLog], Truth]:
 def train_slow() -> RunLog:
     from synth.loop import Faults
 
-    return _lm(21, faults=Faults(sleep_from=K, sleep_s=0.02))
+    return _lm(21, faults=Faults(slow_from=K, slow_s=0.02))
 
 
 def truth_slow(log: RunLog) -> Truth:
     before = float(np.median(at(log, "step_time", 10, K - 1)))
     after = at(log, "step_time", K, STEPS)
-    require(float(after.min()) >= 0.02, "a step after the slowdown took less than the injected sleep")
+    require(float(after.min()) >= 0.02, "a step after the slowdown took less than the injected 20 ms")
     require(float(np.median(after)) > before + 0.015, "step time did not rise at the injected step")
     require(float(np.percentile(at(log, "step_time", 10, K - 1), 95)) < float(np.median(after)),
             "steps before the slowdown were already as slow")
@@ -182,10 +190,10 @@ def _lm(seed: int, *, steps: int = STEPS, lr: float = 3e-3, batch: int = 64, cli
     gen = tasks.setup(seed)
     train_tok = tasks.corpus(40_000, seed=7)
     val_tok = tasks.corpus(8_000, seed=8)
-    model = tasks.MlpLM(act=act)
+    model = tasks.perturb(tasks.MlpLM(act=act))
     optim = (torch.optim.Adam(model.parameters(), lr=lr) if opt == "adam"
              else torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9))
-    log = RunLog(total_steps=steps, batch_size=batch,
+    log = RunLog(total_steps=steps, batch_size=batch, clock=ModelClock(STEP_S, seed=seed),
                  config={"model": f"mlp-lm-{act}", "optimizer": opt, "lr": lr, "batch_size": batch, "vocab_size": tasks.VOCAB,
                          "seq_length": tasks.CONTEXT, "clip_grad": clip or 0.0, "train_iters": steps,
                          "eval_interval": eval_every})
@@ -201,6 +209,7 @@ def _lm(seed: int, *, steps: int = STEPS, lr: float = 3e-3, batch: int = 64, cli
 
     def evaluate(step: int) -> None:
         if eval_every and step % eval_every == 0:
+            log.clock.advance(len(val) * EVAL_BATCH_S)
             log.log_eval(step, val_loss=mean_loss(model, val))
 
     run_steps(log, model, optim, range(1, steps + 1), batch_fn, clip=clip, faults=faults or Faults(), lr_at=lr_at,
@@ -375,9 +384,9 @@ def train_rnn_exploding() -> RunLog:
 
     gen = tasks.setup(16)
     tok = tasks.corpus(40_000)
-    model = tasks.RnnLM(hidden=64)
+    model = tasks.perturb(tasks.RnnLM(hidden=64))
     opt = torch.optim.Adam(model.parameters(), lr=0.2)
-    log = RunLog(total_steps=STEPS, batch_size=16,
+    log = RunLog(total_steps=STEPS, batch_size=16, clock=ModelClock(0.003, seed=16),
                  config={"model": "rnn-tanh-64", "optimizer": "adam", "lr": 0.2, "clip_grad": 0.0, "seq_length": 40,
                          "vocab_size": tasks.VOCAB, "train_iters": STEPS})
     run_steps(log, model, opt, range(1, STEPS + 1), lambda _s: tasks.seq_batch(tok, gen, 16, 40))
@@ -404,20 +413,17 @@ def train_loss_scale_collapse() -> RunLog:
 
     from synth import tasks
     from synth.loop import grad_norm
-    from synth.runlog import StepClock
 
     gen = tasks.setup(18)
     data = tasks.mixture(4096, 18)
-    model = tasks.mlp(20, 64, data.num_classes)
+    model = tasks.perturb(tasks.mlp(20, 64, data.num_classes))
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
     scaler = torch.amp.GradScaler("cpu", init_scale=2.0**16, growth_interval=50)
-    log = RunLog(total_steps=STEPS, batch_size=64,
+    log = RunLog(total_steps=STEPS, batch_size=64, clock=ModelClock(STEP_S, seed=18),
                  config={"model": "mlp2x64-relu", "optimizer": "adam", "lr": 1e-3, "fp16": True, "clip_grad": 1.0,
                          "train_iters": STEPS, "min_loss_scale": 1e-4})
-    clock = StepClock()
     try:
         for step in range(1, STEPS + 1):
-            clock.start()
             x, y = data.batch(gen, 64)
             if step >= K:  # an un-normalised feature shard: fp16 activations overflow from here on
                 x = x * 1e5
@@ -433,7 +439,7 @@ def train_loss_scale_collapse() -> RunLog:
             scaler.update()
             scale = scaler.get_scale()
             log.log(step, loss=loss.item(), grad_norm=gn, lr=1e-3, loss_scale=scale, skipped=float(scale < before),
-                    step_time=clock.stop())
+                    step_time=log.clock.step())
             if scale < 1e-4:  # the same guard (and message) as fairseq's DynamicLossScaler
                 raise FloatingPointError(
                     "Minimum loss scale reached (0.0001). Your loss is probably exploding. Try lowering the learning "
@@ -457,7 +463,7 @@ def truth_loss_scale(log: RunLog) -> Truth:
 def train_memory_growth() -> RunLog:
     from synth.loop import Faults
 
-    return _classifier(15, hidden=512, batch=256, faults=Faults(leak_from=50), track_rss=True)
+    return _classifier(15, hidden=512, batch=256, faults=Faults(leak_from=50), track_rss=True, step_s=0.01)
 
 
 def truth_memory(log: RunLog) -> Truth:
@@ -510,10 +516,10 @@ def train_restart() -> RunLog:
 
     gen = tasks.setup(63)
     tok = tasks.corpus(40_000)
-    model = tasks.MlpLM()
+    model = tasks.perturb(tasks.MlpLM())
     opt = torch.optim.Adam(model.parameters(), lr=3e-3)
     steps = 250
-    log = RunLog(total_steps=steps, batch_size=64,
+    log = RunLog(total_steps=steps, batch_size=64, clock=ModelClock(STEP_S, seed=63),
                  config={"model": "mlp-lm-tanh", "optimizer": "adam", "lr": 3e-3, "vocab_size": tasks.VOCAB,
                          "seq_length": tasks.CONTEXT, "clip_grad": 1.0, "train_iters": steps, "save_interval": 100})
 
@@ -571,7 +577,8 @@ def _catalogue() -> list[Case]:
              "spike at that step only and training recovers.",
              train_corrupt_spike, truth_corrupt_spike),
         Case("slow-from-step-k", "throughput_regression", "megatron",
-             f"MLP language model; from step {K} every step sleeps 20 ms (a throughput regression).",
+             f"MLP language model; from step {K} every step takes 20 ms longer (a throughput regression; step "
+             "times are on the run's modelled clock, where the steps before take about 1 ms).",
              train_slow, truth_slow),
         Case("shuffled-labels", "plateau", "megatron",
              f"MLP language model trained on targets drawn uniformly at random: the loss stays at ln({tasks.VOCAB}).",
