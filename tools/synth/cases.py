@@ -339,24 +339,30 @@ def truth_zero_grad(log: RunLog) -> Truth:
                                  "ln_classes": math.log(8)})
 
 
+LR_ZERO_FROM = 30  # the step from which the misconfigured schedule gives lr 0
+
+
 def train_lr_zero() -> RunLog:
-    # The decay length is set to 60 instead of the run length: the lr is exactly 0 from step 80 on.
+    # The decay length is set to 20 steps instead of the run length: after a 10-step warm-up the lr
+    # is exactly 0 from step 30 to the end, 90% of the run: far above the share of zero lr points
+    # (50%) that decides the rule, not just past it.
     def lr(step: int) -> float:
         peak = 3e-3
-        if step <= 20:
-            return peak * step / 20
-        return peak * max(0.0, 1 - (step - 20) / 60)
+        if step <= 10:
+            return peak * step / 10
+        return peak * max(0.0, 1 - (step - 10) / 20)
     return _lm(43, steps=300, lr_at=lr)
 
 
 def truth_lr_zero(log: RunLog) -> Truth:
     s, lr = arr(log, "lr")
+    z = LR_ZERO_FROM
     zero_from = int(s[np.argmax(lr == 0.0)])
-    require(zero_from == 80 and bool(np.all(lr[s >= 80] == 0.0)) and bool(np.all(lr[s < 80] > 0)),
-            "lr is not exactly 0 from step 80")
+    require(zero_from == z and bool(np.all(lr[s >= z] == 0.0)) and bool(np.all(lr[s < z] > 0)),
+            f"lr is not exactly 0 from step {z}")
     after = at(log, "loss", 100, 300)
     require(abs(float(np.median(after[-50:])) / float(np.median(after[:50])) - 1) < 0.03, "loss still moving at lr 0")
-    return Truth(80, (80, 100), 80, {"lr_zero_from": 80, "median_loss_lr0": float(np.median(after))})
+    return Truth(z, (z, z + 20), z, {"lr_zero_from": z, "median_loss_lr0": float(np.median(after))})
 
 
 def train_vanishing() -> RunLog:
@@ -618,8 +624,8 @@ def _catalogue() -> list[Case]:
              "the loss never moves (near ln(8)).",
              train_zero_grad_bug, truth_zero_grad),
         Case("lr-zero", "plateau", "megatron",
-             "MLP language model; the linear decay ends at step 80 of 300 (decay length misconfigured): lr is "
-             "exactly 0 from step 80 and the loss is flat from there.",
+             f"MLP language model; the linear decay ends at step {LR_ZERO_FROM} of 300 (decay length "
+             f"misconfigured): lr is exactly 0 from step {LR_ZERO_FROM} and the loss is flat from there.",
              train_lr_zero, truth_lr_zero),
         Case("vanishing-gradients", "grad_vanishing", "hf",
              "16-layer sigmoid MLP, plain SGD: first-layer grad norm ~1e-14 (logged as grad_norm_first_layer), "
