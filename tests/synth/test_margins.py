@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from synth import margins, tasks
+from synth import frameworks, margins, tasks
 from synth_fixture import SynthRuns, synth_runs  # noqa: F401
 
 from trainaudit.rules import rule_class
@@ -23,7 +23,10 @@ FLOORS = {
     "lr-jump": 3.0,
     "corrupt-batch-spike": 5.0,
     "healthy-noisy": 2.0,  # a healthy run must stay silent with every threshold 2x laxer
+    # the loss can rise only to chance level: 1.65x its best against the rule's 1.3x (margin 2.2)
+    "hf-trainer-lr-jump": 1.5,
 }
+HF = frameworks.libraries_present(frameworks.HF_LIBS)
 
 
 def test_every_moved_threshold_exists() -> None:
@@ -44,6 +47,8 @@ def test_moving_a_threshold() -> None:
 
 @pytest.mark.parametrize("case", list(FLOORS))
 def test_fragile_cases_keep_their_margin(synth_runs: SynthRuns, case: str) -> None:  # noqa: F811
+    if case.startswith("hf-trainer") and not HF:
+        pytest.skip("needs transformers and accelerate")
     c = synth_runs.get(case)
     v = margins.judge(c.dir.parent, c.label)
     assert v.ok, v.problems
