@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -278,11 +277,23 @@ def test_a_forward_that_depends_on_hidden_state_is_not_replayed_into_a_wrong_mod
     assert "state the replay does not restore" in origin.data["detail"]
 
 
+class FakeClock:
+    """A clock the test moves by hand: step times are what the test decides, not what the
+    machine's load made of them."""
+
+    def __init__(self) -> None:
+        self.t = 100.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
 def test_paused_block_is_not_recorded_nor_counted_in_step_time(tmp_path: Path) -> None:
     model = build()
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
     x, y = torch.randn(8, 16), torch.randint(0, 4, (8,))
-    mon = Monitor(model, opt, tmp_path, **FAST)
+    clock = FakeClock()
+    mon = Monitor(model, opt, tmp_path, clock=clock, **FAST)
 
     def step() -> torch.Tensor:
         opt.zero_grad()
@@ -292,17 +303,19 @@ def test_paused_block_is_not_recorded_nor_counted_in_step_time(tmp_path: Path) -
         return loss
 
     mon.step(step())
+    clock.t += 0.125  # the step before the pause
     with mon.paused():
         for _ in range(3):
             step()
             model(x)
             assert mon.origin_finder is not None and not mon.origin_finder.captured  # no hook ran
-        time.sleep(0.3)
+        clock.t += 30.0
+    clock.t += 0.125  # the step after it
     mon.step(step())
     mon.close()
     steps = [r for r in records(tmp_path) if r["type"] == "step"]
     assert [r["step"] for r in steps] == [1, 2]
-    assert 0 < steps[1]["step_time"] < 0.3  # the pause is not part of the step
+    assert steps[1]["step_time"] == 0.25  # the pause is not part of the step
 
 
 def test_a_copy_of_the_monitored_model_is_not_monitored(tmp_path: Path) -> None:

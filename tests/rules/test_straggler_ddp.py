@@ -19,21 +19,27 @@ SCRIPT = Path(__file__).with_name("ddp_straggler.py")
 SLOW_FROM = 30
 
 
-def _torchrun(out: Path, env_extra: dict[str, str]) -> Path:
+def _torchrun(out: Path, env_extra: dict[str, str]) -> tuple[subprocess.Popen[str], Path]:
     env = {**os.environ, **env_extra, "OMP_NUM_THREADS": "1"}
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "--tee", "3",
            "--log-dir", str(out.parent / (out.stem + "_logs")), str(SCRIPT)]
-    r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=120, check=False)
-    assert r.returncode == 0, r.stderr[-2000:]
-    out.write_text(r.stdout, encoding="utf-8")
-    return out
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env), out
 
 
 @pytest.fixture(scope="module")
 def logs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     d = tmp_path_factory.mktemp("ddp")
-    return {"slow": _torchrun(d / "slow.log", {"SLOW_RANK": "1", "SLOW_FROM": str(SLOW_FROM)}),
+    # both jobs at once (each its own --standalone rendezvous on a free port): most of their time is
+    # starting the interpreters, which overlaps
+    jobs = {"slow": _torchrun(d / "slow.log", {"SLOW_RANK": "1", "SLOW_FROM": str(SLOW_FROM)}),
             "balanced": _torchrun(d / "balanced.log", {})}
+    out = {}
+    for name, (proc, path) in jobs.items():
+        stdout, stderr = proc.communicate(timeout=120)
+        assert proc.returncode == 0, stderr[-2000:]
+        path.write_text(stdout, encoding="utf-8")
+        out[name] = path
+    return out
 
 
 def test_the_log_is_torchruns_prefixed_console(logs):
@@ -68,7 +74,7 @@ def test_balanced_run_is_silent(logs):
     assert {"compute_time@rank0", "compute_time@rank1"} & set(run.series)
     hits = run_rules(run)
     assert not [h for h in hits if h.rule == "TA407"]
-    # whole-job wall-clock rules (TA406 regression, TA408 stalls) are left out here: on a shared CI
-    # machine the load of other jobs really does slow both ranks; a straggler is one rank alone
-    loud = [(h.rule, h.message) for h in hits if h.severity != "info" and h.rule not in ("TA406", "TA408")]
+    # the times are modelled (ddp_straggler.py), so the whole-job timing rules (TA406 regression,
+    # TA408 stalls) must stay silent too: the load of other jobs on a CI host does not reach them
+    loud = [(h.rule, h.message) for h in hits if h.severity != "info"]
     assert not loud

@@ -1,17 +1,20 @@
 """Tiny real torch training runs (CPU, one thread, fixed seeds) for the rules that the synth
 catalogue does not cover yet. Each writes a ``metrics.jsonl`` the generic reader reads, so the
 rules see a real file through the real ingest path. Every value comes from an actual training
-step (losses, grad norms, measured step times, process RSS); the injected fault is documented."""
+step (losses, grad norms, process RSS) except the step times: those are on a modelled clock
+(synth.runlog.ModelClock), so that the timing rules judge the same series on a fast idle machine
+and on a busy CI host. The injected fault is documented."""
 
 from __future__ import annotations
 
 import json
-import time
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import torch
+from synth.runlog import ModelClock
 from torch import nn
 
 torch.set_num_threads(1)
@@ -47,6 +50,7 @@ def classifier_run(path: Path, *, steps: int = 300, batch: int = 16, lr_at: Call
     trainable = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.Adam(trainable or [nn.Parameter(torch.zeros(1))], lr=lr_at(1))
     xv, yv = _blobs(512, 999)
+    clock = ModelClock(0.01, seed=seed)  # a 10 ms step (the device's share of it, not this tiny MLP's)
     rows: list[dict[str, Any]] = []
     ckpt = None
     step = 1
@@ -63,7 +67,6 @@ def classifier_run(path: Path, *, steps: int = 300, batch: int = 16, lr_at: Call
         x, y = _blobs(batch, seed * 100000 + step + (50000 if resumed else 0))
         for gr in opt.param_groups:
             gr["lr"] = lr_at(step)
-        t0 = time.perf_counter()
         opt.zero_grad()
         loss = nn.functional.cross_entropy(model(x), y)
         if loss.requires_grad:
@@ -71,7 +74,7 @@ def classifier_run(path: Path, *, steps: int = 300, batch: int = 16, lr_at: Call
         gn = _grad_norm(model)
         opt.step()
         row: dict[str, Any] = {"step": step, "loss": loss.item(), "grad_norm": gn, "lr": lr_at(step),
-                               "step_time": time.perf_counter() - t0 + 0.01}
+                               "step_time": clock.step()}
         if val_every and step % val_every == 0:
             with torch.no_grad():
                 row["val_loss"] = float(nn.functional.cross_entropy(model(xv), yv))
@@ -149,8 +152,6 @@ def exploding_run(path: Path, steps: int = 120) -> Path:
 def _rss_mb() -> float:
     with open("/proc/self/statm") as f:
         pages = int(f.read().split()[1])
-    import os
-
     return pages * os.sysconf("SC_PAGE_SIZE") / 2 ** 20
 
 
@@ -176,20 +177,19 @@ def leaking_run(path: Path, steps: int = 120) -> Path:
 
 
 def stalling_run(path: Path, steps: int = 160, every: int = 4, stall_s: float = 0.03) -> Path:
-    """A map-style dataset whose every ``every``-th batch is read from 'slow storage' (sleep)."""
+    """A map-style dataset whose every ``every``-th batch is read from 'slow storage': that step
+    takes ``stall_s`` longer on the run's clock (a 4 ms device step otherwise)."""
     torch.manual_seed(7)
     model = nn.Sequential(nn.Linear(16, 64), nn.ReLU(), nn.Linear(64, 4))
     opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    clock = ModelClock(0.004, seed=7)
     rows = []
     for step in range(1, steps + 1):
-        t0 = time.perf_counter()
-        if step % every == 0:
-            time.sleep(stall_s)
         x, y = _blobs(32, 3000 + step)
         opt.zero_grad()
         loss = nn.functional.cross_entropy(model(x), y)
         loss.backward()
         opt.step()
-        time.sleep(0.004)  # the device step: keeps the baseline above OS jitter
-        rows.append({"step": step, "loss": loss.item(), "step_time": time.perf_counter() - t0})
+        stall = stall_s if step % every == 0 else 0.0
+        rows.append({"step": step, "loss": loss.item(), "step_time": clock.step(stall)})
     return _write(path, rows)

@@ -53,10 +53,10 @@ def test_hf_trainer_nan_batch_is_hidden_by_the_trainer(synth_runs: SynthRuns) ->
 def test_hf_trainer_lr_jump_and_healthy_labels(synth_runs: SynthRuns) -> None:
     jump = synth_runs.get("hf-trainer-lr-jump")
     facts = jump.label["facts"]
-    assert facts["lr_before"] == pytest.approx(2e-3) and facts["lr_after"] == pytest.approx(0.2)
+    assert facts["lr_before"] == pytest.approx(4e-3) and facts["lr_after"] == pytest.approx(0.2)
     assert facts["loss_after"] > 1.3 * facts["loss_before"] and jump.label["first_bad_step_window"] == [K, K + 5]
     dicts = DICT_RE.findall(jump.file("stdout.log").read_text(encoding="utf-8"))
-    assert "'learning_rate': '0.002'" in dicts[K - 2] and "'learning_rate': '0.2'" in dicts[K - 1]
+    assert "'learning_rate': '0.004'" in dicts[K - 2] and "'learning_rate': '0.2'" in dicts[K - 1]
     healthy = synth_runs.get("hf-trainer-healthy")
     assert healthy.label["healthy"] and healthy.label["facts"]["loss_last"] < 0.8 * healthy.label["facts"]["loss_first"]
 

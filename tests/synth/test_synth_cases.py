@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from shared_data import REPO, run_synth
+from synth.cases import LR_ZERO_FROM
 from synth_fixture import SynthRuns, synth_runs  # noqa: F401
 
 K = 120
@@ -164,9 +165,11 @@ def test_zero_grad_bug(synth_runs: SynthRuns) -> None:
 def test_lr_zero(synth_runs: SynthRuns) -> None:
     case = synth_runs.get("lr-zero")
     s, lr = jsonl(case.file("metrics.jsonl"))["lr"]
-    assert np.all(lr[s >= 80] == 0.0) and np.all(lr[s < 80] > 0.0)
-    assert "learning rate: 0.000000E+00 |" in megatron_lines(case.file("train.log"))[80]
-    assert case.label["first_bad_step"] == 80
+    z = LR_ZERO_FROM
+    assert np.all(lr[s >= z] == 0.0) and np.all(lr[s < z] > 0.0)
+    assert np.mean(lr[1:270] == 0.0) >= 0.85  # far above the rule's 50% share, not on its edge
+    assert "learning rate: 0.000000E+00 |" in megatron_lines(case.file("train.log"))[z]
+    assert case.label["first_bad_step"] == z
 
 
 def test_vanishing_gradients(synth_runs: SynthRuns) -> None:
@@ -181,8 +184,10 @@ def test_rnn_exploding(synth_runs: SynthRuns) -> None:
     case = synth_runs.get("rnn-exploding")
     s, g = jsonl(case.file("metrics.jsonl"))["grad_norm"]
     first = case.label["first_bad_step"]
+    assert first == K  # where the backprop-through-time length grows
     assert g[s == first][0] >= 10 * g[0] and np.all(g[s < first] < 10 * g[0])
-    assert np.median(g[s >= first]) >= 10 * g[0] and g.max() > 1000 * g[0]
+    # orders of magnitude, not a factor near the rule's 10x: the verdict cannot hinge on rounding
+    assert np.median(g[s >= first]) >= 1000 * g[0] and g.max() > 1e5 * g[0]
 
 
 def test_loss_scale_collapse(synth_runs: SynthRuns) -> None:

@@ -15,10 +15,16 @@ from typing import Any
 
 import numpy as np
 
-from synth.runlog import RunLog
+from synth.runlog import ModelClock, RunLog
 
 K = 120  # the step most faults are injected at
 STEPS = 200
+
+# Modelled durations (see synth.runlog.ModelClock), about what these steps took on one core of a
+# 2-core x86 machine with torch 2.13 when they were measured once: the values only need to be
+# plausible, what matters is that they are the same everywhere.
+STEP_S = 0.001  # one step of the 64-wide MLPs (classifier and language model), batch 64
+EVAL_BATCH_S = 0.001  # one validation batch of 256 sequences, forward only
 
 
 class GroundTruthError(AssertionError):
@@ -78,7 +84,8 @@ def healthy_truth(log: RunLog) -> Truth:
 def _classifier(seed: int, *, steps: int = STEPS, lr: float = 1e-3, batch: int = 64, clip: float | None = 1.0,
                 opt: str = "adam", faults: Any = None, track_rss: bool = False, hidden: int = 64,
                 depth: int = 2, act: str = "relu", layer_norms: dict[str, str] | None = None,
-                labels: str = "true", lr_at: Callable[[int], float] | None = None, catch: bool = False) -> RunLog:
+                labels: str = "true", lr_at: Callable[[int], float] | None = None, catch: bool = False,
+                step_s: float = STEP_S) -> RunLog:
     import torch
     from torch import nn
 
@@ -89,10 +96,11 @@ def _classifier(seed: int, *, steps: int = STEPS, lr: float = 1e-3, batch: int =
     data = tasks.mixture(4096, seed)
     if labels == "shuffled":
         data.y = data.y[torch.randperm(len(data.y), generator=gen)]
-    model = tasks.mlp(20, hidden, data.num_classes, depth=depth, act=nn.Sigmoid if act == "sigmoid" else nn.ReLU)
+    model = tasks.perturb(tasks.mlp(20, hidden, data.num_classes, depth=depth,
+                                    act=nn.Sigmoid if act == "sigmoid" else nn.ReLU))
     optim = (torch.optim.Adam(model.parameters(), lr=lr) if opt == "adam"
              else torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9 if opt == "sgdm" else 0.0))
-    log = RunLog(total_steps=steps, batch_size=batch,
+    log = RunLog(total_steps=steps, batch_size=batch, clock=ModelClock(step_s, seed=seed),
                  config={"model": f"mlp{depth}x{hidden}-{act}", "optimizer": opt, "lr": lr, "batch_size": batch,
                          "num_classes": data.num_classes, "clip_grad": clip or 0.0, "train_iters": steps})
     f = faults or Faults()
@@ -156,13 +164,13 @@ def truth_nan_from(k: int) -> Callable[[RunLog], Truth]:
 def train_slow() -> RunLog:
     from synth.loop import Faults
 
-    return _lm(21, faults=Faults(sleep_from=K, sleep_s=0.02))
+    return _lm(21, faults=Faults(slow_from=K, slow_s=0.02))
 
 
 def truth_slow(log: RunLog) -> Truth:
     before = float(np.median(at(log, "step_time", 10, K - 1)))
     after = at(log, "step_time", K, STEPS)
-    require(float(after.min()) >= 0.02, "a step after the slowdown took less than the injected sleep")
+    require(float(after.min()) >= 0.02, "a step after the slowdown took less than the injected 20 ms")
     require(float(np.median(after)) > before + 0.015, "step time did not rise at the injected step")
     require(float(np.percentile(at(log, "step_time", 10, K - 1), 95)) < float(np.median(after)),
             "steps before the slowdown were already as slow")
@@ -182,10 +190,10 @@ def _lm(seed: int, *, steps: int = STEPS, lr: float = 3e-3, batch: int = 64, cli
     gen = tasks.setup(seed)
     train_tok = tasks.corpus(40_000, seed=7)
     val_tok = tasks.corpus(8_000, seed=8)
-    model = tasks.MlpLM(act=act)
+    model = tasks.perturb(tasks.MlpLM(act=act))
     optim = (torch.optim.Adam(model.parameters(), lr=lr) if opt == "adam"
              else torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9))
-    log = RunLog(total_steps=steps, batch_size=batch,
+    log = RunLog(total_steps=steps, batch_size=batch, clock=ModelClock(STEP_S, seed=seed),
                  config={"model": f"mlp-lm-{act}", "optimizer": opt, "lr": lr, "batch_size": batch, "vocab_size": tasks.VOCAB,
                          "seq_length": tasks.CONTEXT, "clip_grad": clip or 0.0, "train_iters": steps,
                          "eval_interval": eval_every})
@@ -201,6 +209,7 @@ def _lm(seed: int, *, steps: int = STEPS, lr: float = 3e-3, batch: int = 64, cli
 
     def evaluate(step: int) -> None:
         if eval_every and step % eval_every == 0:
+            log.clock.advance(len(val) * EVAL_BATCH_S)
             log.log_eval(step, val_loss=mean_loss(model, val))
 
     run_steps(log, model, optim, range(1, steps + 1), batch_fn, clip=clip, faults=faults or Faults(), lr_at=lr_at,
@@ -330,24 +339,30 @@ def truth_zero_grad(log: RunLog) -> Truth:
                                  "ln_classes": math.log(8)})
 
 
+LR_ZERO_FROM = 30  # the step from which the misconfigured schedule gives lr 0
+
+
 def train_lr_zero() -> RunLog:
-    # The decay length is set to 60 instead of the run length: the lr is exactly 0 from step 80 on.
+    # The decay length is set to 20 steps instead of the run length: after a 10-step warm-up the lr
+    # is exactly 0 from step 30 to the end, 90% of the run: far above the share of zero lr points
+    # (50%) that decides the rule, not just past it.
     def lr(step: int) -> float:
         peak = 3e-3
-        if step <= 20:
-            return peak * step / 20
-        return peak * max(0.0, 1 - (step - 20) / 60)
+        if step <= 10:
+            return peak * step / 10
+        return peak * max(0.0, 1 - (step - 10) / 20)
     return _lm(43, steps=300, lr_at=lr)
 
 
 def truth_lr_zero(log: RunLog) -> Truth:
     s, lr = arr(log, "lr")
+    z = LR_ZERO_FROM
     zero_from = int(s[np.argmax(lr == 0.0)])
-    require(zero_from == 80 and bool(np.all(lr[s >= 80] == 0.0)) and bool(np.all(lr[s < 80] > 0)),
-            "lr is not exactly 0 from step 80")
+    require(zero_from == z and bool(np.all(lr[s >= z] == 0.0)) and bool(np.all(lr[s < z] > 0)),
+            f"lr is not exactly 0 from step {z}")
     after = at(log, "loss", 100, 300)
     require(abs(float(np.median(after[-50:])) / float(np.median(after[:50])) - 1) < 0.03, "loss still moving at lr 0")
-    return Truth(80, (80, 100), 80, {"lr_zero_from": 80, "median_loss_lr0": float(np.median(after))})
+    return Truth(z, (z, z + 20), z, {"lr_zero_from": z, "median_loss_lr0": float(np.median(after))})
 
 
 def train_vanishing() -> RunLog:
@@ -367,20 +382,36 @@ def truth_vanishing(log: RunLog) -> Truth:
                                  "activation": "sigmoid"})
 
 
+RNN_GAIN = 3.0  # std of the recurrent weights times sqrt(hidden): spectral radius about 3
+RNN_SEQ = (10, 100)  # backprop-through-time length before and from step K
+
+
 def train_rnn_exploding() -> RunLog:
     import torch
+    from torch import nn
 
     from synth import tasks
     from synth.loop import run_steps
 
+    # A vanilla tanh RNN whose recurrent weights have a spectral radius of about 3, far above the
+    # 1 that Pascanu, Mikolov and Bengio name as the condition for exploding gradients ("On the
+    # difficulty of training recurrent neural networks", ICML 2013): the gradient through t steps
+    # of the recurrence grows like e^(lambda t). At step K the backprop-through-time length goes
+    # from 10 to 100 tokens (a sequence-length curriculum stage), and the grad norm rises by 5 to
+    # 10 orders of magnitude: a designed, not a chaotic, explosion, far past any threshold on any
+    # seed or CPU. Adam at a small lr keeps the weights (and so the explosion) where they are.
     gen = tasks.setup(16)
     tok = tasks.corpus(40_000)
     model = tasks.RnnLM(hidden=64)
-    opt = torch.optim.Adam(model.parameters(), lr=0.2)
-    log = RunLog(total_steps=STEPS, batch_size=16,
-                 config={"model": "rnn-tanh-64", "optimizer": "adam", "lr": 0.2, "clip_grad": 0.0, "seq_length": 40,
-                         "vocab_size": tasks.VOCAB, "train_iters": STEPS})
-    run_steps(log, model, opt, range(1, STEPS + 1), lambda _s: tasks.seq_batch(tok, gen, 16, 40))
+    with torch.no_grad():
+        nn.init.normal_(model.rnn.weight_hh_l0, std=RNN_GAIN / 64 ** 0.5)
+    model = tasks.perturb(model)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    log = RunLog(total_steps=STEPS, batch_size=16, clock=ModelClock(0.003, seed=16),
+                 config={"model": "rnn-tanh-64", "optimizer": "adam", "lr": 1e-3, "clip_grad": 0.0,
+                         "seq_length": RNN_SEQ[0], "vocab_size": tasks.VOCAB, "train_iters": STEPS})
+    run_steps(log, model, opt, range(1, STEPS + 1),
+              lambda s: tasks.seq_batch(tok, gen, 16, RNN_SEQ[0] if s < K else RNN_SEQ[1]))
     return log
 
 
@@ -391,7 +422,10 @@ def truth_exploding(log: RunLog) -> Truth:
     require(first is not None, "grad norm never rose to 10x its initial value for good")
     require(float(np.max(g)) > 1000 * base, "grad norm never reached 1000x its initial value")
     step = int(s[first])
-    return Truth(step, (max(1, step - 5), step + 15), 1,
+    require(step == K, f"the explosion starts at step {step}, not where the sequence length grows ({K})")
+    # the design is 5+ orders of magnitude: 1000x leaves room for any seed, not just this one
+    require(float(np.median(g[first:])) >= 1000 * base, "grad norm after the switch is not 1000x its start")
+    return Truth(step, (max(1, step - 5), step + 15), K,
                  {"initial_grad_norm": base, "max_grad_norm": float(np.max(g)),
                   "median_grad_norm_after": float(np.median(g[first:])),
                   "definition": "first step where grad norm >= 10x the step-1 value and its median from there "
@@ -404,20 +438,17 @@ def train_loss_scale_collapse() -> RunLog:
 
     from synth import tasks
     from synth.loop import grad_norm
-    from synth.runlog import StepClock
 
     gen = tasks.setup(18)
     data = tasks.mixture(4096, 18)
-    model = tasks.mlp(20, 64, data.num_classes)
+    model = tasks.perturb(tasks.mlp(20, 64, data.num_classes))
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
     scaler = torch.amp.GradScaler("cpu", init_scale=2.0**16, growth_interval=50)
-    log = RunLog(total_steps=STEPS, batch_size=64,
+    log = RunLog(total_steps=STEPS, batch_size=64, clock=ModelClock(STEP_S, seed=18),
                  config={"model": "mlp2x64-relu", "optimizer": "adam", "lr": 1e-3, "fp16": True, "clip_grad": 1.0,
                          "train_iters": STEPS, "min_loss_scale": 1e-4})
-    clock = StepClock()
     try:
         for step in range(1, STEPS + 1):
-            clock.start()
             x, y = data.batch(gen, 64)
             if step >= K:  # an un-normalised feature shard: fp16 activations overflow from here on
                 x = x * 1e5
@@ -433,7 +464,7 @@ def train_loss_scale_collapse() -> RunLog:
             scaler.update()
             scale = scaler.get_scale()
             log.log(step, loss=loss.item(), grad_norm=gn, lr=1e-3, loss_scale=scale, skipped=float(scale < before),
-                    step_time=clock.stop())
+                    step_time=log.clock.step())
             if scale < 1e-4:  # the same guard (and message) as fairseq's DynamicLossScaler
                 raise FloatingPointError(
                     "Minimum loss scale reached (0.0001). Your loss is probably exploding. Try lowering the learning "
@@ -457,7 +488,7 @@ def truth_loss_scale(log: RunLog) -> Truth:
 def train_memory_growth() -> RunLog:
     from synth.loop import Faults
 
-    return _classifier(15, hidden=512, batch=256, faults=Faults(leak_from=50), track_rss=True)
+    return _classifier(15, hidden=512, batch=256, faults=Faults(leak_from=50), track_rss=True, step_s=0.01)
 
 
 def truth_memory(log: RunLog) -> Truth:
@@ -510,10 +541,10 @@ def train_restart() -> RunLog:
 
     gen = tasks.setup(63)
     tok = tasks.corpus(40_000)
-    model = tasks.MlpLM()
+    model = tasks.perturb(tasks.MlpLM())
     opt = torch.optim.Adam(model.parameters(), lr=3e-3)
     steps = 250
-    log = RunLog(total_steps=steps, batch_size=64,
+    log = RunLog(total_steps=steps, batch_size=64, clock=ModelClock(STEP_S, seed=63),
                  config={"model": "mlp-lm-tanh", "optimizer": "adam", "lr": 3e-3, "vocab_size": tasks.VOCAB,
                          "seq_length": tasks.CONTEXT, "clip_grad": 1.0, "train_iters": steps, "save_interval": 100})
 
@@ -571,7 +602,8 @@ def _catalogue() -> list[Case]:
              "spike at that step only and training recovers.",
              train_corrupt_spike, truth_corrupt_spike),
         Case("slow-from-step-k", "throughput_regression", "megatron",
-             f"MLP language model; from step {K} every step sleeps 20 ms (a throughput regression).",
+             f"MLP language model; from step {K} every step takes 20 ms longer (a throughput regression; step "
+             "times are on the run's modelled clock, where the steps before take about 1 ms).",
              train_slow, truth_slow),
         Case("shuffled-labels", "plateau", "megatron",
              f"MLP language model trained on targets drawn uniformly at random: the loss stays at ln({tasks.VOCAB}).",
@@ -592,16 +624,17 @@ def _catalogue() -> list[Case]:
              "the loss never moves (near ln(8)).",
              train_zero_grad_bug, truth_zero_grad),
         Case("lr-zero", "plateau", "megatron",
-             "MLP language model; the linear decay ends at step 80 of 300 (decay length misconfigured): lr is "
-             "exactly 0 from step 80 and the loss is flat from there.",
+             f"MLP language model; the linear decay ends at step {LR_ZERO_FROM} of 300 (decay length "
+             f"misconfigured): lr is exactly 0 from step {LR_ZERO_FROM} and the loss is flat from there.",
              train_lr_zero, truth_lr_zero),
         Case("vanishing-gradients", "grad_vanishing", "hf",
              "16-layer sigmoid MLP, plain SGD: first-layer grad norm ~1e-14 (logged as grad_norm_first_layer), "
              "the loss stays near ln(8).",
              train_vanishing, truth_vanishing, also_acceptable=("plateau",)),
         Case("rnn-exploding", "grad_explosion", "megatron",
-             "Vanilla tanh RNN language model, Adam lr 0.2, no gradient clipping: the grad norm climbs from 0.3 "
-             "to thousands within ~20 steps and stays 10-1000x above its start.",
+             f"Vanilla tanh RNN language model with recurrent weights of spectral radius ~{RNN_GAIN:g}, Adam lr 1e-3, "
+             f"no gradient clipping; at step {K} the backprop-through-time length goes from {RNN_SEQ[0]} to "
+             f"{RNN_SEQ[1]} tokens and the grad norm jumps by 5+ orders of magnitude and stays there.",
              train_rnn_exploding, truth_exploding),
         Case("loss-scale-collapse", "loss_scale_collapse", "megatron",
              f"MLP classifier in fp16 autocast with torch.amp.GradScaler on CPU; from step {K} un-normalised inputs "

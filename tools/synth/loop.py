@@ -2,20 +2,21 @@
 
 Logging convention (as in Megatron and the HF Trainer): the values logged at step ``s`` are the
 loss of the forward pass of step ``s``, the gradient norm of that backward pass (before
-clipping), the learning rate used by that update, and the wall time of the whole step.
+clipping), the learning rate used by that update, and the time of the whole step on the run's
+modelled clock (:class:`synth.runlog.ModelClock`: the step is really computed, its duration is not
+measured).
 """
 
 from __future__ import annotations
 
 import math
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
 from torch import nn
 
-from synth.runlog import RunLog, StepClock, rss_mb
+from synth.runlog import RunLog, rss_mb
 
 Batch = tuple[torch.Tensor, torch.Tensor]
 LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
@@ -30,8 +31,8 @@ class Faults:
     """Switches for the injected faults; every one defaults to off."""
 
     corrupt: Callable[[int, Batch], Batch] | None = None  # rewrite the batch of a step
-    sleep_from: int | None = None  # sleep this long in every step from this one
-    sleep_s: float = 0.0
+    slow_from: int | None = None  # every step from this one takes slow_s longer (on the run's clock)
+    slow_s: float = 0.0
     leak_from: int | None = None  # keep every activation tensor alive from this step (a debugging list)
     zero_grad_after_backward: bool = False  # the classic bug: grads wiped before the update
     layer_norms: dict[str, str] = field(default_factory=dict)  # metric name -> parameter logged on its own
@@ -49,7 +50,6 @@ def run_steps(log: RunLog, model: nn.Module, opt: torch.optim.Optimizer, steps: 
               track_rss: bool = False) -> None:
     """Train over ``steps`` (1-based global steps), logging every step into ``log``."""
     faults = faults or Faults()
-    clock = StepClock()
     named = dict(model.named_parameters())
     leaking = [False]
     if faults.leak_from is not None:
@@ -59,7 +59,6 @@ def run_steps(log: RunLog, model: nn.Module, opt: torch.optim.Optimizer, steps: 
                 mod.register_forward_hook(lambda _m, _i, out: faults.leak.append(out.detach()) if leaking[0] else None)
     for step in steps:
         leaking[0] = faults.leak_from is not None and step >= faults.leak_from
-        clock.start()
         if lr_at is not None:
             for group in opt.param_groups:
                 group["lr"] = lr_at(step)
@@ -74,12 +73,11 @@ def run_steps(log: RunLog, model: nn.Module, opt: torch.optim.Optimizer, steps: 
         extra = {metric: float(named[p].grad.norm()) for metric, p in faults.layer_norms.items()}
         gn = grad_norm(model, clip)
         opt.step()
-        if faults.sleep_from is not None and step >= faults.sleep_from:
-            time.sleep(faults.sleep_s)
+        slow = faults.slow_from is not None and step >= faults.slow_from
         metrics = {"loss": loss.item(), "grad_norm": gn, "lr": opt.param_groups[0]["lr"], **extra}
         if track_rss:
             metrics["rss_mb"] = rss_mb()
-        metrics["step_time"] = clock.stop()
+        metrics["step_time"] = log.clock.step(faults.slow_s if slow else 0.0)
         log.log(step, **metrics)
         if evaluate is not None:
             evaluate(step)

@@ -1,19 +1,22 @@
 """What one synthetic training run produced: per-step records, eval records, markers, a crash.
 
 Cases fill a :class:`RunLog` while they really train; writers (``writers.py``) turn it into the
-files a framework would have written. Values are the measured ones (loss, grad norm, lr, wall
-time, RSS); nothing is edited after the fact.
+files a framework would have written. Values are the measured ones (loss, grad norm, lr, RSS);
+nothing is edited after the fact. Time is the exception: it is modelled (:class:`ModelClock`), so
+that what the timing rules judge does not depend on how fast or how busy the machine is.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import resource
-import time
 import traceback
 from dataclasses import dataclass, field
 from typing import Any
+
+import numpy as np
 
 
 @dataclass(slots=True)
@@ -39,16 +42,14 @@ class RunLog:
     markers: list[Marker] = field(default_factory=list)
     traceback: str | None = None  # formatted text of the exception that ended the run
     completed: bool = True
-    t0: float = field(default_factory=time.perf_counter)
+    clock: ModelClock = field(default_factory=lambda: ModelClock())
 
     def log(self, step: int, **metrics: float) -> None:
-        """A train step; ``wall`` (seconds since the run started, pauses included) is added."""
-        self.records.append({"step": step, **{k: float(v) for k, v in metrics.items()},
-                             "wall": time.perf_counter() - self.t0})
+        """A train step; ``wall`` (seconds since the run started on its clock, pauses included) is added."""
+        self.records.append({"step": step, **{k: float(v) for k, v in metrics.items()}, "wall": self.clock.now})
 
     def log_eval(self, step: int, **metrics: float) -> None:
-        self.evals.append({"step": step, **{k: float(v) for k, v in metrics.items()},
-                           "wall": time.perf_counter() - self.t0})
+        self.evals.append({"step": step, **{k: float(v) for k, v in metrics.items()}, "wall": self.clock.now})
 
     def mark(self, kind: str, **data: Any) -> None:
         self.markers.append(Marker(kind, len(self.records), dict(data)))
@@ -64,17 +65,32 @@ class RunLog:
         return [p[0] for p in pairs], [p[1] for p in pairs]
 
 
-class StepClock:
-    """Wall time of one training step, measured with ``perf_counter``."""
+class ModelClock:
+    """The run's clock: advanced by a modelled cost per step instead of read from the machine.
 
-    def __init__(self) -> None:
-        self._t0 = 0.0
+    The training is real; its timings are not measured, because a measured step time of a
+    1 ms CPU step is mostly the machine's load (a busy CI host made a healthy run's eval pause
+    leak into its step times, and a leaking run's slower allocations read as a throughput
+    regression). A step costs ``step_s`` times a seeded log-normal jitter of ``jitter`` (real step
+    times scatter a few percent around their median), plus whatever a fault adds; the same run
+    gives the same times on every machine.
+    """
 
-    def start(self) -> None:
-        self._t0 = time.perf_counter()
+    def __init__(self, step_s: float = 0.001, jitter: float = 0.03, seed: int = 0) -> None:
+        self.step_s = step_s
+        self.jitter = jitter
+        self.now = 0.0
+        self._rng = np.random.default_rng(seed)
 
-    def stop(self) -> float:
-        return time.perf_counter() - self._t0
+    def step(self, extra_s: float = 0.0) -> float:
+        """One training step: advance the clock by its modelled duration and return it."""
+        seconds = self.step_s * math.exp(self.jitter * float(self._rng.standard_normal())) + extra_s
+        self.now += seconds
+        return seconds
+
+    def advance(self, seconds: float) -> None:
+        """Time spent outside the training steps (evaluation, a restart)."""
+        self.now += seconds
 
 
 def rss_mb() -> float:

@@ -17,12 +17,53 @@ VOCAB = 32  # tokens of the generated "language"
 CONTEXT = 4  # tokens the MLP language model sees
 
 
-def setup(seed: int) -> torch.Generator:
+@dataclass(frozen=True, slots=True)
+class Variant:
+    """A perturbation of every run, for the robustness check (``python -m synth.margins``): another
+    seed for the initial weights and the batch order, another thread count (another order of the
+    floating-point sums), and a relative noise on the initial weights. A case whose label only
+    holds for one of these is on a knife edge: another CPU's rounding can tip it. The default
+    changes nothing."""
+
+    seed_offset: int = 0
+    threads: int = 1
+    init_noise: float = 0.0
+
+    def __str__(self) -> str:
+        return f"seed+{self.seed_offset} threads={self.threads} init_noise={self.init_noise:g}"
+
+
+_variant = Variant()
+
+
+def use_variant(variant: Variant) -> None:
+    """Apply ``variant`` to every run set up from now on (``Variant()`` restores the default)."""
+    global _variant
+    _variant = variant
+
+
+def seed(value: int) -> int:
+    """The seed a run uses for ``value``: the case's own seed, moved by the variant's offset."""
+    return value + 1009 * _variant.seed_offset
+
+
+def setup(case_seed: int) -> torch.Generator:
     """One thread, deterministic kernels, fixed seeds; returns the generator batches draw from."""
-    torch.set_num_threads(1)
+    torch.set_num_threads(_variant.threads)
     torch.use_deterministic_algorithms(True)
-    torch.manual_seed(seed)
-    return torch.Generator().manual_seed(seed)
+    torch.manual_seed(seed(case_seed))
+    return torch.Generator().manual_seed(seed(case_seed))
+
+
+def perturb(model: nn.Module) -> nn.Module:
+    """Multiply every initial weight by (1 + init_noise * N(0, 1)), from a generator of its own
+    (the run's other random draws are unchanged); a no-op for the default variant."""
+    if _variant.init_noise:
+        gen = torch.Generator().manual_seed(seed(4242))
+        with torch.no_grad():
+            for p in model.parameters():
+                p.mul_(1 + _variant.init_noise * torch.randn(p.shape, generator=gen))
+    return model
 
 
 # --- classification on a gaussian mixture -------------------------------------------------------

@@ -78,7 +78,7 @@ class _Pending(NamedTuple):
     grad_norm: Any  # float, or the caller's norm tensor read at the flush
     nonfinite: int
     lr: float | None
-    t: float  # perf_counter at step()
+    t: float  # the monitor's clock at step()
     rss: float | None
     cuda: tuple[float, float] | None
     metrics: dict[str, float] | None
@@ -110,7 +110,7 @@ class Monitor:
                  callback_on: str = "low", save_batch_on: str | None = None, stop_on: str | None = None,
                  nan_origin: bool = True, tensorboard: bool = False, config: Config | None = None,
                  filename: str = "trainaudit-monitor.jsonl", meta: dict[str, Any] | None = None,
-                 flush_every: int = 32, flush_s: float = 0.5) -> None:
+                 flush_every: int = 32, flush_s: float = 0.5, clock: Callable[[], float] = time.perf_counter) -> None:
         for name, sev in (("warn", warn), ("callback_on", callback_on), ("save_batch_on", save_batch_on),
                           ("stop_on", stop_on)):
             if sev is not None and sev not in SEVERITY_ORDER:
@@ -128,7 +128,12 @@ class Monitor:
         self.flush_every = max(1, min(flush_every, rules_every))
         self.flush_s = flush_s
         self._pending: list[tuple[Any, ...]] = []  # _Pending fields (a plain tuple: no Python call per step)
-        self._t_flush = time.perf_counter()
+        # the time source (seconds): step times, the flush interval and the rules' budget are on it;
+        # a test or a replay passes its own, so that step times are what it decides, not what the
+        # machine's load made of them
+        self._now = clock
+        self._paused_s = 0.0  # time spent in paused() blocks
+        self._t_flush = self._clock()
         self.rules = OnlineRules(config=config, every=rules_every, window=window, budget=rules_budget, clock=self._clock)
         self.log_dir.mkdir(parents=True, exist_ok=True)
         self.path = self.log_dir / filename
@@ -145,7 +150,6 @@ class Monitor:
         self._closure_steps = False  # the optimizer takes a closure: its pre-hook comes before the backward
         self._opt_handles: list[Any] = [None, None]  # the optimizer's step pre-hook and post-hook
         self._t_last: float | None = None
-        self._paused_s = 0.0  # time spent in paused() blocks
         self._prev_lr: float | None = None
         self._snap: dict[str, torch.Tensor] | None = None
         self._ratios: dict[str, float] = {}
@@ -181,7 +185,7 @@ class Monitor:
     def paused(self) -> Iterator[None]:
         """Record nothing inside the block (hooks detached): forwards and steps there are not
         the monitor's, and its duration is left out of the next step time."""
-        t0 = time.perf_counter()
+        t0 = self._now()
         for h in self._handles:
             h.remove()
         self._handles.clear()
@@ -192,7 +196,7 @@ class Monitor:
             if self.origin_finder is not None:
                 self.origin_finder.release()
             self._gstats = self._grads_bad = None
-            self._paused_s += time.perf_counter() - t0
+            self._paused_s += self._now() - t0
             if not self.closed:
                 self._attach()
 
@@ -246,7 +250,7 @@ class Monitor:
 
     def _clock(self) -> float:
         """Seconds, paused() blocks left out (step times, the rules' budget)."""
-        return time.perf_counter() - self._paused_s
+        return self._now() - self._paused_s
 
     def _sampling(self, step: int) -> bool:
         return step == 1 or step % self.every == 0
@@ -465,7 +469,7 @@ class Monitor:
         """Build, write and feed to the online rules the pending steps' records; evaluate the
         rules when due. Returns their new alerts (the caller acts on them)."""
         pending, self._pending = self._pending, []
-        self._t_flush = time.perf_counter()
+        self._t_flush = self._clock()
         if not pending:
             return []
         out: list[dict[str, Any]] = []
