@@ -82,7 +82,7 @@ def main() -> None:
     for good, cap, label in (("good-1k", 5000, "1 000 commits (good = main~1000)"),
                              ("root", 50_000, "all 50 000 commits (good = root)")):
         secs, out = timed(good, cap)
-        n, classified, truncated = out.split()
+        n, classified, _truncated = out.split()
         rows.append(f"| {label} | {n} | {classified} | {secs:.2f} s | {'yes' if secs < 5 else 'NO'} |")
     print("## History tracing (50k-commit repository)\n")
     print(f"Repository generated with `git fast-import` ({N} commits, {gen:.1f} s, cached in benchmarks/data/). "

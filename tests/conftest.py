@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from shared_data import FIXTURES
+from synth_fixture import synth_runs  # noqa: F401  (the generated runs, for every test folder)
 
 
 @pytest.fixture(scope="session")

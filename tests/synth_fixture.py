@@ -1,8 +1,6 @@
 """Generated real training runs for tests, cached per session.
 
-Use from any test module (``tests/`` is on ``sys.path`` through ``conftest.py``)::
-
-    from synth_fixture import synth_runs  # noqa: F401  (registers the fixture in this module)
+Any test can ask for it (``tests/conftest.py`` registers it)::
 
     def test_nan_rule(synth_runs):
         case = synth_runs.get("nan-batch")       # trains it once per session, on first use

@@ -24,9 +24,9 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "history"))
-from gitrepo import commit, git  # noqa: E402
+from gitrepo import commit, git
 
-from shared_data import MEGATRON  # noqa: E402
+from shared_data import MEGATRON
 
 MIMO_DIR = MEGATRON / "mimo_vlm_pretrain_convergence_tp1_pp1_cp1_dp8_seq_packing"
 MIMO_OLD = MIMO_DIR / "history" / "golden_values_dev_dgx_h100.at_4e85d74ae9.json"

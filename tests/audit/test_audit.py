@@ -13,9 +13,9 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fetch"))
-from stories import GPT_GOLDEN, MIMO_GOLDEN, MIMO_NEW, MIMO_OLD, build_artifacts, build_repo  # noqa: E402
+from stories import GPT_GOLDEN, MIMO_GOLDEN, MIMO_NEW, MIMO_OLD, build_artifacts, build_repo
 
-from shared_data import run_cli  # noqa: E402
+from shared_data import run_cli
 
 TOKEN = "ghp_testtoken0123456789abcdefghij"
 
@@ -146,7 +146,7 @@ def test_mimo_numbers_and_ci_log(world) -> None:
 
 def test_oom_is_infrastructure_not_golden_mismatch_and_no_repo_is_said(world) -> None:
     root, _ = world
-    answer, md, _ = _audit(root, "../art/oom/failing", "--passing", "../art/oom/passing", out="out-oom")
+    answer, _, _ = _audit(root, "../art/oom/failing", "--passing", "../art/oom/passing", out="out-oom")
     fa = answer["final_answer"]
     assert (fa["verdict"], fa["category"], fa["first_bad_step"]) == ("infrastructure_failure", "oom", 37)
     assert answer["validation"]["all_passed"], answer["validation"]

@@ -18,7 +18,7 @@ ALL_GOLDENS = sorted(p for p in MEGATRON.rglob("*.json"))
 
 
 def compare(golden: Path, actual: Path, config: Path | None = None, **kw):  # type: ignore[no-untyped-def]
-    answer, plots, passed = run_golden(str(golden), [str(actual)], model_config=str(config) if config else None, **kw)
+    answer, _, passed = run_golden(str(golden), [str(actual)], model_config=str(config) if config else None, **kw)
     assert answer.validation.all_passed, [c for c in answer.validation.checks if not c.passed]
     return answer, passed
 
@@ -159,7 +159,7 @@ def test_short_run_uses_window_5_to_20_with_nan_steps(tmp_path: Path) -> None:
     golden = SHORT / "golden_values_dev_dgx_h100.json"
     actual = perturbed(golden, tmp_path, "a.json", lambda d: d["iteration-time"]["values"].update(
         {s: round(v * 1.2, 5) for s, v in d["iteration-time"]["values"].items() if not isinstance(v, str)}))
-    ok, g_med, a_med = hand_iteration_time(load(golden)["iteration-time"], load(actual)["iteration-time"])
+    ok, g_med, _ = hand_iteration_time(load(golden)["iteration-time"], load(actual)["iteration-time"])
     answer, _ = compare(golden, actual, SHORT / "model_config.yaml")
     it = cmp(answer, "iteration-time", "approximate")
     assert it.window == [5, 20] and it.golden_median == g_med and it.passed is ok is False

@@ -48,8 +48,8 @@ def _write(case: dict[str, Any], tmp: Path) -> tuple[str, str, str]:
 
 
 def _options(case: dict[str, Any], cfg: str) -> dict[str, Any]:
-    return dict(model_config=cfg, deterministic=not case["nondeterministic"], pipeline=case["pipeline"],
-                train_iters=case["train_iters"], policy=case["policy"])
+    return {"model_config": cfg, "deterministic": not case["nondeterministic"], "pipeline": case["pipeline"],
+            "train_iters": case["train_iters"], "policy": case["policy"]}
 
 
 def trainaudit_outcome(case: dict[str, Any], tmp: Path) -> dict[str, Any]:

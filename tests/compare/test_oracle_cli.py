@@ -68,7 +68,7 @@ def test_a_step_written_twice_counts_once(tmp_path: Path) -> None:
     # value wins. Policy 2026-05-10: N = (end_step - start_step)/step_interval + 1 = (100 - 1)/1 + 1
     # = 100 (not 101 entries, which crashed on numpy broadcasting), k = 1, one step off by 6 %:
     # exact fails (1 failing, 0 allowed); approximate: 99/100 >= 1 - 1/100, passes with 1 allowed.
-    code, err, answer = run_cli("edge-policy-099", tmp_path)
+    code, _, answer = run_cli("edge-policy-099", tmp_path)
     assert code == 1 and answer is not None
     ex, ap = comparison(answer, "lm loss", "exact"), comparison(answer, "lm loss", "approximate")
     assert (ex["passed"], ex["n_failing"], ex["allowed_failing"]) == (False, 1, 0)

@@ -127,7 +127,7 @@ class _Tree:
                parent: int | None) -> int:
         self.mark += 1
         msg = (title + ("\n\n" + body if body else "") + "\n").encode("utf-8")
-        who = f"{author or 'unknown'} <{EMAIL}> {_stamp(date)}".encode("utf-8")
+        who = f"{author or 'unknown'} <{EMAIL}> {_stamp(date)}".encode()
         self.out.append(b"commit refs/heads/main\nmark :%d\nauthor %s\ncommitter %s\ndata %d\n%s\n"
                         % (self.mark, who, who, len(msg), msg))
         if parent is not None:

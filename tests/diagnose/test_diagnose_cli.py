@@ -5,12 +5,11 @@ from __future__ import annotations
 import json
 
 from shared_data import run_cli, sample_block, write_lines
-from synth_fixture import synth_runs  # noqa: F401
 
 from trainaudit.answer.validate import validate_file
 
 
-def test_diagnose_writes_a_valid_report(synth_runs, tmp_path):  # noqa: F811
+def test_diagnose_writes_a_valid_report(synth_runs, tmp_path):
     c = synth_runs.get("nan-after-lr-jump")
     out = tmp_path / "rep"
     r = run_cli("diagnose", str(c.file("train.log")), "-o", str(out), cwd=tmp_path)
@@ -33,7 +32,7 @@ def test_diagnose_writes_a_valid_report(synth_runs, tmp_path):  # noqa: F811
     assert list((out / "plots").glob("*.png"))
 
 
-def test_healthy_json_and_fail_on(synth_runs, tmp_path):  # noqa: F811
+def test_healthy_json_and_fail_on(synth_runs, tmp_path):
     c = synth_runs.get("healthy-warmup-cosine")
     r = run_cli("diagnose", str(c.dir), "--json", "-o", str(tmp_path / "o"), "--fail-on", "low")
     assert r.returncode == 0, r.stderr

@@ -12,6 +12,7 @@ import json
 import threading
 import zipfile
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Self
 
 
 def zip_bytes(members: dict[str, bytes]) -> bytes:
@@ -35,7 +36,7 @@ class FakeCI:
         self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
-    def __enter__(self) -> FakeCI:
+    def __enter__(self) -> Self:
         self._thread.start()
         return self
 
@@ -87,7 +88,7 @@ class FakeCI:
             def log_message(self, *args: object) -> None:  # keep test output clean
                 return
 
-            def do_GET(self) -> None:  # noqa: N802 (http.server API)
+            def do_GET(self) -> None:
                 path = self.path
                 ci.requests.append((path, dict(self.headers)))
                 auth = self.headers.get("Authorization", "") + self.headers.get("PRIVATE-TOKEN", "")

@@ -176,8 +176,8 @@ def _gzip_line(path: Path, mib: int) -> None:
 
 
 def _zip_big(path: Path, mib: int) -> None:
-    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED, compresslevel=1) as zf:
-        with zf.open("train.log", "w", force_zip64=True) as f:
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED, compresslevel=1) as zf, \
+            zf.open("train.log", "w", force_zip64=True) as f:
             chunk = b"a" * (1 << 20)
             for _ in range(mib):
                 f.write(chunk)
@@ -257,8 +257,8 @@ def _yaml_bomb(path: Path) -> None:
     path.write_text("\n".join(lines) + "\n")
 
 
-GOLDEN_OK = '{"lm loss": {"start_step": 1, "end_step": 10, "step_interval": 1, "values": {%s}}}' % ", ".join(
-    f'"{i}": {5.0 - 0.01 * i}' for i in range(1, 11))
+_GOLDEN_VALUES = ", ".join(f'"{i}": {5.0 - 0.01 * i}' for i in range(1, 11))
+GOLDEN_OK = f'{{"lm loss": {{"start_step": 1, "end_step": 10, "step_interval": 1, "values": {{{_GOLDEN_VALUES}}}}}}}'
 
 # name -> (builder(work) -> argv, allowed exit codes)
 Builder = Callable[[Path], list[str]]
@@ -404,7 +404,7 @@ def test_hostile_input_is_handled(name: str, case: tuple[Path, Path]) -> None:
 
 
 def test_long_lines_are_cut_and_said_so(case: tuple[Path, Path]) -> None:
-    work, out = case
+    work, _ = case
     log = work / "train.log.gz"
     log.write_bytes(gzip.compress((megatron(5) + "c" * (3 << 20) + "\n" + megatron(5)).encode()))
     run(["parse", str(log)], cwd=work)

@@ -40,7 +40,7 @@ def golden_answer(tmp: Path) -> Path:
     b = AnswerBuilder("compare")
     sg = b.source("golden_values_dev_dgx_h100.json", "golden_values")
     sa = b.source("logs/run2/train.log", "log")
-    fg = b.fact(sg, "golden lm loss", metric="lm loss", steps=steps, values=golden)
+    b.fact(sg, "golden lm loss", metric="lm loss", steps=steps, values=golden)
     fa = b.fact(sa, "actual lm loss (run 2)", metric="lm loss", steps=steps, values=run2)
     f60 = b.fact(sa, "lm loss at the first failing step", metric="lm loss", step=61, value=run2[60], line=1234,
                  quote=f" [2025-03-01 10:00:00] iteration       61/     100 | lm loss: {run2[60]:.6E} |")
@@ -156,7 +156,7 @@ def test_report_in_chromium(tmp_path: Path, browser) -> None:
         "() => { const r = document.getElementById('ev-f3').getBoundingClientRect(); "
         "return [r.top, r.bottom, window.innerHeight, window.scrollY, "
         "document.documentElement.scrollHeight - window.innerHeight]; }")
-    assert scroll_y > 0 and 0 <= top and bottom <= height
+    assert scroll_y > 0 and top >= 0 and bottom <= height
     assert top < 100 or abs(scroll_y - max_scroll) < 2
     assert "lm loss: " in target.locator("pre.quote").inner_text()
     assert "logs/run2/train.log:1234" in target.inner_text()

@@ -32,10 +32,9 @@ def mlruns(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
                 mlflow.log_metric("train/loss", 3.0 - step / 100, step=step)
                 mlflow.log_metric("grad_norm", math.nan if step == 30 else 1.0 + step / 10, step=step)
             mlflow.log_metrics({"val_loss": math.inf}, step=40)
-        with pytest.raises(RuntimeError):
-            with mlflow.start_run(run_name="bad"):
-                mlflow.log_metric("train/loss", 9.5, step=0)
-                raise RuntimeError("diverged")  # mlflow marks the run FAILED on an exception
+        with pytest.raises(RuntimeError), mlflow.start_run(run_name="bad"):
+            mlflow.log_metric("train/loss", 9.5, step=0)
+            raise RuntimeError("diverged")  # mlflow marks the run FAILED on an exception
     finally:
         mlflow.set_tracking_uri(None)
     return tmp_path / "mlruns"

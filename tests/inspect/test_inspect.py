@@ -126,7 +126,7 @@ def test_state_dict_frozen_and_dtype_mix(tmp_path: Path) -> None:
         prm.requires_grad_(False)
     torch.save(model, tmp_path / "whole.pt")
     ok = _ins(str(tmp_path / "whole.pt"), unsafe_load=True)
-    frozen = [f for f in ok["findings"] if f["check"] == "frozen"][0]
+    frozen = next(f for f in ok["findings"] if f["check"] == "frozen")
     assert frozen["where"] == ["embed.weight"] and ok["trainable_params"] == BLOCK + NORM + HEAD
 
 

@@ -53,7 +53,7 @@ def fake_llm() -> Iterator[FakeLLM]:
     state: dict[str, FakeLLM] = {}
 
     class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:  # noqa: N802
+        def do_POST(self) -> None:
             llm = state["llm"]
             body = self.rfile.read(int(self.headers.get("content-length", "0")))
             llm.requests.append(Captured(self.path, {k.lower(): v for k, v in self.headers.items()}, body))

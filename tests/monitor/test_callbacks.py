@@ -17,8 +17,8 @@ import pytest
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
-from trainaudit.rules import Config  # noqa: E402
-from synth import frameworks  # noqa: E402
+from trainaudit.rules import Config
+from synth import frameworks
 
 K = frameworks.K
 # Wall-clock rules are left out (another process on a shared CI machine can slow any step).
@@ -115,7 +115,7 @@ def test_lightning_callback_stops_the_fit_at_the_first_nan(tmp_path: Path) -> No
     from trainaudit.monitor.lightning import TrainAuditCallback
 
     cb = TrainAuditCallback(log_dir=str(tmp_path / "mon"), stop_on="critical", **FAST)
-    log, _ = frameworks.run_pl_nan_after_lr_jump(tmp_path, callbacks=[cb])
+    frameworks.run_pl_nan_after_lr_jump(tmp_path, callbacks=[cb])
     assert cb.monitor is not None
     alerts = cb.monitor.alerts
     jump = [a for a in alerts if a.rule == "TA206"]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, Self
 from urllib.parse import parse_qs, urlparse
 
 
@@ -21,7 +21,7 @@ class FakeService:
         self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
-    def __enter__(self) -> FakeService:
+    def __enter__(self) -> Self:
         self._thread.start()
         return self
 

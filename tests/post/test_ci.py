@@ -9,7 +9,7 @@ from tests.post.test_post import cli, nan_log
 
 
 def test_github_summary_annotations_and_gitlab(tmp_path: Path) -> None:
-    log = nan_log(tmp_path / "train.jsonl", 150)
+    nan_log(tmp_path / "train.jsonl", 150)
     summary = tmp_path / "step_summary.md"
     summary.write_text("## earlier step\n")
     # as in a CI job: paths relative to the workspace, so annotations point at repository files

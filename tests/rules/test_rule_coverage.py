@@ -6,13 +6,12 @@ from __future__ import annotations
 
 import pytest
 from shared_data import sample_block, write_lines
-from synth_fixture import synth_runs  # noqa: F401
 
 from trainaudit.ingest import load_run
 from trainaudit.rules import run_rules
 
 
-def test_grad_norm_spike_at_the_corrupt_batch(synth_runs):  # noqa: F811
+def test_grad_norm_spike_at_the_corrupt_batch(synth_runs):
     c = synth_runs.get("corrupt-batch-spike")
     run, _ = load_run([str(c.file("metrics.jsonl"))])
     (h,) = [h for h in run_rules(run) if h.rule == "TA103"]
@@ -21,7 +20,7 @@ def test_grad_norm_spike_at_the_corrupt_batch(synth_runs):  # noqa: F811
     assert "the loss reacted at the same step" in h.message
 
 
-def test_loss_scale_collapse_from_the_overflow_step(synth_runs):  # noqa: F811
+def test_loss_scale_collapse_from_the_overflow_step(synth_runs):
     c = synth_runs.get("loss-scale-collapse")
     run, _ = load_run([str(c.dir)])
     hits = [h for h in run_rules(run) if h.rule == "TA104"]
@@ -30,7 +29,7 @@ def test_loss_scale_collapse_from_the_overflow_step(synth_runs):  # noqa: F811
     assert lo <= hits[0].first_bad_step <= hi, (hits[0].first_bad_step, (lo, hi), hits[0].message)
 
 
-def test_vanishing_gradients_synth_case(synth_runs):  # noqa: F811
+def test_vanishing_gradients_synth_case(synth_runs):
     c = synth_runs.get("vanishing-gradients")
     for f in c.label["files"]:
         run, _ = load_run([str(c.dir.parent / f["path"])])
@@ -42,7 +41,7 @@ def test_vanishing_gradients_synth_case(synth_runs):  # noqa: F811
         assert lo <= h.first_bad_step <= hi, (h.first_bad_step, (lo, hi), h.message)
 
 
-def test_incomplete_megatron_log(synth_runs, tmp_path):  # noqa: F811
+def test_incomplete_megatron_log(synth_runs, tmp_path):
     c = synth_runs.get("healthy-warmup-cosine")
     lines = c.file("train.log").read_text(encoding="utf-8").splitlines()
     last = next(i for i, ln in enumerate(lines) if "iteration      144/" in ln)
@@ -54,7 +53,7 @@ def test_incomplete_megatron_log(synth_runs, tmp_path):  # noqa: F811
     assert not [h for h in run_rules(full) if h.rule == "TA405"]
 
 
-def test_crash_after_the_last_logged_step(synth_runs):  # noqa: F811
+def test_crash_after_the_last_logged_step(synth_runs):
     c = synth_runs.get("crash-shape-error")
     (h,) = [h for h in run_rules(load_run([str(c.dir)])[0]) if h.rule == "TA410"]
     lo, hi = c.label["first_bad_step_window"]
@@ -63,7 +62,7 @@ def test_crash_after_the_last_logged_step(synth_runs):  # noqa: F811
 
 @pytest.mark.parametrize("key,rule,category", [("CPPO/issues/6", "TA402", "oom"),
                                                ("LlamaFactory/issues/6269", "TA404", "distributed_failure")])
-def test_stderr_failure_after_the_last_logged_step(synth_runs, tmp_path, key, rule, category):  # noqa: F811
+def test_stderr_failure_after_the_last_logged_step(synth_runs, tmp_path, key, rule, category):
     # a real run's metrics (the crash case stops logging after step 119) with the public stderr in place of its own
     c = synth_runs.get("crash-shape-error")
     (tmp_path / "metrics.jsonl").write_bytes(c.file("metrics.jsonl").read_bytes())

@@ -6,14 +6,13 @@ from __future__ import annotations
 import os
 
 import pytest
-from synth_fixture import synth_runs  # noqa: F401
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
-from trainaudit.diagnosis import diagnose_run  # noqa: E402
-from trainaudit.ingest import load_run  # noqa: E402
-from trainaudit.rules import run_rules  # noqa: E402
+from trainaudit.diagnosis import diagnose_run
+from trainaudit.ingest import load_run
+from trainaudit.rules import run_rules
 
 # case, file, rule, category, exact first bad step (None: inside the label's window)
 FIRES = [
@@ -31,7 +30,7 @@ FIRES = [
 
 
 @pytest.mark.parametrize("case,file,rule,category,exact", FIRES, ids=[f"{c}-{r}-{f}" for c, f, r, _, _ in FIRES])
-def test_rule_fires_on_framework_output(synth_runs, case, file, rule, category, exact):  # noqa: F811
+def test_rule_fires_on_framework_output(synth_runs, case, file, rule, category, exact):
     c = synth_runs.get(case)
     run, problems = load_run([str(c.file(file))])
     assert not problems
@@ -51,7 +50,7 @@ DIAGNOSED = [("hf-trainer-nan-batch", None), ("hf-trainer-lr-jump", None), ("lig
 
 
 @pytest.mark.parametrize("case,file", DIAGNOSED)
-def test_diagnosis_on_framework_runs(synth_runs, case, file):  # noqa: F811
+def test_diagnosis_on_framework_runs(synth_runs, case, file):
     c = synth_runs.get(case)
     run, _ = load_run([str(c.file(file) if file else c.dir)])
     d = diagnose_run(run)
@@ -62,7 +61,7 @@ def test_diagnosis_on_framework_runs(synth_runs, case, file):  # noqa: F811
 
 
 @pytest.mark.parametrize("case", ["hf-trainer-healthy", "lightning-healthy"])
-def test_healthy_framework_runs_are_silent(synth_runs, case):  # noqa: F811
+def test_healthy_framework_runs_are_silent(synth_runs, case):
     c = synth_runs.get(case)
     for f in c.label["files"]:
         run, _ = load_run([str(c.dir.parent / f["path"])])

@@ -4,7 +4,6 @@ score's false alarms, tests/corpus/test_scores.py)."""
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import pytest
 from shared_data import CORPUS_LOGS

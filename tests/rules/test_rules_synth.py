@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import pytest
-from synth_fixture import synth_runs  # noqa: F401
 
 from trainaudit.diagnosis import diagnose_run
 from trainaudit.ingest import load_run
@@ -26,7 +25,7 @@ FIRES = [
 
 
 @pytest.mark.parametrize("case,file,rule,category", FIRES, ids=[f"{c}-{r}-{f}" for c, f, r, _ in FIRES])
-def test_rule_fires_at_the_fault(synth_runs, case, file, rule, category):  # noqa: F811
+def test_rule_fires_at_the_fault(synth_runs, case, file, rule, category):
     c = synth_runs.get(case)
     run, _ = load_run([str(c.file(file))])
     hits = [h for h in run_rules(run) if h.rule == rule]
@@ -46,7 +45,7 @@ DIAGNOSED = ["nan-batch", "nan-after-lr-jump", "corrupt-batch-spike", "lr-jump",
 
 
 @pytest.mark.parametrize("case", DIAGNOSED)
-def test_diagnosis_category_and_first_bad_step(synth_runs, case):  # noqa: F811
+def test_diagnosis_category_and_first_bad_step(synth_runs, case):
     c = synth_runs.get(case)
     run, _ = load_run([str(c.dir)])
     d = diagnose_run(run)
@@ -58,7 +57,7 @@ def test_diagnosis_category_and_first_bad_step(synth_runs, case):  # noqa: F811
     assert root.fix and root.verify and root.expected_impact and 0 < root.confidence <= 1
 
 
-def test_lr_jump_is_named_as_the_cause(synth_runs):  # noqa: F811
+def test_lr_jump_is_named_as_the_cause(synth_runs):
     c = synth_runs.get("lr-jump")
     d = diagnose_run(load_run([str(c.file("metrics.jsonl"))])[0])
     assert d.category == "divergence"
@@ -67,14 +66,14 @@ def test_lr_jump_is_named_as_the_cause(synth_runs):  # noqa: F811
     assert d.first_bad_step == c.label["fault_step"]
 
 
-def test_nan_after_loss_scale_collapse_is_the_collapse(synth_runs):  # noqa: F811
+def test_nan_after_loss_scale_collapse_is_the_collapse(synth_runs):
     c = synth_runs.get("loss-scale-collapse")
     d = diagnose_run(load_run([str(c.dir)])[0])
     assert d.category == "loss_scale_collapse" and d.verdict == "crash"
     assert {"TA104"} <= {h.rule for h in d.stories[0].hits}
 
 
-def test_every_healthy_run_is_healthy(synth_runs):  # noqa: F811
+def test_every_healthy_run_is_healthy(synth_runs):
     assert synth_runs.healthy, "the synth catalogue has no healthy case"
     for name in synth_runs.healthy:
         c = synth_runs.get(name)

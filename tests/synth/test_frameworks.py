@@ -8,17 +8,15 @@ import json
 import math
 import os
 import re
-import subprocess
-import sys
 
 import pytest
-from shared_data import run_synth  # noqa: E402
-from synth_fixture import SynthRuns, synth_runs  # noqa: F401
+from shared_data import run_synth
+from synth_fixture import SynthRuns
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
-from synth import catalogue, frameworks  # noqa: E402
+from synth import catalogue, frameworks
 
 K = frameworks.K
 DICT_RE = re.compile(r"\{'loss': [^}]*\}")

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from synth import frameworks, margins, tasks
-from synth_fixture import SynthRuns, synth_runs  # noqa: F401
+from synth_fixture import SynthRuns
 
 from trainaudit.rules import rule_class
 
@@ -46,7 +46,7 @@ def test_moving_a_threshold() -> None:
 
 
 @pytest.mark.parametrize("case", list(FLOORS))
-def test_fragile_cases_keep_their_margin(synth_runs: SynthRuns, case: str) -> None:  # noqa: F811
+def test_fragile_cases_keep_their_margin(synth_runs: SynthRuns, case: str) -> None:
     if case.startswith("hf-trainer") and not HF:
         pytest.skip("needs transformers and accelerate")
     c = synth_runs.get(case)

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from shared_data import REPO, run_synth
 from synth.cases import LR_ZERO_FROM
-from synth_fixture import SynthRuns, synth_runs  # noqa: F401
+from synth_fixture import SynthRuns
 
 K = 120
 

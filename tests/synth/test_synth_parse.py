@@ -7,7 +7,7 @@ import io
 
 import pytest
 from shared_data import run_cli
-from synth_fixture import SynthRuns, synth_runs  # noqa: F401
+from synth_fixture import SynthRuns
 
 from synth import catalogue
 

@@ -73,7 +73,7 @@ def test_watch_follows_rotation_and_truncation_and_alerts_on_nan(tmp_path: Path)
     assert "since step 36" in alert_lines[0]
     assert "lm loss is NaN from step 36" in alert_lines[0]
     # the summary: ended at the completion marker, saw the rotation and the truncation, last step 45
-    summary = [ln for ln in out.splitlines() if ln.startswith("-- ")][0]
+    summary = next(ln for ln in out.splitlines() if ln.startswith("-- "))
     assert "run ended" in summary and "format megatron" in summary and "last step 45" in summary
     assert "1 rotation(s), 1 truncation(s)" in summary
     # no alert before the NaN: the healthy part of the run raised nothing

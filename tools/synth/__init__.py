@@ -14,4 +14,4 @@ from __future__ import annotations
 from synth.cases import Case, GroundTruthError, Truth, catalogue
 from synth.generate import MANIFEST, generate
 
-__all__ = ["Case", "GroundTruthError", "MANIFEST", "Truth", "catalogue", "generate"]
+__all__ = ["MANIFEST", "Case", "GroundTruthError", "Truth", "catalogue", "generate"]

@@ -72,7 +72,7 @@ def at(log: RunLog, metric: str, lo: int, hi: int) -> np.ndarray:
 
 
 def healthy_truth(log: RunLog) -> Truth:
-    s, loss = arr(log, "loss")
+    _, loss = arr(log, "loss")
     require(bool(np.isfinite(loss).all()), "healthy run has a non-finite loss")
     n = max(5, len(loss) // 10)
     require(float(np.median(loss[-n:])) < 0.8 * float(np.median(loss[:n])), "healthy run did not learn")

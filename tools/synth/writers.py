@@ -203,7 +203,7 @@ def write_hf(log: RunLog, path: Path) -> list[str]:
             lines.append(_hf_repr(e))
     if log.completed and log.records:
         runtime = round(log.records[-1]["wall"], 4)
-        n = len(log.records) * (1 if per_epoch else 1)
+        n = len(log.records)
         lines.append(_hf_repr({"train_runtime": runtime,
                                "train_samples_per_second": round(n * log.batch_size / max(runtime, 1e-4), 3),
                                "train_steps_per_second": round(n / max(runtime, 1e-4), 3),

@@ -145,8 +145,8 @@ def _check_facts(b: AnswerBuilder, sg: str, sa: str, inp: Inputs, c: CheckResult
                     [ca, cg], unit="steps")
         cs = b.calc("n_steps: a single median is compared", f"len({ca})", [ca], unit="steps")
         ev += [cg, ca, cr, cn, cs]
-        kw = dict(window=list(c.window), golden_median=_opt(b.result(cg)), actual_median=_opt(b.result(ca)),
-                  n_steps=1, n_failing=int(b.result(cn)))
+        kw = {"window": list(c.window), "golden_median": _opt(b.result(cg)), "actual_median": _opt(b.result(ca)),
+              "n_steps": 1, "n_failing": int(b.result(cn))}
     else:
         cs = b.calc("n_steps: number of golden values (the golden drives the step list)", f"len({fg})", [fg],
                     unit="steps")
@@ -166,7 +166,7 @@ def _check_facts(b: AnswerBuilder, sg: str, sa: str, inp: Inputs, c: CheckResult
                         metric=c.metric, value=c.n_steps)
             n_ref, n_in, n_ev = fn, [fn], [fn]
         length = f"len({fg})"
-        if c.check == "exact" and pol.strict_budget or c.n_steps == 1:
+        if (c.check == "exact" and pol.strict_budget) or c.n_steps == 1:
             cal = b.calc("allowed_failing: exact checks need every step", f"0 * len({fg})", [fg], unit="steps")
             extra = [*n_ev, cal]
         else:
@@ -189,8 +189,8 @@ def _check_facts(b: AnswerBuilder, sg: str, sa: str, inp: Inputs, c: CheckResult
         cmd = b.calc("median_rel_err: median |a - g| / |g| over steps finite on both sides", f"nanmedian({rel})",
                      [fa, fg], unit="ratio")
         ev += [cs, cn, *extra, cmx, cmd]
-        kw = dict(n_steps=int(b.result(cs)), n_failing=int(b.result(cn)), allowed_failing=int(b.result(cal)),
-                  max_rel_err=_opt(b.result(cmx)), median_rel_err=_opt(b.result(cmd)))
+        kw = {"n_steps": int(b.result(cs)), "n_failing": int(b.result(cn)), "allowed_failing": int(b.result(cal)),
+              "max_rel_err": _opt(b.result(cmx)), "median_rel_err": _opt(b.result(cmd))}
         if c.allowed_failing != kw["allowed_failing"] or c.n_failing != kw["n_failing"]:
             kw["allowed_failing"], kw["n_failing"] = c.allowed_failing, c.n_failing  # comparator is authoritative
     first = c.failing_steps[0] if c.failing_steps else None

@@ -204,7 +204,7 @@ class CheckResult:
         return sum(1 for ok in self.is_close if not ok)
 
 
-AbortKind = Literal["missing_in_actual", "missing_in_golden", "comparator_error", None]
+AbortKind = Literal["missing_in_actual", "missing_in_golden", "comparator_error"] | None
 
 
 @dataclass(slots=True)

@@ -66,7 +66,7 @@ def diff_runs(baselines: list[Run], cand: Run) -> list[MetricDiff]:
             so = other.series.get(name)
             if so is None:
                 continue
-            s2, v0, v1 = _aligned(sb, so)
+            _, v0, v1 = _aligned(sb, so)
             ok = np.isfinite(v0) & np.isfinite(v1) & (v0 != 0)
             if ok.any():
                 spreads.append(np.abs(v1[ok] - v0[ok]) / np.abs(v0[ok]))

@@ -27,6 +27,7 @@ the audit explains a failure by what changed, not by a budget bug.
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass, field, replace
 
@@ -525,7 +526,7 @@ def _grid_note(sh: Shape) -> str:
     present = [s for s in sh.steps if s not in set(sh.missing)]
     if len(present) < 2 or len(sh.missing) < 2:
         return ""
-    gaps = {b - a for a, b in zip(present[1:], present[2:])}
+    gaps = {b - a for a, b in itertools.pairwise(present[1:])}
     if len(gaps) == 1 and sh.missing[0] < present[-1]:
         return f" (the run logs every {gaps.pop()} steps; the golden every {sh.steps[1] - sh.steps[0]})"
     return ""

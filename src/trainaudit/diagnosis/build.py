@@ -41,7 +41,7 @@ def build_answer(paths: list[str], run: Run, diag: Diagnosis, *, hash_sources: b
     inputs: dict[str, InputFile] = {}
     try:
         inputs = {i.display: i for i in expand_inputs(paths)}
-    except Exception:  # noqa: BLE001 - quoting is best effort; the run was already read
+    except Exception:
         inputs = {}
     sid: dict[str, str] = {}
     for src in run.sources:

@@ -19,7 +19,7 @@ from trainaudit.ingest.sources import STREAM_ERRORS, InputFile, expand_inputs, r
 from trainaudit.model import Run, Source
 from trainaudit.safeio import LIMITS
 
-__all__ = ["Detected", "Position", "Problem", "detect", "load_run", "scan", "format_names"]
+__all__ = ["Detected", "Position", "Problem", "detect", "format_names", "load_run", "scan"]
 
 INPUT_LIMIT_ERRORS = (RecursionError, OverflowError, MemoryError, ValueError)
 

@@ -252,7 +252,7 @@ class Watcher:
     def _maybe_evaluate(self, now: float) -> list[Alert]:
         events = self.live.events[self._n_events:]
         self._n_events = len(self.live.events)
-        if any(e.data.get("completed") or e.kind == EventKind.PHASE and e.data.get("status") for e in events):
+        if any(e.data.get("completed") or (e.kind == EventKind.PHASE and e.data.get("status")) for e in events):
             self.completed = True
         urgent = self._urgent or self.completed or any(e.kind != EventKind.PHASE for e in events)
         if not self._dirty or not (urgent or now - self._last_eval >= self.every_s):

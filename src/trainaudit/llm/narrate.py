@@ -6,7 +6,7 @@ from __future__ import annotations
 import httpx
 
 from trainaudit.llm.bundle import build_prompt
-from trainaudit.llm.providers import LlmError, LlmSpec, complete, parse_spec
+from trainaudit.llm.providers import LlmError, LlmSpec, complete
 from trainaudit.llm.verify import NarrationError, apply_narration, finish, parse_narration
 from trainaudit.answer.schema import Answer
 

@@ -33,7 +33,8 @@ import os
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, NamedTuple
+from types import TracebackType
+from typing import Any, NamedTuple, Self
 
 import torch
 from torch import nn
@@ -158,10 +159,8 @@ class Monitor:
         self._user_gn = False
         self._cuda = torch.cuda.is_available()  # once: the query is not free
         self._statm: int | None = None
-        try:
+        with contextlib.suppress(OSError):  # not Linux: no RSS samples
             self._statm = os.open("/proc/self/statm", os.O_RDONLY)
-        except OSError:
-            pass
         self._page_mb = os.sysconf("SC_PAGE_SIZE") / 2**20 if hasattr(os, "sysconf") else 4096 / 2**20
         self._named = [(n, p) for n, p in model.named_parameters()]
         self._params = [p for _, p in self._named]
@@ -222,7 +221,7 @@ class Monitor:
                 (not math.isfinite(gstats[0]) or gstats[1] > 0) if gstats else not self._screen_finite())
             if grads_bad and self.origin is None and self._found is None:
                 self._found = finder.locate(self._named, params_intact=True)
-        except Exception as exc:  # noqa: BLE001 (inside the user's optimizer step: log, never raise)
+        except Exception as exc:
             log.warning("trainaudit: NaN/Inf origin check failed: %s: %s", type(exc).__name__, exc)
         finally:
             finder.release()
@@ -572,10 +571,11 @@ class Monitor:
         if self.tb is not None:
             self.tb.close()
 
-    def __enter__(self) -> Monitor:
+    def __enter__(self) -> Self:
         return self
 
-    def __exit__(self, exc_type: Any, exc: BaseException | None, _tb: Any) -> bool:
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 _tb: TracebackType | None) -> bool:
         if exc is None:
             self.close("completed")
             return False

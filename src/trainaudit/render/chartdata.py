@@ -9,6 +9,7 @@ survives, so the chart shows what the full series shows.
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 from collections.abc import Sequence
@@ -34,7 +35,7 @@ def _thin(steps: np.ndarray, values: np.ndarray, max_points: int) -> np.ndarray:
     edges = np.linspace(0, n, buckets + 1).astype(np.int64)
     finite = np.where(np.isfinite(values), values, np.nan)
     keep = [np.array([0, n - 1]), np.flatnonzero(~np.isfinite(values))]
-    for a, b in zip(edges[:-1], edges[1:]):
+    for a, b in itertools.pairwise(edges):
         if b <= a:
             continue
         seg = finite[a:b]

@@ -34,7 +34,7 @@ def _e(v: object) -> str:
     return escape("" if v is None else str(v), quote=True)
 
 
-def _fmt(v: float | int | str | None) -> str:
+def _fmt(v: float | str | None) -> str:
     return number(v, 6, missing="–")
 
 

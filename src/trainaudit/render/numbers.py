@@ -4,7 +4,7 @@ value reads the same everywhere."""
 from __future__ import annotations
 
 
-def number(v: float | int | str | None, digits: int = 4, missing: str = "-") -> str:
+def number(v: float | str | None, digits: int = 4, missing: str = "-") -> str:
     """``digits`` significant digits; scientific notation below 1e-3 and from 1e5 on; ints and
     strings as they are; NaN as ``nan``."""
     if v is None:

@@ -24,5 +24,19 @@ def run_rules(run: Run, config: Config | None = None) -> list[Hit]:
     return hits
 
 
-__all__ = ["ALL_RULES", "RULE_CLASSES", "FAMILIES", "CalcSpec", "Config", "Context", "EventRef", "Hit", "PointRef", "Rule",
-           "active_rules", "load_config", "rule_class", "run_rules"]
+__all__ = [
+    "ALL_RULES",
+    "FAMILIES",
+    "RULE_CLASSES",
+    "CalcSpec",
+    "Config",
+    "Context",
+    "EventRef",
+    "Hit",
+    "PointRef",
+    "Rule",
+    "active_rules",
+    "load_config",
+    "rule_class",
+    "run_rules",
+]

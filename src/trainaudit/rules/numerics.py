@@ -282,7 +282,7 @@ class GradNormSpike(Rule):
         g = ctx.series("grad_norm", finite=True, min_points=self.p.min_history + 3)
         if g is None:
             return []
-        idx, med, z = spike_mask(g, self.p.window, self.p.z, self.p.ratio - 1, self.p.min_history)
+        idx, med, _ = spike_mask(g, self.p.window, self.p.z, self.p.ratio - 1, self.p.min_history)
         if idx.size == 0:
             return []
         i = int(idx[0])

@@ -12,5 +12,16 @@ from trainaudit.series.stats import (
     trend_slope,
 )
 
-__all__ = ["ROLES", "Roles", "find_roles", "change_point", "downsample", "first_sustained", "mad", "robust_z",
-           "rolling_median", "trailing_median_mad", "trend_slope"]
+__all__ = [
+    "ROLES",
+    "Roles",
+    "change_point",
+    "downsample",
+    "find_roles",
+    "first_sustained",
+    "mad",
+    "robust_z",
+    "rolling_median",
+    "trailing_median_mad",
+    "trend_slope",
+]

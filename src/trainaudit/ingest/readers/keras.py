@@ -127,7 +127,7 @@ class KerasReader(LineReader):
         if pending is None:
             return
         line: Line = pending["line"]
-        vals = {k: v for k, v in pending["values"]}
+        vals = dict(pending["values"])
         epoch = _running_epoch(state)
         nonfinite = sorted(k for k, v in vals.items() if not math.isfinite(v))
         sink.event(Event(EventKind.PHASE,

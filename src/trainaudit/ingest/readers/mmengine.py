@@ -58,7 +58,7 @@ class MMEngineReader(LineReader):
     description = "MMEngine / mmcv 1.x / mmdetection text logs ('Epoch(train) [e][i/n]  k: v', 'Epoch [e][i/n]\\tk: v, ...')"
 
     def sniff(self, sample: Sample) -> float:
-        n = sum(1 for ln in sample.lines if MME_RE.search(ln) or MMCV_RE.search(ln) and ": " in ln)
+        n = sum(1 for ln in sample.lines if MME_RE.search(ln) or (MMCV_RE.search(ln) and ": " in ln))
         if n:
             return 0.9
         if any(HEADER_RE.search(ln) and " - mm" in ln for ln in sample.lines):
