@@ -14,7 +14,7 @@ from pathlib import Path, PurePosixPath
 
 from trainaudit.history.git import Repo
 
-GOLDEN_FILE_RE = r"(^|/)golden_values[^/]*\.json$"
+GOLDEN_FILE_RE = re.compile(r"(^|/)golden_values[^/]*\.json$")
 _TOKEN = re.compile(r"[A-Za-z0-9_.\-]+")
 MAX_TEXT = 64 * 1024 * 1024
 

@@ -26,16 +26,26 @@ GOLDEN_RE = re.compile(r"golden[_-]?values?[^/]*\.json$|(^|/)golden[^/]*\.(json|
 ENV_FILE_RE = re.compile(r"(^|/)(Dockerfile[^/]*|[^/]*\.dockerfile|requirements[^/]*\.(txt|in)|constraints[^/]*\.txt|"
                          r"[^/]*\.lock|environment\.ya?ml|conda[^/]*\.ya?ml|setup\.py|pyproject\.toml|"
                          r"docker/[^/]+)$", re.I)
-CI_FILE_RE = re.compile(r"(^|/)(\.gitlab-ci\.ya?ml|\.github/workflows/[^/]+|\.gitlab/[^/]+|jet[^/]*\.ya?ml|"
-                        r"tests/test_utils/recipes/.+\.ya?ml|ci/.+\.(ya?ml|sh)|\.ci/.+)$", re.I)
+# Paths come from the repository under audit (anyone's). Where a folder may be followed by any path
+# (".+" to the end), only its first occurrence is tried (an atomic group): a later one has a shorter
+# rest with the same ending, so it cannot match where the first did not.
+CI_FILE_RE = re.compile(r"(?:^|/)(?:\.gitlab-ci\.ya?ml|\.github/workflows/[^/]++|\.gitlab/[^/]++|jet[^/]*\.ya?ml|"
+                        r"\.ci/.+)$|^(?>(?:.*?/)??tests/test_utils/recipes/).+\.ya?ml$"
+                        r"|^(?>(?:.*?/)??ci/).+\.(?:ya?ml|sh)$", re.I)
 ENV_DIFF_RE = re.compile(r"^[+-].*(image|container|FROM |cuda|cudnn|nccl|transformer[-_]engine|\bte\b|pytorch|"
                          r"torch==|nvcr\.io|py3|cublas)", re.I | re.M)
 SCOPE_DIFF_RE = re.compile(r"^\+.*(-broken|broken|flaky|scope\s*:|skip|disabled?)", re.I | re.M)
-COMPARATOR_RE = re.compile(r"(python_test_utils/|conftest\.py$|compar|tolerance|threshold|golden[^/]*\.py$|"
-                           r"check_golden)", re.I)
+COMPARATOR_RE = re.compile(r"(python_test_utils/|conftest\.py$|compar|tolerance|threshold|"
+                           r"(?<![^/])(?>[^/]*?golden)[^/]*\.py$|check_golden)", re.I)  # first "golden" of a name
 TEST_CONFIG_RE = re.compile(r"model_config\.ya?ml$", re.I)
 CODE_RE = re.compile(r"\.(py|cu|cuh|cpp|cc|c|h|hpp|pyx)$")
 NON_CODE_DIRS = ("tests/", "test/", "docs/", "doc/", ".github/", "examples/tests/")
+# "Bump the base image", "update CUDA": an environment word and an update word, in either order. Each
+# alternative commits to the first word it finds (an atomic group): if that one has no partner after
+# it, no later one has, so a long title is scanned once instead of once per word.
+ENV_TITLE_RE = re.compile(r"^(?>.*?\b(?:docker|container|image|base image)\b).*\b(?:bump|update|upgrade)|"
+                          r"^(?>.*?\b(?:bump|update|upgrade)\b).*\b(?:docker|container|image|cuda|nccl|pytorch|"
+                          r"transformer.engine)", re.I)
 REVERT_RE = re.compile(r'^Revert\b|This reverts commit ([0-9a-f]{7,40})', re.I | re.M)
 
 
@@ -121,9 +131,7 @@ def roles_of(repo: Repo, c: CommitInfo, diffs: dict[str, str] | None = None,
     else:
         diff = repo.diff_text(c.sha, ci + env)
     env_lines = ENV_DIFF_RE.findall(diff)
-    if env or (ci and env_lines) or re.search(r"\b(docker|container|image|base image)\b.*\b(bump|update|upgrade)|"
-                                               r"\b(bump|update|upgrade)\b.*\b(docker|container|image|cuda|nccl|"
-                                               r"pytorch|transformer.engine)", c.title, re.I):
+    if env or (ci and env_lines) or ENV_TITLE_RE.search(c.title):
         roles.append("environment_change")
         why.append("changes the environment (" + ", ".join((env + ci)[:3] or ["title"]) + ")")
     comparator = [f for f, k in fk if k[3]]

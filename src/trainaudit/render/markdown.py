@@ -3,12 +3,11 @@ evidence section quotes the source lines (``path:line``) those ids rest on."""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable
 
 from trainaudit.answer.schema import Answer, ExtractedFact
 from trainaudit.render.numbers import number, percent
-from trainaudit.redact import mask_secrets, md_code_block, md_inline
+from trainaudit.redact import BACKTICKS, mask_secrets, md_code_block, md_inline
 
 MAX_ROWS = 25
 
@@ -21,7 +20,7 @@ def _code(text: str) -> str:
     """An inline code span of text from input: literal (no HTML, no links), and a fence longer than
     any backtick run inside so it cannot be closed early (CommonMark 0.31, "Code spans")."""
     body = mask_secrets(text).replace("\n", " ")
-    fence = "`" * (max((len(r) for r in re.findall(r"`++", body)), default=0) + 1)
+    fence = "`" * (max((len(r) for r in BACKTICKS.findall(body)), default=0) + 1)
     pad = " " if body.startswith("`") or body.endswith("`") else ""
     return f"{fence}{pad}{body}{pad}{fence}"
 

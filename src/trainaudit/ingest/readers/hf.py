@@ -33,11 +33,16 @@ from trainaudit.ingest.text import Line, json_number, parse_number
 from trainaudit.model import Event, EventKind, SourceKind
 
 # A dict repr at the end of a segment; the leading "{" is optional (lost in quoted copies).
-DICT_RE = re.compile(r"(?:\{\s*+|(?<![\s{])\s*+)('[^'\n]+'\s*:\s*[^{}\n]*+)\}\s*$")
-# One 'key': value pair; values are quoted strings or bare tokens up to the next comma.
+# Linear: the dict is the last brace-free stretch of the line, so a match starts only where such a
+# stretch starts, checks once that the stretch ends the line with "}", then takes its first 'key':
+# (a key holding a brace is not read; no logger of these formats prints one).
+DICT_RE = re.compile(r"(?<![^{}\n])(?=[^{}\n]*+\}\s*+$)[^{}\n]*?('[^'{}\n]++'\s*+:\s*+[^{}\n]*+)\}\s*+$")
+# One 'key': value pair; values are quoted strings or bare tokens up to the next comma. A bare value
+# is read word by word with the blanks before each (possessive), not by a lazy scan that retries a
+# blank run at every character; a value of blanks only keeps its last one, as the lazy scan did.
 PAIR_RE = re.compile(
     r"""(?:'((?:[^'\\]|\\.)*)'|"((?:[^"\\]|\\.)*)")\s*:\s*"""
-    r"""('(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*"|[^,]+?)\s*(?:,|$)"""
+    r"""('(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*"|(?:[^\S,]*+[^\s,]++)++|[^\S,])\s*+(?:,|$)"""
 )
 HF_KEYS = ("'loss'", "'learning_rate'", "'epoch'", "'eval_", "'train_runtime'", "'grad_norm'")
 SUMMARY_KEYS = ("train_runtime", "train_samples_per_second", "train_steps_per_second")
