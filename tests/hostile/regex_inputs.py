@@ -19,8 +19,8 @@ import dataclasses
 import importlib
 import pkgutil
 import re
-import re._constants as C  # noqa: N812 - the names re._parser's trees are made of
-import re._parser as P  # noqa: N812
+import re._constants as C
+import re._parser as P
 from typing import Any
 
 import trainaudit

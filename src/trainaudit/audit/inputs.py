@@ -30,7 +30,8 @@ from trainaudit.answer.paths import display_path
 CI_SCAN_BYTES = 256 * 1024 * 1024  # gate lines sit at the end of long job logs; stop somewhere
 # The gate's lines as compare/cilog.py reads them (metric names bounded there too, for linear time).
 _CI_MARKERS = re.compile(rb"comparison of .{1,200}?: FAILED|test for metric .{1,200}?: PASSED|"
-                         rb"The following metrics failed|not found in Tensorboard logs!|Running pytest checks against golden values|"
+                         rb"The following metrics failed|not found in Tensorboard logs!|"
+                         rb"Running pytest checks against golden values|"
                          rb"Training failed\. Aborting\.")
 _UNSAFE_RUN = re.compile(r"[^A-Za-z0-9._+-]+")  # characters not kept in a file name
 

@@ -22,7 +22,9 @@ from pathlib import PurePosixPath
 
 from trainaudit.history.git import CommitInfo, Repo
 
-GOLDEN_RE = re.compile(r"golden[_-]?values?[^/]*\.json$|(^|/)golden[^/]*\.(json|ya?ml)$", re.I)
+# Linear on any path: "golden_values" anywhere in the last path segment, tried once per segment (where the
+# segment starts, after checking that it ends the path in ".json") instead of from every "golden" of it.
+GOLDEN_RE = re.compile(r"(?:^|/)(?=[^/]*\.json$)[^/]*?golden[_-]?values?|(^|/)golden[^/]*\.(json|ya?ml)$", re.I)
 ENV_FILE_RE = re.compile(r"(^|/)(Dockerfile[^/]*|[^/]*\.dockerfile|requirements[^/]*\.(txt|in)|constraints[^/]*\.txt|"
                          r"[^/]*\.lock|environment\.ya?ml|conda[^/]*\.ya?ml|setup\.py|pyproject\.toml|"
                          r"docker/[^/]+)$", re.I)

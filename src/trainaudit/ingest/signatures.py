@@ -213,10 +213,13 @@ def _int_or_str(val: str) -> int | str:
 #   "AssertionError: Rank 11: found NaN in local grad norm ... Device: 3"); pytorch/pytorch#51196 (autograd
 #   anomaly mode). fairseq "gradients are Nan/Inf", Lightning "The loss returned in `training_step` is nan":
 #   log_formats.md §14.3.
+# A message ends before the next "Unexpected result": a line that repeats the report without "')" is
+# then read once, not from each report to the line's end.
+_NAN_MSG = r"\(message='(?P<msg>(?:(?!Unexpected result ).)*?)'\)"
 NAN_RERUN_RE = re.compile(r"Unexpected result (?P<result>\S+) on rank (?P<rank>\d+) at iteration #(?P<it>-?\d+) "
-                          r"invocation #(?P<inv>\d+) \(message='(?P<msg>.*?)'\)")
+                          r"invocation #(?P<inv>\d+) " + _NAN_MSG)
 NAN_RAISE_RE = re.compile(r"Rank (?P<rank>\d+), node (?P<node>\S+), device (?P<dev>\d+), iteration (?P<it>-?\d+): "
-                          r"Unexpected result (?P<result>\S+) \(message='(?P<msg>.*?)'\)")
+                          r"Unexpected result (?P<result>\S+) " + _NAN_MSG)
 # "Device: N" follows the message within a sentence; a bounded look keeps each "found NaN in" from
 # scanning the rest of a long line (the line may repeat it thousands of times).
 NAN_FOUND_RE = re.compile(r"(?:Rank (?P<rank>\d+): )?found (?P<what>NaN|Inf) in (?P<where>[^.(]*?)"

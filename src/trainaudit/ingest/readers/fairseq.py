@@ -45,7 +45,8 @@ PIPES_RE = re.compile(r"\bepoch (\d+) \| (?:valid on '([^']+)' subset \| )?"
 # the record runs to the line's end, so its first '{"epoch": ' is the only start worth trying
 JSON_RE = re.compile(r'^(?>.*?(?=\{"epoch": ))(\{"epoch": .*\})\s*$')
 # the elapsed<remaining part holds no "[": its scan stops at the next bar instead of the line's end
-TQDM_RE = re.compile(r"epoch (\d+):\s+\d+%\|[^|]*\|\s*(\d+)/(\d+)\s*\[[^\[\],]*+(?:,\s*[\d.?]+\s*(?:it/s|s/it))?,\s*([^\]|]*)(\]?)")
+TQDM_RE = re.compile(r"epoch (\d+):\s+\d+%\|[^|]*\|\s*(\d+)/(\d+)\s*\[[^\[\],]*+"
+                     r"(?:,\s*[\d.?]+\s*(?:it/s|s/it))?,\s*([^\]|]*)(\]?)")
 OVERFLOW_RE = re.compile(r"overflow detected, (?:ignoring gradient, )?setting loss scale to: ([\d.eE+\-]+)")
 TAG_RE = re.compile(r"\| (?:INFO|WARNING) \| (train_inner|train|valid|[\w.]+) \| ")
 KV_RE = re.compile(r"(?<!\w)(\w++)=([^,\s]*)")
