@@ -23,7 +23,8 @@ LIMIT = 4096  # a small line limit for the reader-level tests (the driver sets L
 
 def _iteration(it: int, rng: random.Random, pad: str = "") -> str:
     return (f" [2024-04-06 02:00:00] iteration {it:8d}/{9000:8d} | consumed samples: {it * 128:12d} |"
-            f" elapsed time per iteration (ms): {rng.uniform(10, 999):.1f} | learning rate: {rng.uniform(0, 1e-3):.6E} |"
+            f" elapsed time per iteration (ms): {rng.uniform(10, 999):.1f} |"
+            f" learning rate: {rng.uniform(0, 1e-3):.6E} |"
             f" global batch size:   128 |{pad} lm loss: {rng.lognormvariate(0, 2):.6E} | loss scale: 1.0 |"
             f" grad norm: {rng.lognormvariate(0, 3):.3f} | number of skipped iterations:   0 |")
 
