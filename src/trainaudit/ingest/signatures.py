@@ -26,6 +26,7 @@ from trainaudit.ingest import catalogue
 from trainaudit.ingest.samples import SampleWatch
 from trainaudit.ingest.text import Line
 from trainaudit.model import Event, EventKind
+from trainaudit.redact import mask_secrets
 
 # One literal token per signature, grouped by first character so a line without any of them is
 # rejected by a single scan (~2 us on a 400-character Megatron line). Keep in sync with the matchers.
@@ -60,7 +61,9 @@ def to_gib(text: str) -> float:
 
 
 def _short(text: str, limit: int = 200) -> str:
-    text = text.strip()
+    # Masked before it is cut: a secret cut short no longer has the shape that masking recognises
+    # (37 of an AWS secret key's 40 characters would pass through every later mask_secrets).
+    text = mask_secrets(text).strip()
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
