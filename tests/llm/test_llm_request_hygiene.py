@@ -15,9 +15,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from shared_data import sample_block, write_lines
 
 import trainaudit
-from shared_data import sample_block, write_lines
 from trainaudit.answer.schema import Answer
 from trainaudit.diagnosis import build_answer, diagnose_run
 from trainaudit.ingest import load_run
