@@ -21,6 +21,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from regex_inputs import Shape, collect_patterns, hostile_shapes, render
 
 import trainaudit
@@ -74,6 +76,26 @@ def test_pattern_is_linear_on_hostile_lines(name: str) -> None:
         assert large <= GROWTH * small + SLACK_S, (
             f"{name} grows faster than linearly: {small * 1e3:.1f} ms at {SMALL} characters, "
             f"{large * 1e3:.1f} ms at {LARGE}, on head {shape[0][:60]!r} + {shape[1][:40]!r} * n + {shape[2]!r}")
+
+
+_NAMES = sorted(PATTERNS)
+
+
+@settings(max_examples=150, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data())
+def test_patterns_are_linear_on_mixed_units(data: st.DataObject) -> None:
+    # Two or three of a pattern's own derived units alternating ("'a': " then '"\\'), which single-unit
+    # runs do not cover; derandomized, so the suite sees the same cases on every run.
+    name = data.draw(st.sampled_from(_NAMES), label="pattern")
+    p = PATTERNS[name]
+    units = sorted({u for _, u, _ in hostile_shapes(p)})
+    pieces = data.draw(st.lists(st.sampled_from(units), min_size=2, max_size=3), label="units")
+    shape: Shape = ("", "".join(pieces), data.draw(st.sampled_from(["", "\x00"]), label="ending"))
+    small = _time(p, render(shape, SMALL))
+    assert small < 0.25, f"{name}: {small:.2f} s on {SMALL} characters of {shape!r:.120}"
+    large = _time(p, render(shape, LARGE))
+    assert large <= GROWTH * small + SLACK_S, (
+        f"{name}: {small * 1e3:.1f} ms at {SMALL} characters, {large * 1e3:.1f} ms at {LARGE}, on {shape!r:.160}")
 
 
 def _function_level_regex_calls(path: Path) -> list[tuple[str, int, str]]:
