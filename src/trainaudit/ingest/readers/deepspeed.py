@@ -59,9 +59,10 @@ TPUT_RE = re.compile(
 TPUT_FIELD_RE = re.compile(r"(?<!\w)(\w++)=(" + _N + r")(GB)?")
 BREAKDOWN_RE = re.compile(r"time \(ms\) \| (.*)$")
 BREAKDOWN_FIELD_RE = re.compile(r"(?<![\w\-])([\w\-]++): (" + _N + r")")
-# The fields between the loss and the iteration time are bounded: each "steps:" of a line that repeats it
-# then looks a thousand characters ahead, not to the end of the line.
-PIPE_RE = re.compile(r"\bsteps: (\d+) loss: (\S+) (?:(.{0,1000}?) )?iter time \(s\): (\S+) samples/sec: (\S+)")
+# The fields between the loss and the iteration time are bounded and never cross the next "steps:": each
+# "steps:" of a line that repeats it then looks only as far as the next one, not to the end of the line.
+PIPE_RE = re.compile(r"\bsteps: (\d+) loss: (\S+) (?:((?:(?!steps: ).){0,1000}?) )?iter time \(s\): (\S+) "
+                     r"samples/sec: (\S+)")
 # "name: value" inside those fields; a name starts where its run of non-blanks does.
 PIPE_FIELD_RE = re.compile(r"(?<!\S)(\S+): (\S+)")
 # The tqdm bar an OVERFLOW line is glued to: "  1%|...| 6/1184 [00:21<1:09:10,  3.52s/it][2021-...".
