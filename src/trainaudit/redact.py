@@ -104,6 +104,7 @@ def mask_secrets(text: str) -> str:
 # Markdown: raw HTML (a tag, a comment, an autolink) needs "<"; images and links need "[" (and
 # reference definitions "[x]: url"). Escaped, they show as the characters they are (CommonMark
 # 0.31, "Backslash escapes" and "Entity and numeric character references").
+BACKTICKS = re.compile(r"`++")  # a run of backticks (the fences around text must be longer)
 _MD_SPECIAL = str.maketrans({"<": "&lt;", ">": "&gt;", "[": "\\[", "]": "\\]", "\n": " ", "\r": " "})
 
 
@@ -116,6 +117,6 @@ def md_code_block(text: str) -> str:
     """A fenced code block holding ``text`` (masked) literally: the fence is longer than any run of
     backticks inside, so nothing in the text can close it."""
     body = mask_secrets(text)
-    longest = max((len(r) for r in re.findall(r"`++", body)), default=0)
+    longest = max((len(r) for r in BACKTICKS.findall(body)), default=0)
     fence = "`" * max(3, longest + 1)
     return f"{fence}\n{body}\n{fence}"

@@ -41,6 +41,7 @@ class Limits:
     json_depth: int = 64  # golden values, trainer_state.json and answer.json nest 5 levels or so
     number_digits: int = 400  # a JSON integer longer than this is read as a float (inf)
     yaml_nodes: int = 100_000  # YAML nodes after alias expansion (the "billion laughs" bomb)
+    stdin_bytes: int = 8 << 30  # standard input is copied to a temporary file (read more than once)
 
 
 LIMITS = Limits()

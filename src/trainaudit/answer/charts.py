@@ -46,9 +46,10 @@ class PlotSpec:
 
     def filename(self) -> str:
         base = self.stem or self.metric
-        return re.sub(r"[^A-Za-z0-9_.-]+", "_", base).strip("_")[:80] + ".png"
+        return _UNSAFE_RUN.sub("_", base).strip("_")[:80] + ".png"
 
 
+_UNSAFE_RUN = re.compile(r"[^A-Za-z0-9_.-]+")  # characters not kept in a file name
 SPIKE_MADS = 6.0  # a point this many robust deviations from its neighbours' median is a spike
 WARMUP_SHARE = 0.1  # the first 10 % of the steps: where warm-up spikes (compilation, caches) sit
 

@@ -19,9 +19,11 @@ from pathlib import Path, PurePosixPath
 
 from trainaudit.history.git import Repo
 
-GOLDEN_FILE_RE = r"(^|/)golden_values[^/]*\.json$"
+GOLDEN_FILE_RE = re.compile(r"(^|/)golden_values[^/]*\.json$")
 _TOKEN = re.compile(r"[A-Za-z0-9_.\-]+")
-_GOLDEN_PATH = re.compile(r"[A-Za-z0-9_./\-]*golden_values[A-Za-z0-9_.\-]*\.json")
+# A path only starts where a run of path characters starts (the look-behind), and its parts are bounded,
+# so a long run of path characters is scanned once, not once per character.
+_GOLDEN_PATH = re.compile(r"(?<![A-Za-z0-9_./\-])[A-Za-z0-9_./\-]{0,512}?golden_values[A-Za-z0-9_.\-]{0,128}?\.json")
 MAX_TEXT = 64 * 1024 * 1024
 
 

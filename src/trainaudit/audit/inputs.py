@@ -28,9 +28,12 @@ from trainaudit.ingest.sources import InputFile, expand_inputs, read_head
 from trainaudit.answer.paths import display_path
 
 CI_SCAN_BYTES = 256 * 1024 * 1024  # gate lines sit at the end of long job logs; stop somewhere
-_CI_MARKERS = re.compile(rb"comparison of .+?: FAILED|test for metric .+?: PASSED|The following metrics failed|"
-                         rb"not found in Tensorboard logs!|Running pytest checks against golden values|"
+# The gate's lines as compare/cilog.py reads them (metric names bounded there too, for linear time).
+_CI_MARKERS = re.compile(rb"comparison of .{1,200}?: FAILED|test for metric .{1,200}?: PASSED|"
+                         rb"The following metrics failed|not found in Tensorboard logs!|"
+                         rb"Running pytest checks against golden values|"
                          rb"Training failed\. Aborting\.")
+_UNSAFE_RUN = re.compile(r"[^A-Za-z0-9._+-]+")  # characters not kept in a file name
 
 
 @dataclass(slots=True)
@@ -97,7 +100,7 @@ class Staging:
             role = "values"
         elif sample.is_text and _has_gate_output(inp, head):
             role = "ci_log"
-        safe = re.sub(r"[^A-Za-z0-9._+-]+", "_", inp.name)[:100] or "file"
+        safe = _UNSAFE_RUN.sub("_", inp.name)[:100] or "file"
         assert side.run_dir is not None
         target_dir = side.run_dir if role != "values" else self.root / f"{side.name}-values"
         target_dir.mkdir(parents=True, exist_ok=True)

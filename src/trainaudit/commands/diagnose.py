@@ -11,6 +11,7 @@ from trainaudit.commands.common import exit_code, fail_on_option, out_option, pr
 from trainaudit.diagnosis import build_answer, diagnose_run, plot_specs
 from trainaudit.errors import InputError
 from trainaudit.ingest import format_names, load_run
+from trainaudit.ingest.sources import reading_stdin
 from trainaudit.llm.options import llm_options, narrate_if_requested
 from trainaudit.render.write import write_report
 from trainaudit.rules import load_config
@@ -32,7 +33,7 @@ from trainaudit.post.delivery import delivery_options
 def diagnose(inputs: tuple[str, ...], out: Path, fmt: str | None, as_json: bool, quiet: bool, verbose: bool,
              fail_on: str | None, config: Path | None) -> int:
     """Diagnose one training run: logs, metric files, TensorBoard files, stderr, archives.
-    Exit 0: healthy; 1: a problem was found (see --fail-on); 2: unreadable input.
+    ``-`` reads standard input. Exit 0: healthy; 1: a problem was found (see --fail-on); 2: unreadable input.
 
     \b
     Example:
@@ -40,12 +41,13 @@ def diagnose(inputs: tuple[str, ...], out: Path, fmt: str | None, as_json: bool,
       trainaudit diagnose run/ stderr.txt -o report/ --fail-on high
     """
     cfg = load_config(config)
-    with reading_progress(quiet or as_json) as position:
-        run, problems = load_run(list(inputs), fmt, position)
-    if not run.series and not run.events:
-        raise InputError(f"{', '.join(inputs)}: no metrics or events found")
-    result = diagnose_run(run, cfg)
-    answer = build_answer(list(inputs), run, result)
+    with reading_stdin():  # "-": the evidence lines are read again from the same copy
+        with reading_progress(quiet or as_json) as position:
+            run, problems = load_run(list(inputs), fmt, position)
+        if not run.series and not run.events:
+            raise InputError(f"{', '.join(inputs)}: no metrics or events found")
+        result = diagnose_run(run, cfg)
+        answer = build_answer(list(inputs), run, result)
     answer = narrate_if_requested(answer)  # wording only, verified; no-op without --llm
     paths = write_report(answer, out, plot_specs(run, result))
     if as_json:

@@ -11,6 +11,7 @@ from trainaudit.commands.common import console, reading_progress
 from trainaudit.ingest import format_names, scan
 from trainaudit.ingest.export import RowWriter
 from trainaudit.ingest.sink import SourceStats, StatsSink
+from trainaudit.ingest.sources import reading_stdin
 from trainaudit.render.terminal import short_path
 
 
@@ -45,17 +46,18 @@ class _Both(StatsSink):
 @click.option("-q", "--quiet", "quiet", is_flag=True, help="No summary.")
 def parse(inputs: tuple[str, ...], out: Path | None, fmt: str | None, quiet: bool) -> int:
     """Extract per-step metric series and events from logs, metric files, TensorBoard files,
-    MLflow/W&B run folders and archives of CI artifacts.
+    MLflow/W&B run folders and archives of CI artifacts. ``-`` reads standard input.
 
     \b
     Example:
       trainaudit parse train.log                    # what was found, per source
       trainaudit parse run/ artifacts.zip -o series.csv
+      kubectl logs job/train | trainaudit parse -
     """
     writer = RowWriter(out) if out else None
     sink = _Both(writer)
     try:
-        with reading_progress(quiet) as position:
+        with reading_stdin(), reading_progress(quiet) as position:
             problems = scan(list(inputs), sink, fmt, position)
     finally:
         if writer:

@@ -29,6 +29,7 @@ _NUMERIC_TIE = {c: i for i, c in enumerate(NUMERIC)}
 _FATAL_ORDER = {c: i for i, c in enumerate((Category.HARDWARE_FAULT, Category.OOM, Category.DISTRIBUTED_FAILURE,
                                             Category.CRASH))}
 # what a chain of numeric symptoms came to, most final first
+_SENTENCE_END = re.compile(r"(?<=[a-z0-9)])\. (?=[A-Z])")  # not after "e.g" or "i.e"
 _OUTCOME = [Category.NAN_INF, Category.DIVERGENCE, Category.LOSS_SPIKE, Category.GRAD_EXPLOSION]
 NOT_LEARNING = (Category.PLATEAU, Category.GRAD_VANISHING)
 PERFORMANCE = (Category.THROUGHPUT_REGRESSION, Category.DATA_PIPELINE)
@@ -267,7 +268,7 @@ def diagnose(hits: list[Hit], *, n_loss_points: int = 0, has: set[str] | None = 
                 needs.append(n)
     quick = []
     for s in stories[:3]:
-        q = re.split(r"(?<=[a-z0-9)])\. (?=[A-Z])", s.fix)[0].rstrip(".") + "."  # first sentence ("e.g. x" stays)
+        q = _SENTENCE_END.split(s.fix)[0].rstrip(".") + "."  # first sentence ("e.g. x" stays)
         if q not in quick:
             quick.append(q)
     return Diagnosis(verdict=verdict, category=category, first_bad_step=first, stories=stories, hits=hits,

@@ -49,8 +49,11 @@ def safe_url(url: str) -> str:
     return urlunsplit((parts.scheme, host, parts.path, "", ""))
 
 
+_UNSAFE_RUN = re.compile(r"[^A-Za-z0-9._+-]+")
+
+
 def _safe_name(name: str) -> str:
-    return re.sub(r"[^A-Za-z0-9._+-]+", "_", name).strip("_")[:150] or "artifact"
+    return _UNSAFE_RUN.sub("_", name).strip("_")[:150] or "artifact"
 
 
 class Fetcher:

@@ -39,13 +39,18 @@ from trainaudit.history.features import (ARGUMENTS, DEFINING_ARGS, GENERIC_TRAIN
                                          path_features)
 from trainaudit.history.git import CommitInfo, Repo
 
-GOLDEN_RE = re.compile(r"golden[_-]?values?[^/]*\.json$|(^|/)golden[^/]*\.(json|ya?ml)$", re.I)
+# Linear on any path: "golden_values" anywhere in the last path segment, tried once per segment (where the
+# segment starts, after checking that it ends the path in ".json") instead of from every "golden" of it.
+GOLDEN_RE = re.compile(r"(?:^|/)(?=[^/]*\.json$)[^/]*?golden[_-]?values?|(^|/)golden[^/]*\.(json|ya?ml)$", re.I)
 ENV_FILE_RE = re.compile(r"(^|/)(Dockerfile[^/]*|[^/]*\.dockerfile|requirements[^/]*\.(txt|in)|constraints[^/]*\.txt|"
                          r"[^/]*\.lock|environment\.ya?ml|conda[^/]*\.ya?ml|setup\.py|pyproject\.toml|"
                          r"docker/.+|\.ngc_version[^/]*|manifest\.json)$", re.I)
-CI_FILE_RE = re.compile(r"(^|/)(\.gitlab-ci\.ya?ml|\.github/workflows/[^/]+|\.gitlab/.+|jet[^/]*\.ya?ml|"
-                        r"ci/.+\.(ya?ml|sh)|\.ci/.+)$", re.I)
-RECIPE_RE = re.compile(r"(^|/)tests/test_utils/recipes/.+\.ya?ml$", re.I)
+# Paths come from the repository under audit (anyone's). Where a folder may be followed by any path
+# (".+" to the end), only its first occurrence is tried (an atomic group): a later one has a shorter
+# rest with the same ending, so it cannot match where the first did not.
+CI_FILE_RE = re.compile(r"(?:^|/)(?:\.gitlab-ci\.ya?ml|\.github/workflows/[^/]++|jet[^/]*\.ya?ml)$|"
+                        r"^(?>(?:.*?/)??\.gitlab/).+$|^(?>(?:.*?/)??ci/).+\.(?:ya?ml|sh)$|^(?>(?:.*?/)??\.ci/).+$", re.I)
+RECIPE_RE = re.compile(r"^(?>(?:.*?/)??tests/test_utils/recipes/).+\.ya?ml$", re.I)
 COMPARATOR_RE = re.compile(r"(^|/)tests/functional_tests/python_test_utils/(?!test_(inference|grpo)).+\.py$|"
                            r"(^|/)(compare|check)_golden[^/]*\.py$", re.I)
 LAUNCHER_RE = re.compile(r"(^|/)tests/functional_tests/shell_test_utils/.+|(^|/)tests/test_utils/python_scripts/"
@@ -78,11 +83,15 @@ ENV_KINDS: tuple[tuple[str, str, float], ...] = (
     ("PyTorch", r"\btorch\s*(==|>=|~=|<=|@)|\bpytorch[_-]?version\b|\btorch_version\b", 0.9),
     ("NCCL/CUDA/cuDNN", r"\bnccl\b|nvidia-nccl|\bcuda[-_ ]?(version|\d)|cudnn|cublas|NCCL_[A-Z_]+", 0.8),
     ("kernel library", r"triton|flash[-_]?attn|apex|mamba|causal[-_]conv1d|grouped[-_]gemm|deep_?ep|cutlass|"
-                       r"nvidia-[a-z-]+-cu\d+", 0.6),
+                       r"nvidia-(?:[a-z]{1,32}-){0,8}+cu\d+", 0.6),
 )
 _ENV_RX = [(name, re.compile(rx, re.I | re.M), w) for name, rx, w in ENV_KINDS]
-_ASSIGN = re.compile(r"^([+-])\s*(?:ARG\s+|ENV\s+|export\s+)?([\w.\-\"' ]+?)\s*(==|>=|<=|~=|=|:)\s*(.+?)\s*$")
-_IMAGE = re.compile(r"([\w./-]*(?:pytorch|cuda|ubuntu)[\w./-]*):([\w.\-]+)", re.I)
+# "+ARG TORCH_VERSION=2.5", "-  image: nvcr.io/...": the name is words joined by single spaces, each
+# part taken whole (possessive), so no split of a long line is tried twice.
+_ASSIGN = re.compile(r"^([+-])[ \t]*+(?:(?:ARG|ENV|export)\s++)?+([\w.\-\"']++(?:[ ]++[\w.\-\"']++)*+)[ \t]*+"
+                     r"(==|>=|<=|~=|=|:)[ \t]*+(.*\S)\s*$")
+# an image reference starts where a run of path characters starts (the look-behind)
+_IMAGE = re.compile(r"(?<![\w./-])((?>[\w./-]*?(?:pytorch|cuda|ubuntu))[\w./-]*+):([\w.\-]++)", re.I)
 ENV_TITLE_RE = re.compile(r"\b(bump|upgrade|update|move to)\b.{0,40}\b(pyt|pytorch|container|image|te\b|"
                           r"transformer[- ]engine|nccl|cuda|base)", re.I)
 

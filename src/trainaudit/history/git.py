@@ -32,6 +32,7 @@ from trainaudit.safeio import check_location
 
 # Branch/tag names, shas, HEAD~3, main^, v1.2 — but nothing starting with "-" and no ".." ranges.
 _REV_RE = re.compile(r"^(?!-)(?!.*\.\.)[A-Za-z0-9._/@^~{}+-]{1,200}$")
+_SHA_RE = re.compile(r"[0-9a-f]{40}([0-9a-f]{24})?")  # SHA-1 or SHA-256 object names
 _FIELD = "\x1f"
 _RECORD = "\x1e"
 GIT_TIMEOUT_S = 60
@@ -171,7 +172,7 @@ class Repo:
             raise InputError(f"{option} {rev!r}: not a valid revision name")
         out = self._run(["rev-parse", "--verify", "--quiet", "--end-of-options", f"{rev}^{{commit}}"],
                         what=f"{option} {rev}: unknown revision in {self.display}", check=False).strip()
-        if not re.fullmatch(r"[0-9a-f]{40}([0-9a-f]{24})?", out):
+        if not _SHA_RE.fullmatch(out):
             raise InputError(f"{option} {rev}: unknown revision in {self.display}")
         return out
 
@@ -238,12 +239,11 @@ class Repo:
                 old = parts[1]
         return old
 
-    def ls_files(self, rev: str, pattern: str | None = None, max_files: int = 200_000) -> list[str]:
+    def ls_files(self, rev: str, pattern: re.Pattern[str] | None = None, max_files: int = 200_000) -> list[str]:
         out = self._run(["ls-tree", "-r", "--name-only", rev], what=f"git ls-tree {rev}")
         files = out.splitlines()[:max_files]
-        if pattern:
-            rx = re.compile(pattern)
-            files = [f for f in files if rx.search(f)]
+        if pattern is not None:
+            files = [f for f in files if pattern.search(f)]
         return files
 
     def diffs(self, rev_range: list[str], paths: list[str], *, max_count: int, max_bytes: int = 64_000_000,

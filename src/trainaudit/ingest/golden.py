@@ -32,7 +32,9 @@ Raw = float | int | str
 _STEP_KEY = re.compile(r'"(-?\d+)"\s*:')
 # An integer as pydantic's lax int parser accepts it from a string (surrounding whitespace, a sign,
 # underscores between digits, a zero fraction).
-_INT_TEXT = re.compile(r"\s*([+-]?[0-9](?:_?[0-9])*)(?:\.0+)?\s*", re.ASCII)
+# Read with fullmatch; the blank run starts where blanks start, so a search could not retry it either.
+_INT_TEXT = re.compile(r"(?<!\s)\s*+([+-]?[0-9](?:_?[0-9])*+)(?:\.0+)?\s*", re.ASCII)
+_OPENS_OBJECT = re.compile(r"(?<!\s)\s*+:\s*+\{")  # after a metric's name: its object
 REJECTED = "Megatron-LM's comparator rejects the file: pydantic ValidationError"
 
 
@@ -166,7 +168,10 @@ def _attach_lines(text: str, metrics: dict[str, GoldenMetric]) -> None:
     starts: list[tuple[int, str]] = []
     pos = 0
     for name in metrics:
-        m = re.compile(re.escape(json.dumps(name)) + r"\s*:\s*\{").search(text, pos)
+        key = json.dumps(name)
+        at, m = text.find(key, pos), None
+        while at >= 0 and (m := _OPENS_OBJECT.match(text, at + len(key))) is None:
+            at = text.find(key, at + 1)
         if m is None:
             return
         starts.append((m.end(), name))

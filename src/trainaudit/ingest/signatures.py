@@ -26,6 +26,7 @@ from trainaudit.ingest import catalogue
 from trainaudit.ingest.samples import SampleWatch
 from trainaudit.ingest.text import Line
 from trainaudit.model import Event, EventKind
+from trainaudit.redact import mask_secrets
 
 # One literal token per signature, grouped by first character so a line without any of them is
 # rejected by a single scan (~2 us on a 400-character Megatron line). Keep in sync with the matchers.
@@ -48,18 +49,21 @@ SIGNAL_NUMBERS = {name: num for num, name in SIGNALS.items()}
 _UNIT = {"b": 1 / 1024**3, "bytes": 1 / 1024**3, "kib": 1 / 1024**2, "kb": 1 / 1024**2,
          "mib": 1 / 1024, "mb": 1 / 1024, "gib": 1.0, "gb": 1.0, "tib": 1024.0, "tb": 1024.0}
 _SIZE = r"[\d.]+ ?(?:[KMGT]i?B|B|bytes)"
+_SIZE_TEXT = re.compile(r"(?<![\d.])([\d.]++) ?([A-Za-z]+)")
 
 
 def to_gib(text: str) -> float:
     """``'991.56 MiB'`` -> 0.968..., ``'0 bytes'`` -> 0.0 (PyTorch's ``format_size`` units)."""
-    m = re.match(r"([\d.]+) ?([A-Za-z]+)", text.strip())
+    m = _SIZE_TEXT.match(text.strip())
     if m is None:
         raise ValueError(text)
     return float(m.group(1)) * _UNIT[m.group(2).lower()]
 
 
 def _short(text: str, limit: int = 200) -> str:
-    text = text.strip()
+    # Masked before it is cut: a secret cut short no longer has the shape that masking recognises
+    # (37 of an AWS secret key's 40 characters would pass through every later mask_secrets).
+    text = mask_secrets(text).strip()
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
@@ -212,12 +216,17 @@ def _int_or_str(val: str) -> int | str:
 #   "AssertionError: Rank 11: found NaN in local grad norm ... Device: 3"); pytorch/pytorch#51196 (autograd
 #   anomaly mode). fairseq "gradients are Nan/Inf", Lightning "The loss returned in `training_step` is nan":
 #   log_formats.md §14.3.
+# A message ends before the next "Unexpected result": a line that repeats the report without "')" is
+# then read once, not from each report to the line's end.
+_NAN_MSG = r"\(message='(?P<msg>(?:(?!Unexpected result ).)*?)'\)"
 NAN_RERUN_RE = re.compile(r"Unexpected result (?P<result>\S+) on rank (?P<rank>\d+) at iteration #(?P<it>-?\d+) "
-                          r"invocation #(?P<inv>\d+) \(message='(?P<msg>.*?)'\)")
+                          r"invocation #(?P<inv>\d+) " + _NAN_MSG)
 NAN_RAISE_RE = re.compile(r"Rank (?P<rank>\d+), node (?P<node>\S+), device (?P<dev>\d+), iteration (?P<it>-?\d+): "
-                          r"Unexpected result (?P<result>\S+) \(message='(?P<msg>.*?)'\)")
+                          r"Unexpected result (?P<result>\S+) " + _NAN_MSG)
+# "Device: N" follows the message within a sentence; a bounded look keeps each "found NaN in" from
+# scanning the rest of a long line (the line may repeat it thousands of times).
 NAN_FOUND_RE = re.compile(r"(?:Rank (?P<rank>\d+): )?found (?P<what>NaN|Inf) in (?P<where>[^.(]*?)"
-                          r"(?: \(|\.|$)(?:.*?Device: (?P<dev>\d+))?")
+                          r"(?: \(|\.|$)(?:.{0,300}?Device: (?P<dev>\d+))?")
 NAN_ANOMALY_RE = re.compile(r"Function '(?P<fn>\w+)' returned nan values in its (?P<idx>\d+)(?:st|nd|rd|th) output")
 NAN_OTHER_RE = re.compile(r"gradients are Nan/Inf|The loss returned in `training_step` is (?P<loss>\S+?)\.?$")
 
@@ -261,7 +270,7 @@ def _nan(line: Line, text: str) -> list[tuple[EventKind, str, dict[str, Any]]]:
 # --- loss scale at its minimum ----------------------------------------------------------------------
 # DeepSpeed's exception (deepspeed/runtime/fp16/loss_scaler.py, raise_error_at_min_scale); fairseq
 #   FP16Optimizer's "FloatingPointError: Minimum loss scale reached (X). Your loss is probably exploding."
-LS_MIN_RE = re.compile(r"Current loss scale already at minimum|Minimum loss scale reached \((?P<scale>[^)]*)\)")
+LS_MIN_RE = re.compile(r"Current loss scale already at minimum|Minimum loss scale reached \((?P<scale>[^()]*+)\)")
 
 
 def _loss_scale(line: Line, text: str) -> list[tuple[EventKind, str, dict[str, Any]]]:
@@ -337,8 +346,14 @@ FATAL_PY_RE = re.compile(r"Fatal Python error: (?P<what>Segmentation fault|Abort
 SHELL_SIG_RE = re.compile(r"(?:^|\s)(?P<what>Segmentation fault|Bus error|Aborted|Floating point exception|Killed)"
                           r"(?: \(core dumped\))?(?:\s+(?P<cmd>.+))?$")
 LOADER_KILLED_RE = re.compile(r"DataLoader worker \(pids? (?P<pid>[\d, ]+)\) is killed by signal: (?P<what>[^.]+)\.?")
-KERNEL_OOM_RE = re.compile(r"Out of memory: Killed process (?P<pid>\d+) \((?P<name>[^)]*)\)(?:.*?anon-rss:(?P<rss>\d+)kB)?")
+# The name is the task's comm (at most 15 characters, include/linux/sched.h) and anon-rss follows within
+# the same sentence (mm/oom_kill.c): both bounded, so a line repeating the phrase is read in linear time.
+KERNEL_OOM_RE = re.compile(r"Out of memory: Killed process (?P<pid>\d+) \((?P<name>[^)]{0,64}+)\)"
+                           r"(?:.{0,300}?anon-rss:(?P<rss>\d+)kB)?")
 SLURM_OOM_RE = re.compile(r"Detected (?P<n>\d+) oom.kill event")
+# A shell's job message names the job's pid: "line 12: 4567 Killed  python train.py".
+_JOB_MESSAGE_RE = re.compile(r"(?<!\d)\d++ (Segmentation fault|Bus error|Aborted|Floating point exception|Killed)")
+_NUMBER_RE = re.compile(r"\d+")
 _WHAT_SIGNAL = {"Segmentation fault": 11, "Aborted": 6, "Bus error": 7, "Floating point exception": 8,
                 "Illegal instruction": 4, "Killed": 9, "Terminated": 15}
 
@@ -350,7 +365,7 @@ def _signals(line: Line, text: str) -> list[tuple[EventKind, str, dict[str, Any]
                               "Python process")
     m = LOADER_KILLED_RE.search(text)
     if m:
-        pids = [int(p) for p in re.findall(r"\d+", m.group("pid"))]
+        pids = [int(p) for p in _NUMBER_RE.findall(m.group("pid"))]
         signum = _WHAT_SIGNAL.get(m.group("what").strip())
         base: dict[str, Any] = {"dataloader_worker": True, "pid": pids[0]}
         if signum is None:
@@ -369,7 +384,7 @@ def _signals(line: Line, text: str) -> list[tuple[EventKind, str, dict[str, Any]
                                                     "slurm": True})]
     m = SHELL_SIG_RE.search(text)
     # "Killed" must be the shell's job message, not prose that happens to contain the word.
-    if m and (m.start("what") <= 1 or re.search(r"\d+ " + m.group("what"), text)):
+    if m and (m.start("what") <= 1 or any(j.group(1) == m.group("what") for j in _JOB_MESSAGE_RE.finditer(text))):
         base = {"shell_message": m.group("what")}
         if m.group("cmd"):
             base["command"] = m.group("cmd").strip()
@@ -434,7 +449,10 @@ def _ecc(line: Line, text: str) -> list[tuple[EventKind, str, dict[str, Any]]]:
 #   log_formats.md §14.2.
 DIST_RE = re.compile(r"(?P<exc>(?:(?<![\w.])[\w.]+\.|c10::)?(?:Dist(?:Backend|Store|Network)?Error|Rendezvous\w{0,40}Error))"
                      r"(?:'|: ?(?P<msg>.*))")
-NCCL_ERROR_RE = re.compile(r"NCCL error in: (?P<where>[^,]+), (?P<err>[^(,]+?)(?: \(|,|$)(?:.*NCCL version (?P<ver>\S+))?")
+# The source location and the version sit within a few hundred characters of "NCCL error in:"; bounded
+# so that a line repeating the phrase costs linear time.
+NCCL_ERROR_RE = re.compile(r"NCCL error in: (?P<where>[^,]{1,500}+), (?P<err>[^(,]+?)(?: \(|,|$)"
+                           r"(?:.{0,500}NCCL version (?P<ver>\S+))?")
 STORE_KEY_RE = re.compile(r"store->get\('(?P<key>[^']*)'\)(?: got error: (?P<err>.*))?")
 
 
@@ -469,8 +487,11 @@ def _dist(line: Line, text: str) -> list[tuple[EventKind, str, dict[str, Any]]]:
 CUDA_ERR_RE = re.compile(r"CUDA error: (?P<err>[^.\n]+?)(?:\.|$| when calling)")
 # The gate's own messages: also read by compare/cilog.py, which imports these (one definition).
 CI_FAILED_RE = re.compile(r"Training failed\. Aborting\.")
-GATE_CHECK_RE = re.compile(r"\b(?P<check>Exact|Approximate) comparison of (?P<metric>.+?): FAILED")
-GATE_METRICS_RE = re.compile(r"The following metrics failed: (?P<metrics>.*?)\s*$")
+# A metric name is short: bounded, so each "comparison of" looks a few hundred characters ahead, not to
+# the end of a line that repeats it. The rest of a line without its trailing blanks is taken as
+# words and the blanks before them, possessively: ".*?\s*$" retries the blank run at every character.
+GATE_CHECK_RE = re.compile(r"\b(?P<check>Exact|Approximate) comparison of (?P<metric>.{1,200}?): FAILED")
+GATE_METRICS_RE = re.compile(r"The following metrics failed: (?P<metrics>(?:[^\S\n]*+\S++)*+)\s*+$")
 
 
 def _cuda(line: Line, text: str) -> list[tuple[EventKind, str, dict[str, Any]]]:

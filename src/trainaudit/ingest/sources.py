@@ -2,7 +2,9 @@
 
 Each input is an :class:`InputFile` with a display path exactly as the user gave it (archive
 members as ``archive.zip!member``) and an opener that yields a fresh, decompressed binary stream.
-Nothing is extracted to disk; archive members are streamed.
+Nothing is extracted to disk; archive members are streamed. ``-`` is standard input where the
+command allows it (:func:`reading_stdin`): it is copied once to a private temporary file, because
+detection and the readers open an input more than once.
 
 Inputs are untrusted (``trainaudit.safeio``): only regular files are opened, every stream is a
 :class:`~trainaudit.safeio.BoundedStream` (decompressed data within a budget set by its compressed
@@ -12,13 +14,19 @@ at most ``LIMITS.members`` of them.
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import gzip
 import io
 import os
+import shutil
+import sys
 import tarfile
+import tempfile
 import zipfile
 import zlib
 from collections.abc import Callable, Iterator
+from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
@@ -77,10 +85,55 @@ def _gzip_head(path: Path, n: int = 512) -> bytes:
         raise InputError(f"{path}: corrupt or truncated gzip file ({exc})") from None
 
 
+STDIN = "-"  # the input path that names standard input (POSIX utility convention, XBD 12.2 guideline 13)
+_STDIN_OK: ContextVar[bool] = ContextVar("trainaudit_stdin", default=False)
+_STDIN_COPY: list[Path] = []  # standard input can be read once: its copy, once made
+
+
+@contextlib.contextmanager
+def reading_stdin() -> Iterator[None]:
+    """Within this block ``-`` is standard input. Only the commands that read logs turn it on: the
+    MCP server's standard input is its protocol, and there ``-`` stays an ordinary (missing) name."""
+    token = _STDIN_OK.set(True)
+    try:
+        yield
+    finally:
+        _STDIN_OK.reset(token)
+
+
+def _stdin_copy() -> Path:
+    """Standard input copied to a file in a private temporary folder (removed at exit), at most
+    ``LIMITS.stdin_bytes``."""
+    if _STDIN_COPY:
+        return _STDIN_COPY[0]
+    stream = getattr(sys.stdin, "buffer", None)
+    if stream is None:
+        raise InputError(f"{STDIN}: no standard input to read")
+    if stream.isatty():
+        raise InputError(f"{STDIN}: standard input is a terminal; pipe a log in (trainaudit parse - < train.log)")
+    folder = Path(tempfile.mkdtemp(prefix="trainaudit-stdin-"))  # mode 0700
+    atexit.register(shutil.rmtree, folder, True)
+    path = folder / "stdin"
+    total = 0
+    with open(path, "wb") as f:
+        while block := stream.read(1 << 20):
+            total += len(block)
+            if total > LIMITS.stdin_bytes:
+                raise InputError(f"{STDIN}: standard input holds more than {LIMITS.stdin_bytes >> 30} GiB; "
+                                 "give the file's path instead")
+            f.write(block)
+    _STDIN_COPY.append(path)
+    return path
+
+
 def expand_inputs(paths: list[str]) -> list[InputFile]:
-    """Expand user-given paths. A missing path or an unreadable archive is an :class:`InputError`."""
+    """Expand user-given paths. A missing path or an unreadable archive is an :class:`InputError`.
+    ``-`` is standard input inside :func:`reading_stdin` (a file named ``-`` is then ``./-``)."""
     out: list[InputFile] = []
     for given in paths:
+        if given == STDIN and _STDIN_OK.get():
+            out.extend(_expand_file(_stdin_copy(), STDIN, in_directory=False))
+            continue
         p = Path(given)
         if not p.exists():
             raise InputError(f"{given}: no such file or directory")

@@ -24,8 +24,10 @@ _PREFIXES = [
     re.compile(r"\[(?:rank|default|[A-Za-z_]*?)(\d+)\]:[ ]?"),  # torchrun --tee / TORCH_LOGS
     re.compile(r"(\d{1,5}): "),  # srun --label
     re.compile(r"slurm_procid (\d+) : "),
-    re.compile(r"(?=[\w.\-]*[A-Za-z])[\w.\-]+/(\d+) (?=\[(?:default|rank)\d)"),  # NeMo-Run "i.pretrain/0 [default2]:"
-    re.compile(r"\(\w+(?:\([^)]*\))? pid=\d+(?:, ip=[\d.]+)?\) "),  # Ray actor prefix
+    # NeMo-Run "i.pretrain/0 [default2]:"; the task name starts where its run does (a prefix before it
+    # ends in a blank or a colon), so a long run is scanned once, not once per character
+    re.compile(r"(?<![\w.\-])(?=[\w.\-]*[A-Za-z])[\w.\-]++/(\d+) (?=\[(?:default|rank)\d)"),
+    re.compile(r"\(\w+(?:\([^()]*+\))? pid=\d+(?:, ip=[\d.]+)?\) "),  # Ray actor prefix; no nested "("
 ]
 _PREFIX_START = re.compile(r"[\[\d(sa-zA-Z]")
 

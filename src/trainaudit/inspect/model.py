@@ -25,8 +25,15 @@ from trainaudit.errors import InputError
 from trainaudit.inspect.result import Finding, Inspection
 
 EMBED_RE = re.compile(r"(^|[._])(embed\w*|wte|wpe|tok_emb\w*|word_embeddings|position_embeddings)([._]|$)", re.I)
-NORM_RE = re.compile(r"(^|[._])(\w*norm\w*|ln_?\w*|bn\d*)([._]|$)", re.I)
-HEAD_RE = re.compile(r"(^|[._])(\w*head\w*|classifier|fc_out|output|out_proj_final|score)([._]|$)", re.I)
+# Names come from state dicts too (a checkpoint from anyone), so these are linear forms of
+# "(^|[._])\w*norm\w*([._]|$)": "_" is both a word character and a separator, and that form retries
+# every "_" of a long name against every other. Here a run of word characters is entered once, at its
+# first "_" unless it starts the name or follows a ".", and commits to its first "norm" (a later one
+# could only end at the same places).
+NORM_RE = re.compile(r"(?<!\w)(?:^|(?<=\.)|(?>[^\W_]*+_))(?>\w*?norm)(?:\w*?_|\w*+(?:\.|$))"
+                     r"|(?:^|[._])(?:ln(?:\w*?_|\w*+(?:\.|$))|bn\d*+(?:[._]|$))", re.I)
+HEAD_RE = re.compile(r"(?<!\w)(?:^|(?<=\.)|(?>[^\W_]*+_))(?>\w*?head)(?:\w*?_|\w*+(?:\.|$))"
+                     r"|(?:^|[._])(?:classifier|fc_out|output|out_proj_final|score)(?:[._]|$)", re.I)
 BLOCK_RE = re.compile(r"(^|[._])(layers?|blocks?|h|encoder|decoder|transformer)[._]\d+", re.I)
 NORM_TYPES = (nn.LayerNorm, nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d, nn.GroupNorm)
 IMBALANCE_SHARE = 0.5  # embeddings above this share of all parameters are flagged

@@ -40,6 +40,13 @@ the data (you may round). Cite evidence ids that exist in the data, like [F3] or
 engine's verdict; do not claim a different one. Omit what you cannot support."""
 
 
+# Markup from logs reaches the model only as JSON escapes that decode to the same text: no raw tag or
+# character reference that a model could copy into a report verbatim (the escapes Go's encoding/json
+# applies for the same reason, https://pkg.go.dev/encoding/json#Marshal). "<", ">" and "&" appear in
+# the JSON document only inside strings, so the document stays valid and means the same.
+_HTML_SAFE = str.maketrans({"<": "\\u003c", ">": "\\u003e", "&": "\\u0026"})
+
+
 def _clip(text: str | None, n: int = MAX_QUOTE) -> str | None:
     if text is None:
         return None
@@ -92,6 +99,7 @@ def build_prompt(answer: Answer) -> tuple[str, str]:
     """(system, user) messages. The user message is the masked bundle inside data markers."""
     data = mask_secrets(json.dumps(build_bundle(answer), ensure_ascii=False, indent=1))
     data = data.replace("_EVIDENCE", "-EVIDENCE")  # a log line cannot close the data block early
+    data = data.translate(_HTML_SAFE)
     user = ("Rewrite the summary and the root-cause wording of this report, and suggest extra hypotheses if the "
             "evidence supports them. Answer with the JSON object only.\n"
             f"BEGIN_EVIDENCE\n{data}\nEND_EVIDENCE")

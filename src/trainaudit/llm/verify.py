@@ -169,6 +169,7 @@ def _matches(w: Written, known: np.ndarray) -> bool:
 # -- checking one piece of text ----------------------------------------------------------------
 _IDS = re.compile(r"\b[SFCD]\d+\b")
 _VERDICT_CLAIM = re.compile(r"\bverdict\W+(?:is\W+|was\W+|should\s+be\W+)?([a-z_]+)", re.I)
+_VERDICT_WORD = {v: re.compile(r"\b" + v.replace("_", r"[ _-]") + r"\b", re.I) for v in VERDICTS}  # "real regression"
 
 
 @dataclass
@@ -215,7 +216,7 @@ class Checker:
         for v in VERDICTS:
             if v in (mine, "pass", "crash"):  # common words; claims of these are caught by the pattern above
                 continue
-            if re.search(r"\b" + v.replace("_", r"[ _-]") + r"\b", text, re.I):
+            if _VERDICT_WORD[v].search(text):
                 return v
         return None
 

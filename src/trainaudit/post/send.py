@@ -64,9 +64,12 @@ class IssuePlan:
     results: list[str] = field(default_factory=list)
 
 
+_URL_HEAD = re.compile(r"^(https?://[^/]+/[^/]+/)")
+
+
 def _mask_url(url: str) -> str:
     """A webhook URL is a credential: keep scheme, host and the first path segment."""
-    m = re.match(r"^(https?://[^/]+/[^/]+/)", url)
+    m = _URL_HEAD.match(url)
     return (m.group(1) + "***") if m else "***"
 
 

@@ -8,13 +8,12 @@ plots, sources) follows in collapsible sections, each fact listed once."""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable
 
 from trainaudit.answer.schema import Answer, Commit, ExtractedFact
 from trainaudit.compare.build import check_in_words
 from trainaudit.render.numbers import number, percent
-from trainaudit.redact import mask_secrets, md_code_block, md_inline
+from trainaudit.redact import BACKTICKS, mask_secrets, md_code_block, md_inline
 
 MAX_ROWS = 25
 TOP_LINES = 20
@@ -31,7 +30,7 @@ def _code(text: str) -> str:
     """An inline code span of text from input: literal (no HTML, no links), and a fence longer than
     any backtick run inside so it cannot be closed early (CommonMark 0.31, "Code spans")."""
     body = mask_secrets(text).replace("\n", " ")
-    fence = "`" * (max((len(r) for r in re.findall(r"`++", body)), default=0) + 1)
+    fence = "`" * (max((len(r) for r in BACKTICKS.findall(body)), default=0) + 1)
     pad = " " if body.startswith("`") or body.endswith("`") else ""
     return f"{fence}{pad}{body}{pad}{fence}"
 

@@ -43,6 +43,7 @@ def _first_sustained_raw(x: np.ndarray, start: int, thr: float, ahead: int = 5) 
 
 # Caffe's SoftmaxWithLoss clamps the probability at FLT_MIN: -ln(FLT_MIN) = 87.3365 is the loss of a
 # diverged network (caffe/src/caffe/layers/softmax_loss_layer.cpp)
+_NUMBER_RUN = re.compile(r"\d+")
 CAFFE_CLAMP = 87.3365
 
 # Sizes whose ln is the loss of a uniform guess: class counts of common datasets (2..20, CIFAR-100,
@@ -565,7 +566,7 @@ class VanishingGradients(Rule):
         # compare like with like: the same statistic of different layers ("Layer 3 mean |grad|")
         kinds: dict[str, list[Series]] = {}
         for g in allp:
-            kinds.setdefault(re.sub(r"\d+", "#", g.name), []).append(g)
+            kinds.setdefault(_NUMBER_RUN.sub("#", g.name), []).append(g)
         prof = max(kinds.values(), key=len)
         everything = np.array([abs(float(g.values[-1])) for g in allp])
         last = np.array([abs(float(g.values[-1])) for g in prof])

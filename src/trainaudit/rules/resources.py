@@ -30,10 +30,11 @@ DISTRIBUTED_GUIDANCE = Guidance(
 
 _UNITS = {"b": 1 / 2 ** 30, "kib": 1 / 2 ** 20, "kb": 1 / 2 ** 20, "mib": 1 / 1024, "mb": 1 / 1024, "gib": 1.0,
           "gb": 1.0, "tib": 1024.0, "tb": 1024.0}
-_SIZE = r"([0-9.]+)\s*(B|KiB|KB|MiB|MB|GiB|GB|TiB|TB)"
+# A number starts where its run of digits and dots starts: from inside a long run it would fail the same way.
+_SIZE = r"(?<![0-9.])([0-9.]++)\s*+(B|KiB|KB|MiB|MB|GiB|GB|TiB|TB)"
 _OOM_FIELDS = {
     "requested": re.compile(r"Tried to allocate " + _SIZE, re.I),
-    "total": re.compile(r"(?:total capac\w*(?: of)? " + _SIZE + r"|" + _SIZE + r" total capacity)", re.I),
+    "total": re.compile(r"(?:total capac\w*+(?: of)? " + _SIZE + r"|" + _SIZE + r" total capacity)", re.I),
     "free": re.compile(r"(?:of which " + _SIZE + r" is free|" + _SIZE + r" free)", re.I),
     "allocated": re.compile(r"(?:" + _SIZE + r" is allocated by PyTorch|" + _SIZE + r" already allocated)", re.I),
     "reserved_unallocated": re.compile(r"" + _SIZE + r" is reserved by PyTorch but unallocated", re.I),

@@ -52,16 +52,22 @@ OVERFLOW_RE = re.compile(
     r"\[(deepspeed|deepscale)\] OVERFLOW! Rank (\d+) Skipping step\.(?: Attempted loss scale: ([\d.]+),\s*"
     r"(?:reducing to ([\d.]+)|but hysteresis is (\d+)\. Reducing hysteresis to (\d+)))?")
 FUSED_RE = re.compile(r"Overflow detected\. Skipping step\. Attempted loss scale: ([\d.]+), reducing to ([\d.]+)")
-PROGRESS_RE = re.compile(r"\bstep=(\d+), skipped=(\d+), lr=\[([^\]]*)\]")
+PROGRESS_RE = re.compile(r"\bstep=(\d+), skipped=(\d+), lr=\[([^\[\]]*+)\]")  # a flat list
 TPUT_RE = re.compile(
     r"(?:epoch=(\d+)/micro_step=(\d+)/global_step=(\d+)|(?<![\w/])(\d+)/(\d+)), "
     r"((?:RunningAvgSamplesPerSec|SamplesPerSec)=.*)$")
 TPUT_FIELD_RE = re.compile(r"(?<!\w)(\w++)=(" + _N + r")(GB)?")
 BREAKDOWN_RE = re.compile(r"time \(ms\) \| (.*)$")
 BREAKDOWN_FIELD_RE = re.compile(r"(?<![\w\-])([\w\-]++): (" + _N + r")")
-PIPE_RE = re.compile(r"\bsteps: (\d+) loss: (\S+) (?:(.*?) )?iter time \(s\): (\S+) samples/sec: (\S+)")
+# The fields between the loss and the iteration time are bounded and never cross the next "steps:": each
+# "steps:" of a line that repeats it then looks only as far as the next one, not to the end of the line.
+PIPE_RE = re.compile(r"\bsteps: (\d+) loss: (\S+) (?:((?:(?!steps: ).){0,1000}?) )?iter time \(s\): (\S+) "
+                     r"samples/sec: (\S+)")
+# "name: value" inside those fields; a name starts where its run of non-blanks does.
+PIPE_FIELD_RE = re.compile(r"(?<!\S)(\S+): (\S+)")
 # The tqdm bar an OVERFLOW line is glued to: "  1%|...| 6/1184 [00:21<1:09:10,  3.52s/it][2021-...".
-BAR_BEFORE_RE = re.compile(r"(?<!\d)(\d++)/\d+ \[[\d:]+<[\d:?]+[^\]]*\]\s*(?:\[[^\]]*\]\s*)*$")
+# Brackets do not nest in the bar or the tags after it, so each scan stops at the next "[".
+BAR_BEFORE_RE = re.compile(r"(?<!\d)(\d++)/\d++ \[[\d:]++<[\d:?]++[^\[\]]*+\]\s*+(?:\[[^\[\]]*+\]\s*+)*+$")
 MIN_SCALE_RE = re.compile(r"Current loss scale already at minimum")
 ENGINE_HINT_RE = re.compile(r"\[(?:deepspeed|deepscale)\]|DeepSpeed info: version=|\[Rank \d+\] step=\d+, skipped=")
 
@@ -197,7 +203,7 @@ class DeepSpeedReader(LineReader):
             loss = num(m.group(2))
             if loss is not None:
                 sink.add("loss", step, loss, line.no, line.rank)
-            for key, raw in re.findall(r"(\S+): (\S+)", m.group(3) or ""):
+            for key, raw in PIPE_FIELD_RE.findall(m.group(3) or ""):
                 v = num(raw)
                 if v is not None:
                     sink.add(key, step, v, line.no, line.rank)

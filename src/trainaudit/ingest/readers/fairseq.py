@@ -38,9 +38,15 @@ from trainaudit.ingest.text import Line
 from trainaudit.model import Event, EventKind, SourceKind
 
 INNER_RE = re.compile(r"\bepoch (\d+):\s+(\d+) / (\d+) (\w+=.*)$")
-PIPES_RE = re.compile(r"\bepoch (\d+) \| (?:valid on '([^']+)' subset \| )?([\w/]+ \S+(?: \| [\w/]+ \S+)*)\s*\|?\s*$")
-JSON_RE = re.compile(r"(\{\"epoch\": .*\})\s*$")
-TQDM_RE = re.compile(r"epoch (\d+):\s+\d+%\|[^|]*\|\s*(\d+)/(\d+)\s*\[[^\],]*(?:,\s*[\d.?]+\s*(?:it/s|s/it))?,\s*([^\]|]*)(\]?)")
+# Linear: a field is never "epoch N" (that starts the next record), so the fields read from one "epoch"
+# stop where the next one starts instead of every "epoch" reading to the end of the line.
+PIPES_RE = re.compile(r"\bepoch (\d+) \| (?:valid on '([^']+)' subset \| )?"
+                      r"((?!epoch \d)[\w/]++ \S++(?: \| (?!epoch \d)[\w/]++ \S++)*+)\s*+\|?\s*+$")
+# the record runs to the line's end, so its first '{"epoch": ' is the only start worth trying
+JSON_RE = re.compile(r'^(?>.*?(?=\{"epoch": ))(\{"epoch": .*\})\s*$')
+# the elapsed<remaining part holds no "[": its scan stops at the next bar instead of the line's end
+TQDM_RE = re.compile(r"epoch (\d+):\s+\d+%\|[^|]*\|\s*(\d+)/(\d+)\s*\[[^\[\],]*+"
+                     r"(?:,\s*[\d.?]+\s*(?:it/s|s/it))?,\s*([^\]|]*)(\]?)")
 OVERFLOW_RE = re.compile(r"overflow detected, (?:ignoring gradient, )?setting loss scale to: ([\d.eE+\-]+)")
 TAG_RE = re.compile(r"\| (?:INFO|WARNING) \| (train_inner|train|valid|[\w.]+) \| ")
 KV_RE = re.compile(r"(?<!\w)(\w++)=([^,\s]*)")

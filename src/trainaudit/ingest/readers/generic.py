@@ -26,6 +26,7 @@ from trainaudit.model import SourceKind
 STEP_KEYS = ("step", "global_step", "iteration", "iter", "epoch", "_step")
 
 # Lightning's tqdm prints nan as "nan.0", inf as "inf.0", -inf as "-inf." (zero padding).
+_CHUNK_SEP = re.compile(r"[,|]")
 _PADDED_SPECIAL = re.compile(r"^([-+]?)(nan|inf|infinity)\.0*$", re.IGNORECASE)
 _UNIT = re.compile(r"^([-+]?(?:\d[\d,]*+\.?+\d*+|\.\d++)(?:[eE][-+]?\d+)?)\s*+(%|[A-Za-z]{1,4}(?:/[A-Za-z]+)?)$")
 _NUM = r"[-+]?(?:\d++\.?+\d*+(?:[eE][-+]?\d++)?|\.\d++(?:[eE][-+]?\d++)?|(?i:nan|inf(?:inity)?)(?![A-Za-z]))"
@@ -84,7 +85,7 @@ def kv_pairs(text: str) -> list[tuple[str, float]]:
 def space_kv_pairs(text: str) -> list[tuple[str, float]]:
     """``key value`` pairs of a comma- or pipe-separated line (each chunk is one pair)."""
     out: list[tuple[str, float]] = []
-    for chunk in re.split(r"[,|]", text):
+    for chunk in _CHUNK_SEP.split(text):
         m = _SPACE_KV_RE.match(chunk)
         if m:
             v = num(m.group(2))

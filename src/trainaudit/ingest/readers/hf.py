@@ -33,11 +33,20 @@ from trainaudit.ingest.text import Line, json_number, parse_number
 from trainaudit.model import Event, EventKind, SourceKind
 
 # A dict repr at the end of a segment; the leading "{" is optional (lost in quoted copies).
-DICT_RE = re.compile(r"(?:\{\s*+|(?<![\s{])\s*+)('[^'\n]+'\s*:\s*[^{}\n]*+)\}\s*$")
-# One 'key': value pair; values are quoted strings or bare tokens up to the next comma.
+# Linear: the dict is the last brace-free stretch of the line, so a match starts only where such a
+# stretch starts, checks once that the stretch ends the line with "}", then takes its first 'key':
+# (a key holding a brace is not read; no logger of these formats prints one).
+DICT_RE = re.compile(r"(?<![^{}\n])(?=[^{}\n]*+\}\s*+$)[^{}\n]*?('[^'{}\n]++'\s*+:\s*+[^{}\n]*+)\}\s*+$")
+# The items of a dict repr, comma by comma: a quoted string is one piece whatever it holds (commas
+# too), and one that is never closed runs to the end. Every character is read once, so a body of any
+# shape costs linear time; a pattern searched for "'key': value" anywhere would instead rescan an
+# unclosed string's rest from every quote before it.
+ITEM_RE = re.compile(r"""(?:'(?:[^'\\]++|\\.?)*+'?|"(?:[^"\\]++|\\.?)*+"?|[^,'"]++)*+""")
+# One 'key': value item (stripped); values are quoted strings or bare tokens (no quote: "tensor(2.3"
+# of "tensor(2.3, device='cuda:0')"). Anchored: an item holds one pair or none.
 PAIR_RE = re.compile(
-    r"""(?:'((?:[^'\\]|\\.)*)'|"((?:[^"\\]|\\.)*)")\s*:\s*"""
-    r"""('(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*"|[^,]+?)\s*(?:,|$)"""
+    r"""\A(?:'((?:[^'\\]|\\.)*)'|"((?:[^"\\]|\\.)*)")\s*:\s*"""
+    r"""('(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*"|(?:[^\S,]*+[^\s,'"]++)++|[^\S,])\s*+\Z"""
 )
 HF_KEYS = ("'loss'", "'learning_rate'", "'epoch'", "'eval_", "'train_runtime'", "'grad_norm'")
 SUMMARY_KEYS = ("train_runtime", "train_samples_per_second", "train_steps_per_second")
@@ -51,7 +60,14 @@ def parse_log_dict(body: str) -> dict[str, float | str]:
     """``'k': v, ...`` -> {k: float or original string}. Bare nan/inf become floats; quoted
     numerics (transformers 5.x) become floats; True/False/None and other text stay strings."""
     out: dict[str, float | str] = {}
-    for m in PAIR_RE.finditer(body):
+    pos = 0
+    while pos <= len(body):
+        item = ITEM_RE.match(body, pos)  # matches everywhere (every part is optional)
+        end = item.end() if item is not None else len(body)
+        m = PAIR_RE.match(body[pos:end].strip())
+        pos = end + 1
+        if m is None:
+            continue
         key = m.group(1) if m.group(1) is not None else m.group(2)
         raw = m.group(3).strip()
         quoted = raw[:1] in ("'", '"')
@@ -220,7 +236,8 @@ def _line_text(text: str, line_no: int) -> str:
     return lines[line_no - 1].rstrip("\r") if len(lines) >= line_no else ""
 
 
-KEY_RE = re.compile(r'"((?:[^"\\]|\\.)*)"\s*:')
+# A JSON key: its opening quote is never escaped (see PAIR_RE), so a run of escaped quotes is read once.
+KEY_RE = re.compile(r'(?<!\\)"((?:[^"\\]|\\.)*)"\s*:')
 
 
 def _entry_key_lines(text: str, history: list[Any]) -> list[dict[str, int]]:

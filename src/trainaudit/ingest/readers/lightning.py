@@ -41,7 +41,8 @@ BAR_RE = re.compile(
 )
 EPOCH_DESC_RE = re.compile(r"^\s*Epoch (\d+)\s*$")
 OTHER_DESC_RE = re.compile(r"^\s*(Validation|Sanity Checking|Testing|Predicting)(?: DataLoader \d+)?\s*$")
-POSTFIX_ITEM_RE = re.compile(r"([A-Za-z_][\w/.\-]*)=([^,\]]+)")
+# A key starts at the first letter of its run of name characters (possessive: "=" ends the run).
+POSTFIX_ITEM_RE = re.compile(r"(?<![\w/.\-])(?:(?![A-Za-z_])[\w/.\-])*+([A-Za-z_][\w/.\-]*+)=([^,\]]+)")
 # Lightning messages about non-finite values and the end of fit (lightning 2.x source).
 NONFINITE_RES = [
     re.compile(r"The loss returned in `training_step` is (\S+?)\.?$"),

@@ -31,6 +31,7 @@ from trainaudit.ingest.sink import Sink
 from trainaudit.ingest.sources import InputFile
 from trainaudit.ingest.readers.megatron_line import FIELD_RE, ITER_RE, SKIP_KEYS, field_value, is_loss_key
 from trainaudit.ingest.text import split_line, strip_prefixes
+from trainaudit.safeio import LineCutter
 
 
 RANK_PREFIX_RE = re.compile(r"^(?:\[(?:rank|default)(\d+)\]:[ ]?|(\d{1,5}): )")
@@ -150,6 +151,7 @@ class ChunkResult:
     values: NDArray[np.float64]  # (nfields, len(rows))
     other: list[tuple[int, bytes]] = field(default_factory=list)
     boundary: dict[int, bytes] = field(default_factory=dict)  # template rows right after other lines
+    cut_lines: int = 0  # lines of the chunk longer than the input's line limit, cut to it
 
 
 def _words(buf: NDArray[np.uint8]) -> NDArray[np.uint64]:
@@ -267,8 +269,20 @@ def _read_range(path: str, offset: int, length: int) -> bytes:
         return f.read(length)
 
 
-def _work(path: str, offset: int, length: int, tpl: Template) -> ChunkResult:
-    return parse_chunk(_read_range(path, offset, length), tpl)
+def _cut(data: bytes, line_bytes: int | None) -> tuple[bytes, int]:
+    """``data`` (whole lines from a line start) with lines longer than ``line_bytes`` cut as the
+    stream of every other line reader cuts them (``safeio.LineCutter``), and how many were cut."""
+    if line_bytes is None or len(data) <= line_bytes:  # no line can be longer: nothing to scan
+        return data, 0
+    cutter = LineCutter(line_bytes)
+    return cutter.cut(data), cutter.cut_lines
+
+
+def _work(path: str, offset: int, length: int, tpl: Template, line_bytes: int | None = None) -> ChunkResult:
+    data, cut = _cut(_read_range(path, offset, length), line_bytes)
+    res = parse_chunk(data, tpl)
+    res.cut_lines = cut
+    return res
 
 
 def file_ranges(path: str, size: int, chunk_size: int) -> Iterator[tuple[int, int]]:
@@ -405,19 +419,24 @@ def read_fast(reader: LineReader, tpl: Template, inp: InputFile, sink: Sink, sca
         path = str(inp.fs_path)
         ranges = file_ranges(path, inp.size, chunk_size)
         nproc = workers if workers is not None else min(2, _usable_cpus())
+        # Read from the file directly, not through inp.open(): long lines are cut here as the stream
+        # would have cut them (inp.line_bytes), counted for the input's report.
+        limit, cut = inp.line_bytes, 0
         if nproc > 1 and inp.size >= POOL_MIN_SIZE:
-            results = _pooled(path, ranges, tpl, nproc)
+            results = _pooled(path, ranges, tpl, nproc, limit)
         else:
-            results = ((off, ln, parse_chunk(_read_range(path, off, ln), tpl)) for off, ln in ranges)
+            results = ((off, ln, _work(path, off, ln, tpl, limit)) for off, ln in ranges)
         for off, length, res in results:
+            cut += res.cut_lines
             if replay.line_mode:
-                replay.lines(_read_range(path, off, length), base)
+                replay.lines(_cut(_read_range(path, off, length), limit)[0], base)
             else:
                 resume = replay.chunk(res, base)
                 if resume is not None:
                     replay.line_mode = True
-                    replay.lines(_read_range(path, off, length), base, resume)
+                    replay.lines(_cut(_read_range(path, off, length), limit)[0], base, resume)
             base += res.n_lines
+        inp.cut_lines = max(inp.cut_lines, cut)
         return
     with inp.open() as stream:
         for data in stream_chunks(stream, chunk_size):
@@ -432,14 +451,14 @@ def read_fast(reader: LineReader, tpl: Template, inp: InputFile, sink: Sink, sca
             base += n
 
 
-def _pooled(path: str, ranges: Iterator[tuple[int, int]], tpl: Template, nproc: int
+def _pooled(path: str, ranges: Iterator[tuple[int, int]], tpl: Template, nproc: int, line_bytes: int | None = None
             ) -> Iterator[tuple[int, int, ChunkResult]]:
     """Parse ranges in worker processes, in order, with a bounded number in flight."""
     ctx = mp.get_context("fork")
     with ctx.Pool(nproc) as pool:
         pending: deque[tuple[int, int, Any]] = deque()
         for off, length in ranges:
-            pending.append((off, length, pool.apply_async(_work, (path, off, length, tpl))))
+            pending.append((off, length, pool.apply_async(_work, (path, off, length, tpl, line_bytes))))
             if len(pending) >= nproc * MAX_PENDING:
                 o, n, job = pending.popleft()
                 yield o, n, job.get()

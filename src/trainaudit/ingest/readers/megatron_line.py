@@ -10,7 +10,9 @@ import re
 from trainaudit.ingest.text import parse_number
 
 ITER_RE = re.compile(r"\biteration:?\s+(\d+)\s*/\s*(\d+)\s*\|")
-FIELD_RE = re.compile(r"([A-Za-z][^|:]*?):\s+([^|]*?)\s*(?=\||$)")
+# "key: value" between pipes. Linear: the key starts at the first letter after a "|" or ":" (a later
+# letter would reach the same ":"), and the value is read word by word without its trailing blanks.
+FIELD_RE = re.compile(r"(?<![^|:])[^A-Za-z|:]*+([A-Za-z][^|:]*+):\s+((?:\s*+[^\s|]++)*+)\s*+(?=\||$)")
 UNIT_RE = re.compile(r"^(-?[\d.,]+(?:[eE][-+]?\d+)?)\s*([A-Za-z%]+)$")
 SI = {"K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12}  # nanotron prints "634K", "547M"
 SKIP_KEYS = {"iteration"}

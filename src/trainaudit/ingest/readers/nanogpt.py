@@ -24,7 +24,9 @@ from trainaudit.ingest.sink import Sink
 from trainaudit.ingest.text import Line, parse_number
 from trainaudit.model import Event, EventKind, SourceKind
 
-NUM = r"[-+]?(?:(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|nan|NaN|inf|Inf|-nan)"
+# Digits possessive: "\d+\.?\d*" could split a run of digits in as many ways as it is long, and
+# does when what follows fails ("loss 111...1" without ", time").
+NUM = r"[-+]?(?:(?:\d++(?:\.\d*+)?|\.\d++)(?:[eE][-+]?\d++)?|nan|NaN|inf|Inf|-nan)"
 ITER_RE = re.compile(r"\biter (\d+): loss (" + NUM + r"), time ([\d.]+)ms(?:, mfu (-?[\d.]+)%)?")
 EVAL_RE = re.compile(r"\bstep (\d+): train loss (" + NUM + r"), val loss (" + NUM + r")")
 LLMC_RE = re.compile(r"\bstep\s+(\d+)(?:/(\d+))?: train loss (" + NUM + r")(?![\d.,])(.*)$")

@@ -32,10 +32,12 @@ from trainaudit.model import SourceKind
 
 NEMO2_RE = re.compile(r"(?:^|\s)(Training|Validation|Testing|Sanity checking Validation) epoch (\d+), "
                       r"iteration (\d+)/(-?\d+)((?: \| [^|:]+: [^|]*)*)\s*$")
-FIELD_RE = re.compile(r"^\s*([^|:]+): ([^|]*?)\s*$")
+# Linear forms of "^\s*([^|:]+): ([^|]*?)\s*$": the key after its leading blanks (or the last blank
+# of a key of blanks), the value word by word without its trailing blanks.
+FIELD_RE = re.compile(r"^(?:\s*+(?=[^\s|:])|\s*(?=\s:))([^|:]++): ((?:\s*+[^\s|]++)*+)\s*+$")
 # A tqdm state with a postfix: "Epoch 3:  12%|...| 95/772 [00:10<01:10, 9.50it/s, k=v, ...]".
 BAR_RE = re.compile(r"Epoch (\d+):\s*\d+%[^\d]*?(\d+)/(\d+|\?)\s*\[[^\],]*(?:,\s*[\d.?]+\s*(?:it/s|s/it))?,?\s*([^\]]*)\]?")
-POSTFIX_RE = re.compile(r"([A-Za-z_][\w ./\-]*?)=([^,\]]*)")
+POSTFIX_RE = re.compile(r"(?<![\w ./\-])(?:(?![A-Za-z_])[\w ./\-])*+([A-Za-z_][\w ./\-]*+)=([^,\]]*)")
 NEMO1_KEYS = ("reduced_train_loss", "global_step", "consumed_samples")
 SKIP = {"v_num", "global_step"}
 

@@ -32,7 +32,7 @@ from trainaudit.ingest.text import Line
 from trainaudit.model import SourceKind
 
 CSV_MARKERS = ("train/box_loss", "train/loss", "metrics/mAP50(B)", "metrics/accuracy_top1", "lr/pg0")
-HEADER_RE = re.compile(r"^\s*Epoch\s+GPU_mem\s+(.*?)\s*$")
+HEADER_RE = re.compile(r"^\s*+Epoch\s++GPU_mem\s++((?:[^\S\n]*+\S++)*+)\s*+$")  # the rest, word by word
 ROW_RE = re.compile(r"^\s*(\d+)/(\d+)\s+(\S+)\s+(.*?)(?::\s*\d+%.*)?$")
 VAL_HEADER_RE = re.compile(r"^\s*Class\s+Images\s+Instances\s+(.*?)(?::\s*\d+%.*)?$")
 CLS_VAL_HEADER_RE = re.compile(r"^\s*classes\s+top1_acc\s+top5_acc")
@@ -48,6 +48,7 @@ DEFAULT_COLS = {
 }
 # the training bar's end: "[06:06<00:00,  6.11s/it]": the epoch's duration and tqdm's speed
 TQDM_END_RE = re.compile(r"\[(\d{1,4}:\d\d(?::\d\d)?)<[\d:?]{1,12},\s{0,4}([\d.]{1,12})(it/s|s/it)\]")
+GROUP_TOKEN_RE = re.compile(r"^(\w+)\((\S+)$")  # "Box(P" in a validation header
 GROUP_NAMES = {"P": "precision", "R": "recall", "mAP50": "mAP50", "mAP50-95": "mAP50-95"}
 
 
@@ -63,7 +64,7 @@ def _val_names(header: str) -> list[str]:
     names: list[str] = []
     letter = "B"
     for tok in header.split():
-        m = re.match(r"^(\w+)\((\S+)$", tok)
+        m = GROUP_TOKEN_RE.match(tok)
         if m:
             letter = m.group(1)[0].upper()
             tok = m.group(2)
