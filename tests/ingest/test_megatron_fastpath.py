@@ -4,6 +4,7 @@ on the verbatim samples and on a generated messy log; and its number parser is b
 from __future__ import annotations
 
 import gzip
+import json
 import random
 import struct
 import subprocess
@@ -263,3 +264,17 @@ def test_summary_counts_bulk_events_without_building_them(tmp_path: Path) -> Non
     for e in line.events:
         counts[e.kind.value] = counts.get(e.kind.value, 0) + 1
     assert stats.stats[-1].events == counts and stats.n_events == len(line.events)
+
+
+def test_parse_to_jsonl_writes_every_bulk_event(tmp_path: Path) -> None:
+    # With -o the summary sink must build the events it would only count otherwise.
+    log = generated(tmp_path, "1M", 0.5)
+    out = tmp_path / "rows.jsonl"
+    subprocess.run([sys.executable, "-m", "trainaudit", "parse", "-q", str(log), "-o", str(out)], check=True,
+                   capture_output=True)
+    rows = [json.loads(ln) for ln in out.read_text(encoding="utf-8").splitlines()]
+    events = [r for r in rows if r.get("event") == "missing_metric"]
+    line = read(log, False)
+    expected = [e for e in line.events if e.kind is EventKind.MISSING_METRIC]
+    assert [(r["line"], r["step"], r["message"]) for r in events] == [(e.line, e.step, e.message) for e in expected]
+    assert len(events) > 500
