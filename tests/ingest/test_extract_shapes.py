@@ -99,3 +99,11 @@ def test_the_cache_is_bounded() -> None:
         t = "x" * (i % 97) + f" loss {i}.5 " + "y" * (i // 97)
         assert key(cache.parse(t)) == key(parse_line_full(t))
         assert len(cache.plans) <= 64
+
+
+def test_long_lines_are_not_cached() -> None:
+    cache = ShapeCache(max_len=100)
+    t = "loss 1.5 " + "x" * 200
+    for _ in range(3):
+        assert key(cache.parse(t)) == key(parse_line_full(t))
+    assert not cache.plans

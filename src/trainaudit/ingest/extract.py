@@ -556,15 +556,19 @@ def _value(src: tuple[int, int], vals: list[float], clocks: list[float | None]) 
 
 
 class ShapeCache:
-    """Plans by line shape, bounded: at most ``max_shapes`` shapes (then it starts afresh), a shape
-    planned only on its second sighting and given up after ``max_tries`` lines that gave no plan,
-    so a log of ever new shapes costs a dictionary lookup a line and never grows memory."""
+    """Plans by line shape, bounded: at most ``max_shapes`` shapes of lines of at most ``max_len``
+    characters (then it starts afresh), a shape planned only on its second sighting and given up
+    after ``max_tries`` lines that gave no plan, so a log of ever new shapes costs a dictionary
+    lookup a line and never grows memory."""
 
-    def __init__(self, max_shapes: int = 4096, max_tries: int = 4) -> None:
-        self.max_shapes, self.max_tries = max_shapes, max_tries
+    def __init__(self, max_shapes: int = 4096, max_tries: int = 4, max_len: int = 1024) -> None:
+        # longer lines are parsed in full: the keys stay under max_shapes * max_len * 4 bytes (UTF-8)
+        self.max_shapes, self.max_tries, self.max_len = max_shapes, max_tries, max_len
         self.plans: dict[bytes, _Plan | int] = {}  # shape -> plan, or the number of lines tried
 
     def parse(self, text: str) -> Parsed:
+        if len(text) > self.max_len:
+            return parse_line_full(text)
         shape = text.encode("utf-8", "surrogatepass").translate(_ZERO_BYTES)
         got = self.plans.get(shape)
         if isinstance(got, _Plan):
