@@ -23,8 +23,8 @@ HERE = Path(__file__).resolve().parent
 DATA = HERE / "data"
 sys.path.insert(0, str(HERE))
 
-from bench_parse_megatron import measure
-from gen_generic_log import generate, parse_size
+from bench_parse_megatron import measure  # noqa: E402
+from gen_generic_log import generate, parse_size  # noqa: E402
 
 TARGET_MBS = 100.0
 SPEED_TARGET_SIZE = "1G"

@@ -93,7 +93,7 @@ def messy_log(n: int, seed: int = 0, late_new_loss: bool = False) -> bytes:
 
 @pytest.mark.parametrize("name", ["megatron.txt", "megatron_deepspeed.txt"])
 def test_fixture_blocks_fast_equals_line(tmp_path: Path, name: str) -> None:
-    for i, (header, lines) in enumerate(sample_blocks(name).items()):
+    for i, lines in enumerate(sample_blocks(name).values()):
         log = tmp_path / f"{i}.log"
         log.write_text("\n".join(lines) + "\n", encoding="utf-8")
         assert_same(read(log, True), read(log, False))

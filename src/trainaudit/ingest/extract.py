@@ -25,6 +25,7 @@ their columns take the header's names, or ``col1``, ``col2`` ... without one.
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 import random
 import re
@@ -331,8 +332,8 @@ def parse_line_full(text: str, asked: list[int] | None = None) -> Parsed:
                 last = speed_pair(u, v)
                 out.pairs.append(last)
                 continue
-            if asked is not None and (_next_is(toks, i, "/") or out.pairs and _prev_is(toks, i - 1, "[") and
-                                      counter_rank(out.pairs[-1].key) == COUNTER_KEYS["epoch"]):
+            if asked is not None and (_next_is(toks, i, "/") or (out.pairs and _prev_is(toks, i - 1, "[") and
+                                      counter_rank(out.pairs[-1].key) == COUNTER_KEYS["epoch"])):
                 asked.append(i - 1)  # the two counters below
             if out.pairs and counter_rank(out.pairs[-1].key) == COUNTER_KEYS["epoch"] and _prev_is(toks, i - 1, "[") \
                     and math.isfinite(v) and v == int(v) and v >= 0 and not _next_is(toks, i, "/"):
@@ -852,7 +853,7 @@ class Extractor:
             for k, v in r.counters.items():
                 seen.setdefault(k, []).append(v)
         moving = {k: _moving(v) for k, v in seen.items()}
-        for k, vals in seen.items():
+        for k in seen:
             rank = counter_rank(k)
             rank = 9 if k == "progress" else rank
             if rank is None:
@@ -904,7 +905,7 @@ class Extractor:
             self.step_outer.update({k: rec.counters[k] for k in self.outer if k in rec.counters})
             if self.offset or self.outer:
                 self._text(step, rec, key)
-        elif key is not None and key in rec.counters or not rec.counters or key is None:
+        elif (key is not None and key in rec.counters) or not rec.counters or key is None:
             if key is not None and self.last_step is not None and key not in rec.counters:
                 step = self.last_step  # a line without the counter belongs to the last step
             else:
@@ -946,7 +947,7 @@ def _moving(vals: list[float]) -> float:
     """The share of consecutive values that change."""
     if len(vals) < 2:
         return 1.0
-    return sum(1 for a, b in zip(vals, vals[1:]) if a != b) / (len(vals) - 1)
+    return sum(1 for a, b in itertools.pairwise(vals) if a != b) / (len(vals) - 1)
 
 
 def _fmt(v: float) -> str:
