@@ -7,6 +7,12 @@ an argument dump, timestamped iteration lines with the usual 13 numeric fields, 
 iterations a ``report_memory`` line and a ``(min, max) time across ranks`` timer block, a
 validation block, a few iterations whose NaN loss is omitted from the line (with ``grad norm:
 nan``), and the end-of-training phase line. Output is deterministic for a given seed.
+
+With ``--fail-from F`` the run breaks at that fraction of the file: from there on every iteration
+line prints as Megatron prints a NaN iteration (``training_log()``: the loss is left out because
+``avg > 0.0`` is false for NaN, ``grad norm: nan``, ``number of nan iterations: 1``) and the
+skipped-iterations counter grows with every line (as forks that print it cumulatively do), so its
+width outgrows the ``{:3d}`` padding.
 """
 
 from __future__ import annotations
@@ -47,17 +53,23 @@ def header(train_iters: int) -> list[str]:
     return out
 
 
-def generate(out: Path, size: int, seed: int = 0) -> int:
-    """Write about ``size`` bytes to ``out``; return the number of lines written."""
+def generate(out: Path, size: int, seed: int = 0, fail_from: float | None = None) -> int:
+    """Write about ``size`` bytes to ``out``; return the number of lines written. From
+    ``fail_from`` (a fraction of ``size``) on, every iteration is a NaN iteration."""
     rng = random.Random(seed)
     gbs = 128
-    per_line = 395
-    train_iters = max(1000, size // per_line + 10)
+    # bytes per iteration (its line and its share of the memory, timer and validation blocks); a
+    # NaN iteration's line is shorter (no loss fields)
+    per_line = 395 if fail_from is None else 395 * fail_from + 352 * (1 - fail_from)
+    train_iters = max(1000, int(size // per_line) + 10)
     t = dt.datetime(2024, 4, 6, 2, 55, 2)
-    written = 0
+    written = 0  # bytes flushed to the file
+    pos = 0  # bytes of iterations generated (where the run breaks), the header's left out
     n_lines = 0
     buf: list[str] = []
     nan_iters = {int(train_iters * f) for f in (0.137, 0.52, 0.81)}
+    fail_at = None if fail_from is None else int(size * fail_from)
+    skipped = 0
     with open(out, "w", encoding="utf-8", newline="\n") as f:
         for ln in header(train_iters):
             buf.append(ln + "\n")
@@ -65,6 +77,7 @@ def generate(out: Path, size: int, seed: int = 0) -> int:
         loss = 10.8
         while written < size:
             it += 1
+            start = len(buf)
             elapsed = rng.uniform(5200.0, 5800.0)
             t += dt.timedelta(milliseconds=elapsed)
             lr = 3e-4 * min(1.0, it / 2000) * (0.5 * (1 + math.cos(math.pi * min(it, train_iters) / train_iters)))
@@ -75,14 +88,16 @@ def generate(out: Path, size: int, seed: int = 0) -> int:
                       f" throughput per GPU (TFLOP/s/GPU): {rng.uniform(220.0, 245.0):.1f} |",
                       f" learning rate: {lr:.6E} |",
                       f" global batch size: {gbs:5d} |"]
-            nan = it in nan_iters
+            failing = fail_at is not None and pos >= fail_at
+            nan = failing or it in nan_iters
+            skipped += failing
             if not nan:  # Megatron drops a NaN loss from the line (``if avg >= 0.0``)
                 fields.append(f" lm loss: {loss:.6E} |")
                 fields.append(f" load_balancing_loss: {1.0 + rng.uniform(0, 0.03):.6E} |")
             fields += [" loss scale: 1.0 |",
                        f" grad norm: {'nan' if nan else format(rng.lognormvariate(0, 0.3), '.3f')} |",
                        " num zeros: 0.0 |",
-                       " number of skipped iterations:   0 |",
+                       f" number of skipped iterations: {skipped:3d} |",
                        f" number of nan iterations: {1 if nan else 0:3d} |"]
             buf.append("".join(fields) + "\n")
             if it % 1000 == 0:
@@ -97,6 +112,8 @@ def generate(out: Path, size: int, seed: int = 0) -> int:
                 vl = loss + 0.05
                 buf.append(f"{dash}\n validation loss at iteration {it} | lm loss value: {vl:.6E} | "
                            f"lm loss PPL: {math.exp(min(20, vl)):.6E} | \n{dash}\n")
+            if fail_at is not None:
+                pos += sum(len(b) for b in buf[start:])
             if len(buf) >= 4096:
                 s = "".join(buf)
                 f.write(s)
@@ -115,8 +132,10 @@ def main(argv: list[str]) -> int:
     ap.add_argument("out", type=Path)
     ap.add_argument("--size", default="256M", help="target size, e.g. 256M, 1G")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--fail-from", type=float, default=None, metavar="F",
+                    help="fraction of the file after which every iteration is a NaN iteration (e.g. 0.5)")
     a = ap.parse_args(argv)
-    n = generate(a.out, parse_size(a.size), a.seed)
+    n = generate(a.out, parse_size(a.size), a.seed, a.fail_from)
     print(f"{a.out}: {a.out.stat().st_size} bytes, {n} lines", file=sys.stderr)
     return 0
 

@@ -4,18 +4,21 @@ on the verbatim samples and on a generated messy log; and its number parser is b
 from __future__ import annotations
 
 import gzip
+import json
 import random
 import struct
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+from shared_data import LOG_SAMPLES, REPO, sample_blocks
 
-from shared_data import LOG_SAMPLES, sample_blocks
 from trainaudit.ingest.fastnum import PAD, Layout, padded, parse_regions
 from trainaudit.ingest.readers import megatron_fast
 from trainaudit.ingest.readers.megatron import MegatronReader
-from trainaudit.ingest.sink import RunBuilder
+from trainaudit.ingest.sink import RunBuilder, StatsSink
 from trainaudit.ingest.sources import expand_inputs
 from trainaudit.model import EventKind, Run, Source
 
@@ -90,7 +93,7 @@ def messy_log(n: int, seed: int = 0, late_new_loss: bool = False) -> bytes:
 
 @pytest.mark.parametrize("name", ["megatron.txt", "megatron_deepspeed.txt"])
 def test_fixture_blocks_fast_equals_line(tmp_path: Path, name: str) -> None:
-    for i, (header, lines) in enumerate(sample_blocks(name).items()):
+    for i, lines in enumerate(sample_blocks(name).values()):
         log = tmp_path / f"{i}.log"
         log.write_text("\n".join(lines) + "\n", encoding="utf-8")
         assert_same(read(log, True), read(log, False))
@@ -201,3 +204,77 @@ def test_vectorised_numbers_reject_what_float_would_not_parse_the_same() -> None
     vals, ok = parse_regions(padded(data), starts + PAD, ends + PAD, Layout.of(regions[0]))
     assert ok.tolist() == [True, False, False, False, True, False, False]
     assert vals[0] == 1.5 and vals[4] == -1.5
+
+
+def generated(tmp_path: Path, size: str, fail_from: float | None, seed: int = 0) -> Path:
+    """A log from the benchmark's generator (benchmarks/gen_megatron_log.py), small."""
+    out = tmp_path / f"gen_{size}_{fail_from}_{seed}.log"
+    cmd = [sys.executable, str(REPO / "benchmarks" / "gen_megatron_log.py"), str(out), "--size", size,
+           "--seed", str(seed)]
+    if fail_from is not None:
+        cmd += ["--fail-from", str(fail_from)]
+    subprocess.run(cmd, check=True, capture_output=True)
+    return out
+
+
+@pytest.mark.parametrize("fail_from", [None, 0.5, 0.0, 0.93])
+@pytest.mark.parametrize("chunk_size", [65536, 1 << 24])
+def test_generated_failing_run_fast_equals_line(tmp_path: Path, fail_from: float | None, chunk_size: int) -> None:
+    # A NaN run as Megatron prints it: no loss fields, ``grad norm: nan``, a skipped-iterations
+    # counter outgrowing its padding. The bulk path reads it (no fallback) and gives the line path's run.
+    log = generated(tmp_path, "1M", fail_from)
+    fast, line = read(log, True, chunk_size), read(log, False)
+    assert_same(fast, line)
+    n_missing = sum(e.kind is EventKind.MISSING_METRIC for e in line.events)
+    grad = line.series["grad norm"].values
+    if fail_from is None:
+        assert n_missing == 3  # the generator's three lone NaN iterations
+    else:
+        assert n_missing > 500 and int(np.isnan(grad).sum()) >= n_missing
+        assert line.series["number of skipped iterations"].values.max() > 999  # wider than '{:3d}'
+
+
+def test_generated_failing_run_in_the_pool_equals_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(megatron_fast, "POOL_MIN_SIZE", 0)
+    log = generated(tmp_path, "1M", 0.4, seed=1)
+    assert_same(read(log, True, 32768, workers=2), read(log, False))
+
+
+def test_failing_lines_take_the_bulk_path(tmp_path: Path) -> None:
+    data = generated(tmp_path, "1M", 0.5).read_bytes()
+    tpl = megatron_fast.find_template(data[:1 << 20])
+    assert tpl is not None and "lm loss" in tpl.loss_keys
+    res = megatron_fast.parse_chunk(data, tpl)
+    assert len(res.templates) == 2 and not res.templates[1].loss_keys
+    assert res.templates[1].consts[res.templates[1].keys.index("grad norm")] == b"nan "
+    n_iter = data.count(b"] iteration ")
+    assert res.rows.shape[0] == n_iter  # every iteration line is a row; the other lines are memory/timers
+    assert len(res.other) < n_iter // 50
+
+
+def test_summary_counts_bulk_events_without_building_them(tmp_path: Path) -> None:
+    log = generated(tmp_path, "1M", 0.5)
+    stats = StatsSink()
+    inp = expand_inputs([str(log)])[0]
+    stats.begin(Source(inp.display, "megatron"))
+    MegatronReader(chunk_size=65536, workers=1).read(inp, stats)
+    stats.end()
+    line = read(log, False)
+    counts: dict[str, int] = {}
+    for e in line.events:
+        counts[e.kind.value] = counts.get(e.kind.value, 0) + 1
+    assert stats.stats[-1].events == counts and stats.n_events == len(line.events)
+
+
+def test_parse_to_jsonl_writes_every_bulk_event(tmp_path: Path) -> None:
+    # With -o the summary sink must build the events it would only count otherwise.
+    log = generated(tmp_path, "1M", 0.5)
+    out = tmp_path / "rows.jsonl"
+    subprocess.run([sys.executable, "-m", "trainaudit", "parse", "-q", str(log), "-o", str(out)], check=True,
+                   capture_output=True)
+    rows = [json.loads(ln) for ln in out.read_text(encoding="utf-8").splitlines()]
+    events = [r for r in rows if r.get("event") == "missing_metric"]
+    line = read(log, False)
+    expected = [e for e in line.events if e.kind is EventKind.MISSING_METRIC]
+    assert [(r["line"], r["step"], r["message"]) for r in events] == [(e.line, e.step, e.message) for e in expected]
+    assert len(events) > 500

@@ -24,8 +24,12 @@ their columns take the header's names, or ``col1``, ``col2`` ... without one.
 
 from __future__ import annotations
 
+import functools
+import itertools
 import math
+import random
 import re
+import struct
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
@@ -200,7 +204,14 @@ _ABS_RE = re.compile(r"\|(\w{1,40})\|")  # "mean |grad|": an absolute value, not
 
 
 def parse_line(text: str) -> Parsed:
-    """The pairs and bare numbers of one cleaned line (launcher prefixes already removed)."""
+    """The pairs and bare numbers of one cleaned line (launcher prefixes already removed): from
+    the plan of the line's shape when one is cached (:class:`ShapeCache`), else read in full."""
+    return SHAPES.parse(text)
+
+
+def parse_line_full(text: str, asked: list[int] | None = None) -> Parsed:
+    """:func:`parse_line` without the cache: every stage, every time (the reference). ``asked``
+    collects the indices of the tokens whose value (not only its spelling) chose a branch."""
     body = strip_preamble(text)
     out = Parsed()
     if not body:
@@ -218,6 +229,7 @@ def parse_line(text: str) -> Parsed:
     i = 0
     row_words: list[str] = []
     leading: list[float] = []  # bare numbers before the first pair
+    leading_at: list[int] = []  # their tokens
     at_metric = ""  # "loss at step N: v": the metric whose value follows the step
     pipe_key: list[str] = []  # "| mean_reward | -157 |": the cell before the value
     head = body[:body.find(":")] if ":" in body else ""
@@ -282,6 +294,8 @@ def parse_line(text: str) -> Parsed:
             if words and words[-1] == "#":
                 words = []  # "#0": an index, not a value
                 continue
+            if asked is not None and words and words[-1].lower() in _QUALIFIERS:
+                asked.append(i - 1)
             if words and words[-1].lower() in _QUALIFIERS and math.isfinite(v) and v == int(v) and \
                     _next_is(toks, i, ":"):
                 qualifier = f"{words[-1]} {int(v)} "  # "Layer 3: ..." names what follows
@@ -299,6 +313,8 @@ def parse_line(text: str) -> Parsed:
                     at_metric = _clean_key(words[:-2])  # the metric; this number is its step
                     key = words[-1]
                 low = key.lower()
+                if asked is not None and _next_is(toks, i, ":"):
+                    asked.append(i - 1)
                 if low in _IGNORED_KEYS or low.split(" ")[-1] in _IGNORED_KEYS or \
                         (_next_is(toks, i, ":") and v == int(v) and counter_rank(key) is None and not unit):
                     # an identifier ("GPU:0:", "rank 3:"), not a value
@@ -316,6 +332,9 @@ def parse_line(text: str) -> Parsed:
                 last = speed_pair(u, v)
                 out.pairs.append(last)
                 continue
+            if asked is not None and (_next_is(toks, i, "/") or (out.pairs and _prev_is(toks, i - 1, "[") and
+                                      counter_rank(out.pairs[-1].key) == COUNTER_KEYS["epoch"])):
+                asked.append(i - 1)  # the two counters below
             if out.pairs and counter_rank(out.pairs[-1].key) == COUNTER_KEYS["epoch"] and _prev_is(toks, i - 1, "[") \
                     and math.isfinite(v) and v == int(v) and v >= 0 and not _next_is(toks, i, "/"):
                 last = Pair("batch", v)  # "Epoch: [163][50]": the iteration inside the epoch
@@ -330,6 +349,7 @@ def parse_line(text: str) -> Parsed:
             out.bare.append(v)
             if not out.pairs and not unit and len(out.bare) == len(leading) + 1:
                 leading.append(v)
+                leading_at.append(i - 1)
             last = None
             continue
         if kind == "tensor":
@@ -380,6 +400,8 @@ def parse_line(text: str) -> Parsed:
         # "Memory info of GPU:0: current: 0.18, peak: 2.55": the keys are memory figures
         out.pairs = [p if "mem" in p.key.lower() or counter_rank(p.key) is not None else
                      Pair(f"mem {p.key}", p.value, p.unit, p.total) for p in out.pairs]
+    if asked is not None and out.pairs and out.bare and leading:
+        asked.extend(leading_at)
     if out.pairs and out.bare and leading and all(math.isfinite(b) and b == int(b) and b >= 0 for b in leading):
         # "40 | loss 6.69 | lr 3e-4", "[  0]     240 || B: 4.553": integers before the first key count steps
         names = ["epoch", "step"] if len(leading) == 2 else ["step"] if len(leading) == 1 else []
@@ -387,6 +409,230 @@ def parse_line(text: str) -> Parsed:
         out.bare = out.bare[len(leading):] if names else out.bare
     return out
 
+
+# -- the same parse for lines of the same shape ---------------------------------------------------
+# A training log prints a few line shapes millions of times with other digits. Every pattern of
+# the three stages treats the ASCII digits alike (``\d``, ``\w``, ``[ \d]``; the one literal digit,
+# ``1.#INF``, is kept out below), so lines that differ only in their digits are cut at the same
+# places into the same tokens, and parse_line takes the same branches on them except where it
+# looks at a value (integral? finite? negative? zero?). The shape of a line is its text with
+# every digit a ``0``, plus those four facts about each of its numbers; a plan says which number
+# (or clock time, or speed inverted) each output value is, and is read off one full parse.
+_ZEROS = str.maketrans("123456789", "000000000")
+_ZERO_BYTES = bytes.maketrans(b"123456789", b"000000000")  # the shape key: bytes.translate is ~10x str's
+_WORD_DIGIT_RE = re.compile(r"[0-9]")
+
+
+def _facts(v: float) -> int:
+    """What parse_line may ask of a value: finite, integral, not negative, zero."""
+    if not math.isfinite(v):
+        return 0
+    return 1 | (2 if v == int(v) else 0) | (4 if v >= 0 else 0) | (8 if v == 0 else 0)
+
+
+def _same_float(a: float, b: float) -> bool:
+    return struct.pack("<d", a) == struct.pack("<d", b)  # bitwise: -0.0 is not 0.0, NaN signs differ
+
+
+def _same_parsed(a: Parsed, b: Parsed) -> bool:
+    def same(x: float | None, y: float | None) -> bool:
+        return x is y if x is None or y is None else _same_float(x, y)
+
+    return (len(a.pairs) == len(b.pairs) and len(a.bare) == len(b.bare) and a.words == b.words and a.cells == b.cells
+            and all(p.key == q.key and p.unit == q.unit and same(p.value, q.value) and same(p.total, q.total)
+                    for p, q in zip(a.pairs, b.pairs))
+            and all(same(x, y) for x, y in zip(a.bare, b.bare)))
+
+
+@dataclass(frozen=True, slots=True)
+class _Plan:
+    """How to read a line of one shape: ``spans`` are the numbers it reads (text offsets); a value source is ``(how, i)``: ``how`` 0 the number
+    ``spans[i]``, 1 its inverse (an ``s/it`` speed), 2 the clock time ``clocks[i]`` in seconds."""
+
+    spans: tuple[tuple[int, int], ...]
+    checks: tuple[tuple[int, int], ...]  # (number, its facts) for the numbers that chose a branch
+    clocks: tuple[tuple[int, int], ...]
+    pairs: tuple[tuple[str, tuple[int, int], str, tuple[int, int] | None], ...]
+    bare: tuple[tuple[int, int], ...]
+    words: tuple[str, ...]
+    cells: int
+
+
+def _numbers(text: str, spans: tuple[tuple[int, int], ...]) -> list[float] | None:
+    out: list[float] = []
+    for a, b in spans:
+        v = number(text[a:b])
+        if v is None:
+            return None
+        out.append(v)
+    return out
+
+
+def make_plan(text: str, parsed: Parsed, asked: list[int]) -> _Plan | None:
+    """The plan of ``text``'s shape, read off its full parse (``asked``: the tokens whose value
+    chose a branch), or None when a value cannot be traced to exactly one source or the output
+    depends on digits in other ways (keys, words)."""
+    if ".#" in text:
+        return None  # "1.#INF": the tokenizer's one literal digit
+    body = strip_preamble(text)
+    if "|" in body and _ABS_RE.search(body):
+        return None  # the body is rewritten: offsets would move
+    off = len(text) - len(body)
+    spans: list[tuple[int, int]] = []
+    span_of: dict[int, int] = {}  # token index -> index in spans
+    clocks: list[tuple[int, int]] = []
+    for j, m in enumerate(_TOKEN_RE.finditer(body)):
+        kind = m.lastgroup or "sep"
+        span = None
+        if kind in ("num", "unit"):
+            span = (off + m.start("num"), off + m.end("num"))
+        elif kind == "special":
+            span = (off + m.start(), off + m.end())
+        elif kind == "clock":
+            clocks.append((off + m.start(), off + m.end()))
+        elif kind == "str" and number(m.group()[1:-1]) is not None:
+            span = (off + m.start() + 1, off + m.end() - 1)  # '24.061707', "nan"
+        elif kind in ("word", "str") and "f0" in m.group().lower().translate(_ZEROS):
+            return None  # "f1" is a metric word, "f2" is not (_METRIC_PARTS)
+        if span is not None:
+            span_of[j] = len(spans)
+            spans.append(span)
+    vals = _numbers(text, tuple(spans))
+    if vals is None or any(j not in span_of for j in asked):
+        return None
+    cands: list[tuple[tuple[int, int], float]] = []
+    for i, v in enumerate(vals):
+        cands.append(((0, i), v))
+        cands.append(((1, i), 1.0 / v if v else math.inf))
+    for i, (a, b) in enumerate(clocks):
+        secs = seconds(text[a:b])
+        if secs is not None:
+            cands.append(((2, i), secs))
+
+    def source(x: float) -> tuple[int, int] | None:
+        found = [src for src, c in cands if _same_float(x, c)]
+        return found[0] if len(found) == 1 else None
+
+    pairs = []
+    for pr in parsed.pairs:
+        if _WORD_DIGIT_RE.search(pr.key) or _WORD_DIGIT_RE.search(pr.unit):
+            return None  # "Layer 3 ...", "col2": a number in the key
+        src = source(pr.value)
+        tot = None if pr.total is None else source(pr.total)
+        if src is None or (pr.total is not None and tot is None):
+            return None
+        pairs.append((pr.key, src, pr.unit, tot))
+    bare = []
+    for x in parsed.bare:
+        src = source(x)
+        if src is None:
+            return None
+        bare.append(src)
+    if any(_WORD_DIGIT_RE.search(w) for w in parsed.words):
+        return None
+    # Keep only the numbers the plan reads or checks, renumbered.
+    used = sorted({span_of[j] for j in asked} | {i for how, i in [*(p[1] for p in pairs), *bare,
+                                                                   *(p[3] for p in pairs if p[3] is not None)]
+                                                  if how < 2})
+    new = {old: k for k, old in enumerate(used)}
+
+    def renum(src: tuple[int, int]) -> tuple[int, int]:
+        return src if src[0] == 2 else (src[0], new[src[1]])
+
+    checks = tuple(sorted({(new[span_of[j]], _facts(vals[span_of[j]])) for j in asked}))
+    return _Plan(tuple(spans[i] for i in used), checks, tuple(clocks),
+                 tuple((k, renum(src), u, None if t is None else renum(t)) for k, src, u, t in pairs),
+                 tuple(renum(b) for b in bare), tuple(parsed.words), parsed.cells)
+
+
+def _value(src: tuple[int, int], vals: list[float], clocks: list[float | None]) -> float:
+    how, i = src
+    if how == 0:
+        return vals[i]
+    if how == 1:
+        return 1.0 / vals[i] if vals[i] else math.inf
+    c = clocks[i]
+    assert c is not None  # a clock the plan reads parsed when the plan was made: it has the same digits
+    return c
+
+
+class ShapeCache:
+    """Plans by line shape, bounded: at most ``max_shapes`` shapes of lines of at most ``max_len``
+    characters (then it starts afresh), a shape planned only on its second sighting and given up
+    after ``max_tries`` lines that gave no plan, so a log of ever new shapes costs a dictionary
+    lookup a line and never grows memory."""
+
+    def __init__(self, max_shapes: int = 4096, max_tries: int = 4, max_len: int = 1024) -> None:
+        # longer lines are parsed in full: the keys stay under max_shapes * max_len * 4 bytes (UTF-8)
+        self.max_shapes, self.max_tries, self.max_len = max_shapes, max_tries, max_len
+        self.plans: dict[bytes, _Plan | int] = {}  # shape -> plan, or the number of lines tried
+
+    def parse(self, text: str) -> Parsed:
+        if len(text) > self.max_len:
+            return parse_line_full(text)
+        shape = text.encode("utf-8", "surrogatepass").translate(_ZERO_BYTES)
+        got = self.plans.get(shape)
+        if isinstance(got, _Plan):
+            out = self._apply(got, text)
+            if out is not None:
+                return out
+        tries = 0 if got is None or isinstance(got, _Plan) else got
+        if isinstance(got, _Plan) or tries == 0 or tries > self.max_tries:
+            # the first sighting, a shape given up, or a value that took another branch this time
+            # (the plan stays for the usual case)
+            parsed = parse_line_full(text)
+            if got is None:
+                if len(self.plans) >= self.max_shapes:
+                    self.plans.clear()
+                self.plans[shape] = 1
+            return parsed
+        asked: list[int] = []
+        parsed = parse_line_full(text, asked)
+        plan = make_plan(text, parsed, asked)
+        if plan is None:
+            plan = self._plan_from_other_digits(text, parsed)
+        self.plans[shape] = plan if plan is not None else tries + 1
+        return parsed
+
+    @staticmethod
+    def _plan_from_other_digits(text: str, parsed: Parsed) -> _Plan | None:
+        """Where two numbers of the line print the same value (Caffe's ``loss = 2.3 (* 1 = 2.3 loss)``)
+        the values do not say which is which: a copy of the line with other digits is of the same
+        shape, and its plan holds for the line if it reads the line as its full parse did."""
+        rng = random.Random(len(text))
+        for _ in range(2):
+            other = "".join(rng.choice("123456789") if "0" <= c <= "9" else c for c in text)
+            asked: list[int] = []
+            plan = make_plan(other, parse_line_full(other, asked), asked)
+            if plan is not None:
+                got = ShapeCache._apply(plan, text)
+                if got is not None and _same_parsed(got, parsed):
+                    return plan
+        return None
+
+    @staticmethod
+    def _apply(plan: _Plan, text: str) -> Parsed | None:
+        vals: list[float] = []
+        for a, b in plan.spans:
+            t = text[a:b]
+            try:
+                vals.append(float(t))  # number()'s first step, without its call
+            except ValueError:
+                v = number(t)
+                if v is None:
+                    return None
+                vals.append(v)
+        for i, f in plan.checks:
+            if _facts(vals[i]) != f:
+                return None  # another branch of parse_line may apply: the full parse decides
+        clocks = [seconds(text[a:b]) for a, b in plan.clocks]
+        out = Parsed(bare=[_value(src, vals, clocks) for src in plan.bare], words=list(plan.words), cells=plan.cells)
+        out.pairs = [Pair(key, _value(src, vals, clocks), unit, None if tot is None else _value(tot, vals, clocks))
+                     for key, src, unit, tot in plan.pairs]
+        return out
+
+
+SHAPES = ShapeCache()
 
 _DURATION_WORDS = frozenset({"delta", "elapsed", "duration", "took", "epoch_time", "iter_time", "step_time"})
 
@@ -452,6 +698,7 @@ class Record:
     totals: dict[str, float]
 
 
+@functools.lru_cache(maxsize=4096)  # a pure function of a key, asked several times a line; bounded
 def counter_rank(key: str) -> int | None:
     """A known step-counter name's priority (lower wins), or None."""
     k = key.lower().strip()
@@ -510,7 +757,7 @@ def record_of(text: str, no: int, rank: int | None, table: Table) -> Record | No
         p.pairs = []
         for name, v in zip(table.header, p.bare):
             metrics[f"{label} {name}"] = v
-    m = _TQDM_RE.search(text)
+    m = _TQDM_RE.search(text) if " [" in text else None  # the pattern needs " [": most lines have none
     if m and ("it/s" in text or "s/it" in text or "%|" in text):
         counters["progress"] = float(m.group(1))
         totals["progress"] = float(m.group(2))
@@ -606,7 +853,7 @@ class Extractor:
             for k, v in r.counters.items():
                 seen.setdefault(k, []).append(v)
         moving = {k: _moving(v) for k, v in seen.items()}
-        for k, vals in seen.items():
+        for k in seen:
             rank = counter_rank(k)
             rank = 9 if k == "progress" else rank
             if rank is None:
@@ -658,7 +905,7 @@ class Extractor:
             self.step_outer.update({k: rec.counters[k] for k in self.outer if k in rec.counters})
             if self.offset or self.outer:
                 self._text(step, rec, key)
-        elif key is not None and key in rec.counters or not rec.counters or key is None:
+        elif (key is not None and key in rec.counters) or not rec.counters or key is None:
             if key is not None and self.last_step is not None and key not in rec.counters:
                 step = self.last_step  # a line without the counter belongs to the last step
             else:
@@ -700,7 +947,7 @@ def _moving(vals: list[float]) -> float:
     """The share of consecutive values that change."""
     if len(vals) < 2:
         return 1.0
-    return sum(1 for a, b in zip(vals, vals[1:]) if a != b) / (len(vals) - 1)
+    return sum(1 for a, b in itertools.pairwise(vals) if a != b) / (len(vals) - 1)
 
 
 def _fmt(v: float) -> str:

@@ -9,13 +9,14 @@ for ``parse`` without ``-o``) and a streaming row writer (``trainaudit.ingest.ex
 from __future__ import annotations
 
 from array import array
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike
 
-from trainaudit.model import Event, Run, Series, Source
+from trainaudit.model import Event, EventKind, Run, Series, Source
 
 FLUSH_POINTS = 1 << 16
 
@@ -108,6 +109,15 @@ class Sink:
         self.n_events += 1
         self.write_event(ev)
 
+    def events(self, kind: EventKind, n: int, build: Callable[[], Iterable[Event]]) -> None:
+        """``n`` events of one ``kind``, each with its step, in line order. ``build`` makes them and
+        is called (at once) only by consumers that keep events: a bulk reader may hand over a
+        million like events (a NaN run's lines) that a summary only counts."""
+        if n <= 0:
+            return
+        self.n_events += n
+        self.write_events(kind, n, build)
+
     def meta(self, key: str, value: Any) -> None:
         self.n_meta += 1
         self.write_meta(key, value)
@@ -125,6 +135,10 @@ class Sink:
 
     def write_event(self, ev: Event) -> None:
         raise NotImplementedError
+
+    def write_events(self, kind: EventKind, n: int, build: Callable[[], Iterable[Event]]) -> None:
+        for ev in build():
+            self.write_event(ev)
 
     def write_meta(self, key: str, value: Any) -> None:
         """Metadata is optional for consumers."""
@@ -235,6 +249,10 @@ class StatsSink(Sink):
     def write_event(self, ev: Event) -> None:
         ev_counts = self.stats[-1].events
         ev_counts[ev.kind.value] = ev_counts.get(ev.kind.value, 0) + 1
+
+    def write_events(self, kind: EventKind, n: int, build: Callable[[], Iterable[Event]]) -> None:
+        ev_counts = self.stats[-1].events
+        ev_counts[kind.value] = ev_counts.get(kind.value, 0) + n  # counted, never built
 
     def write_meta(self, key: str, value: Any) -> None:
         self.stats[-1].meta.setdefault(key, value)

@@ -7,8 +7,14 @@ with array operations (pipe positions, head and key bytes compared in bulk) and 
 parsed by :mod:`trainaudit.ingest.fastnum`. A line is accepted only if its bytes differ from the
 template line's in digit positions, padding width and value text, which are exactly the
 differences the line reader's regexes ignore, so accepted lines give the line reader's result.
-Every other line (memory reports, timers, NaN-omitted losses, tracebacks, ANSI, CR, bad UTF-8)
-is returned raw for the line reader.
+
+A run that breaks prints its iteration lines with another key sequence: Megatron leaves a NaN loss
+out of the line (``training_log()`` prints a loss only when ``avg > 0.0``). So a chunk may hold
+several templates: the one from the file's head, and those a worker finds among the iteration
+lines the first one did not take (at most :data:`MAX_TEMPLATES` a chunk). What the line reader
+does for a line without a loss it has seen (a NaN value and a ``missing_metric`` event) is
+replayed from the rows, in line order. Every other line (memory reports, timers, tracebacks,
+ANSI, CR, bad UTF-8) is returned raw for the line reader.
 """
 
 from __future__ import annotations
@@ -17,7 +23,7 @@ import multiprocessing as mp
 import os
 import re
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO
 
@@ -26,15 +32,25 @@ from numpy.typing import NDArray
 
 from trainaudit.ingest.base import LineReader
 from trainaudit.ingest.fastnum import PAD, Layout, padded, parse_regions
+from trainaudit.ingest.readers.megatron_line import (
+    FIELD_RE,
+    ITER_RE,
+    SKIP_KEYS,
+    field_value,
+    is_loss_key,
+)
 from trainaudit.ingest.signatures import SignatureScanner
 from trainaudit.ingest.sink import Sink
 from trainaudit.ingest.sources import InputFile
-from trainaudit.ingest.readers.megatron_line import FIELD_RE, ITER_RE, SKIP_KEYS, field_value, is_loss_key
-from trainaudit.ingest.text import split_line, strip_prefixes
+from trainaudit.ingest.text import Line, split_line, strip_prefixes
+from trainaudit.model import Event, EventKind
 from trainaudit.safeio import LineCutter
 
-
 RANK_PREFIX_RE = re.compile(r"^(?:\[(?:rank|default)(\d+)\]:[ ]?|(\d{1,5}): )")
+# a line a worker may build another template from (the same test as ITER_RE, on bytes)
+ITER_BYTES_RE = re.compile(rb"\biteration:?\s+\d+\s*/\s*\d+\s*\|")
+MAX_TEMPLATES = 4  # per chunk, the head's included: a NaN run adds one, a restart with other keys one more
+MAX_TRIES = 16  # lines a worker tries to build a template from, per chunk
 
 # Head byte classes.
 LIT, DIGIT, ITER, TOTAL, RANK = 0, 1, 2, 3, 4
@@ -49,6 +65,9 @@ class Template:
     kinds: tuple[int, ...]
     loss_keys: frozenset[str]
     has_rank: bool
+    # the region of each key whose template value fits no layout (``nan``), else b"": rows with
+    # the same bytes there have the same value, no per-row parse needed
+    consts: tuple[bytes, ...] = ()
 
     @property
     def nfields(self) -> int:
@@ -63,9 +82,11 @@ def _usable_cpus() -> int:
         return len(os.sched_getaffinity(0))
     return os.cpu_count() or 1
 
-def build_template(raw: bytes) -> Template | None:
+
+def build_template(raw: bytes, need_loss: bool = True) -> Template | None:
     """A template from one physical line (no newline), or None if the line is not a plain,
-    all-numeric Megatron iteration line."""
+    all-numeric Megatron iteration line (with a loss field unless ``need_loss`` is False: the
+    lines of a NaN run have none)."""
     raw = raw.rstrip(b"\r")
     if not raw or any(c < 32 or c > 126 for c in raw):
         return None
@@ -101,6 +122,7 @@ def build_template(raw: bytes) -> Template | None:
     keys: list[str] = []
     lits: list[bytes] = []
     layouts: list[Layout | None] = []
+    consts: list[bytes] = []
     for seg in parts[1:-1]:
         key, sep, region = seg.partition(": ")
         if not sep or not key.startswith(" ") or not key[1:2].isalpha() or key != " " + key[1:].strip() or ":" in key:
@@ -111,24 +133,35 @@ def build_template(raw: bytes) -> Template | None:
         keys.append(key)
         lits.append(f"|{seg[:len(seg) - len(region)]}".encode())
         layouts.append(Layout.of(region))
+        consts.append(region.encode() if layouts[-1] is None else b"")
     # The line reader must see exactly these fields on this line.
     found = [(k.strip(), v) for k, v in FIELD_RE.findall(body)]
     if [k for k, _ in found] != keys:
         return None
     losses = frozenset(k for k in keys if is_loss_key(k))
-    if not losses:
+    if need_loss and not losses:
         return None
-    return Template(tuple(keys), tuple(lits), tuple(layouts), raw[:pipe0], tuple(kinds), losses, rank is not None)
+    if not _scanner_inert(body, rank, text):
+        return None  # rows are not shown to the signature scanner: it must have nothing to say of them
+    return Template(tuple(keys), tuple(lits), tuple(layouts), raw[:pipe0], tuple(kinds), losses, rank is not None,
+                    tuple(consts))
+
+
+def _scanner_inert(body: str, rank: int | None, text: str) -> bool:
+    """The signature scanner finds nothing in the line and keeps no state from it."""
+    scanner = SignatureScanner("")
+    return not scanner.feed(Line(1, body, rank, text)) and not scanner.busy and not scanner.finish()
 
 
 def find_template(head: bytes, max_lines: int = 32) -> Template | None:
-    """The most common template among the first iteration lines of ``head``."""
+    """The most common template among the first iteration lines of ``head`` (lines without a loss
+    count too: a run can be failing from its first line)."""
     counts: dict[Template, int] = {}
     seen = 0
     for raw in head.split(b"\n")[:-1]:
         if b"iteration" not in raw or b"|" not in raw:
             continue
-        tpl = build_template(raw)
+        tpl = build_template(raw, need_loss=False)
         seen += 1
         if tpl is not None:
             counts[tpl] = counts.get(tpl, 0) + 1
@@ -141,16 +174,22 @@ def find_template(head: bytes, max_lines: int = 32) -> Template | None:
 
 @dataclass
 class ChunkResult:
-    """Template rows of one chunk (line indices relative to the chunk) and the raw other lines."""
+    """Template rows of one chunk (line indices relative to the chunk, in line order) and the raw
+    other lines. ``values[i]`` holds ``keys[i]`` on the rows whose template has it (the first
+    template's keys come first)."""
 
     n_lines: int
     rows: NDArray[np.int64]
     steps: NDArray[np.int64]
     totals: NDArray[np.int64]
-    ranks: NDArray[np.int64] | None
-    values: NDArray[np.float64]  # (nfields, len(rows))
+    ranks: NDArray[np.int64] | None  # -1: a row without a launcher rank
+    values: NDArray[np.float64]  # (len(keys), len(rows))
     other: list[tuple[int, bytes]] = field(default_factory=list)
     boundary: dict[int, bytes] = field(default_factory=dict)  # template rows right after other lines
+    templates: tuple[Template, ...] = ()
+    tids: NDArray[np.int64] = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # template per row
+    keys: tuple[str, ...] = ()
+    spans: NDArray[np.int64] = field(default_factory=lambda: np.zeros((0, 2), dtype=np.int64))  # row bytes
     cut_lines: int = 0  # lines of the chunk longer than the input's line limit, cut to it
 
 
@@ -193,27 +232,40 @@ def _int_region(buf: NDArray[np.uint8], ls: NDArray[np.int64], cols: NDArray[np.
     return val, ok & prev
 
 
-def parse_chunk(data: bytes, tpl: Template) -> ChunkResult:
-    nb = len(data)
-    buf = padded(data)
-    b = buf[PAD:PAD + nb]
-    nl = np.flatnonzero(b == 10)
-    ends = nl if nb and data[-1:] == b"\n" else np.append(nl, nb)
-    starts = np.concatenate(([0], nl + 1))[: ends.shape[0]]
-    n_lines = int(ends.shape[0])
-    cr = (ends > starts) & (buf[ends + PAD - 1] == 13)
-    eff = ends - cr
-    pipes = np.flatnonzero(b == 124)
+@dataclass
+class _Lines:
+    """The line and pipe positions of one chunk, shared by the templates matched against it."""
+
+    data: bytes
+    buf: NDArray[np.uint8]
+    words: NDArray[np.uint64]
+    starts: NDArray[np.int64]
+    ends: NDArray[np.int64]
+    eff: NDArray[np.int64]  # line ends without a closing CR
+    pipes: NDArray[np.int64]
+    first: NDArray[np.int64]  # index in pipes of each line's first pipe
+    last: NDArray[np.int64]
+
+
+@dataclass
+class _Match:
+    lines: NDArray[np.int64]
+    steps: NDArray[np.int64]
+    totals: NDArray[np.int64]
+    ranks: NDArray[np.int64] | None
+    values: NDArray[np.float64]  # (nfields, len(lines))
+
+
+def _match(c: _Lines, tpl: Template, cand: NDArray[np.int64]) -> _Match:
+    """The lines among ``cand`` that fit ``tpl``, with their numbers."""
+    buf, data, words = c.buf, c.data, c.words
     k = tpl.nfields
-    first = np.searchsorted(pipes, starts)
-    last = np.searchsorted(pipes, eff)
-    ci = np.flatnonzero(last - first == k + 1)
-    p = pipes[first[ci][:, None] + np.arange(k + 1)] + PAD
-    ls = starts[ci] + PAD
+    ci = cand[c.last[cand] - c.first[cand] == k + 1]
+    p = c.pipes[c.first[ci][:, None] + np.arange(k + 1)] + PAD
+    ls = c.starts[ci] + PAD
     lh = len(tpl.head)
-    ok = (p[:, 0] - ls == lh) & (p[:, k] == eff[ci] + PAD - 1)
+    ok = (p[:, 0] - ls == lh) & (p[:, k] == c.eff[ci] + PAD - 1)
     # Head: literal bytes equal, digit positions digits, number regions spaces+digits.
-    words = _words(buf)
     kinds = np.array(tpl.kinds)
     litmask = bytes(0xFF if kd == LIT else 0 for kd in tpl.kinds)
     ok &= _equal_at(words, ls, tpl.head, litmask)
@@ -230,11 +282,15 @@ def parse_chunk(data: bytes, tpl: Template) -> ChunkResult:
         ranks, good = _int_region(buf, ls, rk)
         ok &= good & ((buf[ls + rk[0]] - np.uint8(48)) < 10)
     values = np.empty((k, ci.shape[0]))
-    for i, (klit, lay) in enumerate(zip(tpl.key_lits, tpl.layouts)):
+    for i, (klit, lay, const) in enumerate(zip(tpl.key_lits, tpl.layouts, tpl.consts)):
         ok &= _equal_at(words, p[:, i], klit)
         vs, ve = p[:, i] + len(klit), p[:, i + 1]
         ok &= ve > vs
-        v, vok = parse_regions(buf, vs, ve, lay)
+        if const:  # the template's own text (a NaN run's ``grad norm: nan``), compared in bulk
+            vok = (ve - vs == len(const)) & _equal_at(words, vs, const)
+            v = np.full(vs.shape[0], field_value(const.decode("ascii").strip()))
+        else:
+            v, vok = parse_regions(buf, vs, ve, lay)
         for r in np.flatnonzero(ok & ~vok):  # nan, long mantissas, other shapes: the line reader's own parse
             region = data[int(vs[r]) - PAD:int(ve[r]) - PAD]
             x = field_value(region.decode("ascii").strip()) if all(32 <= c <= 126 for c in region) else None
@@ -243,17 +299,83 @@ def parse_chunk(data: bytes, tpl: Template) -> ChunkResult:
             else:
                 v[r] = x
         values[i] = v
-    rows = ci[ok]
+    return _Match(ci[ok], steps[ok], totals[ok], None if ranks is None else ranks[ok], values[:, ok])
+
+
+def _discover(c: _Lines, taken: NDArray[np.bool_], tried: set[int], known: list[Template]) -> Template | None:
+    """A new template from the first untaken iteration lines not tried yet (bounded per chunk)."""
+    for j in np.flatnonzero(~taken & (c.last - c.first >= 2)):
+        if len(tried) >= MAX_TRIES:
+            return None
+        j = int(j)
+        if j in tried:
+            continue
+        raw = c.data[int(c.starts[j]):int(c.ends[j])]
+        if ITER_BYTES_RE.search(raw) is None:
+            continue
+        tried.add(j)
+        tpl = build_template(raw, need_loss=False)
+        if tpl is not None and tpl not in known:
+            return tpl
+    return None
+
+
+def parse_chunk(data: bytes, tpl: Template, discover: bool = True) -> ChunkResult:
+    """The rows of ``tpl`` in ``data``, and (``discover``) of the templates built from iteration
+    lines it did not take."""
+    nb = len(data)
+    buf = padded(data)
+    b = buf[PAD:PAD + nb]
+    nl = np.flatnonzero(b == 10)
+    ends = nl if nb and data[-1:] == b"\n" else np.append(nl, nb)
+    starts = np.concatenate(([0], nl + 1))[: ends.shape[0]]
+    n_lines = int(ends.shape[0])
+    cr = (ends > starts) & (buf[ends + PAD - 1] == 13)
+    eff = ends - cr
+    pipes = np.flatnonzero(b == 124)
+    c = _Lines(data, buf, _words(buf), starts, ends, eff, pipes, np.searchsorted(pipes, starts),
+               np.searchsorted(pipes, eff))
+    templates = [tpl]
+    matches = [_match(c, tpl, np.arange(n_lines))]
     is_row = np.zeros(n_lines, dtype=bool)
-    is_row[rows] = True
+    is_row[matches[0].lines] = True
+    tried: set[int] = set()
+    while discover and len(templates) < MAX_TEMPLATES:
+        new = _discover(c, is_row, tried, templates)
+        if new is None:
+            break
+        m = _match(c, new, np.flatnonzero(~is_row))
+        if m.lines.shape[0]:
+            templates.append(new)
+            matches.append(m)
+            is_row[m.lines] = True
+    keys: list[str] = []
+    for t in templates:
+        keys += [key for key in t.keys if key not in keys]
+    rows = np.concatenate([m.lines for m in matches])
+    order = np.argsort(rows, kind="stable")
+    tids = np.concatenate([np.full(m.lines.shape[0], i, dtype=np.int64) for i, m in enumerate(matches)])[order]
+    values = np.full((len(keys), rows.shape[0]), np.nan)
+    at = 0
+    for t, m in zip(templates, matches):
+        n = m.lines.shape[0]
+        for i, key in enumerate(t.keys):
+            values[keys.index(key), at:at + n] = m.values[i]
+        at += n
+    ranks = None
+    if any(t.has_rank for t in templates):
+        ranks = np.concatenate([m.ranks if m.ranks is not None else np.full(m.lines.shape[0], -1, dtype=np.int64)
+                                for m in matches])[order]
+    rows = rows[order]
     other_idx = np.flatnonzero(~is_row & (ends > starts))
     other = [(int(j), data[int(starts[j]):int(ends[j])]) for j in other_idx]
     nxt = other_idx + 1
     nxt = nxt[(nxt < n_lines)]
     nxt = nxt[is_row[nxt]]
     boundary = {int(j): data[int(starts[j]):int(ends[j])] for j in nxt}
-    return ChunkResult(n_lines, rows.astype(np.int64), steps[ok], totals[ok],
-                       None if ranks is None else ranks[ok], values[:, ok], other, boundary)
+    return ChunkResult(n_lines, rows.astype(np.int64), np.concatenate([m.steps for m in matches])[order],
+                       np.concatenate([m.totals for m in matches])[order], ranks, values[:, order], other, boundary,
+                       tuple(templates), tids, tuple(keys), np.stack([starts[rows], eff[rows]], axis=1))
 
 
 # -- driving a whole input -------------------------------------------------------------------
@@ -323,92 +445,167 @@ class Replay:
     """Feeds chunk results to a sink in line order, exactly as the line reader would have.
 
     Template rows are emitted in bulk (``add_many``) and lazily: only before an other line that
-    may add to the same metrics, or at the end of the chunk, so per-metric order is kept. The
-    other lines go through the reader's ``feed`` and the signature scanner one by one, with
-    ``sink.last_step`` set as the line reader would have left it (events default to it)."""
+    may add to the same metrics, or at the end of the chunk, so per-metric order is kept. What a
+    row does to the reader's state (the loss keys seen, ``train_iters``) and the ``missing_metric``
+    events of rows without a loss seen before are played eagerly, row by row where there is an
+    event, before each other line. The other lines go through the reader's ``feed`` and the
+    signature scanner one by one, with ``sink.last_step`` set as the line reader would have left it
+    (events default to it)."""
 
     def __init__(self, reader: LineReader, tpl: Template, sink: Sink, scanner: SignatureScanner, state: dict) -> None:
         self.reader, self.tpl, self.sink, self.scanner, self.state = reader, tpl, sink, scanner, state
-        self.keyset = set(tpl.keys)
-        self.line_mode = False
         self.iter_re = ITER_RE
 
-    def line(self, no: int, raw: bytes) -> None:
-        for ln in split_line(no, raw):
-            self.reader.feed(ln, self.sink, self.state)
-            for ev in self.scanner.feed(ln):
-                self.sink.event(ev)
-
-    def lines(self, data: bytes, base: int, start: int = 0) -> None:
-        parts = data.split(b"\n")
-        if data.endswith(b"\n"):
-            parts.pop()
-        for i in range(start, len(parts)):
-            if parts[i]:
-                self.line(base + i + 1, parts[i])
-
-    def _seen(self, res: ChunkResult) -> None:
-        # What the line reader's state would hold after a template row.
-        if "train_iters" not in self.state:
-            self.state["train_iters"] = int(res.totals[0])
-            self.sink.meta("train_iters", int(res.totals[0]))
-        self.state["loss_keys"].update(self.tpl.loss_keys)
-
-    def chunk(self, res: ChunkResult, base: int) -> int | None:
-        """Replay one chunk; returns the chunk line index from which the rest must be read line by
-        line (an other line introduced a loss key the template lacks), else None."""
+    def chunk(self, res: ChunkResult, base: int, data: Callable[[], bytes]) -> None:
+        """Replay one chunk; ``data`` gives the chunk's bytes (read only for the text of events)."""
         rows, steps, sink = res.rows, res.steps, self.sink
-        emitted = 0
-
-        def emit(upto: int) -> None:
-            nonlocal emitted
-            if upto <= emitted:
-                return
-            sl = slice(emitted, upto)
-            st, ln, vals = steps[sl], rows[sl] + base + 1, res.values[:, sl]
-            if res.ranks is None:
-                groups: list[tuple[int | None, Any]] = [(None, slice(None))]
-            else:
-                rk = res.ranks[sl]
-                uniq, first = np.unique(rk, return_index=True)
-                groups = [(int(r), rk == r) for r in uniq[np.argsort(first)]]
-            for r, sel in groups:
-                for i, key in enumerate(self.tpl.keys):
-                    sink.add_many(sink.metric_for(key, r), st[sel], vals[i, sel], ln[sel])
-            sink.last_step = int(st[-1])
-            emitted = upto
-
+        play = _Play(self, res, base, data)
         last_other = -1
         after_other: int | None = None
         for j, raw in res.other:
             q = int(np.searchsorted(rows, j))
             if q > 0 and rows[q - 1] > last_other:
-                self._seen(res)
+                play.walk(q)
                 sink.last_step = int(steps[q - 1])
             lines = split_line(base + j + 1, raw)
             if any(self.iter_re.search(ln.text) for ln in lines):
-                emit(q)
+                play.emit(q)
             for ln in lines:
                 self.reader.feed(ln, sink, self.state)
                 for ev in self.scanner.feed(ln):
                     sink.event(ev)
             last_other, after_other = j, sink.last_step
-            if not self.state["loss_keys"] <= self.keyset:
-                emit(q)
-                return j + 1
             nxt = res.boundary.get(j + 1)
             if nxt is not None:  # the scanner sees the line that ends a block of other lines
-                self._seen(res)
+                play.walk(q + 1)
                 sink.last_step = int(steps[q])
                 for ln in split_line(base + j + 2, nxt):
                     for ev in self.scanner.feed(ln):
                         sink.event(ev)
         if rows.shape[0]:
-            self._seen(res)
-            emit(rows.shape[0])
+            play.walk(rows.shape[0])
+            play.emit(rows.shape[0])
             if last_other > rows[-1]:
                 sink.last_step = after_other
-        return None
+
+
+class _Play:
+    """One chunk's rows as the line reader would have read them. ``walk(q)`` plays rows ``< q``
+    on the state and the events; ``emit(q)`` hands their values to the sink. For each walked run
+    of rows it keeps which loss keys each template's rows miss (the line reader adds NaN for those)."""
+
+    def __init__(self, replay: Replay, res: ChunkResult, base: int, data: Callable[[], bytes]) -> None:
+        self.r, self.res, self.base, self.data = replay, res, base, data
+        self.walked = 0
+        self.emitted = 0
+        self.missing: list[tuple[int, int, dict[int, list[str]]]] = []  # (lo, hi, template -> missing keys)
+        self.text: str | None = None
+
+    def walk(self, q: int) -> None:
+        lo = self.walked
+        if q <= lo:
+            return
+        res, state = self.res, self.r.state
+        if "train_iters" not in state:
+            state["train_iters"] = int(res.totals[lo])
+            self.r.sink.meta("train_iters", int(res.totals[lo]))
+        losses: set[str] = state["loss_keys"]
+        tids = res.tids[lo:q]
+        present = [int(t) for t in np.unique(tids)]
+        while lo < q:
+            # The state changes at the first row of a template with a loss key not seen yet.
+            cut, adds = q, None
+            for t in present:
+                if res.templates[t].loss_keys - losses:
+                    hit = np.flatnonzero(res.tids[lo:q] == t)
+                    if hit.shape[0] and lo + int(hit[0]) < cut:
+                        cut, adds = lo + int(hit[0]), t
+            if cut > lo:
+                self._span(lo, cut, present, losses)
+            if adds is None:
+                break
+            # Rows of the adding template miss what they would have missed before it (its own
+            # losses are its keys), so the span may start at the adding row itself.
+            losses.update(res.templates[adds].loss_keys)
+            lo = cut
+        self.walked = q
+
+    def _span(self, lo: int, hi: int, present: list[int], losses: set[str]) -> None:
+        res, sink = self.res, self.r.sink
+        missing = {t: sorted(k for k in losses if k not in res.templates[t].keys) for t in present}
+        self.missing.append((lo, hi, missing))
+        loud = [t for t in present if missing[t] or not res.templates[t].loss_keys]
+        if not loud:
+            return
+        tids = res.tids[lo:hi]
+        idx = np.flatnonzero(np.isin(tids, loud)) + lo
+        if not idx.shape[0]:
+            return
+        src = sink.source.path if sink.source else ""
+        said = {t: ", ".join(missing[t]) if missing[t] else "loss" for t in loud}
+        what = {t: missing[t] or ["loss"] for t in loud}
+        line0 = self.base + 1
+        ranks = res.ranks
+
+        def build() -> Iterator[Event]:
+            if self.text is None:
+                self.text = self.data().decode("ascii", "replace")  # rows are ASCII: offsets are characters
+            text = self.text
+            for i, t, step, (a, b) in zip(idx.tolist(), res.tids[idx].tolist(), res.steps[idx].tolist(),
+                                          res.spans[idx].tolist()):
+                rank = None if ranks is None or ranks[i] < 0 else int(ranks[i])
+                yield Event(EventKind.MISSING_METRIC,
+                            f"iteration {step}: {said[t]} absent from the line (Megatron omits a NaN/Inf loss)",
+                            src, line0 + int(res.rows[i]), text[a:b], step=step, rank=rank,
+                            data={"metrics": list(what[t]), "assumed_nan": True})
+
+        sink.events(EventKind.MISSING_METRIC, int(idx.shape[0]), build)
+
+    def emit(self, upto: int) -> None:
+        lo = self.emitted
+        if upto <= lo:
+            return
+        res, sink = self.res, self.r.sink
+        sl = slice(lo, upto)
+        tids, st, ln = res.tids[sl], res.steps[sl], res.rows[sl] + self.base + 1
+        n = upto - lo
+        nan_of: dict[str, NDArray[np.bool_]] = {}
+        for a, b, missing in self.missing:
+            a, b = max(a, lo), min(b, upto)
+            if a >= b:
+                continue
+            for t, keys in missing.items():
+                if keys:
+                    sel = np.zeros(n, dtype=bool)
+                    sel[a - lo:b - lo] = tids[a - lo:b - lo] == t
+                    for key in keys:
+                        nan_of[key] = nan_of[key] | sel if key in nan_of else sel
+        self.missing = [(a, b, m) for a, b, m in self.missing if b > upto]
+        has = np.array([[key in t.keys for key in res.keys] for t in res.templates], dtype=bool)
+        for i, key in enumerate(res.keys + tuple(k for k in nan_of if k not in res.keys)):
+            take = has[tids, i] if i < len(res.keys) else np.zeros(n, dtype=bool)
+            vals = res.values[i, sl] if i < len(res.keys) else np.full(n, np.nan)
+            nan = nan_of.get(key)
+            if nan is not None:
+                take = take | nan
+                vals = np.where(nan, np.nan, vals)
+            if not take.any():
+                continue
+            if res.ranks is None:
+                sink.add_many(key, st[take], vals[take], ln[take])
+                continue
+            # Ranks in the order they first write this metric (the first one owns the plain
+            # name); rows whose ranks share a series stay in line order.
+            rk = res.ranks[sl][take]
+            uniq, first = np.unique(rk, return_index=True)
+            names: dict[str, list[int]] = {}
+            for r in uniq[np.argsort(first)].tolist():
+                names.setdefault(sink.metric_for(key, None if r < 0 else r), []).append(r)
+            for name, rs in names.items():
+                sel = np.isin(rk, rs)
+                sink.add_many(name, st[take][sel], vals[take][sel], ln[take][sel])
+        sink.last_step = int(st[-1])
+        self.emitted = upto
 
 
 def read_fast(reader: LineReader, tpl: Template, inp: InputFile, sink: Sink, scanner: SignatureScanner,
@@ -428,26 +625,14 @@ def read_fast(reader: LineReader, tpl: Template, inp: InputFile, sink: Sink, sca
             results = ((off, ln, _work(path, off, ln, tpl, limit)) for off, ln in ranges)
         for off, length, res in results:
             cut += res.cut_lines
-            if replay.line_mode:
-                replay.lines(_cut(_read_range(path, off, length), limit)[0], base)
-            else:
-                resume = replay.chunk(res, base)
-                if resume is not None:
-                    replay.line_mode = True
-                    replay.lines(_cut(_read_range(path, off, length), limit)[0], base, resume)
+            replay.chunk(res, base, lambda off=off, length=length: _cut(_read_range(path, off, length), limit)[0])
             base += res.n_lines
         inp.cut_lines = max(inp.cut_lines, cut)
         return
     with inp.open() as stream:
         for data in stream_chunks(stream, chunk_size):
             n = data.count(b"\n") + (0 if data.endswith(b"\n") else 1)
-            if replay.line_mode:
-                replay.lines(data, base)
-            else:
-                resume = replay.chunk(parse_chunk(data, tpl), base)
-                if resume is not None:
-                    replay.line_mode = True
-                    replay.lines(data, base, resume)
+            replay.chunk(parse_chunk(data, tpl), base, lambda data=data: data)
             base += n
 
 

@@ -5,15 +5,15 @@ lines in any spelling. Specific readers win when they claim a file; this one rea
 from __future__ import annotations
 
 import bisect
+from array import array
 
 from trainaudit.ingest.base import LineReader, Sample
-from trainaudit.ingest.extract import Extractor, Record, record_of, Table
+from trainaudit.ingest.extract import Extractor, Record, Table, record_of
 from trainaudit.ingest.signatures import SignatureScanner
 from trainaudit.ingest.sink import Sink
 from trainaudit.ingest.sources import InputFile
 from trainaudit.ingest.text import Line, iter_lines
 from trainaudit.model import Event, SourceKind
-
 
 MAX_HELD = 10_000
 
@@ -47,13 +47,20 @@ def read_metrics(inp: InputFile, sink: Sink, *, scan_events: bool = False) -> No
     ex = Extractor()
     scanner = SignatureScanner(inp.display)  # also says when a traceback is open: its lines are code
     held: list[Event] = []  # events seen before the extractor has placed the records around them
-    placed_lines: list[int] = []
-    placed_steps: list[int] = []
+    # Every placed record's line and step, for the held events: 16 bytes a record as int64 arrays
+    # (a list of ints is 50 or more: a GB of a 15M-line log); a step beyond int64 turns them to lists.
+    placed_lines: array[int] | list[int] = array("q")
+    placed_steps: array[int] | list[int] = array("q")
 
     def emit(placed: list[tuple[int, Record]]) -> None:
+        nonlocal placed_lines, placed_steps
         for step, rec in placed:
+            try:
+                placed_steps.append(step)
+            except OverflowError:
+                placed_lines, placed_steps = list(placed_lines), list(placed_steps)
+                placed_steps.append(step)
             placed_lines.append(rec.line)
-            placed_steps.append(step)
             for k, v in rec.metrics.items():
                 sink.add(k, step, v, rec.line, rec.rank)
         release(final=False)
