@@ -33,6 +33,8 @@ browser:
 
 # Each test file on one worker (its module fixtures are built once), files spread over the cores.
 test: $(VENV)/.installed-dev browser
+	$(BIN)/python -m ruff check src tools tests benchmarks examples
+	$(BIN)/python -m mypy
 	$(BIN)/python -m pytest -n auto --dist loadfile
 
 bench: $(VENV)/.installed-dev

@@ -331,7 +331,7 @@ class _BoundedLoader(yaml.SafeLoader):
 def load_yaml(text: str, where: str) -> Any:
     """``yaml.safe_load`` with alias expansion and depth bounded; errors are one-line input errors."""
     try:
-        return yaml.load(text, Loader=_BoundedLoader)  # noqa: S506 - a SafeLoader subclass
+        return yaml.load(text, Loader=_BoundedLoader)
     except yaml.YAMLError as exc:
         first = str(exc).splitlines()[0] if str(exc) else "syntax error"
         raise InputError(f"{where}: not valid YAML ({first})") from None

@@ -73,14 +73,14 @@ def collect_patterns() -> dict[str, re.Pattern[Any]]:
                     and not dataclasses.is_dataclass(value):
                 continue  # functions and imported objects
             _walk(value, f"{module.__name__.removeprefix('trainaudit.')}.{attr}", found)
-    return {name: p for name, p in sorted(found.values(), key=lambda t: t[0])}
+    return dict(sorted(found.values(), key=lambda t: t[0]))
 
 
 # -- deriving hostile lines -----------------------------------------------------------------------
 def _in_set(items: list[tuple[Any, Any]], c: str) -> bool:
     o = ord(c)
     for op, av in items:
-        if op is C.LITERAL and av == o or op is C.RANGE and av[0] <= o <= av[1]:
+        if (op is C.LITERAL and av == o) or (op is C.RANGE and av[0] <= o <= av[1]):
             return True
         if op is C.CATEGORY and {
             C.CATEGORY_DIGIT: c.isdigit(), C.CATEGORY_NOT_DIGIT: not c.isdigit(),

@@ -24,6 +24,7 @@ _TOKEN = re.compile(r"[A-Za-z0-9_.\-]+")
 # A path only starts where a run of path characters starts (the look-behind), and its parts are bounded,
 # so a long run of path characters is scanned once, not once per character.
 _GOLDEN_PATH = re.compile(r"(?<![A-Za-z0-9_./\-])[A-Za-z0-9_./\-]{0,512}?golden_values[A-Za-z0-9_.\-]{0,128}?\.json")
+_TOKEN_PARTS = re.compile(r"[.\-]")
 MAX_TEXT = 64 * 1024 * 1024
 
 
@@ -43,7 +44,7 @@ def tokens_of(texts: list[str]) -> set[str]:
     for t in texts:
         for tok in _TOKEN.findall(t[:MAX_TEXT]):
             out.add(tok)
-            out.update(p for p in re.split(r"[.\-]", tok) if p)  # "case.log", "logs-case-123" name "case"
+            out.update(p for p in _TOKEN_PARTS.split(tok) if p)  # "case.log", "logs-case-123" name "case"
     return out
 
 

@@ -81,8 +81,9 @@ class Staging:
 
     def stage(self, side_name: str, paths: list[str], names: dict[str, str] | None = None) -> Side:
         names = names or {}
-        side = Side(side_name, run_dir=self.root / f"{side_name}-run")
-        side.run_dir.mkdir(parents=True, exist_ok=True)
+        run_dir = self.root / f"{side_name}-run"
+        side = Side(side_name, run_dir=run_dir)
+        run_dir.mkdir(parents=True, exist_ok=True)
         for given in paths:
             # an absolute path under the working directory is shown relative, as everywhere else
             shown = names.get(given) or display_path(given)

@@ -72,13 +72,13 @@ def watch(log: Path, fmt: str | None, fail_on: str | None, interval: float, idle
         click.echo(f"trainaudit: waiting for {log} to appear", err=True)
     try:
         while True:
-            n_before = watcher.live.n_values + len(watcher.live.events)
+            n_before = watcher.live.n_values + len(watcher.live.recorded)
             pos_before = watcher.follower.position
             for a in watcher.poll(time.monotonic()):
                 _echo(a)
                 if limit is not None and SEVERITY_ORDER[a.severity] >= limit:
                     failed = True
-            if watcher.live.n_values + len(watcher.live.events) != n_before or watcher.follower.position != pos_before:
+            if watcher.live.n_values + len(watcher.live.recorded) != n_before or watcher.follower.position != pos_before:
                 last_growth = time.monotonic()
             if failed:
                 status = f"alert at or above {fail_on}"

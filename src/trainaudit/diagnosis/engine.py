@@ -193,7 +193,7 @@ def diagnose(hits: list[Hit], *, n_loss_points: int = 0, has: set[str] | None = 
         issue = root.message
         if root.category == Category.OOM and root.data.get("fragmentation"):
             issue = "CUDA OOM caused by allocator fragmentation: " + root.message
-        rest = [h for h in infra[1:]]
+        rest = infra[1:]
         if any(h.category == Category.DISTRIBUTED_FAILURE for h in rest) and root.category != Category.DISTRIBUTED_FAILURE:
             issue += "; the collective timeouts / aborts of the other ranks are consequences"
         if mem:

@@ -51,10 +51,11 @@ ENV_FILE_RE = re.compile(r"(^|/)(Dockerfile[^/]*|[^/]*\.dockerfile|requirements[
 CI_FILE_RE = re.compile(r"(?:^|/)(?:\.gitlab-ci\.ya?ml|\.github/workflows/[^/]++|jet[^/]*\.ya?ml)$|"
                         r"^(?>(?:.*?/)??\.gitlab/).+$|^(?>(?:.*?/)??ci/).+\.(?:ya?ml|sh)$|^(?>(?:.*?/)??\.ci/).+$", re.I)
 RECIPE_RE = re.compile(r"^(?>(?:.*?/)??tests/test_utils/recipes/).+\.ya?ml$", re.I)
-COMPARATOR_RE = re.compile(r"(^|/)tests/functional_tests/python_test_utils/(?!test_(inference|grpo)).+\.py$|"
-                           r"(^|/)(compare|check)_golden[^/]*\.py$", re.I)
+COMPARATOR_RE = re.compile(r"^(?>(?:.*?/)??tests/functional_tests/python_test_utils/)(?!test_(?:inference|grpo)).+\.py$|"
+                           r"(?:^|/)(?:compare|check)_golden[^/]*+\.py$", re.I)
 LAUNCHER_RE = re.compile(r"(^|/)tests/functional_tests/shell_test_utils/.+|(^|/)tests/test_utils/python_scripts/"
                          r"(launch|generate)[^/]*\.py$|(^|/)(run_ci_test|_run_training)[^/]*\.sh$", re.I)
+_CONFIG_KEY = re.compile(r"^[+-][ \t]*+([\w\-.]++)[ \t]*+:")  # a changed line's key
 TEST_CONFIG_RE = re.compile(r"model_config\.ya?ml$", re.I)
 REVERT_RE = re.compile(r'^Revert\b|This reverts commit ([0-9a-f]{7,40})', re.I | re.M)
 SCOPE_DIFF_RE = re.compile(r"^\+.*(-broken|broken|flaky|scope\s*:|skip|disabled?)", re.I | re.M)
@@ -131,7 +132,7 @@ def env_grade(diff: str, files: list[str], title: str = "") -> EnvChange:
                     best = EnvChange(g, f"{name} {key.strip()}: {how}"[:160])
                 break
         else:
-            if old is not None and new is not None and best.grade < 0.3 and re.search(r"\d", f"{old}{new}"):
+            if old is not None and new is not None and best.grade < 0.3 and any(ch.isdigit() for ch in f"{old}{new}"):
                 best = EnvChange(0.3, f"pin {key.strip()}: {old} → {new}"[:160])
     if best.grade:
         return best
@@ -383,7 +384,7 @@ def _config_keys(diff: str, path: str) -> list[str]:
     keys: list[str] = []
     for line in _diff_of(diff, [path]).splitlines():
         if line[:1] in "+-" and not line.startswith(("+++", "---")):
-            m = re.match(r"^[+-]\s*([\w\-.]+)\s*:", line)
+            m = _CONFIG_KEY.match(line)
             if m and m.group(1) not in keys:
                 keys.append(m.group(1))
     return keys

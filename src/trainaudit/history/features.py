@@ -76,6 +76,15 @@ MESSAGE_FEATURES: dict[str, str] = {
 _MESSAGE_RE = {k: re.compile(v, re.I) for k, v in MESSAGE_FEATURES.items()}
 
 
+# feature -> what names it among a config's MODEL_ARGS (names and values, lower case)
+_ARG_FEATURES: dict[str, re.Pattern[str]] = {k: re.compile(v) for k, v in {
+    "moe": r"--moe-|--num-experts", "mla": r"--multi-latent-attention|--q-lora-rank|--kv-lora-rank",
+    "mtp": r"--mtp-", "hybrid": r"--hybrid|--mamba|mamba|hybrid", "fsdp": r"fsdp|--data-parallel-sharding-strategy",
+    "fp8": r"--fp8|--fp4", "cudagraph": r"cuda-graph|cudagraph", "muon": r"muon", "recompute": r"--recompute",
+    "offload": r"offload", "multimodal": r"vision|--img-|llava|siglip|mimo|radio_",
+    "te": r"transformer_engine|--transformer-impl transformer_engine", "rl": r"--perform-rl-step|--rl-|grpo"}.items()}
+
+
 def message_features(text: str) -> set[str]:
     return {k for k, rx in _MESSAGE_RE.items() if rx.search(text)}
 
@@ -111,15 +120,7 @@ def test_features(test_dir: str | None, config: Mapping[str, Any] | None) -> set
         env = {}
     keys = {str(k).lower() for k in args}
     text = " ".join(f"{k} {v}" for k, v in args.items()).lower()
-    for feat, rx in (("moe", r"--moe-|--num-experts"), ("mla", r"--multi-latent-attention|--q-lora-rank|--kv-lora-rank"),
-                     ("mtp", r"--mtp-"), ("hybrid", r"--hybrid|--mamba|mamba|hybrid"),
-                     ("fsdp", r"fsdp|--data-parallel-sharding-strategy"), ("fp8", r"--fp8|--fp4"),
-                     ("cudagraph", r"cuda-graph|cudagraph"), ("muon", r"muon"), ("recompute", r"--recompute"),
-                     ("offload", r"offload"), ("multimodal", r"vision|--img-|llava|siglip|mimo|radio_"),
-                     ("te", r"transformer_engine|--transformer-impl transformer_engine"),
-                     ("rl", r"--perform-rl-step|--rl-|grpo")):
-        if re.search(rx, text):
-            feats.add(feat)
+    feats.update(feat for feat, rx in _ARG_FEATURES.items() if rx.search(text))
     if _int(args.get("--context-parallel-size")) > 1:
         feats.add("context_parallel")
     if _int(args.get("--pipeline-model-parallel-size")) > 1:

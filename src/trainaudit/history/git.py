@@ -33,6 +33,7 @@ from trainaudit.safeio import check_location
 # Branch/tag names, shas, HEAD~3, main^, v1.2 — but nothing starting with "-" and no ".." ranges.
 _REV_RE = re.compile(r"^(?!-)(?!.*\.\.)[A-Za-z0-9._/@^~{}+-]{1,200}$")
 _SHA_RE = re.compile(r"[0-9a-f]{40}([0-9a-f]{24})?")  # SHA-1 or SHA-256 object names
+_URL_USER = re.compile(r"(?<=://)[^/@\s]*+@")  # "user:token@" of a remote URL
 _FIELD = "\x1f"
 _RECORD = "\x1e"
 GIT_TIMEOUT_S = 60
@@ -160,7 +161,7 @@ class Repo:
         folder's name; never a path of this machine."""
         url = self._run(["config", "--get", "remote.origin.url"], what="git config", check=False).strip()
         if url:
-            return re.sub(r"(?<=://)[^/@\s]*@", "", url)[:200]
+            return _URL_USER.sub("", url)[:200]
         folder = self.path.resolve()
         if folder.name == ".git":
             folder = folder.parent

@@ -52,7 +52,7 @@ class RowWriter(Sink):
             self._pq = pq.ParquetWriter(str(out), schema)
             self._schema = schema
         else:
-            self._fh = open(out, "w", newline="", encoding="utf-8")  # noqa: SIM115 - closed by close(), rows stream in
+            self._fh = open(out, "w", newline="", encoding="utf-8")  # noqa: SIM115 (closed by close(); rows stream in)
             if self.kind == "csv":
                 self._csv = csv.writer(self._fh)
                 self._csv.writerow(COLUMNS)

@@ -847,7 +847,7 @@ class Extractor:
     @staticmethod
     def _decide(records: list[Record]) -> _Step:
         with_metrics = [r for r in records if r.metrics] or records
-        best: tuple[int, float, str] | None = None
+        best: tuple[int, int, float, str] | None = None
         seen: dict[str, list[float]] = {}
         for r in records:
             for k, v in r.counters.items():
@@ -887,7 +887,8 @@ class Extractor:
         if self.step.swap_total and key is not None and key in rec.totals:
             rec.counters[key] = rec.totals[key]
         for k, v in rec.counters.items():
-            if k != key and counter_rank(k) is not None and counter_rank(k) >= 6:
+            rank_k = counter_rank(k)
+            if k != key and rank_k is not None and rank_k >= 6:
                 self.outer[k] = v  # epoch: the counter around the step
         if key is not None and key not in rec.counters:
             # another counter of the same kind on this line ("iteration 3" in a log of "step N")

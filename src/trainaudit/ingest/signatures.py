@@ -17,6 +17,7 @@ Sizes are GiB floats (binary units: MiB / 1024, KiB / 1024**2, bytes / 1024**3).
 
 from __future__ import annotations
 
+import contextlib
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -281,10 +282,8 @@ def _loss_scale(line: Line, text: str) -> list[tuple[EventKind, str, dict[str, A
         return [(EventKind.LOSS_SCALE_MIN, "DeepSpeed: loss scale already at minimum, run exits",
                  {"framework": "deepspeed"})]
     data: dict[str, Any] = {"framework": "fairseq"}
-    try:
+    with contextlib.suppress(ValueError):
         data["min_loss_scale"] = float(m.group("scale"))
-    except ValueError:
-        pass
     return [(EventKind.LOSS_SCALE_MIN, f"fairseq: minimum loss scale reached ({m.group('scale')})", data)]
 
 
@@ -402,7 +401,7 @@ XID_RE = re.compile(r"Xid \(PCI:(?P<pci>[0-9a-fA-F:.]+)\): (?P<xid>\d+)(?:, pid=
 XID_ERRSTR_RE = re.compile(r"errorString (?P<es>[^,]+)")
 XID_CATEGORY = {13: "sm_exception", 31: "mmu_fault", 45: "preemptive_cleanup", 48: "ecc", 63: "ecc_page_retirement",
                 64: "ecc_page_retirement", 79: "gpu_lost", 92: "ecc", 94: "ecc", 95: "ecc", 109: "ctx_switch_timeout",
-                **{n: "nvlink" for n in range(144, 151)}}
+                **dict.fromkeys(range(144, 151), "nvlink")}
 NVRM_GPU_RE = re.compile(r"NVRM: The NVIDIA GPU (?P<pci>[0-9a-fA-F:.]+)")
 NVRM_PCIID_RE = re.compile(r"NVRM: \(PCI ID: (?P<id>[0-9a-fA-F:]+)\)")
 GPU_IS_LOST_RE = re.compile(r"GPU (?P<pci>[0-9a-fA-F:.]+): GPU is lost")
@@ -673,9 +672,8 @@ class SignatureScanner:
         if ELASTIC_HEADER_RE.search(text):
             self._elastic_open(line, text, out)
             return out
-        if "NVRM" in text or "GPU is lost" in text:
-            if self._gpu_lost(line, text, out):
-                return out
+        if ("NVRM" in text or "GPU is lost" in text) and self._gpu_lost(line, text, out):
+            return out
         for needles, matcher in _MATCHERS:
             if any(n in text for n in needles):
                 found = matcher(line, text)
@@ -734,7 +732,7 @@ class SignatureScanner:
             tb.idle = 0
             tb.last_line, tb.last_raw = line.no, line.raw
             return True, None
-        if text[:1].isspace() or text.startswith("[Previous line repeated") or text.startswith("^"):
+        if text[:1].isspace() or text.startswith(("[Previous line repeated", "^")):
             tb.idle = 0
             return True, None
         if TB_START in text:
@@ -883,7 +881,7 @@ class SignatureScanner:
         line = Line(at[0], "", blk.rank, at[1])
         out.append(self._event(EventKind.ELASTIC_FAILURE, f"{'root cause: ' if blk.root else ''}{who} {what}",
                                line, data, rank=rank, at=at))
-        base = {k: data[k] for k in ("rank", "local_rank", "pid", "exitcode", "host") if k in data}
+        base: dict[str, Any] = {k: data[k] for k in ("rank", "local_rank", "pid", "exitcode", "host") if k in data}
         for kind, msg, d in _signal_events(None, signum, base, who):
             out.append(self._event(kind, msg, line, d, rank=rank, at=at))
         blk.emitted += 1

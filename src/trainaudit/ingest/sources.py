@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, cast
 
 from trainaudit.errors import InputError
 from trainaudit.safeio import LIMITS, BoundedStream, budget, open_input
@@ -58,7 +58,7 @@ class InputFile:
     cut_lines: int = 0  # lines cut by the streams opened so far (the most any one stream cut)
 
     def open(self) -> BinaryIO:
-        return _Counted(self, self.opener())
+        return cast(BinaryIO, _Counted(self, self.opener()))
 
 
 class _Counted(BoundedStream):
@@ -162,7 +162,7 @@ def _expand_file(path: Path, display: str, *, in_directory: bool) -> Iterator[In
     except OSError as exc:
         raise InputError(f"{display}: cannot read ({exc.strerror or exc})") from None
     lower = path.name.lower()
-    if head.startswith(ZIP_MAGIC) or head.startswith(EMPTY_ZIP_MAGIC) or lower.endswith(".zip"):
+    if head.startswith((ZIP_MAGIC, EMPTY_ZIP_MAGIC)) or lower.endswith(".zip"):
         yield from _zip_members(path, display)
         return
     if head.startswith(GZIP_MAGIC):
@@ -171,8 +171,8 @@ def _expand_file(path: Path, display: str, *, in_directory: bool) -> Iterator[In
             yield from _tar_members(path, display)
             return
         name = path.name[:-3] if lower.endswith(".gz") else path.name
-        yield InputFile(display, name, size, lambda: gzip.open(open_input(path, display), "rb"), fs_path=path,
-                        compressed=True, max_bytes=budget(size))
+        yield InputFile(display, name, size, lambda: cast(BinaryIO, gzip.open(open_input(path, display), "rb")),
+                        fs_path=path, compressed=True, max_bytes=budget(size))
         return
     if _is_tar(head) or lower.endswith(".tar"):
         yield from _tar_members(path, display)
@@ -214,7 +214,7 @@ def _check_count(display: str, n: int) -> None:
 
 def _zip_opener(zf: zipfile.ZipFile, info: zipfile.ZipInfo) -> Opener:
     def opener() -> BinaryIO:
-        return zf.open(info)  # type: ignore[return-value]
+        return cast(BinaryIO, zf.open(info))
 
     return opener
 
@@ -249,11 +249,18 @@ def _tar_members(path: Path, display: str) -> Iterator[InputFile]:
     if not found:
         raise InputError(f"{display}: tar archive is empty")
     for name, (msize, data) in found.items():
-        opener = (lambda d=data: io.BytesIO(d)) if data is not None else _tar_opener(path, display, name)
+        opener = _bytes_opener(data) if data is not None else _tar_opener(path, display, name)
         yield from _member(display, name, msize, opener)
 
 
 _KEEP_BYTES = 4 << 20
+
+
+def _bytes_opener(data: bytes) -> Opener:
+    def opener() -> BinaryIO:
+        return io.BytesIO(data)
+
+    return opener
 
 
 def _tar_opener(path: Path, display: str, member: str) -> Opener:
@@ -265,7 +272,7 @@ def _tar_opener(path: Path, display: str, member: str) -> Opener:
                 f = tf.extractfile(m)
         if f is None:
             raise InputError(f"{path}!{member}: not a regular file")
-        return f
+        return cast(BinaryIO, f)
 
     return opener
 
@@ -275,7 +282,7 @@ def _member(archive_display: str, member: str, size: int, opener: Opener) -> Ite
     display = f"{archive_display}!{member}"
     name = os.path.basename(member)
     if name.lower().endswith(".gz") and not name.lower().endswith(".tar.gz"):
-        yield InputFile(display, name[:-3], size, lambda: gzip.open(opener(), "rb"), compressed=True,  # type: ignore[arg-type]
+        yield InputFile(display, name[:-3], size, lambda: cast(BinaryIO, gzip.open(opener(), "rb")), compressed=True,
                         max_bytes=budget(size))
     else:
         yield InputFile(display, name, size, opener)

@@ -15,7 +15,7 @@ import math
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import BinaryIO
+from typing import BinaryIO, cast
 
 ANSI_RE = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[()][0-9A-Za-z]|\x1b[=>]")
 
@@ -67,7 +67,7 @@ def _looks_like_label(text: str, end: int) -> bool:
 
 def iter_lines(stream: BinaryIO) -> Iterator[Line]:
     """Yield cleaned lines. Streams in constant memory; the last line may lack a newline."""
-    reader = stream if isinstance(stream, io.BufferedIOBase) else io.BufferedReader(stream)  # type: ignore[arg-type]
+    reader = stream if isinstance(stream, io.BufferedIOBase) else io.BufferedReader(cast(io.RawIOBase, stream))
     for no, braw in enumerate(reader, 1):
         raw = braw.decode("utf-8", "replace").rstrip("\r\n")
         if not raw:

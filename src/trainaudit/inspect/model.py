@@ -129,7 +129,8 @@ def inspect_params(target: nn.Module | dict[str, torch.Tensor], label: str) -> I
         for mname, mod in target.named_modules():
             for pname, _ in mod.named_parameters(recurse=False):
                 owner[f"{mname}.{pname}" if mname else pname] = mod
-        params = [(n, p, owner.get(n), p.requires_grad) for n, p in target.named_parameters()]
+        params: list[tuple[str, torch.Tensor, nn.Module | None, bool]] = [
+            (n, p, owner.get(n), p.requires_grad) for n, p in target.named_parameters()]
     else:
         params = [(n, t, None, True) for n, t in target.items() if t.is_floating_point()]
     frozen: list[str] = []

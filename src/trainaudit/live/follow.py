@@ -250,8 +250,8 @@ class Watcher:
         self._dirty = True
 
     def _maybe_evaluate(self, now: float) -> list[Alert]:
-        events = self.live.events[self._n_events:]
-        self._n_events = len(self.live.events)
+        events = self.live.recorded[self._n_events:]
+        self._n_events = len(self.live.recorded)
         if any(e.data.get("completed") or (e.kind == EventKind.PHASE and e.data.get("status")) for e in events):
             self.completed = True
         urgent = self._urgent or self.completed or any(e.kind != EventKind.PHASE for e in events)

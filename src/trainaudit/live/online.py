@@ -80,7 +80,7 @@ class LiveRun(Sink):
         super().__init__()
         self.keep = keep
         self.bufs: dict[str, _Buf] = {}
-        self.events: list[Event] = []
+        self.recorded: list[Event] = []  # every event seen, in order
         self.meta_values: dict[str, Any] = {}
         self.sources: list[Source] = []
 
@@ -129,7 +129,7 @@ class LiveRun(Sink):
             self.add(metric, int(s), float(v), int(ln))
 
     def write_event(self, ev: Event) -> None:
-        self.events.append(ev)
+        self.recorded.append(ev)
 
     def write_meta(self, key: str, value: Any) -> None:
         self.meta_values.setdefault(key, value)
@@ -140,7 +140,7 @@ class LiveRun(Sink):
     def snapshot(self, window: int) -> Run:
         """The last ``window`` points of each metric as a Run (sorted by step, last value of a
         repeated step wins, as RunBuilder does)."""
-        run = Run(sources=list(self.sources) or [Source("<live>")], events=list(self.events),
+        run = Run(sources=list(self.sources) or [Source("<live>")], events=list(self.recorded),
                   meta=dict(self.meta_values))
         for name, b in self.bufs.items():
             n = len(b.steps)

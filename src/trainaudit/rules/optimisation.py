@@ -266,8 +266,8 @@ class NotLearning(Rule):
         uniform = math.log(n_cls[1]) if n_cls else None
         near = uniform is not None and abs(tail - uniform) <= self.p.uniform_tol * uniform
         msg = f"{s.name} does not decrease: {head:.4g} over the first 10% of logged steps, {tail:.4g} over the last 10%"
-        if near:
-            msg += (f", which is ln({n_cls[1]}) = {uniform:.4g}: the loss of a uniform guess over {n_cls[1]} "  # type: ignore[index]
+        if near and n_cls is not None:
+            msg += (f", which is ln({n_cls[1]}) = {uniform:.4g}: the loss of a uniform guess over {n_cls[1]} "
                     f"{n_cls[0].split('.')[-1]}")
         conf = 0.9 if near else 0.65
         # step 0 is the loss before the first update: not learning shows from the next logged step

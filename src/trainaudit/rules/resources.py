@@ -173,7 +173,7 @@ class MemoryGrowth(Rule):
 
     Example: ``mem-allocated-bytes`` 10.1 GB -> 10.9 GB -> 11.8 GB -> ... over 5000 steps.
 
-    
+
     A memory series that never decreases (up at ``short_up`` of the points or more) is a leak at any
     length: from ``short_points`` points when it grows ``short_growth``, over ``min_points`` when it
     grows ``creep``.
@@ -224,7 +224,7 @@ class MemoryGrowth(Rule):
         n_blocks = min(self.p.blocks, x.size // 2)
         if n_blocks < 4:
             return []
-        bst, bx = downsample(st, x, n_blocks)
+        _, bx = downsample(st, x, n_blocks)
         if bx[0] <= 0:
             return []
         growth = (bx[-1] - bx[0]) / bx[0]
@@ -482,10 +482,9 @@ class ThroughputRegression(Rule):
         r = after / before
         if r < self.p.ratio:
             return []
-        if time_like:
-            # sub-millisecond "regressions" are OS scheduling noise of a busy host, not training
-            if (after - before) * _to_seconds(s.name) < self.p.min_delta_s:
-                return []
+        # sub-millisecond "regressions" are OS scheduling noise of a busy host, not training
+        if time_like and (after - before) * _to_seconds(s.name) < self.p.min_delta_s:
+            return []
         thr = before * math.sqrt(r)
         if float(np.mean(x[k:] > thr)) < self.p.consistency:
             return []
@@ -543,9 +542,9 @@ def _clean_break(bad: np.ndarray, ratio: float, before: int = 3, after: int = 2)
     (higher is worse) is at least ``ratio`` times every value before it, with that smallest ratio;
     None without one."""
     for k in range(before, bad.size - after + 1):
-        before, after = float(np.max(bad[:k])), float(np.min(bad[k:]))
-        if before > 0 and after / before >= ratio:
-            return k, after / before
+        worst_before, best_after = float(np.max(bad[:k])), float(np.min(bad[k:]))
+        if worst_before > 0 and best_after / worst_before >= ratio:
+            return k, best_after / worst_before
     return None
 
 

@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import re
 
-from trainaudit.ingest.base import LineReader, Reader, Sample
+from trainaudit.ingest.base import LineReader, Sample
 from trainaudit.ingest.readers.generic import num
 from trainaudit.ingest.signatures import SignatureScanner
 from trainaudit.ingest.sink import Sink

@@ -62,11 +62,7 @@ class FairseqReader(LineReader):
     def sniff(self, sample: Sample) -> float:
         n = 0
         for ln in sample.lines:
-            if INNER_RE.search(ln) or PIPES_RE.search(ln) or TQDM_RE.search(ln) or OVERFLOW_RE.search(ln):
-                n += 1
-            elif JSON_RE.search(ln) and any(f'"{k}"' in ln for k in FAIRSEQ_KEYS):
-                n += 1
-            elif TAG_RE.search(ln) and ("fairseq" in ln or "train_inner" in ln):
+            if INNER_RE.search(ln) or PIPES_RE.search(ln) or TQDM_RE.search(ln) or OVERFLOW_RE.search(ln) or (JSON_RE.search(ln) and any(f'"{k}"' in ln for k in FAIRSEQ_KEYS)) or (TAG_RE.search(ln) and ("fairseq" in ln or "train_inner" in ln)):
                 n += 1
         return 0.9 if n else 0.0
 

@@ -251,7 +251,7 @@ class JsonlReader(LineReader):
         if len(good) < max(1, (len(lines) + 1) // 2):
             return 0.0
         # At least one top-level number: a single nested JSON document (golden values) is not a log.
-        if not any(isinstance(v, (int, float)) and not isinstance(v, bool) or
+        if not any((isinstance(v, (int, float)) and not isinstance(v, bool)) or
                    (isinstance(v, str) and num(v) is not None) for o in good for v in o.values()):
             return 0.0
         has_step = any(is_step_key(k) for o in good for k in o)

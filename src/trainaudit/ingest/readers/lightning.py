@@ -22,8 +22,8 @@ cell = not logged; train and val rows share a step) and either a sorted (2.x) or
 
 from __future__ import annotations
 
-import codecs
 import csv
+import io
 import math
 import re
 
@@ -164,7 +164,7 @@ def read_csv_rows(inp: InputFile):  # type: ignore[no-untyped-def]
     """Yield (line_no, header, row) for a CSV file, streamed; line_no is the physical line of the
     row (rows never contain quoted newlines in these loggers)."""
     with inp.open() as stream:
-        text = codecs.getreader("utf-8")(stream, errors="replace")
+        text = io.TextIOWrapper(stream, encoding="utf-8", errors="replace", newline="")
         reader = csv.reader(text)
         header: list[str] | None = None
         for row in _guarded(reader, inp.display):

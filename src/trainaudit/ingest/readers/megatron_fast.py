@@ -19,6 +19,7 @@ ANSI, CR, bad UTF-8) is returned raw for the line reader.
 
 from __future__ import annotations
 
+import functools
 import multiprocessing as mp
 import os
 import re
@@ -304,10 +305,10 @@ def _match(c: _Lines, tpl: Template, cand: NDArray[np.int64]) -> _Match:
 
 def _discover(c: _Lines, taken: NDArray[np.bool_], tried: set[int], known: list[Template]) -> Template | None:
     """A new template from the first untaken iteration lines not tried yet (bounded per chunk)."""
-    for j in np.flatnonzero(~taken & (c.last - c.first >= 2)):
+    for jj in np.flatnonzero(~taken & (c.last - c.first >= 2)):
         if len(tried) >= MAX_TRIES:
             return None
-        j = int(j)
+        j = int(jj)
         if j in tried:
             continue
         raw = c.data[int(c.starts[j]):int(c.ends[j])]
@@ -398,6 +399,14 @@ def _cut(data: bytes, line_bytes: int | None) -> tuple[bytes, int]:
         return data, 0
     cutter = LineCutter(line_bytes)
     return cutter.cut(data), cutter.cut_lines
+
+
+def _cut_range(path: str, offset: int, length: int, line_bytes: int | None) -> bytes:
+    return _cut(_read_range(path, offset, length), line_bytes)[0]
+
+
+def _same(data: bytes) -> bytes:
+    return data
 
 
 def _work(path: str, offset: int, length: int, tpl: Template, line_bytes: int | None = None) -> ChunkResult:
@@ -625,14 +634,14 @@ def read_fast(reader: LineReader, tpl: Template, inp: InputFile, sink: Sink, sca
             results = ((off, ln, _work(path, off, ln, tpl, limit)) for off, ln in ranges)
         for off, length, res in results:
             cut += res.cut_lines
-            replay.chunk(res, base, lambda off=off, length=length: _cut(_read_range(path, off, length), limit)[0])
+            replay.chunk(res, base, functools.partial(_cut_range, path, off, length, limit))
             base += res.n_lines
         inp.cut_lines = max(inp.cut_lines, cut)
         return
     with inp.open() as stream:
         for data in stream_chunks(stream, chunk_size):
             n = data.count(b"\n") + (0 if data.endswith(b"\n") else 1)
-            replay.chunk(parse_chunk(data, tpl), base, lambda data=data: data)
+            replay.chunk(parse_chunk(data, tpl), base, functools.partial(_same, data))
             base += n
 
 

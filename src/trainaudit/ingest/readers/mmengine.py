@@ -82,7 +82,8 @@ class MMEngineReader(LineReader):
         if m:
             mode, phase = m.group(1), m.group(2)
             epoch = int(m.group(3)) if m.group(3) else None
-            i, n = int(m.group(4)), int(m.group(5))
+            i: int | None = int(m.group(4))
+            n: int | None = int(m.group(5))
             self._record(line, sink, state, mode, phase, epoch, i, n, m.group(6))
             return
         m = MMCV_RE.search(text)

@@ -111,7 +111,7 @@ class NemoReader(LineReader):
         elif state["offset"] is not None and state["offset_epoch"] == epoch:
             step = n + state["offset"]
         elif gs is not None:
-            step = int(round(gs))
+            step = round(gs)
         else:
             step = n
         for key, raw in pairs:

@@ -149,7 +149,7 @@ class WandbReader(Reader):
         for key, value in values.items():
             sink.meta(f"wandb.summary.{key}", value)
         runtime = d.get("_wandb", {}).get("runtime") if isinstance(d.get("_wandb"), dict) else None
-        if _is_number(runtime):
+        if _is_number(runtime) and runtime is not None:
             sink.meta("wandb.runtime_s", float(runtime))
         # A summary holds each key's LAST value, which need not be at the last step: only use it
         # as data when no history exists beside it (then it is the only data there is).
