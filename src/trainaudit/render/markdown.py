@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from trainaudit.answer.schema import Answer, Commit, ExtractedFact
+from trainaudit.answer.schema import Answer, Commit, Comparison, ExtractedFact
 from trainaudit.compare.build import check_in_words
 from trainaudit.render.numbers import number, percent
 from trainaudit.redact import BACKTICKS, mask_secrets, md_code_block, md_inline
@@ -66,6 +66,22 @@ def _cited(answer: Answer) -> list[str]:
     return list(seen)
 
 
+def _checks_table(comparisons: list[Comparison]) -> list[str]:
+    rows = ["| metric | check | result | failing / allowed | first failing step | max rel err | median rel err | "
+            "medians (golden → actual) | evidence |", "|---|---|---|---|---|---|---|---|---|"]
+    for c in comparisons[:MAX_ROWS]:
+        med = "-"
+        if c.golden_median is not None or c.actual_median is not None:
+            med = f"{number(c.golden_median)} → {number(c.actual_median)}"
+            if c.window:
+                med += f" (steps {c.window[0]}–{c.window[-1]})"
+        rows.append(f"| {_cell(c.metric)} | {c.check} ({c.policy}, rtol {c.rtol:g}) | "
+                    f"{'pass' if c.passed else '**FAIL**'} | {c.n_failing}/{c.n_steps} (allowed {c.allowed_failing}) | "
+                    f"{number(c.first_failing_step)} | {percent(c.max_rel_err)} | {percent(c.median_rel_err)} | "
+                    f"{med} | {_ids(c.evidence)} |")
+    return rows
+
+
 def render_markdown(answer: Answer, plot_files: list[str] | None = None) -> str:
     if answer.task == "audit":
         return render_audit(answer, plot_files)
@@ -98,19 +114,7 @@ def render_markdown(answer: Answer, plot_files: list[str] | None = None) -> str:
 
     if answer.comparisons:
         out.append("## Checks")
-        out.append("| metric | check | result | failing / allowed | first failing step | max rel err | "
-                   "median rel err | medians (golden → actual) | evidence |")
-        out.append("|---|---|---|---|---|---|---|---|---|")
-        for c in answer.comparisons[:MAX_ROWS]:
-            med = "-"
-            if c.golden_median is not None or c.actual_median is not None:
-                med = f"{number(c.golden_median)} → {number(c.actual_median)}"
-                if c.window:
-                    med += f" (steps {c.window[0]}–{c.window[-1]})"
-            out.append(f"| {_cell(c.metric)} | {c.check} ({c.policy}, rtol {c.rtol:g}) | "
-                       f"{'pass' if c.passed else '**FAIL**'} | {c.n_failing}/{c.n_steps} (allowed {c.allowed_failing}) | "
-                       f"{number(c.first_failing_step)} | {percent(c.max_rel_err)} | {percent(c.median_rel_err)} | {med} | "
-                       f"{_ids(c.evidence)} |")
+        out += _checks_table(answer.comparisons)
         out.append("")
 
     if answer.findings:
@@ -261,18 +265,7 @@ def render_audit(answer: Answer, plot_files: list[str] | None = None) -> str:
     facts = {f.id: f for f in answer.extracted_facts}
     out = audit_top(answer) + [""]
     if answer.comparisons:
-        rows = ["| metric | check | result | failing / allowed | first failing step | max rel err | median rel err | "
-                "medians (golden → actual) | evidence |", "|---|---|---|---|---|---|---|---|---|"]
-        for c in answer.comparisons[:MAX_ROWS]:
-            med = "-"
-            if c.golden_median is not None or c.actual_median is not None:
-                med = f"{number(c.golden_median)} → {number(c.actual_median)}"
-                if c.window:
-                    med += f" (steps {c.window[0]}–{c.window[-1]})"
-            rows.append(f"| {_cell(c.metric)} | {c.check} ({c.policy}, rtol {c.rtol:g}) | "
-                        f"{'pass' if c.passed else '**FAIL**'} | {c.n_failing}/{c.n_steps} (allowed {c.allowed_failing}) | "
-                        f"{number(c.first_failing_step)} | {percent(c.max_rel_err)} | {percent(c.median_rel_err)} | "
-                        f"{med} | {_ids(c.evidence)} |")
+        rows = _checks_table(answer.comparisons)
         out += _details(f"All checks ({len(answer.comparisons)}, {sum(not c.passed for c in answer.comparisons)} "
                         "failing)", rows)
     if fa.root_causes:

@@ -1,13 +1,12 @@
-"""Generic metric files: CSV/TSV with a header, JSONL of flat dicts, and ``key=value`` /
-``key: value`` text lines that carry a step-like key.
+"""Generic metric files: CSV/TSV with a header and JSONL of flat dicts (text lines of any other
+shape are read by :mod:`trainaudit.ingest.extract`).
 
 These formats say nothing about the framework that wrote them, so they sniff low (0.2-0.4) and
-any specific reader wins. The step is taken from the first step-like column/key found in
+any specific reader wins. The step is taken from the first step-like column or key found in
 :data:`STEP_KEYS` order; without one, the step is the 1-based index of the row or record.
 Non-numeric cells are ignored; every NaN/Inf spelling becomes NaN/Inf (never dropped).
 
-The small value helpers here (:func:`num`, :func:`kv_pairs`) are shared by the other readers of
-this package that parse ``key=value`` style fields.
+The small value helper here (:func:`num`) is shared by the other readers of this package.
 """
 
 from __future__ import annotations
@@ -29,11 +28,8 @@ STEP_KEYS = ("step", "global_step", "iteration", "iter", "epoch", "_step")
 _CHUNK_SEP = re.compile(r"[,|]")
 _PADDED_SPECIAL = re.compile(r"^([-+]?)(nan|inf|infinity)\.0*$", re.IGNORECASE)
 _UNIT = re.compile(r"^([-+]?(?:\d[\d,]*+\.?+\d*+|\.\d++)(?:[eE][-+]?\d+)?)\s*+(%|[A-Za-z]{1,4}(?:/[A-Za-z]+)?)$")
-_NUM = r"[-+]?(?:\d++\.?+\d*+(?:[eE][-+]?\d++)?|\.\d++(?:[eE][-+]?\d++)?|(?i:nan|inf(?:inity)?)(?![A-Za-z]))"
 # key=value or key: value; the number must not continue as a clock time or a date ("2:46:39").
-_KV_RE = re.compile(r"(?<![\w./\-'\":])([A-Za-z_][\w./\-()\[\]]*+)\s*+(?:=|:)\s*+(" + _NUM + r")(?![\d:.\-])(%?)")
 # "key value" chunks of comma-separated lines (i6/RETURNN: "step 1347, ce 0.324, ...").
-_SPACE_KV_RE = re.compile(r"^\s*+([A-Za-z_][\w./:\-]*+)\s++(" + _NUM + r")(%|[A-Za-z]{1,3})?\s*$")
 
 
 def num(text: str, *, units: bool = False) -> float | None:
@@ -72,28 +68,6 @@ def step_value(v: float | None) -> int | None:
     return int(v)
 
 
-def kv_pairs(text: str) -> list[tuple[str, float]]:
-    """All ``key=value`` / ``key: value`` numeric pairs of a line, in order."""
-    out: list[tuple[str, float]] = []
-    for key, raw, _pct in _KV_RE.findall(text):
-        v = num(raw)
-        if v is not None:
-            out.append((key, v))
-    return out
-
-
-def space_kv_pairs(text: str) -> list[tuple[str, float]]:
-    """``key value`` pairs of a comma- or pipe-separated line (each chunk is one pair)."""
-    out: list[tuple[str, float]] = []
-    for chunk in _CHUNK_SEP.split(text):
-        m = _SPACE_KV_RE.match(chunk)
-        if m:
-            v = num(m.group(2))
-            if v is not None:
-                out.append((m.group(1), v))
-    return out
-
-
 def _step_of(pairs: list[tuple[str, float]]) -> tuple[str, int] | None:
     """The first step-like key in STEP_KEYS order, with an integral value."""
     by_key: dict[str, float] = {}
@@ -105,10 +79,6 @@ def _step_of(pairs: list[tuple[str, float]]) -> tuple[str, int] | None:
             if s is not None:
                 return sk, s
     return None
-
-
-def _src(sink: Sink) -> str:
-    return sink.source.path if sink.source else ""
 
 
 # --------------------------------------------------------------------------------------------
@@ -273,23 +243,3 @@ class JsonlReader(LineReader):
             if skip is not None and k.lower() == skip:
                 continue
             sink.add(k, step, v, line.no, line.rank)
-
-
-# --------------------------------------------------------------------------------------------
-# key=value / key: value lines
-# --------------------------------------------------------------------------------------------
-
-def kv_line(text: str) -> tuple[str, int, list[tuple[str, float]]] | None:
-    """(step key, step, other pairs) if the line carries a step-like key and another number.
-    ``key=value``/``key: value`` pairs come first; ``key value`` chunks of comma/pipe separated
-    lines ("Step 0 | Loss: 0.5", "step 1347, ce 0.324") fill in keys not seen yet."""
-    pairs = kv_pairs(text)
-    found = _step_of(pairs)
-    if found is None or len(pairs) < 2:
-        seen = {k for k, _ in pairs}
-        pairs += [(k, v) for k, v in space_kv_pairs(text) if k not in seen]
-        found = _step_of(pairs)
-    if found is None:
-        return None
-    others = [(k, v) for k, v in pairs if k.lower() != found[0]]
-    return (found[0], found[1], others) if others else None
