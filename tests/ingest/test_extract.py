@@ -293,3 +293,11 @@ def test_a_python_logger_with_versions_pids_and_ports_gives_no_series(tmp_path: 
             "2024-05-01 10:00:03,789 - INFO - rank 3 of world_size 8 on node 2\n") * 20
     with pytest.raises(InputError, match="no metrics or events"):
         read(tmp_path, text)
+
+
+def test_a_step_beyond_64_bits_is_left_out_not_the_whole_file(tmp_path: Path) -> None:
+    p = tmp_path / "train.log"
+    p.write_text("step 99999999999999999999999 loss 2.3\nstep 1 loss 2.2\nstep 2 loss 2.1\n", encoding="utf-8")
+    run, problems = load_run([str(p)])
+    assert run.series["loss"].steps.tolist() == [1, 2]
+    assert [(pr.fatal, "beyond 64 bits" in str(pr)) for pr in problems] == [(False, True)]

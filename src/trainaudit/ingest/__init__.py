@@ -124,6 +124,7 @@ def scan(paths: list[str], sink: Sink, fmt: str | None = None, position: Positio
         position.current = d
         source = Source(d.inp.display, d.reader.name, d.reader.kind, d.inp.size)
         before_values, before_events, before_meta = sink.n_values, sink.n_events, sink.n_meta
+        before_overflow = sink.n_step_overflow
         sink.begin(source)
         if isinstance(d.reader, LineReader):
             d.inp.line_bytes = LIMITS.line_bytes
@@ -164,6 +165,9 @@ def scan(paths: list[str], sink: Sink, fmt: str | None = None, position: Positio
         elif not any(p.path == d.inp.display for p in problems):
             problems.append(Problem(d.inp.display, f"no metrics or events found (read as {d.reader.name})",
                                     fatal=d.inp.display in paths))
+        if sink.n_step_overflow > before_overflow:
+            problems.append(Problem(d.inp.display, f"{sink.n_step_overflow - before_overflow} value(s) at steps "
+                                                   "beyond 64 bits left out", fatal=False))
         if d.inp.cut_lines:
             problems.append(Problem(d.inp.display, f"{d.inp.cut_lines} line(s) longer than "
                                                    f"{LIMITS.line_bytes >> 20} MiB cut to their first "

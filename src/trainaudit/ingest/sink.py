@@ -33,6 +33,9 @@ class _Buffer:
         return len(self.steps)
 
 
+STEP_MIN, STEP_MAX = -(2**63), 2**63 - 1  # the steps a series stores (int64)
+
+
 class Sink:
     """Base sink: buffers per-value ``add`` calls and hands whole arrays to ``write_values``.
 
@@ -46,6 +49,7 @@ class Sink:
         self._buffers: dict[str, _Buffer] = {}
         self._primary_rank: dict[str, int] = {}
         self.n_values = 0
+        self.n_step_overflow = 0  # values dropped: their step does not fit 64 bits (no training has one)
         self.n_events = 0
         self.n_meta = 0
         self._bulk_line = 0  # the last line handed over by add_many in the current source
@@ -79,6 +83,9 @@ class Sink:
         return metric
 
     def add(self, metric: str, step: int, value: float, line: int, rank: int | None = None) -> None:
+        if not STEP_MIN <= step <= STEP_MAX:
+            self.n_step_overflow += 1
+            return
         if rank is not None:
             metric = self.metric_for(metric, rank)
         buf = self._buffers.get(metric)
