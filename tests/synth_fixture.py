@@ -14,6 +14,9 @@ Cases are generated lazily and one by one, so a test that needs two cases pays f
 
 from __future__ import annotations
 
+import fcntl
+import json
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -62,7 +65,13 @@ class SynthRuns:
     def get(self, name: str) -> SynthCase:
         if name not in self._cache:
             out = self.root / name  # one folder per case, so each manifest has one entry
-            manifest = generate_cases(out, [name])
+            # The test workers of one session share the runs: the first to ask trains the case while
+            # the others wait on its lock, then read its manifest.
+            with open(self.root / f"{name}.lock", "w") as lock:
+                fcntl.flock(lock, fcntl.LOCK_EX)
+                done = out / "manifest.json"
+                manifest = json.loads(done.read_text(encoding="utf-8")) if done.is_file() else \
+                    generate_cases(out, [name])
             (label,) = manifest["cases"]
             self._cache[name] = SynthCase(name, out / name, label)
         return self._cache[name]
@@ -70,4 +79,8 @@ class SynthRuns:
 
 @pytest.fixture(scope="session")
 def synth_runs(tmp_path_factory: pytest.TempPathFactory) -> SynthRuns:
-    return SynthRuns(tmp_path_factory.mktemp("synth"))
+    base = tmp_path_factory.getbasetemp()
+    # under pytest-xdist each worker has its own base below the session's: share the session's
+    root = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "synth-shared"
+    root.mkdir(exist_ok=True)
+    return SynthRuns(root)
