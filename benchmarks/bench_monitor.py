@@ -24,7 +24,7 @@ behaviour, differs between processes and shifts a loop's speed by a few percent 
 the median over processes is the result, the range is printed beside it. The rules' budget is a
 share of wall time and plain blocks double the wall time between monitored steps, so rules run
 about twice as often per monitored step here as in a run of their own (errs high too).
-Target: 3 % (issue 6).
+Target: 3 %.
 """
 
 from __future__ import annotations
@@ -213,7 +213,7 @@ def main() -> int:
               "NaN/Inf (docs/monitor.md).\n")
     if defaults:
         met = statistics.median(e2e) < TARGET and statistics.median(inside) < TARGET
-        print(f"Target (issue 6): overhead under {TARGET:.0%} of step time at default settings: "
+        print(f"Target: overhead under {TARGET:.0%} of step time at default settings: "
               f"**{'met' if met else 'NOT met'}**.")
     return 0
 

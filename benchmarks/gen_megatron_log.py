@@ -2,7 +2,7 @@
 
     python benchmarks/gen_megatron_log.py OUT.log --size 256M [--seed 0]
 
-The layout follows Megatron-LM's ``training_log()`` (see the research notes, log_formats.md §1.2):
+The layout follows Megatron-LM's ``training_log()`` (megatron/training/training.py):
 an argument dump, timestamped iteration lines with the usual 13 numeric fields, every ~1000
 iterations a ``report_memory`` line and a ``(min, max) time across ranks`` timer block, a
 validation block, a few iterations whose NaN loss is omitted from the line (with ``grad norm:

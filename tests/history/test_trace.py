@@ -9,7 +9,7 @@ import pytest
 
 from gitrepo import CASE, GOLDEN, story_repo
 from trainaudit.errors import InputError
-from trainaudit.history.classify import Context
+from trainaudit.history.classify import FailureShape
 from trainaudit.history.trace import trace
 
 
@@ -25,7 +25,7 @@ def _by_sha(t, sha):
 
 def test_roles_of_each_kind_of_commit(repo) -> None:
     root, shas = repo
-    t = trace(str(root), shas["base"], shas["broken"], Context(test_case=CASE, metrics=["lm loss"]))
+    t = trace(str(root), shas["base"], shas["broken"], FailureShape(test_case=CASE, metrics=["lm loss"]))
     assert t.n_commits == 6 and not t.truncated
     assert _by_sha(t, shas["model"]).roles == ["suspect"]
     assert _by_sha(t, shas["container"]).roles == ["environment_change"]
@@ -41,14 +41,14 @@ def test_roles_of_each_kind_of_commit(repo) -> None:
                                                ("gating_policy_issue", "golden_mismatch", "golden")])
 def test_ranking_follows_the_kind_of_failure(repo, kind: str, category: str | None, top: str) -> None:
     root, shas = repo
-    t = trace(str(root), shas["base"], shas["golden"], Context(kind=kind, category=category, test_case=CASE,
+    t = trace(str(root), shas["base"], shas["golden"], FailureShape(kind=kind, category=category, test_case=CASE,
                                                                golden_paths=[GOLDEN]))
     assert t.commits[0].commit.sha == shas[top], [(c.commit.title, c.relevance) for c in t.commits]
 
 
 def test_fix_after_bad_is_found(repo) -> None:
     root, shas = repo
-    t = trace(str(root), shas["base"], shas["model"], Context(kind="real_regression", test_case=CASE,
+    t = trace(str(root), shas["base"], shas["model"], FailureShape(kind="real_regression", test_case=CASE,
                                                               golden_paths=[GOLDEN]), find_fix=True)
     fixes = [c for c in t.commits if c.role == "fix"]
     assert [c.commit.sha for c in fixes] == [shas["golden"], shas["broken"], shas["revert"]]
@@ -59,7 +59,7 @@ def test_works_on_a_bare_clone(repo, tmp_path: Path) -> None:
     root, shas = repo
     bare = tmp_path / "bare.git"
     subprocess.run(["git", "clone", "-q", "--bare", str(root), str(bare)], check=True)
-    t = trace(str(bare), shas["base"], shas["container"], Context())
+    t = trace(str(bare), shas["base"], shas["container"], FailureShape())
     assert {c.commit.sha for c in t.commits} == {shas["model"], shas["container"]}
 
 
@@ -72,9 +72,9 @@ def test_works_on_a_bare_clone(repo, tmp_path: Path) -> None:
 def test_bad_revisions_are_clear_errors(repo, good: str, bad: str, needle: str) -> None:
     root, _ = repo
     with pytest.raises(InputError, match=needle.replace(".", r"\.").replace("-", r"\-")):
-        trace(str(root), good, bad, Context())
+        trace(str(root), good, bad, FailureShape())
 
 
 def test_not_a_repository(tmp_path: Path) -> None:
     with pytest.raises(InputError, match="not a git repository"):
-        trace(str(tmp_path), None, None, Context())
+        trace(str(tmp_path), None, None, FailureShape())

@@ -12,7 +12,7 @@ import pytest
 from harness import run
 from hostile_git import HOSTILE_KINDS, hostile_repo
 from trainaudit.errors import PathRefused
-from trainaudit.history.classify import Context
+from trainaudit.history.classify import FailureShape
 from trainaudit.history.trace import trace
 from trainaudit.mcp.roots import Roots
 from trainaudit.mcp.tools import Toolbox
@@ -47,7 +47,7 @@ def test_the_hostile_setting_is_live_for_plain_git(kind: str, tmp_path: Path) ->
 
 def test_trace_runs_nothing_from_the_repository(case: tuple[Path, Path, dict]) -> None:
     base, marker, shas = case
-    t = trace(str(base / "repo"), shas["good"], shas["bad"], Context(kind="real_regression"))
+    t = trace(str(base / "repo"), shas["good"], shas["bad"], FailureShape(kind="real_regression"))
     assert t.n_commits >= 2
     assert not marker.exists()
 
@@ -75,7 +75,7 @@ def test_caller_environment_does_not_reach_git(tmp_path: Path, monkeypatch: pyte
     monkeypatch.setenv("GIT_EXTERNAL_DIFF", f"sh -c 'touch {marker}' --")
     monkeypatch.setenv("GIT_DIR", str(tmp_path / "elsewhere"))
     monkeypatch.setenv("GIT_CONFIG_PARAMETERS", f"'diff.external'='sh -c \"touch {marker}\" --'")
-    trace(str(tmp_path / "repo"), shas["good"], shas["bad"], Context())
+    trace(str(tmp_path / "repo"), shas["good"], shas["bad"], FailureShape())
     assert not marker.exists()
 
 

@@ -1,4 +1,4 @@
-"""Error signatures -> typed events, on the verbatim lines of ../shared/fixtures/log_samples/error_signatures.txt
+"""Error signatures -> typed events, on the verbatim lines of tests/fixtures/log_samples/error_signatures.txt
 (and the loss-scale / clean lines of the other sample files)."""
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ def test_oom_legacy_parenthesised_stats() -> None:
 
 
 def test_oom_legacy_reserved_in_total() -> None:
-    # PyTorch 1.5-2.0 wording (log_formats.md §14.1), with and without 'already allocated'.
+    # PyTorch 1.5-2.0 wording (c10/cuda/CUDACachingAllocator.cpp), with and without 'already allocated'.
     line = ("RuntimeError: CUDA out of memory. Tried to allocate 376.00 MiB (GPU 0; 3.95 GiB total capacity; "
             "1.72 GiB already allocated; 354.88 MiB free; 2.46 GiB reserved in total by PyTorch)")
     ev = only(scan_lines([line]), EventKind.OOM)
@@ -185,7 +185,7 @@ def test_deepspeed_loss_scale_minimum() -> None:
 
 
 def test_fairseq_minimum_loss_scale() -> None:
-    # fairseq FP16Optimizer's FloatingPointError text (log_formats.md §9), as printed when it propagates.
+    # fairseq FP16Optimizer's FloatingPointError text (fairseq/optim/fp16_optimizer.py), as printed when it propagates.
     line = ("FloatingPointError: Minimum loss scale reached (0.0001). Your loss is probably exploding. "
             "Try lowering the learning rate, using gradient clipping or increasing the batch size.")
     ev = only(scan_lines([line]), EventKind.LOSS_SCALE_MIN)
@@ -243,7 +243,7 @@ def test_elastic_agent_glog_prefix() -> None:
 
 
 def test_full_elastic_summary_with_failures_section() -> None:
-    # The layout torch prints (log_formats.md §14.4): the launcher's own traceback ending in ChildFailedError,
+    # The layout torch prints (torch.distributed.elastic): the launcher's own traceback ending in ChildFailedError,
     # then one entry per failed rank; the root cause is flagged.
     lines = [
         "Traceback (most recent call last):",
@@ -397,7 +397,7 @@ def test_bare_uncaught_exception_line_is_error() -> None:
 
 
 def test_ci_markers() -> None:
-    # Megatron CI text (research/megatron_golden.md §0 and §1.1).
+    # Megatron-LM CI text (tests/functional_tests).
     events = scan_lines(["Training failed. Aborting.",
                          "Approximate comparison of iteration-time: FAILED",
                          "AssertionError: The following metrics failed: iteration-time, lm loss",
@@ -470,7 +470,7 @@ def test_deep_recursion_keeps_both_ends_of_the_stack() -> None:
 
 
 def test_more_hardware_and_loader_lines() -> None:
-    # Texts from log_formats.md §14.1/§14.2/§14.5.
+    # Texts of PyTorch, NCCL and the CUDA runtime.
     events = scan_lines([
         "RuntimeError: DataLoader worker (pid 31337) is killed by signal: Killed. ",
         "RuntimeError: NCCL error in: ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1970, unhandled system "

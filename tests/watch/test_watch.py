@@ -1,6 +1,6 @@
 """``trainaudit watch`` on a Megatron log written by another process while watch runs, with a
 rotation (rename + new file) and a truncation in the middle, ending with Megatron's completion
-marker. The line format is the verbatim fixture line (Megatron-LLM issue 33); the writer only
+marker. The line format is the verbatim fixture line (epfLLM/Megatron-LLM#33); the writer only
 changes the iteration number, the loss and the grad norm, and for the NaN iteration drops the
 ``lm loss`` field as Megatron does (and as that fixture documents)."""
 

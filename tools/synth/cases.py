@@ -47,7 +47,7 @@ class Truth:
 @dataclass(frozen=True, slots=True)
 class Case:
     name: str
-    category: str  # SPEC.md section 3
+    category: str  # a category of docs/answer.md
     style: str  # stdout log style: "megatron" | "hf" | "hf-trainer" | "lightning"
     description: str
     train: Callable[[], RunLog]

@@ -3,7 +3,7 @@
 - ``metrics.jsonl``: flat dicts, one per logged step (``{"step", "loss", "grad_norm", "lr",
   "step_time", ...}``), eval results as their own ``{"step", "val_loss"}`` lines.
 - ``train.log`` (style ``megatron``): Megatron-LM ``training_log`` lines, field order and number
-  formats as in ``megatron/training/training.py`` (research notes megatron_golden.md section 3):
+  formats as in ``megatron/training/training.py``:
   a NaN or negative loss is left out of the line, a skipped fp16 iteration prints the interval
   average over zero advanced iterations (0.0) and no grad norm, validation blocks between dashes.
 - ``stdout.log`` (style ``hf``): the HF Trainer's printed log dicts (4.x era: loss rounded to 4

@@ -15,7 +15,7 @@ from trainaudit.audit.inputs import Item, Side, Staging
 from trainaudit.audit.merge import absorb
 from trainaudit.audit.testcase import TestProfile, profile
 from trainaudit.errors import InputError
-from trainaudit.history.classify import Classified, Context
+from trainaudit.history.classify import Classified, FailureShape
 from trainaudit.history.features import is_code, path_features
 from trainaudit.answer.builder import AnswerBuilder
 from trainaudit.answer.charts import PlotSpec
@@ -252,7 +252,7 @@ def _run(opts: AuditOptions, tmp: Path, say: Step, fetch_progress) -> tuple[Answ
 
     # -- history: read once, ranked for the explanation the verdict implies -------------------
     tr: Trace | None = None
-    ctx = Context(test_case=found.test_case, golden_paths=[found.golden] if found.golden else [],
+    ctx = FailureShape(test_case=found.test_case, golden_paths=[found.golden] if found.golden else [],
                   features=prof.features, config_path=found.model_config)
     if repo is not None:
         say("tracing the git history")

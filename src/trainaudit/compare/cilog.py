@@ -1,4 +1,5 @@
-"""Read the golden-value gate's own output from a CI job log (megatron_golden.md §1.7).
+"""Read the golden-value gate's own output from a CI job log (as Megatron-LM's
+``tests/functional_tests/python_test_utils/common.py`` logs it).
 
 Lines recognised (anywhere in the line, so pytest live-log prefixes such as
 ``INFO     tests.functional_tests.python_test_utils.common:common.py:123`` and launcher

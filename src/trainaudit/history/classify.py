@@ -22,7 +22,7 @@ and the comparator or the golden's author a gating problem. The relevance is the
 that order. Equal scores are ordered by the number of kinds of evidence, then by the number of
 relevant files; only then by date.
 
-Roles (SPEC.md ``commits[].role``): ``golden_update``, ``environment_change``, ``policy_change``
+Roles (answer.json's ``commits[].role``, docs/answer.md): ``golden_update``, ``environment_change``, ``policy_change``
 (comparator, tolerances, METRICS, the test's scope or config), ``suspect`` (model and training
 code), ``fix`` (after the bad revision: a commit that reverts a suspect, rewrites the same golden or
 disables the test).
@@ -187,8 +187,8 @@ EXPLANATION_OF: dict[str, str] = {"numerical_drift": "drift", "real_regression":
 
 
 @dataclass
-class Context:
-    """What the failure looks like. ``kind``: a verdict of SPEC.md (or None); ``explanation``: one
+class FailureShape:
+    """What the failure looks like. ``kind``: a verdict of docs/answer.md (or None); ``explanation``: one
     key of :data:`WEIGHTS` when the audit knows more than the verdict (a redefined metric...)."""
 
     kind: str | None = None
@@ -283,7 +283,7 @@ def code_relevance(files: list[str], features: set[str]) -> tuple[float, str, in
     return best, why, n
 
 
-def evidence_of(c: CommitInfo, ctx: Context, diff: str) -> Evidence:
+def evidence_of(c: CommitInfo, ctx: FailureShape, diff: str) -> Evidence:
     ev = Evidence()
     case_dir = (ctx.test_case or "").rstrip("/")
     case = _case_name(ctx.test_case)
@@ -404,7 +404,7 @@ CAN_CAUSE: dict[str | None, tuple[str, ...]] = {
 }
 
 
-def score(ev: Evidence, ctx: Context) -> tuple[float, str, list[str]]:
+def score(ev: Evidence, ctx: FailureShape) -> tuple[float, str, list[str]]:
     """(relevance, role, the reasons ordered by contribution): each component weighted for the
     explanation, the rewritten goldens in proportion to the change they vouch for."""
     w = ctx.weights
@@ -420,7 +420,7 @@ def score(ev: Evidence, ctx: Context) -> tuple[float, str, list[str]]:
     return min(1.0, total), ROLE_OF[top], [ev.why[k] for k in order]
 
 
-def classify(repo: Repo, commits: list[CommitInfo], ctx: Context, *, after_bad: list[CommitInfo] | None = None,
+def classify(repo: Repo, commits: list[CommitInfo], ctx: FailureShape, *, after_bad: list[CommitInfo] | None = None,
              suspects_for_fix: list[str] | None = None, diffs: dict[str, str] | None = None,
              extra: list[tuple[CommitInfo, str]] | None = None) -> list[Classified]:
     """Every commit of the range that touched anything relevant, best first; ``extra``: commits

@@ -6,7 +6,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from trainaudit.errors import InputError
-from trainaudit.history.classify import CONFIG_PATHSPECS, Classified, Context, classify
+from trainaudit.history.classify import CONFIG_PATHSPECS, Classified, FailureShape, classify
 from trainaudit.history.git import CommitInfo, Repo
 
 MAX_COMMITS = 5000
@@ -29,14 +29,14 @@ class Trace:
     _repo: Repo | None = None
 
 
-def rank(tr: Trace, ctx: Context) -> list[Classified]:
+def rank(tr: Trace, ctx: FailureShape) -> list[Classified]:
     """The commits of a trace ranked for ``ctx`` (no git call but for --find-fix scope diffs)."""
     assert tr._repo is not None
     return classify(tr._repo, tr.raw, ctx, after_bad=tr.after, suspects_for_fix=[c.sha for c in tr.raw],
                     diffs=tr.diffs, extra=tr.extra)
 
 
-def trace(repo_path: str, good: str | None, bad: str | None, ctx: Context, *, find_fix: bool = False,
+def trace(repo_path: str, good: str | None, bad: str | None, ctx: FailureShape, *, find_fix: bool = False,
           max_commits: int = MAX_COMMITS, golden_origin: bool = False) -> Trace:
     """``golden_origin``: also offer the commit that wrote the failing golden when it lies at or
     before --good (for a golden that is itself at fault)."""
@@ -80,7 +80,7 @@ def trace(repo_path: str, good: str | None, bad: str | None, ctx: Context, *, fi
     return out
 
 
-def _golden_origin(repo: Repo, bad_sha: str, in_range: set[str], ctx: Context) -> list[tuple[CommitInfo, str]]:
+def _golden_origin(repo: Repo, bad_sha: str, in_range: set[str], ctx: FailureShape) -> list[tuple[CommitInfo, str]]:
     """The commit that last wrote each failing golden, when it is not in the range (it wrote the
     golden at or before --good): the candidate when the golden itself is at fault."""
     out: list[tuple[CommitInfo, str]] = []

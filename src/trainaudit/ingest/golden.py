@@ -1,6 +1,6 @@
 """Megatron-LM golden-values JSON: ``{metric: {start_step, end_step, step_interval, values}}``.
 
-Variants accepted (research notes, megatron_golden.md §1.2): pretty or single-line JSON; values as
+Variants accepted (as Megatron-LM's history holds them): pretty or single-line JSON; values as
 a ``{"step": value}`` mapping whose values may be the legacy string ``"nan"``; ``iteration-time``
 starting at step 2; very old files with ``values`` as a list and ``start_step`` 0 (flagged
 ``legacy_list``); a per-metric ``value_precision: "full"`` marker (exact checks then mean raw,

@@ -10,7 +10,7 @@ Multi-line records keep small state: one pending traceback per launcher rank (ra
 one torch.distributed.elastic summary block, and the last NVRM "The NVIDIA GPU ..." line.
 
 Each matcher names the public source of the text it recognises (the ``# source:`` lines of
-``shared/fixtures/log_samples/error_signatures.txt`` and the research notes ``log_formats.md`` §14).
+``tests/fixtures/log_samples/error_signatures.txt`` and the projects' own sources).
 The table of signatures -> event kind -> data fields is ``docs/error-signatures.md``.
 Sizes are GiB floats (binary units: MiB / 1024, KiB / 1024**2, bytes / 1024**3).
 """
@@ -87,8 +87,8 @@ OOM_THIS_RE = re.compile(rf"this process has (?P<size>{_SIZE}) memory in use")
 OOM_ALLOC_RE = re.compile(rf"Of the allocated memory (?P<alloc>{_SIZE}) is allocated by PyTorch"
                           rf"(?:, with (?P<pools>{_SIZE}) allocated in private pools(?: \([^)]*\))?)?,? and "
                           rf"(?P<unalloc>{_SIZE}) is reserved by PyTorch but unallocated")
-# log_formats.md §14.1: pre-1.0 "cuda runtime error (2) : out of memory", driver-level
-# "CUDA error: out of memory", NCCL "Cuda failure 'out of memory'": OOM without numbers.
+# PyTorch before 1.0: "cuda runtime error (2) : out of memory"; the driver API:
+# "CUDA error: out of memory"; NCCL: "Cuda failure 'out of memory'". OOM without numbers.
 OOM_BARE_RE = re.compile(r"cuda runtime error \(2\) : out of memory|CUDA error: out of memory|"
                          r"CUDA_ERROR_OUT_OF_MEMORY|Cuda failure 'out of memory'")
 
@@ -149,7 +149,7 @@ def _oom(line: Line, text: str) -> list[tuple[EventKind, str, dict[str, Any]]]:
 # source: hiyouga/LlamaFactory#6269 (2.4-2.5 glog line behind [rankN]:, "[PG 1 Rank 0] ... last enqueued
 #   NCCL work"); XPixelGroup/BasicSR#737 ("[PG ID 0 PG GUID 0(default_pg) Rank 1]"); pytorch/pytorch#118369
 #   (<=2.1 "[E ProcessGroupNCCL.cpp:458] [Rank 0]" glued to a tqdm bar). Heartbeat / stuck-watchdog
-#   companions: log_formats.md §14.2.
+#   companions: torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp.
 NCCL_TAG_RE = re.compile(r"\[(?:PG (?:ID )?(?P<pg>\d+) (?:PG GUID (?P<guid>[^\s\]]+) )?)?Rank (?P<rank>\d+)\]")
 # the line is often cut before its end in a pasted log: the duration is optional
 NCCL_WORK_RE = re.compile(r"Watchdog caught collective operation timeout: WorkNCCL\((?P<work>(?:[^()]|\(ms\))*+)"
@@ -216,7 +216,7 @@ def _int_or_str(val: str) -> int | str:
 #   iteration -1: Unexpected result nan (message='...')"); alibaba/Pai-Megatron-Patch#366 (older
 #   "AssertionError: Rank 11: found NaN in local grad norm ... Device: 3"); pytorch/pytorch#51196 (autograd
 #   anomaly mode). fairseq "gradients are Nan/Inf", Lightning "The loss returned in `training_step` is nan":
-#   log_formats.md §14.3.
+#   fairseq/trainer.py and lightning/pytorch/loops/optimization/automatic.py.
 # A message ends before the next "Unexpected result": a line that repeats the report without "')" is
 # then read once, not from each report to the line's end.
 _NAN_MSG = r"\(message='(?P<msg>(?:(?!Unexpected result ).)*?)'\)"
@@ -339,7 +339,7 @@ def _elastic_line(line: Line, text: str) -> list[tuple[EventKind, str, dict[str,
 # --- signals, segfaults, host OOM -------------------------------------------------------------------
 # source: pytorch/pytorch#75087 ("[default3]:Fatal Python error: Segmentation fault"); shell job messages
 #   "Segmentation fault (core dumped)", "Bus error (core dumped)", "Killed", DataLoader "is killed by signal:
-#   Killed.", kernel "Out of memory: Killed process N (name)", slurmstepd "oom-kill event": log_formats.md §14.1/4/5.
+#   Killed.", kernel "Out of memory: Killed process N (name)", slurmstepd "oom-kill event" (as printed by bash, torch.utils.data and the kernel).
 FATAL_PY_RE = re.compile(r"Fatal Python error: (?P<what>Segmentation fault|Aborted|Bus error|Floating point exception"
                          r"|Illegal instruction)")
 SHELL_SIG_RE = re.compile(r"(?:^|\s)(?P<what>Segmentation fault|Bus error|Aborted|Floating point exception|Killed)"
@@ -395,7 +395,7 @@ def _signals(line: Line, text: str) -> list[tuple[EventKind, str, dict[str, Any]
 # source: leptonai/gpud#46 and #1174 (kernel "NVRM: Xid (PCI:0000:cb:00): 109, pid=..., name=..., ...");
 #   jade-hpc-gpu/jade-hpc-gpu.github.io#194 ("CUDA error: uncorrectable ECC error encountered");
 #   NVIDIA/NVSentinel#155 (three-line "NVRM: The NVIDIA GPU ... fallen off the bus" without an Xid).
-#   Xid meanings: docs.nvidia.com/deploy/xid-errors (via log_formats.md §14.5).
+#   Xid meanings: https://docs.nvidia.com/deploy/xid-errors/
 XID_RE = re.compile(r"Xid \(PCI:(?P<pci>[0-9a-fA-F:.]+)\): (?P<xid>\d+)(?:, pid=(?P<pid>'?[^,]*?'?))?"
                     r"(?:, name=(?P<name>[^,]*))?(?:,\s*(?P<msg>.*))?$")
 XID_ERRSTR_RE = re.compile(r"errorString (?P<es>[^,]+)")
@@ -445,7 +445,7 @@ def _ecc(line: Line, text: str) -> list[tuple[EventKind, str, dict[str, Any]]]:
 # source: snowflakedb/ArcticTraining#233 ("[rank1]: torch.distributed.DistBackendError: ... via c10d key-value
 #   store by key '0', but store->get('0') got error: Connection reset by peer"); "NCCL error in: ...",
 #   "terminate called after throwing an instance of 'c10::DistBackendError'", Rendezvous*Error:
-#   log_formats.md §14.2.
+#   torch/distributed/elastic/rendezvous.
 DIST_RE = re.compile(r"(?P<exc>(?:(?<![\w.])[\w.]+\.|c10::)?(?:Dist(?:Backend|Store|Network)?Error|Rendezvous\w{0,40}Error))"
                      r"(?:'|: ?(?P<msg>.*))")
 # The source location and the version sit within a few hundred characters of "NCCL error in:"; bounded
@@ -480,8 +480,9 @@ def _dist(line: Line, text: str) -> list[tuple[EventKind, str, dict[str, Any]]]:
 
 
 # --- other CUDA errors and CI markers ----------------------------------------------------------------
-# source: log_formats.md §14.5 ("CUDA error: an illegal memory access was encountered", "device-side assert
-#   triggered", ...); megatron_golden.md §0/§1.1 (Megatron CI: "Training failed. Aborting.", "Exact|Approximate
+# source: the CUDA runtime's error strings ("CUDA error: an illegal memory access was encountered",
+#   "device-side assert triggered", ...); Megatron-LM's CI (tests/functional_tests: "Training failed. Aborting.",
+#   "Exact|Approximate
 #   comparison of <metric>: FAILED", "AssertionError: The following metrics failed: <m1>, <m2>").
 CUDA_ERR_RE = re.compile(r"CUDA error: (?P<err>[^.\n]+?)(?:\.|$| when calling)")
 # The gate's own messages: also read by compare/cilog.py, which imports these (one definition).
@@ -580,7 +581,7 @@ class _ElasticEntry:
 
 @dataclass(slots=True)
 class _ElasticBlock:
-    """torch.distributed.elastic ChildFailedError summary (log_formats.md §14.4).
+    """torch.distributed.elastic ChildFailedError summary (torch/distributed/elastic/multiprocessing/errors).
     source: fudan-generative-vision/hallo2#75 (Root Cause block, SIGSEGV), lzhxmu/CPPO#6 (header + SIGKILL)."""
 
     start: int

@@ -3,6 +3,6 @@ sample batch, whether gradients flow. torch is imported lazily by :mod:`.model`.
 
 from __future__ import annotations
 
-from trainaudit.inspect.result import Finding, Inspection
+from trainaudit.inspect.result import Observation, Inspection
 
-__all__ = ["Finding", "Inspection"]
+__all__ = ["Inspection", "Observation"]

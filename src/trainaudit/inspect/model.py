@@ -22,7 +22,7 @@ import torch
 from torch import nn
 
 from trainaudit.errors import InputError
-from trainaudit.inspect.result import Finding, Inspection
+from trainaudit.inspect.result import Observation, Inspection
 
 EMBED_RE = re.compile(r"(^|[._])(embed\w*|wte|wpe|tok_emb\w*|word_embeddings|position_embeddings)([._]|$)", re.I)
 # Names come from state dicts too (a checkpoint from anyone), so these are linear forms of
@@ -149,17 +149,17 @@ def inspect_params(target: nn.Module | dict[str, torch.Tensor], label: str) -> I
         ins.by_module[top] = ins.by_module.get(top, 0) + n
     emb = ins.share("embedding")
     if emb > IMBALANCE_SHARE:
-        ins.findings.append(Finding("imbalance", "medium",
+        ins.findings.append(Observation("imbalance", "medium",
                                     f"embeddings hold {emb:.0%} of the parameters: most of the model is a lookup table "
                                     "(for a small model: a smaller vocabulary, tied input/output embeddings, or a "
                                     "larger hidden size / more layers)", [], round(emb, 4)))
     if frozen and isinstance(target, nn.Module):
         share = 1 - ins.trainable_params / ins.total_params
-        ins.findings.append(Finding("frozen", "high" if share >= 0.999 else "info",
+        ins.findings.append(Observation("frozen", "high" if share >= 0.999 else "info",
                                     f"{share:.0%} of the parameters are frozen (requires_grad=False)", frozen[:20],
                                     round(share, 4)))
     if len(ins.dtypes) > 1:
-        ins.findings.append(Finding("dtype_mix", "low", "parameters in several dtypes: " +
+        ins.findings.append(Observation("dtype_mix", "low", "parameters in several dtypes: " +
                                     ", ".join(f"{k} {v}" for k, v in ins.dtypes.items()), []))
     return ins
 
@@ -258,20 +258,20 @@ def gradient_flow(model: nn.Module, batch: Any, ins: Inspection) -> None:
         elif norm == 0.0:
             zero.append(name)
     if bad:
-        ins.findings.append(Finding("nonfinite_grad", "high", f"{len(bad)} parameters have NaN/Inf gradients", bad))
+        ins.findings.append(Observation("nonfinite_grad", "high", f"{len(bad)} parameters have NaN/Inf gradients", bad))
     if nograd:
-        ins.findings.append(Finding("no_grad", "high", f"{len(nograd)} trainable parameters got no gradient (unused "
+        ins.findings.append(Observation("no_grad", "high", f"{len(nograd)} trainable parameters got no gradient (unused "
                                     "in the forward, or the graph is detached)", nograd))
     if zero:
-        ins.findings.append(Finding("zero_grad", "medium", f"{len(zero)} parameters have exactly zero gradient", zero))
+        ins.findings.append(Observation("zero_grad", "medium", f"{len(zero)} parameters have exactly zero gradient", zero))
     ins.activations = stats
     dead = [(n, s["dead_share"]) for n, s in stats.items() if s.get("dead_share", 0) > DEAD_SHARE]
     for n, share in dead:
-        ins.findings.append(Finding("dead_relu", "medium", f"{n}: {share:.0%} of the units are never active on the "
+        ins.findings.append(Observation("dead_relu", "medium", f"{n}: {share:.0%} of the units are never active on the "
                                     "sample batch (dead ReLU)", [n], round(share, 4)))
     for n, s in stats.items():
         if s.get("saturated_share", 0) > SATURATED_SHARE:
-            ins.findings.append(Finding("saturated", "medium", f"{n}: {s['saturated_share']:.0%} of the outputs are "
+            ins.findings.append(Observation("saturated", "medium", f"{n}: {s['saturated_share']:.0%} of the outputs are "
                                         "saturated (gradients vanish there)", [n], round(s["saturated_share"], 4)))
 
 

@@ -7,7 +7,7 @@ from typing import Any
 
 
 @dataclass(slots=True)
-class Finding:
+class Observation:
     check: str  # "imbalance" | "frozen" | "dtype_mix" | "no_grad" | "zero_grad" | "nonfinite_grad" | "dead_relu" | "saturated"
     severity: str  # "high" | "medium" | "low" | "info"
     message: str
@@ -28,7 +28,7 @@ class Inspection:
     peak_mem_mb: float | None = None
     peak_mem_kind: str = ""
     loss: float | None = None
-    findings: list[Finding] = field(default_factory=list)
+    findings: list[Observation] = field(default_factory=list)
 
     def share(self, kind: str) -> float:
         return self.by_kind.get(kind, 0) / self.total_params if self.total_params else 0.0

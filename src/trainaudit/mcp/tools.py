@@ -27,7 +27,7 @@ from trainaudit.ingest.sink import StatsSink
 from trainaudit.ingest import scan
 from trainaudit.ingest import load_run
 from trainaudit.history.trace import trace
-from trainaudit.history.classify import Context
+from trainaudit.history.classify import FailureShape
 from trainaudit.diagnosis import build_answer, diagnose_run, plot_specs
 from trainaudit.compare.runs import compare_runs
 from trainaudit.compare.pipeline import run_golden
@@ -355,7 +355,7 @@ class Toolbox:
     def trace_history(self, repo: str, good: str | None = None, bad: str | None = None, find_fix: bool = False,
                       kind: str | None = None, metrics: list[str] | None = None,
                       max_commits: int = MAX_COMMITS) -> HistoryResult:
-        tr = trace(self._in([repo], "repo")[0], good, bad, Context(kind=kind, metrics=list(metrics or [])),
+        tr = trace(self._in([repo], "repo")[0], good, bad, FailureShape(kind=kind, metrics=list(metrics or [])),
                    find_fix=find_fix)
         ranked = sorted(tr.commits, key=lambda c: -c.relevance)[:max(1, min(max_commits, 100))]
         return HistoryResult(repo=repo, good=tr.good, bad=tr.bad, n_commits=tr.n_commits, truncated=tr.truncated,

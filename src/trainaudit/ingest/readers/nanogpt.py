@@ -11,8 +11,8 @@ iterations of every (re)start, not a value, so it is skipped. ``loss nan`` becom
 
 llm.c (``train_gpt2.cu`` printf ``step %4d/%d: train loss %f (%f ms, %d tok/s)``, and the CPU
 ``train_gpt2.c`` ``step %d: train loss %f (took %f ms)``): these carry no ``val loss`` on the
-same line; they give ``loss``, ``time_ms`` and ``tok/s``. The research notes do not cover llm.c,
-so only these two printf templates are supported.
+same line; they give ``loss``, ``time_ms`` and ``tok/s``. Only these two printf templates are
+supported.
 """
 
 from __future__ import annotations
