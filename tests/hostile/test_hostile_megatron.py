@@ -83,6 +83,21 @@ def test_fast_path_cuts_long_lines_like_the_line_path(tmp_path: Path, monkeypatc
     assert len(loss) == 600 and lost == [100, 400]  # the padded iterations lost their loss (missing: NaN)
 
 
+def test_a_line_longer_than_the_limit_is_never_read_whole(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # What is read from disk is bounded too, not only what is parsed: a range ends where a too long
+    # line passes the limit, and the rest of that line is skipped unread.
+    log = tmp_path / "train.log"
+    log.write_bytes(_log(600, {100: 3 * LIMIT, 400: 100 * LIMIT}))
+    reads: list[int] = []
+    real = megatron_fast._read_range
+    monkeypatch.setattr(megatron_fast, "_read_range", lambda path, off, n: reads.append(n) or real(path, off, n))
+    fast, fast_inp = _read(log, True, LIMIT, chunk_size=16_384, workers=1)
+    line, line_inp = _read(log, False, LIMIT)
+    assert reads and max(reads) <= 16_384 + 2 * LIMIT
+    assert fast_inp.cut_lines == line_inp.cut_lines == 4
+    _same(fast, line)
+
+
 def test_fast_path_without_long_lines_cuts_nothing(tmp_path: Path) -> None:
     log = tmp_path / "train.log"
     log.write_bytes(_log(300, {}))

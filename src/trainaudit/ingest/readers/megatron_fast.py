@@ -416,20 +416,37 @@ def _work(path: str, offset: int, length: int, tpl: Template, line_bytes: int | 
     return res
 
 
-def file_ranges(path: str, size: int, chunk_size: int) -> Iterator[tuple[int, int]]:
-    """Newline-aligned (offset, length) ranges covering the file."""
+def file_ranges(path: str, size: int, chunk_size: int, line_bytes: int | None = None
+                ) -> Iterator[tuple[int, int]]:
+    """Newline-aligned (offset, length) ranges covering the file. A line that runs on for more
+    than ``line_bytes`` past a range's end closes the range there, and its rest (which the reader
+    cuts anyway) is skipped without being read into memory: no range is longer than
+    ``chunk_size + 2 * line_bytes``."""
+    step = min(1 << 20, line_bytes) if line_bytes else 1 << 20
     with open(path, "rb") as f:
         pos = 0
         while pos < size:
             end = pos + chunk_size
+            nxt = None
             if end >= size:
                 end = size
             else:
                 f.seek(end)
-                f.readline()
-                end = f.tell()
+                run = 0
+                while True:
+                    piece = f.readline(step)
+                    run += len(piece)
+                    if not piece or piece.endswith(b"\n"):
+                        end = f.tell()
+                        break
+                    if line_bytes is not None and run > line_bytes:
+                        end = f.tell()
+                        while piece and not piece.endswith(b"\n"):  # the rest of the line: skipped
+                            piece = f.readline(step)
+                        nxt = f.tell()
+                        break
             yield pos, end - pos
-            pos = end
+            pos = end if nxt is None else nxt
 
 
 def stream_chunks(stream: BinaryIO, chunk_size: int) -> Iterator[bytes]:
@@ -623,7 +640,7 @@ def read_fast(reader: LineReader, tpl: Template, inp: InputFile, sink: Sink, sca
     base = 0
     if inp.fs_path is not None and not inp.compressed:
         path = str(inp.fs_path)
-        ranges = file_ranges(path, inp.size, chunk_size)
+        ranges = file_ranges(path, inp.size, chunk_size, inp.line_bytes)
         nproc = workers if workers is not None else min(2, _usable_cpus())
         # Read from the file directly, not through inp.open(): long lines are cut here as the stream
         # would have cut them (inp.line_bytes), counted for the input's report.
