@@ -188,7 +188,7 @@ def _run(opts: AuditOptions, tmp: Path, say: Step, fetch_progress) -> tuple[Answ
                              fmt=opts.fmt, ci_logs=[str(i.local) for i in ci_items])
             if gg.gate.abort_kind == "comparator_error":
                 raise InputError(f"{golden_display}: {gg.gate.abort}")
-            cmp_answer, cplots, _ = answer_golden(gg, ci_logs=[str(i.local) for i in ci_items], substance=True,
+            cmp_answer, cplots, _ = answer_golden(gg, substance=True,
                                                   last_step=prof.last_step, last_step_from=prof.last_step_from)
             plots += cplots
         except InputError as exc:
@@ -248,7 +248,8 @@ def _run(opts: AuditOptions, tmp: Path, say: Step, fetch_progress) -> tuple[Answ
             if name == "failing":
                 diag_causes = d[1]
     dv = diag.get("failing")
-    ci_failed = next((r.failed_metrics for r in _ci_reports(ci_items) if r.failed_metrics), None)
+    reports = gg.reports if gg is not None else [read_ci_log(str(i.local)) for i in ci_items]  # each log read once
+    ci_failed = next((r.failed_metrics for r in reports if r.failed_metrics), None)
 
     # -- history: read once, ranked for the explanation the verdict implies -------------------
     tr: Trace | None = None
@@ -493,10 +494,6 @@ def _actual_paths(side: Side, fmt: str | None, *, whole: bool = False) -> list[s
     logs = [i for i in runs if kinds[id(i)] in ("log", "metrics", "ci_log")]
     plain = [i for i in logs if i.role == "run"] or logs
     return [str(plain[0].local)] if plain else []
-
-
-def _ci_reports(items: list[Item]):  # type: ignore[no-untyped-def]
-    return [read_ci_log(str(i.local)) for i in items]
 
 
 def _diagnose(side: Side, b: AnswerBuilder, staging: Staging, name: str, keep: bool):  # type: ignore[no-untyped-def]

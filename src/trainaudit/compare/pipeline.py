@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from trainaudit.compare.cilog import CiGateReport, read_ci_log
@@ -29,6 +29,7 @@ class GoldenGate:
     config: ModelConfig
     nondeterministic: bool
     gate: GateResult
+    reports: list[CiGateReport] = field(default_factory=list)  # the comparator's own output, from CI logs
     decision: Decision | None = None  # set by :func:`answer_golden`
 
 
@@ -60,15 +61,15 @@ def gate_golden(golden_path: str, actual_paths: list[str], *, model_config: str 
     iters = train_iters or cfg.train_iters or max((max(m.steps) for m in golden.metrics.values() if m.steps), default=None)
     actual = load_actual(actual_paths, golden, iters, fmt)
     metrics = cfg.effective_metrics(pol.default_metrics)
-    if ci_logs:
-        metrics = complete_from_reports(actual, golden, metrics, [read_ci_log(p) for p in ci_logs])
+    reports = [read_ci_log(p) for p in ci_logs or []]
+    if reports:
+        metrics = complete_from_reports(actual, golden, metrics, reports)
     gate = run_gate(golden, actual.values, metrics, nondeterministic=nondet, policy=pol,
                     pipeline=pipe, train_iters=iters)  # type: ignore[arg-type]
-    return GoldenGate(golden, actual, list(actual_paths), cfg, nondet, gate)
+    return GoldenGate(golden, actual, list(actual_paths), cfg, nondet, gate, reports)
 
 
-def answer_golden(run: GoldenGate, *, deterministic: bool | None = None, ci_logs: list[str] | None = None,
-                  substance: bool = False, last_step: int | None = None, last_step_from: str = ""
+def answer_golden(run: GoldenGate, *, deterministic: bool | None = None, substance: bool = False, last_step: int | None = None, last_step_from: str = ""
                   ) -> tuple[Answer, list[PlotSpec], bool]:
     """Explain, decide and build the answer for a gate run of :func:`gate_golden`; ``substance``,
     ``last_step``: see :func:`trainaudit.compare.verdict.decide`."""
@@ -76,8 +77,9 @@ def answer_golden(run: GoldenGate, *, deterministic: bool | None = None, ci_logs
     if gate.abort_kind == "comparator_error":
         raise InputError(f"{run.golden.path}: {gate.abort}")
     devs = explain_checks(gate)
-    reports: list[CiGateReport] = [read_ci_log(p) for p in (ci_logs or [])]
-    decision = decide(gate, devs, run=actual.run, nan_metrics=_fatal_nans(run, reports), substance=substance,
+    reports = run.reports
+    fatal_nans = _fatal_nans(run, reports)
+    decision = decide(gate, devs, run=actual.run, nan_metrics=fatal_nans, substance=substance,
                       last_step=last_step, last_step_from=last_step_from)
     run.decision = decision
     notes = list(actual.notes) + decision.notes
@@ -86,7 +88,7 @@ def answer_golden(run: GoldenGate, *, deterministic: bool | None = None, ci_logs
                      + (f" ({cfg.nondeterministic_flag}=1)" if cfg.nondeterministic_flag and deterministic is None else ""))
     inp = Inputs(run.golden, actual.values, actual.kind, run.actual_paths, cfg.path, reports, notes)
     answer, plots = build_answer(inp, gate, devs, decision)
-    return answer, plots, gate.passed and not actual.nan_metrics
+    return answer, plots, gate.passed and not fatal_nans
 
 
 def _fatal_nans(run: GoldenGate, reports: list[CiGateReport]) -> dict[str, int]:
@@ -108,5 +110,5 @@ def run_golden(golden_path: str, actual_paths: list[str], *, model_config: str |
                policy: str | Policy = "megatron", ci_logs: list[str] | None = None, fmt: str | None = None
                ) -> tuple[Answer, list[PlotSpec], bool]:
     run = gate_golden(golden_path, actual_paths, model_config=model_config, deterministic=deterministic,
-                      pipeline=pipeline, train_iters=train_iters, policy=policy, fmt=fmt)
-    return answer_golden(run, deterministic=deterministic, ci_logs=ci_logs)
+                      pipeline=pipeline, train_iters=train_iters, policy=policy, fmt=fmt, ci_logs=ci_logs)
+    return answer_golden(run, deterministic=deterministic)

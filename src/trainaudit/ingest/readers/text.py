@@ -10,7 +10,7 @@ from array import array
 from trainaudit.ingest.base import LineReader, Sample
 from trainaudit.ingest.extract import Extractor, Record, Table, record_of
 from trainaudit.ingest.signatures import SignatureScanner
-from trainaudit.ingest.sink import Sink
+from trainaudit.ingest.sink import STEP_MAX, STEP_MIN, Sink
 from trainaudit.ingest.sources import InputFile
 from trainaudit.ingest.text import Line, iter_lines
 from trainaudit.model import Event, SourceKind
@@ -48,19 +48,15 @@ def read_metrics(inp: InputFile, sink: Sink, *, scan_events: bool = False) -> No
     scanner = SignatureScanner(inp.display)  # also says when a traceback is open: its lines are code
     held: list[Event] = []  # events seen before the extractor has placed the records around them
     # Every placed record's line and step, for the held events: 16 bytes a record as int64 arrays
-    # (a list of ints is 50 or more: a GB of a 15M-line log); a step beyond int64 turns them to lists.
-    placed_lines: array[int] | list[int] = array("q")
-    placed_steps: array[int] | list[int] = array("q")
+    # (a list of ints is 50 or more: a GB of a 15M-line log).
+    placed_lines: array[int] = array("q")
+    placed_steps: array[int] = array("q")
 
     def emit(placed: list[tuple[int, Record]]) -> None:
-        nonlocal placed_lines, placed_steps
         for step, rec in placed:
-            try:
+            if STEP_MIN <= step <= STEP_MAX:  # beyond, the sink leaves the values out and counts them
                 placed_steps.append(step)
-            except OverflowError:
-                placed_lines, placed_steps = list(placed_lines), list(placed_steps)
-                placed_steps.append(step)
-            placed_lines.append(rec.line)
+                placed_lines.append(rec.line)
             for k, v in rec.metrics.items():
                 sink.add(k, step, v, rec.line, rec.rank)
         release(final=False)
