@@ -7,7 +7,6 @@ reports; without --llm nothing touches the network."""
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 import pytest
@@ -167,10 +166,9 @@ def test_malformed_answers_keep_the_engine_wording(oom_run: Answer, fake_llm, co
 
 
 def test_timeout_and_http_error_keep_the_engine_wording(oom_run: Answer, fake_llm) -> None:  # type: ignore[no-untyped-def]
+    # the provider answers (well) only after 3 s: a client that waited would have applied it
     fake_llm.completion, fake_llm.delay = json.dumps(GOOD), 3.0
-    t0 = time.perf_counter()
     out = narrate(oom_run, _spec(fake_llm, timeout=0.5))
-    assert time.perf_counter() - t0 < 2.5
     _engine_intact(oom_run, out)
     assert out.final_answer == oom_run.final_answer
     assert _check(out, "llm_narration") == ("openai:test-model: not applied (no answer from openai:test-model within "
