@@ -30,8 +30,11 @@ import math
 import random
 import re
 import struct
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+
+import numpy as np
+from numpy.typing import NDArray
 
 # -- stage 1: preambles ------------------------------------------------------------------------
 _LEVEL = r"(?:INFO|WARNING|WARN|ERROR|DEBUG|CRITICAL|FATAL|TRACE|NOTICE)"
@@ -430,6 +433,17 @@ def _facts(v: float) -> int:
     return 1 | (2 if v == int(v) else 0) | (4 if v >= 0 else 0) | (8 if v == 0 else 0)
 
 
+def facts_of(v: NDArray[np.float64]) -> NDArray[np.int64]:
+    """:func:`_facts` of every value of an array."""
+    fin = np.isfinite(v)
+    with np.errstate(invalid="ignore"):
+        out = fin.astype(np.int64)
+        out |= (fin & (v == np.trunc(v))) * 2
+        out |= (fin & (v >= 0)) * 4
+        out |= (fin & (v == 0)) * 8
+    return out
+
+
 def _same_float(a: float, b: float) -> bool:
     return struct.pack("<d", a) == struct.pack("<d", b)  # bitwise: -0.0 is not 0.0, NaN signs differ
 
@@ -468,18 +482,13 @@ def _numbers(text: str, spans: tuple[tuple[int, int], ...]) -> list[float] | Non
     return out
 
 
-def make_plan(text: str, parsed: Parsed, asked: list[int]) -> _Plan | None:
-    """The plan of ``text``'s shape, read off its full parse (``asked``: the tokens whose value
-    chose a branch), or None when a value cannot be traced to exactly one source or the output
-    depends on digits in other ways (keys, words)."""
-    if ".#" in text:
-        return None  # "1.#INF": the tokenizer's one literal digit
-    body = strip_preamble(text)
-    if "|" in body and _ABS_RE.search(body):
-        return None  # the body is rewritten: offsets would move
+def _number_tokens(text: str, body: str) -> tuple[list[tuple[int, int]], dict[int, int], list[tuple[int, int]]] | None:
+    """The numbers of a line (``body``: the line without its preamble) as the tokenizer cuts
+    them: their spans, token index -> index in the spans, and the clock times' spans. None where
+    the tokens depend on digits otherwise (a metric word "f1")."""
     off = len(text) - len(body)
     spans: list[tuple[int, int]] = []
-    span_of: dict[int, int] = {}  # token index -> index in spans
+    span_of: dict[int, int] = {}
     clocks: list[tuple[int, int]] = []
     for j, m in enumerate(_TOKEN_RE.finditer(body)):
         kind = m.lastgroup or "sep"
@@ -497,6 +506,22 @@ def make_plan(text: str, parsed: Parsed, asked: list[int]) -> _Plan | None:
         if span is not None:
             span_of[j] = len(spans)
             spans.append(span)
+    return spans, span_of, clocks
+
+
+def make_plan(text: str, parsed: Parsed, asked: list[int]) -> _Plan | None:
+    """The plan of ``text``'s shape, read off its full parse (``asked``: the tokens whose value
+    chose a branch), or None when a value cannot be traced to exactly one source or the output
+    depends on digits in other ways (keys, words)."""
+    if ".#" in text:
+        return None  # "1.#INF": the tokenizer's one literal digit
+    body = strip_preamble(text)
+    if "|" in body and _ABS_RE.search(body):
+        return None  # the body is rewritten: offsets would move
+    got = _number_tokens(text, body)
+    if got is None:
+        return None
+    spans, span_of, clocks = got
     vals = _numbers(text, tuple(spans))
     if vals is None or any(j not in span_of for j in asked):
         return None
@@ -739,53 +764,217 @@ def _cells(body: str) -> list[str]:
     return [c for c in (c.strip() for c in cells) if c and not set(c) <= set("-=:+ ")]
 
 
-def record_of(text: str, no: int, rank: int | None, table: Table) -> Record | None:
-    """One line's record (None: no number that means something)."""
-    p = parse_line(text)
+@dataclass(frozen=True, slots=True)
+class RecordLayout:
+    """Where a line's values go in its record: ``(key, slot)`` pairs, a slot indexing the line's
+    values (:func:`line_values`). Lines of one shape read under one table header share it."""
+
+    metrics: tuple[tuple[str, int], ...]
+    counters: tuple[tuple[str, int], ...]
+    totals: tuple[tuple[str, int], ...]
+
+
+def line_values(p: Parsed, text: str) -> tuple[list[float], re.Match[str] | None]:
+    """The values a record may take from a line, by slot: the pairs' values, their totals (NaN
+    where a pair has none), the bare numbers, then a progress bar's position and length; with the
+    progress bar's match."""
+    vals = [pr.value for pr in p.pairs]
+    vals += [math.nan if pr.total is None else pr.total for pr in p.pairs]
+    vals += p.bare
+    m = _TQDM_RE.search(text) if " [" in text else None  # the pattern needs " [": most lines have none
+    if m and ("it/s" in text or "s/it" in text or "%|" in text):
+        vals += [float(m.group(1)), float(m.group(2))]
+    else:
+        m = None
+    return vals, m
+
+
+def uses_header(p: Parsed) -> bool:
+    """Whether :func:`record_layout` of the line reads the table's header."""
+    return bool((len(p.pairs) == 1 and p.bare) or (not p.pairs and len(p.bare) >= 2))
+
+
+def record_layout(p: Parsed, text: str, table: Table, vals: list[float], tqdm: bool) -> RecordLayout | None:
+    """The layout of one line's record (None: no number that means something). A header row
+    (words only) sets the table's header instead."""
     if p.words and not p.pairs:
         header = _cells(strip_preamble(text)) or [w for w in p.words if w not in ("|", "-")]
         if 2 <= len(header) <= 40 and not all(set(w) <= set("-=:+|") for w in header):
             table.header = header
         return None
-    metrics: dict[str, float] = {}
-    counters: dict[str, float] = {}
-    totals: dict[str, float] = {}
-    if len(p.pairs) == 1 and p.bare and table.header and len(table.header) == 1 + len(p.bare):
+    metrics: dict[str, int] = {}
+    counters: dict[str, int] = {}
+    totals: dict[str, int] = {}
+    n_pairs = len(p.pairs)
+    bare = list(range(2 * n_pairs, 2 * n_pairs + len(p.bare)))  # slots of the bare numbers
+    pairs = list(range(n_pairs))
+    if n_pairs == 1 and bare and table.header and len(table.header) == 1 + len(bare):
         # a labelled row under a header ("free -g": "Mem:  65  1  19  0  44  63")
         label = p.pairs[0].key
-        p.bare = [p.pairs[0].value, *p.bare]
-        p.pairs = []
-        for name, v in zip(table.header, p.bare):
-            metrics[f"{label} {name}"] = v
-    m = _TQDM_RE.search(text) if " [" in text else None  # the pattern needs " [": most lines have none
-    if m and ("it/s" in text or "s/it" in text or "%|" in text):
-        counters["progress"] = float(m.group(1))
-        totals["progress"] = float(m.group(2))
-    for pr in p.pairs:
+        bare = [0, *bare]
+        pairs = []
+        for name, i in zip(table.header, bare):
+            metrics[f"{label} {name}"] = i
+    if tqdm:
+        n = len(vals)
+        counters["progress"] = n - 2
+        totals["progress"] = n - 1
+    for i in pairs:
+        pr = p.pairs[i]
         if counter_rank(pr.key) is not None and math.isfinite(pr.value) and pr.value >= 0:
-            counters.setdefault(pr.key.lower(), pr.value)
+            counters.setdefault(pr.key.lower(), i)
             if pr.total is not None:
-                totals[pr.key.lower()] = pr.total
+                totals[pr.key.lower()] = n_pairs + i
             continue
-        metrics[pr.key] = pr.value
-    if not p.pairs and len(p.bare) >= 2 and not metrics:
-        if table.header and len(table.header) == len(p.bare):
+        metrics[pr.key] = i
+    if not pairs and len(bare) >= 2 and not metrics:
+        first = vals[bare[0]]
+        if table.header and len(table.header) == len(bare):
             names = table.header
-        elif math.isfinite(p.bare[0]) and p.bare[0] == int(p.bare[0]) and p.bare[0] >= 0:
+        elif math.isfinite(first) and first == int(first) and first >= 0:
             # a headerless row led by an integer: "76930 2.6496577" is a step and its value(s)
-            names = ["step", *(["value"] if len(p.bare) == 2 else [f"col{k}" for k in range(2, len(p.bare) + 1)])]
+            names = ["step", *(["value"] if len(bare) == 2 else [f"col{k}" for k in range(2, len(bare) + 1)])]
         else:
-            names = table.names(len(p.bare))
-        for name, v in zip(names, p.bare):
-            if counter_rank(name) is not None and math.isfinite(v):
-                counters[name.lower()] = v
+            names = table.names(len(bare))
+        for name, i in zip(names, bare):
+            if counter_rank(name) is not None and math.isfinite(vals[i]):
+                counters[name.lower()] = i
             else:
-                metrics[name] = v
+                metrics[name] = i
     if not metrics and not counters:
         return None
-    if m and "progress" in counters and not metrics and not any(k != "progress" for k in counters):
+    if tqdm and not metrics and not any(k != "progress" for k in counters):
         return None  # a bare progress bar: no metric
-    return Record(no, rank, metrics, counters, totals)
+    return RecordLayout(tuple(metrics.items()), tuple(counters.items()), tuple(totals.items()))
+
+
+def record_of(text: str, no: int, rank: int | None, table: Table) -> Record | None:
+    """One line's record (None: no number that means something)."""
+    p = parse_line(text)
+    vals, tqdm = line_values(p, text)
+    lay = record_layout(p, text, table, vals, tqdm is not None)
+    if lay is None:
+        return None
+    return Record(no, rank, {k: vals[i] for k, i in lay.metrics}, {k: vals[i] for k, i in lay.counters},
+                  {k: vals[i] for k, i in lay.totals})
+
+
+NAN_SOURCE = (3, 0)  # a value source: no number (a pair without a total)
+
+
+@dataclass(frozen=True, slots=True)
+class LineShape:
+    """How to read every line of one shape (its text with every digit a ``0``) whose numbers
+    have the same facts (integral? finite? negative? zero?) as ``text``'s, without parsing it.
+    The line's values (:func:`line_values`) come from its numbers (:func:`number_spans`) through
+    ``sources`` (``(0, i)``: number ``i``; ``(1, i)``: its inverse; :data:`NAN_SOURCE`), and its
+    record follows :meth:`layout`, for values that have ``facts`` too: other facts may take
+    another branch of :func:`parse_line_full` or :func:`record_layout`."""
+
+    text: str
+    parsed: Parsed
+    values: tuple[float, ...]
+    sources: tuple[tuple[int, int], ...]
+    facts: tuple[int, ...]  # of each value
+    tqdm: bool
+
+    @property
+    def header_row(self) -> bool:
+        """Words only: the line may set the table's header and has no record."""
+        return bool(self.parsed.words and not self.parsed.pairs)
+
+    @property
+    def uses_header(self) -> bool:
+        return uses_header(self.parsed)
+
+    def layout(self, header: list[str]) -> RecordLayout | None:
+        table = Table()
+        table.header = header
+        return record_layout(self.parsed, self.text, table, list(self.values), self.tqdm)
+
+    def header_after(self, header: list[str]) -> list[str]:
+        """The table's header after a header row of this shape."""
+        table = Table()
+        table.header = header
+        record_layout(self.parsed, self.text, table, list(self.values), self.tqdm)
+        return table.header
+
+
+def number_spans(text: str) -> list[tuple[int, int]] | None:
+    """Where a line's numbers are (offsets), as the tokenizer cuts them, then a progress bar's two
+    numbers if the tokenizer cut them otherwise; the same places for every line of the shape.
+    None where the line's tokens depend on its digits otherwise."""
+    if ".#" in text:
+        return None  # "1.#INF": the tokenizer's one literal digit
+    body = strip_preamble(text)
+    if "|" in body and _ABS_RE.search(body):
+        return None  # the body is rewritten: offsets would move
+    got = _number_tokens(text, body)
+    if got is None:
+        return None
+    spans = got[0]
+    _, tqdm = line_values(Parsed(), text)
+    if tqdm is not None:
+        spans += [sp for sp in (tqdm.span(1), tqdm.span(2)) if sp not in spans]
+    return spans
+
+
+def line_shape(text: str, spans: list[tuple[int, int]]) -> LineShape | None:
+    """The :class:`LineShape` of ``text`` (``spans``: its :func:`number_spans`), or None where its
+    lines must be read one by one (no plan, a clock time as a value, digits in a header row)."""
+    if len(text) > SHAPES.max_len:
+        return None
+    asked: list[int] = []
+    parsed = parse_line_full(text, asked)
+    plan = make_plan(text, parsed, asked) or ShapeCache._plan_from_other_digits(text, parsed)
+    if plan is None:
+        return None
+    if parsed.words and not parsed.pairs and _WORD_DIGIT_RE.search(text):
+        return None  # the header it sets would change with the digits
+    vals, tqdm = line_values(parsed, text)
+    at = {sp: i for i, sp in enumerate(spans)}
+    if any(sp not in at for sp in plan.spans):
+        return None
+
+    def where(src: tuple[int, int]) -> tuple[int, int]:
+        how, i = src
+        return src if how >= 2 else (how, at[plan.spans[i]])
+
+    sources = [where(src) for _, src, _, _ in plan.pairs]
+    sources += [NAN_SOURCE if tot is None else where(tot) for _, _, _, tot in plan.pairs]
+    sources += [where(src) for src in plan.bare]
+    if tqdm is not None:
+        sources += [(0, at[tqdm.span(1)]), (0, at[tqdm.span(2)])]
+    if any(how == 2 for how, _ in sources):
+        return None  # a clock time read as seconds: not a number of the line
+    nums = _numbers(text, tuple(spans))
+    if nums is None or len(sources) != len(vals):
+        return None
+    for (how, i), v in zip(sources, vals):
+        got = math.nan if how == 3 else nums[i] if how == 0 else (1.0 / nums[i] if nums[i] else math.inf)
+        if not _same_float(got, v) and not (math.isnan(got) and math.isnan(v)):
+            return None
+    return LineShape(text, parsed, tuple(vals), tuple(sources), tuple(_facts(v) for v in vals), tqdm is not None)
+
+
+def _alt_counter(counters: Iterable[tuple[str, bool]]) -> str | None:
+    """The counter that stands for the step counter on a line without it: the best-ranked
+    integral counter of the step's kind (``(key, integral)`` pairs in the record's order)."""
+    return min((k for k, integral in counters if (counter_rank(k) or 9) <= 5 and integral),
+               key=lambda k: counter_rank(k) or 9, default=None)
+
+
+@dataclass(frozen=True, slots=True)
+class _RowPlan:
+    """What placing a record of one layout does, for a given step counter (:meth:`Extractor.place_many`)."""
+
+    step: int | None  # the slot of the step counter (or the counter standing for it)
+    outer: tuple[tuple[str, int], ...]  # counters around the step (epoch), in the record's order
+    others: tuple[tuple[str, int], ...]  # the other counters, for the step's text
+    metrics: bool
+
+
+TEXTS_MAX = 200_000
 
 
 @dataclass(slots=True)
@@ -830,16 +1019,16 @@ class Extractor:
             if len(self.pending) < self.decide_after:
                 return []
             self.step = self._decide(self.pending)
-            out = [self._place(r) for r in self.pending]
+            out = [self.place(r) for r in self.pending]
             self.pending = []
             return [x for x in out if x is not None]
-        placed = self._place(rec)
+        placed = self.place(rec)
         return [placed] if placed is not None else []
 
     def finish(self) -> list[tuple[int, Record]]:
         if self.step is None:
             self.step = self._decide(self.pending)
-            out = [self._place(r) for r in self.pending]
+            out = [self.place(r) for r in self.pending]
             self.pending = []
             return [x for x in out if x is not None]
         return []
@@ -881,7 +1070,7 @@ class Extractor:
             return _Step(k, all(t == int(t) for t in totals), swap_total=True)
         return _Step(k, all(v == int(v) for v in vals))
 
-    def _place(self, rec: Record) -> tuple[int, Record] | None:
+    def place(self, rec: Record) -> tuple[int, Record] | None:
         assert self.step is not None
         key = self.step.key
         if self.step.swap_total and key is not None and key in rec.totals:
@@ -892,8 +1081,7 @@ class Extractor:
                 self.outer[k] = v  # epoch: the counter around the step
         if key is not None and key not in rec.counters:
             # another counter of the same kind on this line ("iteration 3" in a log of "step N")
-            alt = min((k for k, v in rec.counters.items() if (counter_rank(k) or 9) <= 5 and v == int(v)),
-                      key=lambda k: counter_rank(k) or 9, default=None)
+            alt = _alt_counter((k, v == int(v)) for k, v in rec.counters.items())
             if alt is not None:
                 rec.counters[key] = rec.counters[alt]
         if key is not None and self.step.integral and key in rec.counters:
@@ -923,6 +1111,152 @@ class Extractor:
         self.last_step = step
         return step, rec
 
+    @property
+    def steady(self) -> bool:
+        """Records can be placed in bulk (:meth:`place_many`): the step counter is decided,
+        integral and read as printed, and a step has been placed."""
+        s = self.step
+        return (s is not None and s.key is not None and s.integral and not s.swap_total
+                and self.last_step is not None)
+
+    def row_plan(self, layout: RecordLayout, facts: Sequence[int]) -> _RowPlan:
+        """How records of ``layout`` whose values have ``facts`` are placed (``steady`` only)."""
+        assert self.step is not None and self.step.key is not None
+        key = self.step.key
+        counters = dict(layout.counters)
+        slot = counters.get(key)
+        if slot is None:
+            alt = _alt_counter((k, bool(facts[i] & 2)) for k, i in layout.counters)
+            slot = None if alt is None else counters[alt]
+        outer = tuple((k, i) for k, i in layout.counters
+                      if k != key and (r := counter_rank(k)) is not None and r >= 6)
+        others = tuple((k, i) for k, i in layout.counters if k != key and (k, i) not in outer)
+        return _RowPlan(slot, outer, others, bool(layout.metrics))
+
+    def place_many(self, n: int, groups: Sequence[tuple[_RowPlan, NDArray[np.int64], NDArray[np.float64]]]
+                   ) -> NDArray[np.int64] | None:
+        """Place ``n`` records of no launcher rank at once, exactly as :meth:`place` one by one
+        (``steady`` only). Each group holds the records of one :class:`_RowPlan`: their positions
+        among the ``n`` and their values (a row a record, a column a slot). Returns each record's
+        step; None, with nothing changed, where the step counter goes back (a restart, whose
+        offset :meth:`place` decides record by record) or a step would not fit 62 bits."""
+        assert self.step is not None and self.step.key is not None and self.last_step is not None
+        kv = np.zeros(n)
+        keyed = np.zeros(n, dtype=bool)
+        for plan, pos, vals in groups:
+            if plan.step is not None:
+                kv[pos] = vals[:, plan.step]
+                keyed[pos] = True
+        kk = kv[keyed]
+        if kk.size and (float(np.abs(kk).max()) >= 2.0**53 or abs(self.offset) >= 2**62):
+            return None
+        if kk.size and self._restarts(n, groups, kk, keyed):
+            return None
+        at = np.where(keyed, np.arange(n), -1)
+        np.maximum.accumulate(at, out=at)
+        full = np.zeros(n, dtype=np.int64)
+        full[keyed] = kk.astype(np.int64) + self.offset
+        steps = np.where(at >= 0, full[np.maximum(at, 0)], self.last_step)
+        # the counters around the step: each one's last value, new ones in the order they appear
+        last: dict[str, tuple[int, float]] = {}
+        first: list[tuple[int, int, str]] = []
+        in_step: dict[str, tuple[int, float]] = {}
+        for plan, pos, vals in groups:
+            for j, (k, i) in enumerate(plan.outer):
+                p, v = int(pos[-1]), float(vals[-1, i])
+                if k not in last or last[k][0] < p:
+                    last[k] = (p, v)
+                if k not in self.outer:
+                    first.append((int(pos[0]), j, k))
+                if plan.step is not None and (k not in in_step or in_step[k][0] < p):
+                    in_step[k] = (p, v)
+        new = list(dict.fromkeys(k for _, _, k in sorted(first)))
+        if len(self.texts) < TEXTS_MAX and kk.size:
+            self._texts_many(n, groups, steps, kv, keyed, new)
+        for k in new:
+            self.outer[k] = math.nan  # its place in the order; its value below
+        for k, (_, v) in last.items():
+            self.outer[k] = v
+        self.step_outer.update({k: v for k, (_, v) in in_step.items()})
+        if kk.size:
+            self.last_counter[None] = float(kk[-1])
+        self.last_step = int(steps[-1])
+        return steps
+
+    def _restarts(self, n: int, groups: Sequence[tuple[_RowPlan, NDArray[np.int64], NDArray[np.float64]]],
+                  kk: NDArray[np.float64], keyed: NDArray[np.bool_]) -> bool:
+        """Whether a record among them restarts the step counter: its counter goes back while a
+        counter around it moved (:meth:`_outer_moved`, as of the record before)."""
+        prev = self.last_counter.get(None)
+        back = np.zeros(kk.shape[0], dtype=bool)
+        back[0] = prev is not None and kk[0] < prev
+        back[1:] = kk[1:] < kk[:-1]
+        if not back.any():
+            return False
+        rank = np.cumsum(keyed) - 1  # a keyed record's index among the keyed ones
+        moved = np.zeros(kk.shape[0], dtype=bool)
+        for k in {k for plan, _, _ in groups if plan.step is not None for k, _ in plan.outer}:
+            vals = np.full(kk.shape[0], np.nan)
+            has = np.zeros(kk.shape[0], dtype=bool)
+            for plan, pos, v in groups:
+                i = dict(plan.outer).get(k)
+                if plan.step is not None and i is not None:
+                    vals[rank[pos]] = v[:, i]
+                    has[rank[pos]] = True
+            # the value the step counter's records last had, before each record
+            mark = np.where(has, np.arange(kk.shape[0]), -1)
+            np.maximum.accumulate(mark, out=mark)
+            before = np.concatenate([[-1], mark[:-1]])
+            start = self.step_outer.get(k)
+            seen = np.where(before >= 0, vals[np.maximum(before, 0)], np.nan if start is None else start)
+            known = (before >= 0) | (start is not None)
+            moved |= has & known & (vals != seen)
+        return bool((back & moved).any())
+
+    def _texts_many(self, n: int, groups: Sequence[tuple[_RowPlan, NDArray[np.int64], NDArray[np.float64]]],
+                    steps: NDArray[np.int64], kv: NDArray[np.float64], keyed: NDArray[np.bool_],
+                    new: list[str]) -> None:
+        """:meth:`_text` of each record with the step counter, in order, while there is room."""
+        assert self.step is not None and self.step.key is not None
+        key = self.step.key
+        names = [*self.outer, *new]
+        found: dict[str, list[tuple[NDArray[np.int64], NDArray[np.float64]]]] = {}
+        row_group = np.zeros(n, dtype=np.int64)
+        row_index = np.zeros(n, dtype=np.int64)
+        for g, (plan, pos, vals) in enumerate(groups):
+            row_group[pos] = g
+            row_index[pos] = np.arange(pos.shape[0])
+            for k, i in plan.outer:
+                found.setdefault(k, []).append((pos, vals[:, i]))
+        values: list[list[float]] = []
+        present: list[list[bool]] = []
+        for k in names:  # each counter's value as of each record
+            col = np.full(n, self.outer.get(k, math.nan))
+            has = np.full(n, k in self.outer)
+            if k in found:
+                pos = np.concatenate([p for p, _ in found[k]])
+                v = np.concatenate([x for _, x in found[k]])
+                order = np.argsort(pos, kind="stable")
+                mark = np.full(n, -1)
+                mark[pos[order]] = np.arange(pos.shape[0])
+                np.maximum.accumulate(mark, out=mark)
+                col = np.where(mark >= 0, v[order][np.maximum(mark, 0)], col)
+                has |= mark >= 0
+            values.append(col.tolist())
+            present.append(has.tolist())
+        for r in np.flatnonzero(keyed).tolist():
+            if len(self.texts) >= TEXTS_MAX:
+                return
+            here = [c for c in range(len(names)) if present[c][r]]
+            if not (self.offset or here):
+                continue
+            plan, _, vals = groups[int(row_group[r])]
+            j = int(row_index[r])
+            parts = [f"{names[c]} {_fmt(values[c][r])}" for c in here]
+            parts.append(f"{key} {_fmt(float(kv[r]))}")
+            parts += [f"{k} {_fmt(float(vals[j, i]))}" for k, i in plan.others]
+            self.texts[int(steps[r])] = ", ".join(parts)
+
     def _outer_moved(self, rec: Record) -> bool:
         """An outer counter (epoch) on this line with another value than on the last line of the
         step counter that had it: the inner one restarts with it. Without one, a counter going back
@@ -932,7 +1266,7 @@ class Extractor:
         return any(k in rec.counters and rec.counters[k] != v for k, v in self.step_outer.items())
 
     def _text(self, step: int, rec: Record, key: str | None) -> None:
-        if len(self.texts) >= 200_000:
+        if len(self.texts) >= TEXTS_MAX:
             return
         parts = [f"{k} {_fmt(v)}" for k, v in self.outer.items()]
         if key is not None and key in rec.counters:

@@ -53,6 +53,7 @@ class Sink:
         self.n_events = 0
         self.n_meta = 0
         self._bulk_line = 0  # the last line handed over by add_many in the current source
+        self.first_seen: dict[str, int] = {}  # metric -> when its first value was handed over
 
     # -- reader API -------------------------------------------------------------------------
     def begin(self, source: Source) -> None:
@@ -91,6 +92,7 @@ class Sink:
         buf = self._buffers.get(metric)
         if buf is None:
             buf = self._buffers[metric] = _Buffer()
+            self.first_seen.setdefault(metric, len(self.first_seen))
         buf.steps.append(step)
         buf.values.append(value)
         buf.lines.append(line)
@@ -104,6 +106,7 @@ class Sink:
         if s.size == 0:
             return
         self._flush(metric)
+        self.first_seen.setdefault(metric, len(self.first_seen))
         ln = np.asarray(lines, dtype=np.int64)
         self.write_values(metric, s, np.asarray(values, dtype=np.float64), ln)
         self.n_values += int(s.size)
@@ -190,7 +193,8 @@ class RunBuilder(Sink):
         """Merge parts per metric: sort by step; where a step repeats (a restart re-logging steps,
         or ranks printing the same line) the value read last wins, and restarts are recorded."""
         restarts: list[int] = []
-        for metric, parts in self._parts.items():
+        # series in the order their first values were handed over, however they were buffered
+        for metric, parts in sorted(self._parts.items(), key=lambda item: self.first_seen[item[0]]):
             steps = np.concatenate([p[0] for p in parts])
             values = np.concatenate([p[1] for p in parts])
             lines = np.concatenate([p[2] for p in parts])
