@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from trainaudit.ingest import catalogue
-from trainaudit.ingest.samples import SampleWatch
+from trainaudit.ingest.samples import SAMPLE_START, SampleWatch
 from trainaudit.ingest.text import Line
 from trainaudit.model import Event, EventKind
 from trainaudit.redact import mask_secrets
@@ -40,6 +40,23 @@ GATE = re.compile(
     r"|he loss returned|imeout at NCCL)|U(?:nexpected result)|W(?:atchdog)|X(?:id)"
     r"|\((?:exitcode)"
 )
+
+# Every line the scanner may say something of, or keep something from, while no traceback or
+# elastic block is open: the gate, the catalogue's first needles, sample lines, Markdown bold. No
+# part of it tells one digit from another (a needle's digits are left out, keeping its longest
+# digit-free piece), so lines that differ only in their digits get the same answer: a bulk reader
+# asks once per line shape.
+_MAY_SIGNAL = re.compile("|".join([
+    GATE.pattern, r"\*\*", SAMPLE_START,
+    *(re.escape(max(re.split(r"\d+", k.needles[0]), key=len)) for k in catalogue.CATALOGUE),
+]))
+
+
+def may_signal(text: str) -> bool:
+    """False when :meth:`SignatureScanner.feed` of the line, with no record open, returns nothing
+    and changes nothing."""
+    return _MAY_SIGNAL.search(text) is not None
+
 
 # Linux signal numbers (logs come from Linux; Python's ``signal`` module differs on macOS).
 SIGNALS = {1: "SIGHUP", 2: "SIGINT", 3: "SIGQUIT", 4: "SIGILL", 5: "SIGTRAP", 6: "SIGABRT", 7: "SIGBUS",

@@ -5,10 +5,16 @@ lines in any spelling. Specific readers win when they claim a file; this one rea
 from __future__ import annotations
 
 import bisect
+import io
 from array import array
+
+import numpy as np
+from numpy.typing import NDArray
 
 from trainaudit.ingest.base import LineReader, Sample
 from trainaudit.ingest.extract import Extractor, Record, Table, record_of
+from trainaudit.ingest.readers.megatron_fast import stream_chunks
+from trainaudit.ingest.readers.text_bulk import BulkLines
 from trainaudit.ingest.signatures import SignatureScanner
 from trainaudit.ingest.sink import STEP_MAX, STEP_MIN, Sink
 from trainaudit.ingest.sources import InputFile
@@ -41,9 +47,15 @@ class TextLogReader(LineReader):
         raise NotImplementedError("read() drives the extractor and the signature scanner together")
 
 
-def read_metrics(inp: InputFile, sink: Sink, *, scan_events: bool = False) -> None:
+CHUNK_SIZE = 32 << 20  # lines read in bulk at a time: fewer, larger groups of a shape
+
+
+def read_metrics(inp: InputFile, sink: Sink, *, scan_events: bool = False, bulk: bool = True) -> None:
     """The extractor over a file (alone when another reader claimed the file, found no metric in
-    it and already reported its events; with the signature scanner when ``scan_events``)."""
+    it and already reported its events; with the signature scanner when ``scan_events``). Line by
+    line until the extractor has decided its step counter, then a chunk of lines at a time
+    (:mod:`~trainaudit.ingest.readers.text_bulk`), with the same result (``bulk=False``: line by
+    line throughout, the reference)."""
     ex = Extractor()
     scanner = SignatureScanner(inp.display)  # also says when a traceback is open: its lines are code
     held: list[Event] = []  # events seen before the extractor has placed the records around them
@@ -61,6 +73,15 @@ def read_metrics(inp: InputFile, sink: Sink, *, scan_events: bool = False) -> No
                 sink.add(k, step, v, rec.line, rec.rank)
         release(final=False)
 
+    def emit_many(steps: NDArray[np.int64], lines: NDArray[np.int64], placed: NDArray[np.int64],
+                  metrics: list[tuple[str, NDArray[np.int64], NDArray[np.float64]]]) -> None:
+        placed_steps.frombytes(steps[placed].astype(np.int64).tobytes())
+        placed_lines.frombytes(lines[placed].astype(np.int64).tobytes())
+        for key, pos, values in metrics:
+            sink.add_many(key, steps[pos], values, lines[pos])
+        sink.last_step = int(steps[placed[-1]])  # as the last value added one by one leaves it
+        release(final=False)
+
     def release(final: bool) -> None:
         while held and (final or (placed_lines and placed_lines[-1] >= held[0].line)):
             ev = held.pop(0)
@@ -69,15 +90,37 @@ def read_metrics(inp: InputFile, sink: Sink, *, scan_events: bool = False) -> No
                 ev.step = placed_steps[i] if i >= 0 else None
             sink.event(ev)
 
+    def line(ln: Line, events: list[Event], feed: bool) -> None:
+        if feed:
+            emit(ex.feed(ln.text, ln.no, ln.rank))
+        if scan_events:
+            held.extend(events)
+            if len(held) > MAX_HELD:
+                release(final=True)  # a log of events and no metrics: no step to wait for
+
+    chunks = BulkLines(ex, scanner, line, emit, emit_many)
+    base = 0  # lines before the chunk
     with inp.open() as stream:
-        for line in iter_lines(stream):
-            events = scanner.feed(line)
-            if not scanner.busy and not events:
-                emit(ex.feed(line.text, line.no, line.rank))
-            if scan_events:
-                held.extend(events)
-                if len(held) > MAX_HELD:
-                    release(final=True)  # a log of events and no metrics: no step to wait for
+        for data in stream_chunks(stream, CHUNK_SIZE):
+            start = 0
+            if not (bulk and ex.steady and placed_lines):
+                start = -1
+                for ln in iter_lines(io.BytesIO(data)):
+                    if bulk and ex.steady and placed_lines and ln.no - 1 > start:
+                        start = ln.no - 1  # a physical line not begun: the rest goes in bulk
+                        break
+                    start = ln.no - 1
+                    ln.no += base
+                    events = scanner.feed(ln)
+                    line(ln, events, not scanner.busy and not events)
+                else:
+                    start = -1
+            lines = data.split(b"\n")
+            if data.endswith(b"\n"):
+                lines.pop()
+            if start >= 0:
+                chunks.chunk(lines[start:], base + start)
+            base += len(lines)
     emit(ex.finish())
     if scan_events:
         held.extend(scanner.finish())

@@ -1,0 +1,174 @@
+"""The text reader in bulk (a chunk of lines at a time, grouped by shape) gives exactly what it
+gives line by line: the same series (steps, values bitwise, lines, in the same order), the same
+events with the same steps, the same metadata. Checked on every corpus log, on logs of real tiny
+CPU training runs, on the benchmark's generated mix, on a log written to break it (restarts,
+tracebacks, ranks, ANSI, carriage returns, NaN, headers that change, numbers of every facts) and
+on random logs; with the step decided after a few records and chunks of a few KB, so the bulk
+path and its chunk edges are exercised on small files."""
+
+from __future__ import annotations
+
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from shared_data import REPO
+
+from trainaudit.ingest.extract import Extractor
+from trainaudit.ingest.readers import text as text_reader
+from trainaudit.ingest.readers import text_bulk
+from trainaudit.ingest.sink import RunBuilder
+from trainaudit.ingest.sources import expand_inputs
+from trainaudit.model import Run, Source, SourceKind
+from trainaudit.safeio import LIMITS
+
+CORPUS_LOGS = sorted((REPO / "tests" / "corpus" / "logs").glob("*/log.txt"))
+
+
+def read(path: Path, bulk: bool) -> Run:
+    inp = expand_inputs([str(path)])[0]
+    inp.line_bytes = LIMITS.line_bytes
+    sink = RunBuilder()
+    sink.begin(Source(inp.display, "text", SourceKind.LOG, inp.size))
+    text_reader.read_metrics(inp, sink, scan_events=True, bulk=bulk)
+    sink.end()
+    return sink.build()
+
+
+def snapshot(run: Run) -> tuple:
+    series = [(k, s.steps.tolist(), s.values.tobytes(), s.lines.tolist()) for k, s in run.series.items()]
+    events = [(e.kind, e.line, e.step, e.rank, e.message, repr(sorted(e.data.items(), key=str))) for e in run.events]
+    return series, events, repr(sorted(run.meta.items(), key=str))
+
+
+class Spy:
+    """Counts the records placed in bulk, so a test cannot pass with the bulk path unused."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.placed = 0
+        real = Extractor.place_many
+
+        def place_many(ex: Extractor, n: int, groups: list) -> object:
+            out = real(ex, n, groups)
+            if out is not None:
+                self.placed += n
+            return out
+
+        monkeypatch.setattr(Extractor, "place_many", place_many)
+
+
+@pytest.fixture
+def small(monkeypatch: pytest.MonkeyPatch) -> Spy:
+    monkeypatch.setattr(Extractor, "decide_after", 3)
+    monkeypatch.setattr(text_reader, "CHUNK_SIZE", 4096)
+    monkeypatch.setattr(text_bulk, "SMALL_RUN", 2)
+    return Spy(monkeypatch)
+
+
+def same(path: Path) -> None:
+    assert snapshot(read(path, bulk=True)) == snapshot(read(path, bulk=False)), path
+
+
+def test_every_corpus_log(small: Spy) -> None:
+    assert len(CORPUS_LOGS) >= 150
+    for path in CORPUS_LOGS:
+        same(path)
+    assert small.placed > 500  # short pastes: most runs of records are below the bulk size
+
+
+def test_real_cpu_training_logs(small: Spy, synth_runs: object) -> None:
+    logs = []
+    for name in ("healthy-warmup-cosine", "healthy-restart", "nan-batch", "crash-shape-error", "hf-trainer-lr-jump"):
+        case = synth_runs.get(name)  # type: ignore[attr-defined]
+        logs += [p for p in case.dir.rglob("*") if p.is_file() and p.suffix in (".log", ".txt")]
+    assert len(logs) >= 3
+    for path in logs:
+        same(path)
+    assert small.placed > 100
+
+
+def test_benchmark_mix(small: Spy, tmp_path: Path) -> None:
+    out = tmp_path / "mixed.log"
+    subprocess.run([sys.executable, str(REPO / "benchmarks" / "gen_generic_log.py"), str(out), "--size", "400K"],
+                   check=True, capture_output=True)
+    same(out)
+    assert small.placed > 3000
+
+
+def hostile_lines(rng: random.Random, n: int) -> list[str]:
+    """Lines of many spellings and every kind of trouble for a shape, with a step that restarts."""
+    out: list[str] = []
+    step, epoch = 0, 0
+    for _ in range(n):
+        step += 1
+        if rng.random() < 0.01:
+            epoch += 1
+            step = 0 if rng.random() < 0.5 else step  # an inner counter that restarts with its epoch
+        if rng.random() < 0.005:
+            step = max(0, step - 50)  # a run restarted from a checkpoint: the counter goes back alone
+        x = rng.choice([rng.uniform(0, 5), 0.0, 1.0, float(rng.randrange(5)), -rng.random(), 1e-30 * rng.random(),
+                        rng.random() * 1e25])
+        k = rng.randrange(22)
+        lines = [
+            f"iter {step} loss {x:.4f} lr {rng.random():.2e}",
+            f"Epoch[{epoch}] Batch[{step}] Speed: {rng.uniform(0, 600):.2f} samples/sec accuracy={rng.random():.4f}",
+            f"{{'loss': {x!r}, 'grad_norm': {rng.random()!r}, 'epoch': {epoch + step / 100:.2f}}}",
+            f'{{"step": {step}, "loss": {x!r}, "lr": {rng.random() * 1e-3!r}}}',
+            f"| {step} | {x:.4f} | {rng.random():.3f} |",
+            f"{step:8d}  {x:10.5f}  {rng.uniform(0, 100):.1f}",
+            "| step | loss | acc |",
+            "    step      loss    tok/s",
+            f"[epoch {epoch}][iter {step}/500] loss: {x:.4f}, lr: {rng.random():.2e}",
+            f"{rng.randrange(100)}%|###| {step}/1000 [00:{step % 60:02d}<00:10, {rng.uniform(0.5, 3):.2f}s/it, loss={x:.3g}]",
+            f"[rank{rng.randrange(2)}]: step {step} loss {x:.4f}",
+            f"\x1b[32mstep {step}\x1b[0m loss {x:.4f}",
+            f"step {step} loss nan grad_norm inf",
+            f"step {step}: loss = {x:,.2f} time 0:00:{step % 60:02d}.5",
+            "WARNING: the use_reentrant parameter should be passed explicitly",
+            f"Saving checkpoint to /ckpt/step_{step}.pt",
+            "",
+            f"global step {step}: loss = {x:.6g} ({rng.random():.3f} sec/step)",
+            f"step {step} perplexity {rng.uniform(1, 99):.2f} f1 {rng.random():.2f} mem 12,345 MB",
+            f"éval step {step} loss {x:.4f}",
+            f"step {step} loss {x:.4f} " + "x" * 1100,
+            f"Iteration {step}, loss = {x:.5g}",
+        ]
+        out.append(lines[k])
+        if rng.random() < 0.01:
+            out += ["Traceback (most recent call last):", '  File "train.py", line 12, in <module>',
+                    f"    loss = step({step})", "RuntimeError: CUDA error: an illegal memory access was encountered"]
+        if rng.random() < 0.01:
+            out.append(f"{rng.randrange(100)}%|##| {step}/1000 [00:01<00:02, 4.2it/s]\r"
+                       f"{rng.randrange(100)}%|###| {step + 1}/1000 [00:01<00:01, 4.3it/s, loss={x:.2f}]")
+    return out
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_hostile_mix(small: Spy, tmp_path: Path, seed: int) -> None:
+    path = tmp_path / "hostile.log"
+    path.write_text("\n".join(hostile_lines(random.Random(seed), 3000)) + "\n", encoding="utf-8")
+    same(path)
+    assert small.placed > 300
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.integers(0, 2**32 - 1), st.integers(20, 400))
+def test_random_logs(small: Spy, tmp_path: Path, seed: int, n: int) -> None:
+    rng = random.Random(seed)
+    lines = hostile_lines(rng, n)
+    rng.shuffle(lines)  # steps out of order too
+    path = tmp_path / f"random-{seed}.log"
+    path.write_text("\n".join(lines), encoding="utf-8")  # the last line without its newline
+    same(path)
+
+
+def test_the_cli_reads_in_bulk(tmp_path: Path) -> None:
+    """A whole file through ``parse``: the default chunk size and step decision, bulk engaged."""
+    out = tmp_path / "mixed.log"
+    subprocess.run([sys.executable, str(REPO / "benchmarks" / "gen_generic_log.py"), str(out), "--size", "3M"],
+                   check=True, capture_output=True)
+    assert snapshot(read(out, bulk=True)) == snapshot(read(out, bulk=False))
