@@ -47,7 +47,7 @@ class TextLogReader(LineReader):
         raise NotImplementedError("read() drives the extractor and the signature scanner together")
 
 
-CHUNK_SIZE = 32 << 20  # lines read in bulk at a time: fewer, larger groups of a shape
+CHUNK_SIZE = 16 << 20  # lines read in bulk at a time: fewer, larger groups of a shape
 
 
 def read_metrics(inp: InputFile, sink: Sink, *, scan_events: bool = False, bulk: bool = True) -> None:
