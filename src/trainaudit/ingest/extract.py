@@ -482,10 +482,15 @@ def _numbers(text: str, spans: tuple[tuple[int, int], ...]) -> list[float] | Non
     return out
 
 
-def _number_tokens(text: str, body: str) -> tuple[list[tuple[int, int]], dict[int, int], list[tuple[int, int]]] | None:
-    """The numbers of a line (``body``: the line without its preamble) as the tokenizer cuts
-    them: their spans, token index -> index in the spans, and the clock times' spans. None where
-    the tokens depend on digits otherwise (a metric word "f1")."""
+def _number_tokens(text: str) -> tuple[list[tuple[int, int]], dict[int, int], list[tuple[int, int]]] | None:
+    """The numbers of a line as the tokenizer cuts them: their spans, token index -> index in the
+    spans, and the clock times' spans; the same for every line of the shape. None where the
+    tokens depend on the digits otherwise (a metric word "f1") or the offsets would move."""
+    if ".#" in text:
+        return None  # "1.#INF": the tokenizer's one literal digit
+    body = strip_preamble(text)
+    if "|" in body and _ABS_RE.search(body):
+        return None  # the body is rewritten: offsets would move
     off = len(text) - len(body)
     spans: list[tuple[int, int]] = []
     span_of: dict[int, int] = {}
@@ -513,12 +518,7 @@ def make_plan(text: str, parsed: Parsed, asked: list[int]) -> _Plan | None:
     """The plan of ``text``'s shape, read off its full parse (``asked``: the tokens whose value
     chose a branch), or None when a value cannot be traced to exactly one source or the output
     depends on digits in other ways (keys, words)."""
-    if ".#" in text:
-        return None  # "1.#INF": the tokenizer's one literal digit
-    body = strip_preamble(text)
-    if "|" in body and _ABS_RE.search(body):
-        return None  # the body is rewritten: offsets would move
-    got = _number_tokens(text, body)
+    got = _number_tokens(text)
     if got is None:
         return None
     spans, span_of, clocks = got
@@ -887,29 +887,19 @@ class LineShape:
     def uses_header(self) -> bool:
         return uses_header(self.parsed)
 
-    def layout(self, header: list[str]) -> RecordLayout | None:
+    def layout(self, header: list[str]) -> tuple[RecordLayout | None, list[str]]:
+        """The record's layout under the table ``header``, and the header after the line (a
+        header row sets it)."""
         table = Table()
         table.header = header
-        return record_layout(self.parsed, self.text, table, list(self.values), self.tqdm)
-
-    def header_after(self, header: list[str]) -> list[str]:
-        """The table's header after a header row of this shape."""
-        table = Table()
-        table.header = header
-        record_layout(self.parsed, self.text, table, list(self.values), self.tqdm)
-        return table.header
+        return record_layout(self.parsed, self.text, table, list(self.values), self.tqdm), table.header
 
 
 def number_spans(text: str) -> list[tuple[int, int]] | None:
     """Where a line's numbers are (offsets), as the tokenizer cuts them, then a progress bar's two
     numbers if the tokenizer cut them otherwise; the same places for every line of the shape.
     None where the line's tokens depend on its digits otherwise."""
-    if ".#" in text:
-        return None  # "1.#INF": the tokenizer's one literal digit
-    body = strip_preamble(text)
-    if "|" in body and _ABS_RE.search(body):
-        return None  # the body is rewritten: offsets would move
-    got = _number_tokens(text, body)
+    got = _number_tokens(text)
     if got is None:
         return None
     spans = got[0]

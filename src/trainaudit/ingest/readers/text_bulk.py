@@ -256,11 +256,8 @@ class BulkLines:
         if got is None:
             shape = self.shapes[v]
             header = list(self.header_list[hid])
-            if shape.header_row:
-                got = (None, None, self._header_id(shape.header_after(header)))
-            else:
-                lay = shape.layout(header)
-                got = (lay, None if lay is None else self.ex.row_plan(lay, shape.facts), hid)
+            lay, after = shape.layout(header)
+            got = (lay, None if lay is None else self.ex.row_plan(lay, shape.facts), self._header_id(after))
             self.layouts[(v, hid)] = got
         return got
 
