@@ -115,11 +115,13 @@ def read_metrics(inp: InputFile, sink: Sink, *, scan_events: bool = False, bulk:
                     line(ln, events, not scanner.busy and not events)
                 else:
                     start = -1
+            if start < 0:
+                base += data.count(b"\n") + (not data.endswith(b"\n"))
+                continue
             lines = data.split(b"\n")
             if data.endswith(b"\n"):
                 lines.pop()
-            if start >= 0:
-                chunks.chunk(lines[start:], base + start)
+            chunks.chunk(lines[start:], base + start)
             base += len(lines)
     emit(ex.finish())
     if scan_events:
