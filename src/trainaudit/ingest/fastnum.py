@@ -142,3 +142,60 @@ def parse_regions(buf: NDArray[np.uint8], starts: NDArray[np.int64], ends: NDArr
     e = np.clip(e10, -22, 22)
     vals = np.where(e10 >= 0, mant * P10[np.maximum(e, 0)], mant / P10[np.maximum(-e, 0)])
     return np.where(neg, -vals, vals), ok
+
+
+# a number as the text tokenizer cuts it: sign, integer digits (thousands commas), fraction, exponent
+_FIXED_RE = re.compile(r"([-+]?)(\d*)(?:\.(\d*))?(?:[eE]([-+]?)(\d+))?")
+
+
+class FixedNumbers:
+    """Numbers whose digits stand at the same offsets on every line (lines of one shape: the same
+    text but for the digits), for a matrix of those lines (a row a line, a column a byte). A
+    number's mantissa is a product of its digit columns with powers of ten (one matrix product for
+    all numbers, exact below 10**15), then one multiplication or division by an exact power of
+    ten, as :func:`parse_regions` does. A number of another spelling (thousands commas, more than
+    :data:`MAX_DIGITS` digits), or whose exponent passes 10**22, is reported as not parsed."""
+
+    def __init__(self, text: str, spans: list[tuple[int, int]]) -> None:
+        fast: list[tuple[int, list[int], int, list[int], float, int]] = []
+        cols: set[int] = set()
+        for j, (a, b) in enumerate(spans):
+            m = _FIXED_RE.fullmatch(text, a, b)
+            if m is None or not (m.group(2) or m.group(3)):
+                continue
+            mant = [k for k in range(a, m.end(3) if m.group(3) is not None else m.end(2)) if text[k].isdigit()]
+            if len(mant) > MAX_DIGITS:
+                continue
+            exp = list(range(m.start(5), m.end(5))) if m.group(5) else []
+            fast.append((j, mant, len(m.group(3) or ""), exp, -1.0 if m.group(1) == "-" else 1.0,
+                         -1 if m.group(4) == "-" else 1))
+            cols.update(mant + exp)
+        self.n = len(spans)
+        self.cols = np.array(sorted(cols), dtype=np.int64)
+        where = {c: i for i, c in enumerate(self.cols.tolist())}
+        self.which = np.array([f[0] for f in fast], dtype=np.int64)
+        self.wm = np.zeros((len(where), len(fast)))  # digit column -> power of ten in the mantissa
+        self.we = np.zeros((len(where), len(fast)))  # ... in the exponent
+        for q, (_, mant, _, exp, _, _) in enumerate(fast):
+            for k, c in enumerate(reversed(mant)):
+                self.wm[where[c], q] = 10.0 ** k
+            for k, c in enumerate(reversed(exp)):
+                self.we[where[c], q] = 10.0 ** k
+        self.frac = np.array([f[2] for f in fast], dtype=np.int64)
+        self.sign = np.array([f[4] for f in fast])
+        self.esign = np.array([f[5] for f in fast], dtype=np.int64)
+
+    def read(self, mat: NDArray[np.uint8]) -> tuple[NDArray[np.float64], NDArray[np.bool_]]:
+        """(values, ok), a column a number; where ``ok`` is False the caller parses the text."""
+        n = mat.shape[0]
+        vals = np.zeros((n, self.n))
+        ok = np.zeros((n, self.n), dtype=bool)
+        if self.which.shape[0]:
+            d = mat[:, self.cols].astype(np.float64) - 48.0
+            mant = d @ self.wm
+            e10 = (d @ self.we).astype(np.int64) * self.esign - self.frac
+            e = np.clip(e10, -22, 22)
+            vals[:, self.which] = np.where(e >= 0, mant * P10[np.maximum(e, 0)], mant / P10[np.maximum(-e, 0)]) \
+                * self.sign
+            ok[:, self.which] = np.abs(e10) <= 22
+        return vals, ok

@@ -14,7 +14,6 @@ from those of the line the shape was read off.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from operator import itemgetter
 from dataclasses import dataclass
@@ -39,7 +38,7 @@ from trainaudit.ingest.extract import (
     number_spans,
     record_of,
 )
-from trainaudit.ingest.fastnum import MAX_DIGITS, P10
+from trainaudit.ingest.fastnum import FixedNumbers
 from trainaudit.ingest.signatures import SignatureScanner, may_signal
 from trainaudit.ingest.text import Line, split_line, strip_prefixes
 from trainaudit.model import Event
@@ -51,80 +50,33 @@ SMALL_RUN = 24  # records below which a run is placed one by one: setting up arr
 
 LINE, NONE, HEADER, RECORD = 0, 1, 2, 3  # what a shape's lines need
 
-# a number as the tokenizer cuts it: sign, integer digits (thousands commas), fraction, exponent
-_SPAN_RE = re.compile(r"([-+]?)([\d,]*)(?:\.(\d*))?(?:[eE]([-+]?)(\d+))?")
-
-
-class _Numbers:
-    """The numbers at a shape's spans, for a matrix of its lines (a row a line). A span of at most
-    :data:`~trainaudit.ingest.fastnum.MAX_DIGITS` digits is an integer mantissa times or divided
-    by an exact power of ten: one correctly rounded operation, so bitwise ``float()`` of its text
-    (Clinger's fast path). Longer spans, and exponents beyond 10**22, are read with ``float()``."""
-
-    def __init__(self, text: str, spans: tuple[tuple[int, int], ...]) -> None:
-        self.spans = spans
-        self.const: dict[int, float] = {}  # spans without digits: the same text on every line
-        self.slow: list[int] = []  # spans read one line at a time
-        cols: list[int] = []
-        fast: list[tuple[int, list[int], int, list[int], float, float]] = []
-        for j, (a, b) in enumerate(spans):
-            t = text[a:b]
-            m = _SPAN_RE.fullmatch(t)
-            if not any(c.isdigit() for c in t):
-                v = number(t)
-                self.const[j] = float("nan") if v is None else v
-                continue
-            if m is None:
-                self.slow.append(j)
-                continue
-            mant = [a + k for k, c in enumerate(t) if c.isdigit() and k < (m.end(3) if m.group(3) is not None
-                                                                              else m.end(2))]
-            if len(mant) > MAX_DIGITS:
-                self.slow.append(j)
-                continue
-            exp = [a + k for k in range(m.start(5), m.end(5))] if m.group(5) else []
-            fast.append((j, mant, len(m.group(3) or ""), exp, -1.0 if m.group(1) == "-" else 1.0,
-                         -1.0 if m.group(4) == "-" else 1.0))
-            cols += mant + exp
-        self.cols = np.array(sorted(set(cols)), dtype=np.int64)
-        where = {c: i for i, c in enumerate(self.cols.tolist())}
-        self.fast = np.array([f[0] for f in fast], dtype=np.int64)
-        self.wm = np.zeros((len(where), len(fast)))
-        self.we = np.zeros((len(where), len(fast)))
-        for q, (_, mant, _, exp, _, _) in enumerate(fast):
-            for k, c in enumerate(reversed(mant)):
-                self.wm[where[c], q] = 10.0 ** k
-            for k, c in enumerate(reversed(exp)):
-                self.we[where[c], q] = 10.0 ** k
-        self.frac = np.array([f[2] for f in fast], dtype=np.int64)
-        self.sign = np.array([f[4] for f in fast])
-        self.esign = np.array([f[5] for f in fast], dtype=np.int64)
-
-    def read(self, mat: NDArray[np.uint8], rows: list[bytes]) -> NDArray[np.float64]:
-        n = mat.shape[0]
-        out = np.empty((n, len(self.spans)))
-        if self.fast.shape[0]:
-            d = mat[:, self.cols].astype(np.float64) - 48.0
-            mant = d @ self.wm  # exact: integers below 10**15
-            e10 = (d @ self.we).astype(np.int64) * self.esign - self.frac
-            ok = np.abs(e10) <= 22
-            e = np.clip(e10, -22, 22)
-            vals = np.where(e >= 0, mant * P10[np.maximum(e, 0)], mant / P10[np.maximum(-e, 0)]) * self.sign
-            out[:, self.fast] = vals
-            for r, q in zip(*np.nonzero(~ok)):
-                a, b = self.spans[int(self.fast[q])]
-                out[r, self.fast[q]] = _slow(rows[r][a:b])
-        for j, v in self.const.items():
-            out[:, j] = v
-        for j in self.slow:
-            a, b = self.spans[j]
-            out[:, j] = [_slow(row[a:b]) for row in rows]
-        return out
-
-
 def _slow(raw: bytes) -> float:
     v = number(raw.decode("ascii"))
     return float("nan") if v is None else v
+
+
+class _Numbers:
+    """The numbers at a shape's spans, for a matrix of its lines (a row a line): vectorised where
+    :class:`~trainaudit.ingest.fastnum.FixedNumbers` can, the same text on every line where a span
+    has no digit ("nan"), else ``number()`` line by line (thousands commas, long mantissas)."""
+
+    def __init__(self, text: str, spans: tuple[tuple[int, int], ...]) -> None:
+        self.spans = spans
+        digits = [j for j, (a, b) in enumerate(spans) if any("0" <= c <= "9" for c in text[a:b])]
+        self.const = {j: _slow(text[a:b].encode("ascii")) for j, (a, b) in enumerate(spans) if j not in digits}
+        self.fixed = FixedNumbers(text, [spans[j] for j in digits])
+        self.digits = np.array(digits, dtype=np.int64)
+
+    def read(self, mat: NDArray[np.uint8], rows: list[bytes]) -> NDArray[np.float64]:
+        out = np.empty((mat.shape[0], len(self.spans)))
+        vals, ok = self.fixed.read(mat)
+        out[:, self.digits] = vals
+        for r, q in zip(*np.nonzero(~ok)):
+            a, b = self.spans[int(self.digits[q])]
+            out[r, self.digits[q]] = _slow(rows[r][a:b])
+        for j, v in self.const.items():
+            out[:, j] = v
+        return out
 
 
 @dataclass(slots=True)
