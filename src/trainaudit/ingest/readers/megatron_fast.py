@@ -20,18 +20,26 @@ ANSI, CR, bad UTF-8) is returned raw for the line reader.
 from __future__ import annotations
 
 import functools
-import multiprocessing as mp
-import os
 import re
 from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, BinaryIO
 
 import numpy as np
 from numpy.typing import NDArray
 
 from trainaudit.ingest.base import LineReader
+from trainaudit.ingest.chunks import (
+    MAX_PENDING,
+    POOL_MIN_SIZE,
+    OrderedWorkers,
+    cut_long_lines,
+    cut_range,
+    file_ranges,
+    read_range,
+    stream_chunks,
+    usable_cpus,
+)
 from trainaudit.ingest.fastnum import PAD, Layout, padded, parse_regions
 from trainaudit.ingest.readers.megatron_line import (
     FIELD_RE,
@@ -45,7 +53,6 @@ from trainaudit.ingest.sink import Sink
 from trainaudit.ingest.sources import InputFile
 from trainaudit.ingest.text import Line, split_line, strip_prefixes
 from trainaudit.model import Event, EventKind
-from trainaudit.safeio import LineCutter
 
 RANK_PREFIX_RE = re.compile(r"^(?:\[(?:rank|default)(\d+)\]:[ ]?|(\d{1,5}): )")
 # a line a worker may build another template from (the same test as ITER_RE, on bytes)
@@ -74,14 +81,6 @@ class Template:
     def nfields(self) -> int:
         return len(self.keys)
 
-
-
-def _usable_cpus() -> int:
-    """CPUs this process may run on (the affinity mask on Linux; macOS and Windows have no
-    ``os.sched_getaffinity``)."""
-    if hasattr(os, "sched_getaffinity"):
-        return len(os.sched_getaffinity(0))
-    return os.cpu_count() or 1
 
 
 def build_template(raw: bytes, need_loss: bool = True) -> Template | None:
@@ -382,27 +381,6 @@ def parse_chunk(data: bytes, tpl: Template, discover: bool = True) -> ChunkResul
 # -- driving a whole input -------------------------------------------------------------------
 
 CHUNK_SIZE = 16 << 20
-POOL_MIN_SIZE = 96 << 20  # below this a process pool costs more than it saves
-MAX_PENDING = 3  # chunks in flight per worker pool: bounds memory whatever the file size
-
-
-def _read_range(path: str, offset: int, length: int) -> bytes:
-    with open(path, "rb") as f:
-        f.seek(offset)
-        return f.read(length)
-
-
-def _cut(data: bytes, line_bytes: int | None) -> tuple[bytes, int]:
-    """``data`` (whole lines from a line start) with lines longer than ``line_bytes`` cut as the
-    stream of every other line reader cuts them (``safeio.LineCutter``), and how many were cut."""
-    if line_bytes is None or len(data) <= line_bytes:  # no line can be longer: nothing to scan
-        return data, 0
-    cutter = LineCutter(line_bytes)
-    return cutter.cut(data), cutter.cut_lines
-
-
-def _cut_range(path: str, offset: int, length: int, line_bytes: int | None) -> bytes:
-    return _cut(_read_range(path, offset, length), line_bytes)[0]
 
 
 def _same(data: bytes) -> bytes:
@@ -410,61 +388,10 @@ def _same(data: bytes) -> bytes:
 
 
 def _work(path: str, offset: int, length: int, tpl: Template, line_bytes: int | None = None) -> ChunkResult:
-    data, cut = _cut(_read_range(path, offset, length), line_bytes)
+    data, cut = cut_long_lines(read_range(path, offset, length), line_bytes)
     res = parse_chunk(data, tpl)
     res.cut_lines = cut
     return res
-
-
-def file_ranges(path: str, size: int, chunk_size: int, line_bytes: int | None = None
-                ) -> Iterator[tuple[int, int]]:
-    """Newline-aligned (offset, length) ranges covering the file. A line that runs on for more
-    than ``line_bytes`` past a range's end closes the range there, and its rest (which the reader
-    cuts anyway) is skipped without being read into memory: no range is longer than
-    ``chunk_size + 2 * line_bytes``."""
-    step = min(1 << 20, line_bytes) if line_bytes else 1 << 20
-    with open(path, "rb") as f:
-        pos = 0
-        while pos < size:
-            end = pos + chunk_size
-            nxt = None
-            if end >= size:
-                end = size
-            else:
-                f.seek(end)
-                run = 0
-                while True:
-                    piece = f.readline(step)
-                    run += len(piece)
-                    if not piece or piece.endswith(b"\n"):
-                        end = f.tell()
-                        break
-                    if line_bytes is not None and run > line_bytes:
-                        end = f.tell()
-                        while piece and not piece.endswith(b"\n"):  # the rest of the line: skipped
-                            piece = f.readline(step)
-                        nxt = f.tell()
-                        break
-            yield pos, end - pos
-            pos = end if nxt is None else nxt
-
-
-def stream_chunks(stream: BinaryIO, chunk_size: int) -> Iterator[bytes]:
-    """Newline-aligned chunks of a stream (the last one may lack its newline)."""
-    carry = b""
-    while True:
-        block = stream.read(chunk_size)
-        if not block:
-            if carry:
-                yield carry
-            return
-        data = carry + block
-        cut = data.rfind(b"\n") + 1
-        if cut == 0:
-            carry = data
-            continue
-        carry = data[cut:]
-        yield data[:cut]
 
 
 class Replay:
@@ -641,7 +568,7 @@ def read_fast(reader: LineReader, tpl: Template, inp: InputFile, sink: Sink, sca
     if inp.fs_path is not None and not inp.compressed:
         path = str(inp.fs_path)
         ranges = file_ranges(path, inp.size, chunk_size, inp.line_bytes)
-        nproc = workers if workers is not None else min(2, _usable_cpus())
+        nproc = workers if workers is not None else min(2, usable_cpus())
         # Read from the file directly, not through inp.open(): long lines are cut here as the stream
         # would have cut them (inp.line_bytes), counted for the input's report.
         limit, cut = inp.line_bytes, 0
@@ -651,7 +578,7 @@ def read_fast(reader: LineReader, tpl: Template, inp: InputFile, sink: Sink, sca
             results = ((off, ln, _work(path, off, ln, tpl, limit)) for off, ln in ranges)
         for off, length, res in results:
             cut += res.cut_lines
-            replay.chunk(res, base, functools.partial(_cut_range, path, off, length, limit))
+            replay.chunk(res, base, functools.partial(cut_range, path, off, length, limit))
             base += res.n_lines
         inp.cut_lines = max(inp.cut_lines, cut)
         return
@@ -665,14 +592,18 @@ def read_fast(reader: LineReader, tpl: Template, inp: InputFile, sink: Sink, sca
 def _pooled(path: str, ranges: Iterator[tuple[int, int]], tpl: Template, nproc: int, line_bytes: int | None = None
             ) -> Iterator[tuple[int, int, ChunkResult]]:
     """Parse ranges in worker processes, in order, with a bounded number in flight."""
-    ctx = mp.get_context("fork")
-    with ctx.Pool(nproc) as pool:
-        pending: deque[tuple[int, int, Any]] = deque()
+
+    def make(_: int) -> Callable[[tuple[int, int]], ChunkResult]:
+        return lambda r: _work(path, r[0], r[1], tpl, line_bytes)
+
+    with OrderedWorkers(make, nproc) as workers:
+        pending: deque[tuple[int, int]] = deque()
         for off, length in ranges:
-            pending.append((off, length, pool.apply_async(_work, (path, off, length, tpl, line_bytes))))
-            if len(pending) >= nproc * MAX_PENDING:
-                o, n, job = pending.popleft()
-                yield o, n, job.get()
+            workers.submit((off, length))
+            pending.append((off, length))
+            if workers.pending >= nproc * MAX_PENDING:
+                o, n = pending.popleft()
+                yield o, n, workers.result()
         while pending:
-            o, n, job = pending.popleft()
-            yield o, n, job.get()
+            o, n = pending.popleft()
+            yield o, n, workers.result()
