@@ -4,13 +4,16 @@ events with the same steps, the same metadata. Checked on every corpus log, on l
 CPU training runs, on the benchmark's generated mix, on a log written to break it (restarts,
 tracebacks, ranks, ANSI, carriage returns, NaN, headers that change, numbers of every facts) and
 on random logs; with the step decided after a few records and chunks of a few KB, so the bulk
-path and its chunk edges are exercised on small files."""
+path and its chunk edges are exercised on small files. The same again with the chunks grouped
+by one and by two worker processes (each with its own book of shapes), as a large file is
+read."""
 
 from __future__ import annotations
 
 import random
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -29,12 +32,12 @@ from trainaudit.safeio import LIMITS
 CORPUS_LOGS = sorted((REPO / "tests" / "corpus" / "logs").glob("*/log.txt"))
 
 
-def read(path: Path, bulk: bool) -> Run:
+def read(path: Path, bulk: bool, workers: int = 0) -> Run:
     inp = expand_inputs([str(path)])[0]
     inp.line_bytes = LIMITS.line_bytes
     sink = RunBuilder()
     sink.begin(Source(inp.display, "text", SourceKind.LOG, inp.size))
-    text_reader.read_metrics(inp, sink, scan_events=True, bulk=bulk)
+    text_reader.read_metrics(inp, sink, scan_events=True, bulk=bulk, workers=workers)
     sink.end()
     return sink.build()
 
@@ -46,11 +49,22 @@ def snapshot(run: Run) -> tuple:
 
 
 class Spy:
-    """Counts the records placed in bulk, so a test cannot pass with the bulk path unused."""
+    """Counts the records placed in bulk and the chunks each book grouped, so a test cannot pass
+    with the bulk path or the workers unused."""
 
-    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, workers: int) -> None:
+        self.workers = workers
         self.placed = 0
+        self.books: set[int] = set()
+        self.all_books = set(range(1, workers + 1)) if workers else {0}
         real = Extractor.place_many
+        chunk = text_bulk.BulkLines.chunk
+
+        def spy_chunk(lines: text_bulk.BulkLines, data: object, base: int, grouped: object = None) -> None:
+            self.books.add(0 if grouped is None else grouped.book)  # type: ignore[attr-defined]
+            chunk(lines, data, base, grouped)  # type: ignore[arg-type]
+
+        monkeypatch.setattr(text_bulk.BulkLines, "chunk", spy_chunk)
 
         def place_many(ex: Extractor, n: int, groups: list) -> object:
             out = real(ex, n, groups)
@@ -61,22 +75,27 @@ class Spy:
         monkeypatch.setattr(Extractor, "place_many", place_many)
 
 
-@pytest.fixture
-def small(monkeypatch: pytest.MonkeyPatch) -> Spy:
+@pytest.fixture(params=[0, 1, 2], ids=["in-process", "1-worker", "2-workers"])
+def small(monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest) -> Iterator[Spy]:
     monkeypatch.setattr(Extractor, "decide_after", 3)
     monkeypatch.setattr(text_reader, "CHUNK_SIZE", 4096)
+    monkeypatch.setattr(text_reader, "POOL_MIN_SIZE", 0)
     monkeypatch.setattr(text_bulk, "SMALL_RUN", 2)
-    return Spy(monkeypatch)
+    spy = Spy(monkeypatch, request.param)
+    yield spy
+    if spy.placed:  # bulk chunks are grouped by the workers' books (1, 2) only, or by the reader's (0)
+        assert spy.books == spy.all_books or (spy.books and spy.books < spy.all_books)
 
 
-def same(path: Path) -> None:
-    assert snapshot(read(path, bulk=True)) == snapshot(read(path, bulk=False)), path
+def same(path: Path, spy: Spy) -> None:
+    got = snapshot(read(path, bulk=True, workers=spy.workers))
+    assert got == snapshot(read(path, bulk=False)), path
 
 
 def test_every_corpus_log(small: Spy) -> None:
     assert len(CORPUS_LOGS) >= 150
     for path in CORPUS_LOGS:
-        same(path)
+        same(path, small)
     assert small.placed > 500  # short pastes: most runs of records are below the bulk size
 
 
@@ -87,7 +106,7 @@ def test_real_cpu_training_logs(small: Spy, synth_runs: object) -> None:
         logs += [p for p in case.dir.rglob("*") if p.is_file() and p.suffix in (".log", ".txt")]
     assert len(logs) >= 3
     for path in logs:
-        same(path)
+        same(path, small)
     assert small.placed > 100
 
 
@@ -95,8 +114,9 @@ def test_benchmark_mix(small: Spy, tmp_path: Path) -> None:
     out = tmp_path / "mixed.log"
     subprocess.run([sys.executable, str(REPO / "benchmarks" / "gen_generic_log.py"), str(out), "--size", "400K"],
                    check=True, capture_output=True)
-    same(out)
+    same(out, small)
     assert small.placed > 3000
+    assert small.books == small.all_books
 
 
 def hostile_lines(rng: random.Random, n: int) -> list[str]:
@@ -151,8 +171,9 @@ def hostile_lines(rng: random.Random, n: int) -> list[str]:
 def test_hostile_mix(small: Spy, tmp_path: Path, seed: int) -> None:
     path = tmp_path / "hostile.log"
     path.write_text("\n".join(hostile_lines(random.Random(seed), 3000)) + "\n", encoding="utf-8")
-    same(path)
+    same(path, small)
     assert small.placed > 300
+    assert small.books == small.all_books
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -163,7 +184,7 @@ def test_random_logs(small: Spy, tmp_path: Path, seed: int, n: int) -> None:
     rng.shuffle(lines)  # steps out of order too
     path = tmp_path / f"random-{seed}.log"
     path.write_text("\n".join(lines), encoding="utf-8")  # the last line without its newline
-    same(path)
+    same(path, small)
 
 
 def test_the_cli_reads_in_bulk(tmp_path: Path) -> None:

@@ -187,11 +187,19 @@ class FixedNumbers:
 
     def read(self, mat: NDArray[np.uint8]) -> tuple[NDArray[np.float64], NDArray[np.bool_]]:
         """(values, ok), a column a number; where ``ok`` is False the caller parses the text."""
-        n = mat.shape[0]
+        return self._read(mat[:, self.cols])
+
+    def read_at(self, buf: NDArray[np.uint8], starts: NDArray[np.int64]) -> tuple[NDArray[np.float64], NDArray[np.bool_]]:
+        """As :meth:`read`, for the lines of ``buf`` that begin at ``starts``: only the digit
+        columns are taken from the buffer, not the whole lines."""
+        return self._read(buf[starts[:, None] + self.cols])
+
+    def _read(self, cols: NDArray[np.uint8]) -> tuple[NDArray[np.float64], NDArray[np.bool_]]:
+        n = cols.shape[0]
         vals = np.zeros((n, self.n))
         ok = np.zeros((n, self.n), dtype=bool)
         if self.which.shape[0]:
-            d = mat[:, self.cols].astype(np.float64) - 48.0
+            d = cols.astype(np.float64) - 48.0
             mant = d @ self.wm
             e10 = (d @ self.we).astype(np.int64) * self.esign - self.frac
             e = np.clip(e10, -22, 22)

@@ -5,16 +5,30 @@ lines in any spelling. Specific readers win when they claim a file; this one rea
 from __future__ import annotations
 
 import bisect
+import functools
 import io
 from array import array
+from collections import deque
+from collections.abc import Callable
 
 import numpy as np
 from numpy.typing import NDArray
+from threadpoolctl import threadpool_limits
 
 from trainaudit.ingest.base import LineReader, Sample
 from trainaudit.ingest.extract import Extractor, Record, Table, record_of
-from trainaudit.ingest.readers.megatron_fast import stream_chunks
-from trainaudit.ingest.readers.text_bulk import BulkLines
+from trainaudit.ingest.chunks import (
+    MAX_PENDING,
+    POOL_MIN_SIZE,
+    OrderedWorkers,
+    cut_long_lines,
+    cut_range,
+    file_ranges,
+    read_range,
+    stream_chunks,
+    usable_cpus,
+)
+from trainaudit.ingest.readers.text_bulk import BulkLines, Grouped, range_grouper
 from trainaudit.ingest.signatures import SignatureScanner
 from trainaudit.ingest.sink import STEP_MAX, STEP_MIN, Sink
 from trainaudit.ingest.sources import InputFile
@@ -50,12 +64,14 @@ class TextLogReader(LineReader):
 CHUNK_SIZE = 16 << 20  # lines read in bulk at a time: fewer, larger groups of a shape
 
 
-def read_metrics(inp: InputFile, sink: Sink, *, scan_events: bool = False, bulk: bool = True) -> None:
+def read_metrics(inp: InputFile, sink: Sink, *, scan_events: bool = False, bulk: bool = True,
+                 chunk_size: int | None = None, workers: int | None = None) -> None:
     """The extractor over a file (alone when another reader claimed the file, found no metric in
     it and already reported its events; with the signature scanner when ``scan_events``). Line by
     line until the extractor has decided its step counter, then a chunk of lines at a time
     (:mod:`~trainaudit.ingest.readers.text_bulk`), with the same result (``bulk=False``: line by
-    line throughout, the reference)."""
+    line throughout, the reference). A large file on disk is then grouped by shape in ``workers``
+    processes (default: up to 2, as CPUs allow), a few chunks ahead of the placing."""
     ex = Extractor()
     scanner = SignatureScanner(inp.display)  # also says when a traceback is open: its lines are code
     held: list[Event] = []  # events seen before the extractor has placed the records around them
@@ -100,29 +116,52 @@ def read_metrics(inp: InputFile, sink: Sink, *, scan_events: bool = False, bulk:
 
     chunks = BulkLines(ex, scanner, line, emit, emit_many)
     base = 0  # lines before the chunk
-    with inp.open() as stream:
-        for data in stream_chunks(stream, CHUNK_SIZE):
-            start = 0
-            if not (bulk and ex.steady and placed_lines):
+
+    def steady() -> bool:
+        return bulk and ex.steady and bool(placed_lines)
+
+    def read(data: bytes | Callable[[], bytes], grouped: Grouped | None) -> None:
+        """One chunk: its lines (or the function that reads them) and, from a worker, their
+        grouping (from the chunk's first line)."""
+        nonlocal base
+        if grouped is not None and steady():
+            chunks.chunk(data, base, grouped)
+            base += grouped.kind.shape[0]
+            return
+        if not isinstance(data, bytes):
+            data = data()
+        start = 0
+        if not steady():
+            start = -1
+            for ln in iter_lines(io.BytesIO(data)):
+                if steady() and ln.no - 1 > start:
+                    start = ln.no - 1  # a physical line not begun: the rest goes in bulk
+                    break
+                start = ln.no - 1
+                ln.no += base
+                events = scanner.feed(ln)
+                line(ln, events, not scanner.busy and not events)
+            else:
                 start = -1
-                for ln in iter_lines(io.BytesIO(data)):
-                    if bulk and ex.steady and placed_lines and ln.no - 1 > start:
-                        start = ln.no - 1  # a physical line not begun: the rest goes in bulk
-                        break
-                    start = ln.no - 1
-                    ln.no += base
-                    events = scanner.feed(ln)
-                    line(ln, events, not scanner.busy and not events)
-                else:
-                    start = -1
-            if start < 0:
-                base += data.count(b"\n") + (not data.endswith(b"\n"))
-                continue
-            lines = data.split(b"\n")
-            if data.endswith(b"\n"):
-                lines.pop()
-            chunks.chunk(lines[start:], base + start)
-            base += len(lines)
+        if start > 0:  # the bytes of line ``start`` on
+            data = data[int(np.flatnonzero(np.frombuffer(data, dtype=np.uint8) == 10)[start - 1]) + 1:]
+        if start >= 0:
+            chunks.chunk(data, base + start, None if grouped is None else grouped.after(start))
+            base += start
+        elif grouped is not None:
+            chunks.learn(grouped)  # the lines were read one by one, but the book went on
+        base += data.count(b"\n") + (not data.endswith(b"\n"))
+
+    chunk_size = chunk_size or CHUNK_SIZE
+    # One BLAS thread: the numbers of a shape are read with small matrix products, which a second
+    # thread does not speed up, and whose idle threads spin on the cores the workers need.
+    with threadpool_limits(1, user_api="blas"):
+        if inp.fs_path is None or inp.compressed:
+            with inp.open() as stream:
+                for data in stream_chunks(stream, chunk_size):
+                    read(data, None)
+        else:
+            _read_ranges(inp, chunk_size, workers if bulk else 0, read)
     emit(ex.finish())
     if scan_events:
         held.extend(scanner.finish())
@@ -131,3 +170,37 @@ def read_metrics(inp: InputFile, sink: Sink, *, scan_events: bool = False, bulk:
         sink.meta("step_text", ex.texts)
     if ex.step is not None and ex.step.key is None and placed_steps:
         sink.meta("steps_are_line_counts", True)  # no step counter in the log: steps number its records
+
+
+def _read_ranges(inp: InputFile, chunk_size: int, workers: int | None,
+                 read: Callable[[bytes | Callable[[], bytes], Grouped | None], None]) -> None:
+    """A file on disk in ranges, read directly (long lines cut as the stream cuts them, counted
+    for the input's report). A large file's ranges are grouped in worker processes, a few ahead
+    of the reader; until the extractor is steady the reader reads their lines itself, and uses a
+    worker's grouping from the line where it became steady."""
+    path, limit = str(inp.fs_path), inp.line_bytes
+    nproc = 0
+    if inp.size >= POOL_MIN_SIZE:
+        nproc = workers if workers is not None else (min(2, usable_cpus()) if usable_cpus() > 1 else 0)
+    ranges = file_ranges(path, inp.size, chunk_size, limit)
+    cut = 0
+    if not nproc:
+        for off, length in ranges:
+            data, n = cut_long_lines(read_range(path, off, length), limit)
+            cut += n
+            read(data, None)
+        inp.cut_lines = max(inp.cut_lines, cut)
+        return
+    ahead: deque[tuple[int, int]] = deque()  # ranges handed to the workers, in order
+    with OrderedWorkers(range_grouper(path, limit), nproc) as pool:
+        while True:
+            while pool.pending < nproc * MAX_PENDING and (nxt := next(ranges, None)) is not None:
+                pool.submit(nxt)
+                ahead.append(nxt)
+            if not ahead:
+                break
+            off, length = ahead.popleft()
+            grouped = pool.result()
+            cut += grouped.cut_lines
+            read(functools.partial(cut_range, path, off, length, limit), grouped)
+    inp.cut_lines = max(inp.cut_lines, cut)

@@ -15,12 +15,14 @@ from those of the line the shape was read off.
 from __future__ import annotations
 
 from collections.abc import Callable
-from operator import itemgetter
 from dataclasses import dataclass
+from itertools import repeat
+from operator import itemgetter
 
 import numpy as np
 from numpy.typing import NDArray
 
+from trainaudit.ingest.chunks import cut_long_lines, read_range
 from trainaudit.ingest.extract import (
     _ZERO_BYTES,
     NAN_SOURCE,
@@ -58,7 +60,9 @@ def _slow(raw: bytes) -> float:
 class _Numbers:
     """The numbers at a shape's spans, for a matrix of its lines (a row a line): vectorised where
     :class:`~trainaudit.ingest.fastnum.FixedNumbers` can, the same text on every line where a span
-    has no digit ("nan"), else ``number()`` line by line (thousands commas, long mantissas)."""
+    has no digit ("nan"); else a column of texts cast by numpy, which parses each as ``float()``
+    does (long mantissas; checked bitwise in the tests), and ``number()`` line by line where that
+    cast refuses a column (thousands commas)."""
 
     def __init__(self, text: str, spans: tuple[tuple[int, int], ...]) -> None:
         self.spans = spans
@@ -67,16 +71,64 @@ class _Numbers:
         self.fixed = FixedNumbers(text, [spans[j] for j in digits])
         self.digits = np.array(digits, dtype=np.int64)
 
-    def read(self, mat: NDArray[np.uint8], rows: list[bytes]) -> NDArray[np.float64]:
-        out = np.empty((mat.shape[0], len(self.spans)))
-        vals, ok = self.fixed.read(mat)
+    def read(self, lines: _Lines, rows: NDArray[np.int64]) -> NDArray[np.float64]:
+        starts = lines.starts[rows]
+        out = np.empty((rows.shape[0], len(self.spans)))
+        vals, ok = self.fixed.read_at(lines.buf, starts)
         out[:, self.digits] = vals
-        for r, q in zip(*np.nonzero(~ok)):
-            a, b = self.spans[int(self.digits[q])]
-            out[r, self.digits[q]] = _slow(rows[r][a:b])
+        bad = ~ok
+        for q in np.flatnonzero(bad.any(axis=0)).tolist():
+            at = starts[bad[:, q]]
+            j = int(self.digits[q])
+            a, b = self.spans[j]
+            texts = lines.buf[at[:, None] + np.arange(a, b)].view(f"S{b - a}").ravel()
+            try:
+                with np.errstate(all="ignore"):  # an overflow to inf is float()'s result too
+                    out[bad[:, q], j] = texts.astype(np.float64)
+            except ValueError:
+                out[bad[:, q], j] = [_slow(t) for t in texts.tolist()]
         for j, v in self.const.items():
             out[:, j] = v
         return out
+
+
+class _Lines:
+    """A chunk's lines as slices of its bytes, cut when asked for: most lines are only ever read
+    as rows of a matrix."""
+
+    __slots__ = ("buf", "data", "ends", "starts")
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+        self.buf = np.frombuffer(data, dtype=np.uint8)
+        ends = np.flatnonzero(self.buf == 10)
+        if data and not data.endswith(b"\n"):
+            ends = np.append(ends, len(data))
+        self.ends = ends
+        self.starts = np.concatenate([[0], ends[:-1] + 1]) if ends.shape[0] else ends
+
+    def __len__(self) -> int:
+        return int(self.ends.shape[0])
+
+    def __getitem__(self, i: int) -> bytes:
+        return self.data[int(self.starts[i]):int(self.ends[i])]
+
+
+class _Texts:
+    """The text of a chunk's lines for the line reader: those a book sent, else (a line after a
+    traceback, which a book cannot know of) from the chunk, read once when first needed."""
+
+    def __init__(self, texts: dict[int, bytes], data: bytes | Callable[[], bytes]) -> None:
+        self.texts, self.data = texts, data
+        self.lines: _Lines | None = None
+
+    def __getitem__(self, i: int) -> bytes:
+        got = self.texts.get(i)
+        if got is None:
+            if self.lines is None:
+                self.lines = _Lines(self.data if isinstance(self.data, bytes) else self.data())
+            got = self.lines[i]
+        return got
 
 
 @dataclass(slots=True)
@@ -116,20 +168,65 @@ EmitMany = Callable[[NDArray[np.int64], NDArray[np.int64], NDArray[np.int64],
 Said = dict[int, list[tuple[Line, list[Event], bool]]]
 
 
-class BulkLines:
-    """Reads chunks of lines for a text reader whose extractor is steady. ``line`` is the line
-    reader's handling of one cleaned line (its scanner events already taken); ``emit`` hands
-    placed records to the sink one by one; ``emit_many`` hands a run of placed records over."""
+@dataclass(slots=True)
+class Grouped:
+    """A chunk's lines as a :class:`ShapeBook` grouped them: what each line needs, the header rows
+    with their variants, the record lines of each variant with their values, and the text of the
+    lines for the line reader. ``shapes`` are the variants the book added since its last chunk
+    (after ``reset``, since it started afresh)."""
 
-    def __init__(self, ex: Extractor, scanner: SignatureScanner,
-                 line: Callable[[Line, list[Event], bool], None], emit: Emit, emit_many: EmitMany) -> None:
-        self.ex, self.scanner, self.line, self.emit, self.emit_many = ex, scanner, line, emit, emit_many
+    book: int
+    reset: bool
+    shapes: list[LineShape]
+    kind: NDArray[np.int8]
+    heads: NDArray[np.int64]
+    head_variants: NDArray[np.int64]
+    groups: list[_Group]
+    texts: dict[int, bytes]
+    cut_lines: int = 0  # over-long lines cut in the chunk (see chunks.cut_long_lines)
+
+    def after(self, start: int) -> Grouped:
+        """The lines from ``start`` on (numbered from 0 again); the book's news stay with them."""
+        h = np.searchsorted(self.heads, start)
+        groups = []
+        for g in self.groups:
+            i = int(np.searchsorted(g.rows, start))
+            if i < g.rows.shape[0]:
+                groups.append(_Group(g.variant, g.rows[i:] - start, g.values[i:]))
+        return Grouped(self.book, self.reset, self.shapes, self.kind[start:], self.heads[h:] - start,
+                       self.head_variants[h:], groups, {i - start: t for i, t in self.texts.items() if i >= start})
+
+
+class ShapeBook:
+    """The shapes seen in a file and what their lines need: groups a chunk's lines by shape and
+    reads each group's numbers. It needs nothing of the extractor, so a worker process can keep
+    one and group chunks ahead of the reader (``book`` tells the reader whose variant ids these
+    are)."""
+
+    def __init__(self, book: int = 0) -> None:
+        self.book = book
         self.ids: dict[bytes, int] = {}
         self.kinds: list[_Kind] = [_Kind(LINE)]  # id 0: lines read one by one
         self.shapes: list[LineShape] = []  # the variants
-        self.headers: dict[tuple[str, ...], int] = {}
-        self.header_list: list[tuple[str, ...]] = []
-        self.layouts: dict[tuple[int, int], tuple[RecordLayout | None, _RowPlan | None, int]] = {}
+        self.sent = 0  # variants already handed over with a chunk
+
+    def group(self, lines: _Lines) -> Grouped:
+        reset = len(self.ids) >= MAX_SHAPES or len(self.shapes) >= MAX_LAYOUTS
+        if reset:
+            self.ids.clear()
+            self.kinds[1:] = []
+            self.shapes.clear()
+            self.sent = 0
+        sid = self._ids(lines)
+        kind = np.array([k.kind for k in self.kinds], dtype=np.int8)[sid]
+        groups = self._read_groups(lines, sid, kind)
+        heads = np.flatnonzero(kind == HEADER)
+        header_variant = np.array([k.variants[b""] if k.kind == HEADER and k.variants else -1 for k in self.kinds],
+                                  dtype=np.int64)
+        new = self.shapes[self.sent:]
+        self.sent = len(self.shapes)
+        texts = {i: lines[i] for i in np.flatnonzero(kind == LINE).tolist()}
+        return Grouped(self.book, reset, new, kind, heads, header_variant[sid[heads]], groups, texts)
 
     # -- shapes -----------------------------------------------------------------------------------
     def _kind_of(self, raw: bytes) -> _Kind:
@@ -169,21 +266,15 @@ class BulkLines:
             k.variants[facts] = got
         return got
 
-    def _ids(self, lines: list[bytes]) -> NDArray[np.int64]:
-        if len(self.ids) >= MAX_SHAPES or len(self.layouts) >= MAX_LAYOUTS or len(self.shapes) >= MAX_LAYOUTS:
-            self.ids.clear()
-            self.kinds[1:] = []
-            self.shapes.clear()
-            self.headers.clear()
-            self.header_list.clear()
-            self.layouts.clear()
-        get = self.ids.get
-        sid = np.array([get(ln.translate(_ZERO_BYTES), -1) for ln in lines], dtype=np.int64)
+    def _ids(self, lines: _Lines) -> NDArray[np.int64]:
+        # the chunk's shapes: one translation of all its bytes, then one lookup a line in C
+        keys = lines.data.translate(_ZERO_BYTES).split(b"\n")[:len(lines)]
+        sid = np.fromiter(map(self.ids.get, keys, repeat(-1)), dtype=np.int64, count=len(keys))
         for i in np.flatnonzero(sid < 0).tolist():
-            if len(lines[i]) > SHAPES.max_len:
+            k = keys[i]
+            if len(k) > SHAPES.max_len:
                 sid[i] = 0  # read one by one, its shape not kept (a shape is a key held in memory)
                 continue
-            k = lines[i].translate(_ZERO_BYTES)
             got = self.ids.get(k)
             if got is None:
                 got = 0
@@ -193,67 +284,12 @@ class BulkLines:
             sid[i] = got
         return sid
 
-    def _header_id(self, header: list[str] | tuple[str, ...]) -> int:
-        key = tuple(header)
-        got = self.headers.get(key)
-        if got is None:
-            got = self.headers[key] = len(self.header_list)
-            self.header_list.append(key)
-        return got
-
-    def _layout(self, v: int, hid: int) -> tuple[RecordLayout | None, _RowPlan | None, int]:
-        """The layout of variant ``v``'s records under header ``hid`` and its row plan; for a
-        header row, the header after it."""
-        got = self.layouts.get((v, hid))
-        if got is None:
-            shape = self.shapes[v]
-            header = list(self.header_list[hid])
-            lay, after = shape.layout(header)
-            got = (lay, None if lay is None else self.ex.row_plan(lay, shape.facts), self._header_id(after))
-            self.layouts[(v, hid)] = got
-        return got
-
-    # -- a chunk ----------------------------------------------------------------------------------
-    def chunk(self, lines: list[bytes], base: int) -> None:
-        """Read ``lines`` (raw, without their newlines); ``lines[i]`` is line ``base + i + 1``."""
-        n = len(lines)
-        sid = self._ids(lines)
-        kind = np.array([k.kind for k in self.kinds], dtype=np.int8)[sid]
-        groups = self._read_groups(lines, sid, kind)
-        said = self._scan(lines, base, kind)
-        # a line the scanner found nothing in and the extractor reads alone joins the records
-        # around it; the others stop them
-        simple = {i: v[0][0] for i, v in said.items()
-                  if len(v) == 1 and v[0][2] and v[0][0].rank is None and not v[0][1]}
-        stops = sorted(i for i in said if i not in simple)
-        alone = np.array(sorted(simple), dtype=np.int64)
-        starts = np.array([0, *(i + 1 for i in stops)], dtype=np.int64)
-        ends = np.array([*stops, n], dtype=np.int64)
-        # where each run of lines between two lines for the line reader starts in each group
-        cuts = np.zeros((len(groups), starts.shape[0]), dtype=np.int64)
-        ends_at = np.zeros((len(groups), starts.shape[0]), dtype=np.int64)
-        for g, grp in enumerate(groups):
-            cuts[g] = np.searchsorted(grp.rows, starts)
-            ends_at[g] = np.searchsorted(grp.rows, ends)
-        heads = np.flatnonzero(kind == HEADER)
-        for r in range(starts.shape[0]):
-            a, b = int(starts[r]), int(ends[r])
-            if b > a:
-                here = np.flatnonzero(ends_at[:, r] > cuts[:, r]).tolist()
-                h0, h1 = np.searchsorted(heads, [a, b])
-                s0, s1 = np.searchsorted(alone, [a, b])
-                if here or h1 > h0 or s1 > s0:
-                    self._run([(groups[g], int(cuts[g, r]), int(ends_at[g, r])) for g in here],
-                              heads[h0:h1], [(i, simple[i]) for i in alone[s0:s1].tolist()], sid, base)
-            if r < len(stops):
-                for ln, events, feed in said[stops[r]]:
-                    self.line(ln, events, feed)
-
-    def _read_groups(self, lines: list[bytes], sid: NDArray[np.int64], kind: NDArray[np.int8]) -> list[_Group]:
+    def _read_groups(self, lines: _Lines, sid: NDArray[np.int64], kind: NDArray[np.int8]) -> list[_Group]:
         """Each record shape's lines read at once and split by the facts of their numbers; lines
         no variant reads become lines for the line reader (``kind`` updated)."""
         rows = np.flatnonzero(kind == RECORD)
-        order = rows[np.argsort(sid[rows], kind="stable")]
+        # (shape ids fit 16 bits, whose stable sort is a radix sort)
+        order = rows[np.argsort(sid[rows].astype(np.int16), kind="stable")]
         cut = np.flatnonzero(np.diff(sid[order])) + 1
         out: list[_Group] = []
         for idx in np.split(order, cut):
@@ -261,9 +297,7 @@ class BulkLines:
                 continue
             k = self.kinds[int(sid[idx[0]])]
             assert k.numbers is not None
-            raw = [lines[i] for i in idx.tolist()] if idx.shape[0] == 1 else list(itemgetter(*idx.tolist())(lines))
-            mat = np.frombuffer(b"".join(raw), dtype=np.uint8).reshape(len(raw), -1)
-            nums = k.numbers.read(mat, raw)
+            nums = k.numbers.read(lines, idx)
             facts = facts_of(nums).astype(np.uint8)
             if not facts.shape[1] or bool((facts == facts[0]).all()):
                 splits = [np.arange(idx.shape[0])]
@@ -274,7 +308,7 @@ class BulkLines:
                 splits = np.split(order_v, np.flatnonzero(np.diff(inv[order_v])) + 1)
             for sel in splits:
                 first = int(sel[0])
-                v = self._variant(k, facts[first].tobytes(), raw[first])
+                v = self._variant(k, facts[first].tobytes(), lines[int(idx[first])])
                 if v < 0:
                     kind[idx[sel]] = LINE
                     continue
@@ -307,14 +341,121 @@ class BulkLines:
                 vals[:, c] = np.where(x == 0, np.inf, 1.0 / np.where(x == 0, 1.0, x))
         return vals
 
-    def _scan(self, lines: list[bytes], base: int, kind: NDArray[np.int8]) -> Said:
+
+def range_grouper(path: str, line_bytes: int | None) -> Callable[[int], Callable[[tuple[int, int]], Grouped]]:
+    """What worker ``i`` of :class:`~trainaudit.ingest.chunks.OrderedWorkers` does with a range
+    (offset, length) of the file at ``path``: its lines grouped by the worker's own book
+    (``i + 1``; book 0 is the reader's)."""
+
+    def make(i: int) -> Callable[[tuple[int, int]], Grouped]:
+        book = ShapeBook(i + 1)
+
+        def group(r: tuple[int, int]) -> Grouped:
+            data, cut = cut_long_lines(read_range(path, r[0], r[1]), line_bytes)
+            got = book.group(_Lines(data))
+            got.cut_lines = cut
+            return got
+
+        return group
+
+    return make
+
+
+class BulkLines:
+    """Reads chunks of lines for a text reader whose extractor is steady. ``line`` is the line
+    reader's handling of one cleaned line (its scanner events already taken); ``emit`` hands
+    placed records to the sink one by one; ``emit_many`` hands a run of placed records over."""
+
+    def __init__(self, ex: Extractor, scanner: SignatureScanner,
+                 line: Callable[[Line, list[Event], bool], None], emit: Emit, emit_many: EmitMany) -> None:
+        self.ex, self.scanner, self.line, self.emit, self.emit_many = ex, scanner, line, emit, emit_many
+        self.book = ShapeBook()  # for the chunks no worker grouped
+        self.shapes: dict[int, list[LineShape]] = {}  # each book's variants
+        self.headers: dict[tuple[str, ...], int] = {}
+        self.header_list: list[tuple[str, ...]] = []
+        self.layouts: dict[tuple[int, int, int], tuple[RecordLayout | None, _RowPlan | None, int]] = {}
+
+    def _header_id(self, header: list[str] | tuple[str, ...]) -> int:
+        key = tuple(header)
+        got = self.headers.get(key)
+        if got is None:
+            got = self.headers[key] = len(self.header_list)
+            self.header_list.append(key)
+        return got
+
+    def _layout(self, book: int, v: int, hid: int) -> tuple[RecordLayout | None, _RowPlan | None, int]:
+        """The layout of ``book``'s variant ``v``'s records under header ``hid`` and its row plan;
+        for a header row, the header after it."""
+        got = self.layouts.get((book, v, hid))
+        if got is None:
+            shape = self.shapes[book][v]
+            header = list(self.header_list[hid])
+            lay, after = shape.layout(header)
+            got = (lay, None if lay is None else self.ex.row_plan(lay, shape.facts), self._header_id(after))
+            self.layouts[(book, v, hid)] = got
+        return got
+
+    def learn(self, g: Grouped) -> None:
+        """Take in the news of ``g``'s book (once for each chunk the book grouped, read or not)."""
+        if g.reset or len(self.layouts) >= MAX_LAYOUTS:
+            self.layouts.clear()  # (their variant ids may be gone)
+            self.headers.clear()
+            self.header_list.clear()
+        shapes = self.shapes[g.book] = [] if g.reset else self.shapes.get(g.book, [])
+        shapes.extend(g.shapes)
+
+    # -- a chunk ----------------------------------------------------------------------------------
+    def chunk(self, data: bytes | Callable[[], bytes], base: int, grouped: Grouped | None = None) -> None:
+        """Read the lines of ``data`` (whole lines, the last one's newline may be missing); its
+        first line is line ``base + 1``. ``grouped``: the lines as a worker's book grouped them
+        (else this reader's own book groups them); then ``data`` may be a function that reads
+        them, called only if the line reader needs more lines than the worker sent."""
+        if grouped is None:
+            assert isinstance(data, bytes)
+            lines = _Lines(data)
+            g = self.book.group(lines)
+        else:
+            g = grouped
+        n = g.kind.shape[0]
+        self.learn(g)
+        groups, kind, heads = g.groups, g.kind, g.heads
+        said = self._scan(_Texts(g.texts, data), base, kind)
+        # a line the scanner found nothing in and the extractor reads alone joins the records
+        # around it; the others stop them
+        simple = {i: v[0][0] for i, v in said.items()
+                  if len(v) == 1 and v[0][2] and v[0][0].rank is None and not v[0][1]}
+        stops = sorted(i for i in said if i not in simple)
+        alone = np.array(sorted(simple), dtype=np.int64)
+        starts = np.array([0, *(i + 1 for i in stops)], dtype=np.int64)
+        ends = np.array([*stops, n], dtype=np.int64)
+        # where each run of lines between two lines for the line reader starts in each group
+        cuts = np.zeros((len(groups), starts.shape[0]), dtype=np.int64)
+        ends_at = np.zeros((len(groups), starts.shape[0]), dtype=np.int64)
+        for q, grp in enumerate(groups):
+            cuts[q] = np.searchsorted(grp.rows, starts)
+            ends_at[q] = np.searchsorted(grp.rows, ends)
+        for r in range(starts.shape[0]):
+            a, b = int(starts[r]), int(ends[r])
+            if b > a:
+                here = np.flatnonzero(ends_at[:, r] > cuts[:, r]).tolist()
+                h0, h1 = np.searchsorted(heads, [a, b])
+                s0, s1 = np.searchsorted(alone, [a, b])
+                if here or h1 > h0 or s1 > s0:
+                    self._run(g.book, [(groups[q], int(cuts[q, r]), int(ends_at[q, r])) for q in here],
+                              [*zip(heads[h0:h1].tolist(), g.head_variants[h0:h1].tolist())],
+                              [(i, simple[i]) for i in alone[s0:s1].tolist()], base)
+            if r < len(stops):
+                for ln, events, feed in said[stops[r]]:
+                    self.line(ln, events, feed)
+
+    def _scan(self, lines: _Texts, base: int, kind: NDArray[np.int8]) -> Said:
         """The signature scanner over the lines for the line reader, in order; a line after one
         that leaves a record open (a traceback) is for the line reader too. The scanner keeps
         nothing from the other lines, so it may see these first; what it found is played in line
         order with the records."""
         todo = np.flatnonzero(kind == LINE).tolist()
         said: Said = {}
-        n = len(lines)
+        n = kind.shape[0]
         t = 0
         i: int | None = 0 if self.scanner.busy else None
         while True:
@@ -334,23 +475,23 @@ class BulkLines:
             i = i + 1 if self.scanner.busy else None
         return said
 
-    def _run(self, parts_in: list[tuple[_Group, int, int]], heads: NDArray[np.int64], alone: list[tuple[int, Line]],
-             sid: NDArray[np.int64], base: int) -> None:
-        """One run of lines between two lines that stop it: the table headers its header rows set,
-        then its records (``parts_in``: each group's slice in the run; ``alone``: lines the
-        extractor reads one by one, in the run)."""
+    def _run(self, book: int, parts_in: list[tuple[_Group, int, int]], heads: list[tuple[int, int]],
+             alone: list[tuple[int, Line]], base: int) -> None:
+        """One run of lines between two lines that stop it: the table headers its header rows set
+        (``heads``: line and variant), then its records (``parts_in``: each group's slice in the
+        run; ``alone``: lines the extractor reads one by one, in the run)."""
         ex = self.ex
+        shapes = self.shapes[book]
         first = hid = self._header_id(ex.table.header)
         at_change: list[int] = []
         hids = [first]
         parts: list[_Part] = []
-        ordered = sorted([*((i, None) for i in heads.tolist()), *alone], key=lambda x: x[0])
-        for i, ln in ordered:
-            if ln is None:
-                k = self.kinds[int(sid[i])]
-                assert k.variants is not None
-                new = self._layout(k.variants[b""], hid)[2]
+        ordered: list[tuple[int, int | Line]] = sorted([*heads, *alone], key=itemgetter(0)) if alone else [*heads]
+        for i, what in ordered:
+            if isinstance(what, int):
+                new = self._layout(book, what, hid)[2]
             else:
+                ln = what
                 table = Table()
                 table.header = list(self.header_list[hid])
                 rec = record_of(ln.text, ln.no, None, table)
@@ -365,14 +506,14 @@ class BulkLines:
         hid_at = np.array(hids, dtype=np.int64)
         for g, lo, hi in parts_in:
             rows, vals = g.rows[lo:hi], g.values[lo:hi]
-            if not at_change or not self.shapes[g.variant].uses_header:
-                lay, plan, _ = self._layout(g.variant, first)
+            if not at_change or not shapes[g.variant].uses_header:
+                lay, plan, _ = self._layout(book, g.variant, first)
                 if lay is not None and plan is not None:
                     parts.append(_Part(plan, lay, rows, vals))
                 continue
             at = hid_at[np.searchsorted(changes, rows)]  # the header each line is read under
             for h in np.unique(at).tolist():
-                lay, plan, _ = self._layout(g.variant, h)
+                lay, plan, _ = self._layout(book, g.variant, h)
                 if lay is not None and plan is not None:
                     sel = at == h
                     parts.append(_Part(plan, lay, rows[sel], vals[sel]))
@@ -393,9 +534,14 @@ class BulkLines:
         return _Part(plan, lay, np.array([i], dtype=np.int64), np.array([vals], dtype=np.float64).reshape(1, -1))
 
     def _place(self, parts: list[_Part], base: int) -> None:
-        rows = np.sort(np.concatenate([p.rows for p in parts]))
+        # the parts' lines (each part's ascending, no line in two) in order, and each one's position
+        mark = np.zeros(max(int(p.rows[-1]) for p in parts) + 1, dtype=bool)
+        for p in parts:
+            mark[p.rows] = True
+        rows = np.flatnonzero(mark)
         n = rows.shape[0]
-        groups = [(p.plan, np.searchsorted(rows, p.rows), p.values) for p in parts]
+        index = np.cumsum(mark) - 1
+        groups = [(p.plan, index[p.rows], p.values) for p in parts]
         steps = self.ex.place_many(n, groups) if n >= SMALL_RUN else None
         if steps is None:
             self._one_by_one(parts, base)
