@@ -33,7 +33,12 @@ def test_bitwise_float_where_read_and_not_read_where_it_cannot() -> None:
                 shaped = [ln for ln in lines if ln.translate(str.maketrans("123456789", "000000000"))
                           == text.translate(str.maketrans("123456789", "000000000"))]
                 mat = np.frombuffer("".join(shaped).encode(), dtype=np.uint8).reshape(len(shaped), -1)
-                vals, ok = FixedNumbers(text, spans).read(mat)
+                fixed = FixedNumbers(text, spans)
+                vals, ok = fixed.read(mat)
+                # the same lines read where they stand in a log, one after the other
+                buf = np.frombuffer("".join(f"{ln}\n" for ln in shaped).encode(), dtype=np.uint8)
+                at_vals, at_ok = fixed.read_at(buf, np.arange(len(shaped), dtype=np.int64) * (len(text) + 1))
+                assert at_vals.tobytes() == vals.tobytes() and (at_ok == ok).all()
                 assert not ok[:, 1].any()  # thousands commas: for the caller
                 for row, line in enumerate(shaped):
                     if ok[row, 0]:

@@ -15,6 +15,7 @@ import re
 from dataclasses import dataclass
 
 import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
 from numpy.typing import NDArray
 
 P10 = np.array([10.0**k for k in range(23)])  # all exact in binary64
@@ -184,6 +185,7 @@ class FixedNumbers:
         self.frac = np.array([f[2] for f in fast], dtype=np.int64)
         self.sign = np.array([f[4] for f in fast])
         self.esign = np.array([f[5] for f in fast], dtype=np.int64)
+        self.with_exp = np.array([q for q, f in enumerate(fast) if f[3]], dtype=np.int64)  # (most have none)
 
     def read(self, mat: NDArray[np.uint8]) -> tuple[NDArray[np.float64], NDArray[np.bool_]]:
         """(values, ok), a column a number; where ``ok`` is False the caller parses the text."""
@@ -192,7 +194,12 @@ class FixedNumbers:
     def read_at(self, buf: NDArray[np.uint8], starts: NDArray[np.int64]) -> tuple[NDArray[np.float64], NDArray[np.bool_]]:
         """As :meth:`read`, for the lines of ``buf`` that begin at ``starts``: only the digit
         columns are taken from the buffer, not the whole lines."""
-        return self._read(buf[starts[:, None] + self.cols])
+        if not starts.shape[0]:
+            return self._read(np.zeros((0, self.cols.shape[0]), dtype=np.uint8))
+        # whole rows first (a copy of each line's bytes), then the columns: faster than one gather
+        # of every (line, column) byte
+        width = int(self.cols[-1]) + 1 if self.cols.shape[0] else 1
+        return self._read(sliding_window_view(buf, width)[starts][:, self.cols])
 
     def _read(self, cols: NDArray[np.uint8]) -> tuple[NDArray[np.float64], NDArray[np.bool_]]:
         n = cols.shape[0]
@@ -201,9 +208,12 @@ class FixedNumbers:
         if self.which.shape[0]:
             d = cols.astype(np.float64) - 48.0
             mant = d @ self.wm
-            e10 = (d @ self.we).astype(np.int64) * self.esign - self.frac
-            e = np.clip(e10, -22, 22)
-            vals[:, self.which] = np.where(e >= 0, mant * P10[np.maximum(e, 0)], mant / P10[np.maximum(-e, 0)]) \
-                * self.sign
+            e10 = -self.frac  # the same on every line for a number without an exponent (most)
+            if self.with_exp.shape[0]:
+                e10 = np.repeat(e10[None, :], d.shape[0], axis=0)
+                e10[:, self.with_exp] += (d @ self.we[:, self.with_exp]).astype(np.int64) * self.esign[self.with_exp]
+            # one of the two powers is 1: a multiplication for e >= 0, else a division (exact both)
+            up, down = np.minimum(np.maximum(e10, 0), 22), np.minimum(np.maximum(-e10, 0), 22)
+            vals[:, self.which] = mant * P10[up] / P10[down] * self.sign
             ok[:, self.which] = np.abs(e10) <= 22
         return vals, ok

@@ -92,6 +92,23 @@ class _Numbers:
         return out
 
 
+def _by_facts(facts: NDArray[np.uint8]) -> list[NDArray[np.int64]]:
+    """The rows of each combination of facts (a row a line, a column a number's facts)."""
+    n, k = facts.shape
+    if not k or bool((facts == facts[0]).all()):
+        return [np.arange(n)]
+    if k <= 16:  # a fact is 4 bits: a line's combination as one integer
+        code = facts.astype(np.uint64) @ (np.uint64(1) << (np.arange(k, dtype=np.uint64) * np.uint64(4)))
+        values = np.unique(code)
+        if values.shape[0] <= 8:  # (the usual few) one pass each
+            return [np.flatnonzero(code == v) for v in values]
+        _, inv = np.unique(code, return_inverse=True)
+    else:
+        _, inv = np.unique(np.ascontiguousarray(facts).view(f"V{k}").ravel(), return_inverse=True)
+    order = np.argsort(inv, kind="stable")
+    return np.split(order, np.flatnonzero(np.diff(inv[order])) + 1)
+
+
 class _Lines:
     """A chunk's lines as slices of its bytes, cut when asked for: most lines are only ever read
     as rows of a matrix."""
@@ -299,14 +316,7 @@ class ShapeBook:
             assert k.numbers is not None
             nums = k.numbers.read(lines, idx)
             facts = facts_of(nums).astype(np.uint8)
-            if not facts.shape[1] or bool((facts == facts[0]).all()):
-                splits = [np.arange(idx.shape[0])]
-            else:
-                keys = np.ascontiguousarray(facts).view(f"V{facts.shape[1]}").ravel()
-                _, inv = np.unique(keys, return_inverse=True)
-                order_v = np.argsort(inv, kind="stable")
-                splits = np.split(order_v, np.flatnonzero(np.diff(inv[order_v])) + 1)
-            for sel in splits:
+            for sel in _by_facts(facts):
                 first = int(sel[0])
                 v = self._variant(k, facts[first].tobytes(), lines[int(idx[first])])
                 if v < 0:
