@@ -8,8 +8,10 @@ import multiprocessing as mp
 import threading
 from collections.abc import Callable
 
+import numpy as np
 import pytest
 
+from trainaudit.ingest import chunks
 from trainaudit.ingest.chunks import OrderedWorkers
 
 
@@ -26,14 +28,20 @@ def counting(i: int) -> Callable[[int], tuple[int, int, int]]:
 
 
 def test_results_come_in_request_order_from_stateful_workers() -> None:
-    with OrderedWorkers(counting, 3) as pool:
+    with OrderedWorkers(counting, 3, depth=4) as pool:
         for req in range(10):
+            assert not pool.full
             pool.submit(req)
-        assert pool.pending == 10
+        assert pool.pending == 10 and not pool.full
+        pool.submit(10)
+        pool.submit(11)
+        assert pool.full  # 12 in flight: 4 a worker
+        pool.result()
+        pool.result()
         got = [pool.result() for _ in range(10)]
-    assert [r for _, r, _ in got] == list(range(10))
-    assert [w for w, _, _ in got] == [r % 3 for r in range(10)]  # round-robin
-    assert [n for _, _, n in got] == [r // 3 + 1 for r in range(10)]  # each worker saw its own requests
+    assert [r for _, r, _ in got] == list(range(2, 12))
+    assert [w for w, _, _ in got] == [r % 3 for r in range(2, 12)]  # round-robin
+    assert [n for _, _, n in got] == [r // 3 + 1 for r in range(2, 12)]  # each worker saw its own requests
 
 
 def test_a_worker_error_is_raised_in_its_place_and_the_rest_go_on() -> None:
@@ -73,3 +81,34 @@ def test_no_worker_outlives_a_reader_that_stops_early() -> None:
         pool.result()
         raise KeyError("the reader failed")  # four results never taken
     assert not mp.active_children()
+
+
+def arrays(i: int) -> Callable[[int], dict[str, object]]:
+    def work(n: int) -> dict[str, object]:
+        return {"rows": np.arange(n, dtype=np.int64) + i, "values": np.full((n, 3), float(n)), "n": n,
+                "strided": np.arange(2 * n)[::2]}
+
+    return work
+
+
+def test_arrays_come_back_through_shared_memory_as_writable_copies(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A slot of 64 KB: the results of 100 and 1000 rows fit, 5000 rows (160 KB) is pickled whole.
+    # The slots are reused (depth 2): a result taken is a copy, not a view of the slot.
+    through_slots = []
+    take = chunks._Slots.take
+    monkeypatch.setattr(chunks._Slots, "take", lambda *a: through_slots.append(1) or take(*a))
+    with OrderedWorkers(arrays, 2, depth=2, slot_bytes=64 << 10) as pool:
+        taken = []
+        for n in (100, 1000, 5000, 100, 1000, 5000, 7, 8):
+            if pool.full:
+                taken.append(pool.result())
+            pool.submit(n)
+        while pool.pending:
+            taken.append(pool.result())
+    for k, (got, n) in enumerate(zip(taken, (100, 1000, 5000, 100, 1000, 5000, 7, 8))):
+        assert got["n"] == n
+        assert (got["rows"] == np.arange(n) + k % 2).all()
+        assert got["values"].shape == (n, 3) and (got["values"] == n).all()
+        assert (got["strided"] == np.arange(0, 2 * n, 2)).all()
+        got["values"][0, 0] = -1.0  # writable
+    assert len(through_slots) == 6

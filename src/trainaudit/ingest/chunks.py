@@ -9,8 +9,10 @@ bounded stream cuts them (:class:`trainaudit.safeio.LineCutter`)."""
 from __future__ import annotations
 
 import contextlib
+import mmap
 import multiprocessing as mp
 import os
+import pickle
 import queue
 import threading
 from collections import deque
@@ -105,19 +107,60 @@ def stream_chunks(stream: BinaryIO, chunk_size: int) -> Iterator[bytes]:
         yield data[:cut]
 
 
-def _serve(conn: Connection, make: Callable[[int], Callable[[Any], Any]], index: int) -> None:
+class _Slots:
+    """A worker's shared memory for its results: ``depth`` slots of ``size`` bytes, mapped before
+    the fork, so both processes see them. A result's large buffers (numpy arrays, by pickle
+    protocol 5) are copied into the slot of its request and only the rest of its pickle crosses
+    the pipe: pickled whole, a result of some MB costs several times the copy (a socket's small
+    writes, on both sides). The consumer copies a result out when it takes it, and a worker holds
+    at most ``depth`` requests not yet taken, so a slot is free again when its next request comes."""
+
+    def __init__(self, depth: int, size: int) -> None:
+        self.depth, self.size = depth, size
+        self.mem = mmap.mmap(-1, depth * size)  # anonymous and shared: pages are taken when touched
+
+    def put(self, k: int, value: Any) -> tuple[str, bytes, int, list[int]] | None:
+        """Result ``k`` of the worker into its slot: the message that says where, or None if it
+        does not fit (then it is pickled whole)."""
+        bufs: list[pickle.PickleBuffer] = []
+        head = pickle.dumps(value, protocol=5, buffer_callback=bufs.append)
+        try:
+            views = [b.raw() for b in bufs]
+        except BufferError:  # not contiguous
+            return None
+        if sum(v.nbytes for v in views) > self.size:
+            return None
+        at = (k % self.depth) * self.size
+        for v in views:
+            self.mem[at:at + v.nbytes] = v
+            at += v.nbytes
+        return ("slot", head, k % self.depth, [v.nbytes for v in views])
+
+    def take(self, head: bytes, slot: int, sizes: list[int]) -> Any:
+        at = slot * self.size
+        bufs = []
+        with memoryview(self.mem) as mem:
+            for n in sizes:
+                bufs.append(bytearray(mem[at:at + n]))  # a copy: the slot is the worker's again
+                at += n
+        return pickle.loads(head, buffers=bufs)
+
+
+def _serve(conn: Connection, make: Callable[[int], Callable[[Any], Any]], index: int, slots: _Slots) -> None:
     """A worker's loop. Its results are sent by a thread of their own: a result waits in the pipe
     until the consumer takes it, and the worker meanwhile works on its next request."""
     work = make(index)
     out: queue.Queue[tuple[bool, Any] | None] = queue.Queue()
 
     def send() -> None:
+        k = 0
         while (got := out.get()) is not None:
             try:
-                conn.send(got)
+                conn.send((got[0] and slots.put(k, got[1])) or got)
             except Exception as exc:  # a result or an error that does not pickle: the error's text
                 what = exc if got[0] else got[1]
                 conn.send((False, RuntimeError(f"{type(what).__name__}: {what}")))
+            k += 1
 
     sender = threading.Thread(target=send, daemon=True)
     sender.start()
@@ -133,22 +176,29 @@ def _serve(conn: Connection, make: Callable[[int], Callable[[Any], Any]], index:
 class OrderedWorkers(Generic[Req, Res]):
     """Forked worker processes, each with the state its ``make(index)`` function builds, serving
     requests round-robin; results come back in the order of the requests. A worker's requests
-    reach it in order, so its state (what it has seen of a file so far) follows the file.
+    reach it in order, so its state (what it has seen of a file so far) follows the file. At most
+    ``depth`` requests a worker wait for their results (:attr:`full`); a result's arrays up to
+    ``slot_bytes`` come back through shared memory.
 
     A worker's error is raised by :meth:`result` in the place of its request's result. ``close``
     (or leaving the ``with`` block) stops the workers, also when the consumer stopped early."""
 
-    def __init__(self, make: Callable[[int], Callable[[Req], Res]], n: int) -> None:
+    def __init__(self, make: Callable[[int], Callable[[Req], Res]], n: int, *, depth: int = MAX_PENDING,
+                 slot_bytes: int = 64 << 20) -> None:
         ctx = mp.get_context("fork")
+        self.depth = depth
         self._conns: list[Connection] = []
         self._procs: list[Any] = []
+        self._slots: list[_Slots] = []
         for i in range(n):
             mine, theirs = ctx.Pipe()
-            proc = ctx.Process(target=_serve, args=(theirs, make, i), daemon=True)
+            slots = _Slots(depth, slot_bytes)
+            proc = ctx.Process(target=_serve, args=(theirs, make, i, slots), daemon=True)
             proc.start()
             theirs.close()
             self._conns.append(mine)
             self._procs.append(proc)
+            self._slots.append(slots)
         self._sent = 0
         self._order: deque[int] = deque()  # the worker of each request not yet answered
 
@@ -157,10 +207,13 @@ class OrderedWorkers(Generic[Req, Res]):
         return len(self._order)
 
     @property
-    def size(self) -> int:
-        return len(self._conns)
+    def full(self) -> bool:
+        """Whether a request more would leave a worker more than ``depth`` results behind
+        (requests go round-robin: any ``n * depth`` in a row are ``depth`` a worker)."""
+        return len(self._order) >= len(self._conns) * self.depth
 
     def submit(self, req: Req) -> None:
+        assert not self.full
         w = self._sent % len(self._conns)
         self._conns[w].send(req)
         self._order.append(w)
@@ -168,7 +221,11 @@ class OrderedWorkers(Generic[Req, Res]):
 
     def result(self) -> Res:
         """The result of the oldest request not yet answered."""
-        ok, got = self._conns[self._order.popleft()].recv()
+        w = self._order.popleft()
+        msg = self._conns[w].recv()
+        if msg[0] == "slot":
+            return self._slots[w].take(*msg[1:])  # type: ignore[no-any-return]
+        ok, got = msg
         if not ok:
             raise got
         return got  # type: ignore[no-any-return]
@@ -183,7 +240,9 @@ class OrderedWorkers(Generic[Req, Res]):
                 proc.terminate()
                 proc.join()
             conn.close()
-        self._conns, self._procs = [], []
+        for slots in self._slots:
+            slots.mem.close()
+        self._conns, self._procs, self._slots = [], [], []
 
     def __enter__(self) -> OrderedWorkers[Req, Res]:
         return self

@@ -30,7 +30,6 @@ from numpy.typing import NDArray
 
 from trainaudit.ingest.base import LineReader
 from trainaudit.ingest.chunks import (
-    MAX_PENDING,
     POOL_MIN_SIZE,
     OrderedWorkers,
     cut_long_lines,
@@ -601,7 +600,7 @@ def _pooled(path: str, ranges: Iterator[tuple[int, int]], tpl: Template, nproc: 
         for off, length in ranges:
             workers.submit((off, length))
             pending.append((off, length))
-            if workers.pending >= nproc * MAX_PENDING:
+            if workers.full:
                 o, n = pending.popleft()
                 yield o, n, workers.result()
         while pending:

@@ -18,7 +18,6 @@ from threadpoolctl import threadpool_limits
 from trainaudit.ingest.base import LineReader, Sample
 from trainaudit.ingest.extract import Extractor, Record, Table, record_of
 from trainaudit.ingest.chunks import (
-    MAX_PENDING,
     POOL_MIN_SIZE,
     OrderedWorkers,
     cut_long_lines,
@@ -194,7 +193,7 @@ def _read_ranges(inp: InputFile, chunk_size: int, workers: int | None,
     ahead: deque[tuple[int, int]] = deque()  # ranges handed to the workers, in order
     with OrderedWorkers(range_grouper(path, limit), nproc) as pool:
         while True:
-            while pool.pending < nproc * MAX_PENDING and (nxt := next(ranges, None)) is not None:
+            while not pool.full and (nxt := next(ranges, None)) is not None:
                 pool.submit(nxt)
                 ahead.append(nxt)
             if not ahead:
