@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterator
 from multiprocessing.connection import Connection
 from typing import Any, BinaryIO, Generic, TypeVar
 
+from trainaudit.errors import InputError
 from trainaudit.safeio import LineCutter
 
 POOL_MIN_SIZE = 96 << 20  # below this worker processes cost more than they save
@@ -52,8 +53,18 @@ def cut_long_lines(data: bytes, line_bytes: int | None) -> tuple[bytes, int]:
     return cutter.cut(data), cutter.cut_lines
 
 
-def cut_range(path: str, offset: int, length: int, line_bytes: int | None) -> bytes:
-    return cut_long_lines(read_range(path, offset, length), line_bytes)[0]
+def count_lines(data: bytes) -> int:
+    """Lines in ``data`` (the last one may lack its newline)."""
+    return data.count(b"\n") + (bool(data) and not data.endswith(b"\n"))
+
+
+def reread_range(path: str, offset: int, length: int, line_bytes: int | None, lines: int, shown: str) -> bytes:
+    """A range read again (its lines cut as the first time), which must still hold the ``lines``
+    lines it held then: a file rewritten or cut short meanwhile is an input error."""
+    data = cut_long_lines(read_range(path, offset, length), line_bytes)[0]
+    if count_lines(data) != lines:
+        raise InputError(f"{shown}: the file changed while it was read")
+    return data
 
 
 def file_ranges(path: str, size: int, chunk_size: int, line_bytes: int | None = None

@@ -32,10 +32,11 @@ from trainaudit.ingest.base import LineReader
 from trainaudit.ingest.chunks import (
     POOL_MIN_SIZE,
     OrderedWorkers,
+    count_lines,
     cut_long_lines,
-    cut_range,
     file_ranges,
     read_range,
+    reread_range,
     stream_chunks,
     usable_cpus,
 )
@@ -577,13 +578,13 @@ def read_fast(reader: LineReader, tpl: Template, inp: InputFile, sink: Sink, sca
             results = ((off, ln, _work(path, off, ln, tpl, limit)) for off, ln in ranges)
         for off, length, res in results:
             cut += res.cut_lines
-            replay.chunk(res, base, functools.partial(cut_range, path, off, length, limit))
+            replay.chunk(res, base, functools.partial(reread_range, path, off, length, limit, res.n_lines, inp.display))
             base += res.n_lines
         inp.cut_lines = max(inp.cut_lines, cut)
         return
     with inp.open() as stream:
         for data in stream_chunks(stream, chunk_size):
-            n = data.count(b"\n") + (0 if data.endswith(b"\n") else 1)
+            n = count_lines(data)
             replay.chunk(parse_chunk(data, tpl), base, functools.partial(_same, data))
             base += n
 

@@ -20,8 +20,9 @@ from trainaudit.ingest.extract import Extractor, Record, Table, record_of
 from trainaudit.ingest.chunks import (
     POOL_MIN_SIZE,
     OrderedWorkers,
+    count_lines,
     cut_long_lines,
-    cut_range,
+    reread_range,
     file_ranges,
     read_range,
     stream_chunks,
@@ -149,7 +150,7 @@ def read_metrics(inp: InputFile, sink: Sink, *, scan_events: bool = False, bulk:
             base += start
         elif grouped is not None:
             chunks.learn(grouped)  # the lines were read one by one, but the book went on
-        base += data.count(b"\n") + (not data.endswith(b"\n"))
+        base += count_lines(data)
 
     chunk_size = chunk_size or CHUNK_SIZE
     # One BLAS thread: the numbers of a shape are read with small matrix products, which a second
@@ -201,5 +202,5 @@ def _read_ranges(inp: InputFile, chunk_size: int, workers: int | None,
             off, length = ahead.popleft()
             grouped = pool.result()
             cut += grouped.cut_lines
-            read(functools.partial(cut_range, path, off, length, limit), grouped)
+            read(functools.partial(reread_range, path, off, length, limit, grouped.kind.shape[0], inp.display), grouped)
     inp.cut_lines = max(inp.cut_lines, cut)
