@@ -22,9 +22,9 @@ from trainaudit.ingest.chunks import (
     OrderedWorkers,
     count_lines,
     cut_long_lines,
-    reread_range,
     file_ranges,
     read_range,
+    reread_range,
     stream_chunks,
     usable_cpus,
 )

@@ -6,6 +6,10 @@ shape have their digits at the same offsets, so a group's numbers are read at on
 of its lines, its records follow the shape's layout, and the records between two lines that need
 the line reader are placed and handed to the sink as arrays.
 
+The grouping (:class:`ShapeBook`: shapes, numbers, facts) needs nothing of the extractor, so worker
+processes can do it for the chunks ahead (:func:`range_grouper`), each with its own book; the
+placing (:class:`BulkLines`) takes each chunk's :class:`Grouped` in order.
+
 A line goes through the line reader, in order, when its shape cannot promise the line reader's
 result: the signature scanner may speak of it (or a traceback is open), a launcher prefix, ANSI
 codes, carriage returns, non-ASCII text, a shape without a plan, or numbers whose facts differ
@@ -58,7 +62,7 @@ def _slow(raw: bytes) -> float:
 
 
 class _Numbers:
-    """The numbers at a shape's spans, for a matrix of its lines (a row a line): vectorised where
+    """The numbers at a shape's spans, for the lines of that shape (a row a line): vectorised where
     :class:`~trainaudit.ingest.fastnum.FixedNumbers` can, the same text on every line where a span
     has no digit ("nan"); else a column of texts cast by numpy, which parses each as ``float()``
     does (long mantissas; checked bitwise in the tests), and ``number()`` line by line where that
@@ -228,6 +232,7 @@ class ShapeBook:
         self.sent = 0  # variants already handed over with a chunk
 
     def group(self, lines: _Lines) -> Grouped:
+        """A chunk's lines grouped; the book keeps what it learnt for the next chunk."""
         reset = len(self.ids) >= MAX_SHAPES or len(self.shapes) >= MAX_LAYOUTS
         if reset:
             self.ids.clear()
