@@ -55,14 +55,19 @@ class Spy:
     def __init__(self, monkeypatch: pytest.MonkeyPatch, workers: int) -> None:
         self.workers = workers
         self.placed = 0
+        self.declined = 0  # chunks left to the line reader
         self.books: set[int] = set()
         self.all_books = set(range(1, workers + 1)) if workers else {0}
         real = Extractor.place_many
         chunk = text_bulk.BulkLines.chunk
 
-        def spy_chunk(lines: text_bulk.BulkLines, data: object, base: int, grouped: object = None) -> None:
-            self.books.add(0 if grouped is None else grouped.book)  # type: ignore[attr-defined]
-            chunk(lines, data, base, grouped)  # type: ignore[arg-type]
+        def spy_chunk(lines: text_bulk.BulkLines, data: object, base: int, grouped: object = None) -> int | None:
+            taken = chunk(lines, data, base, grouped)  # type: ignore[arg-type]
+            if taken is None:
+                self.declined += 1
+            else:
+                self.books.add(0 if grouped is None else grouped.book)  # type: ignore[attr-defined]
+            return taken
 
         monkeypatch.setattr(text_bulk.BulkLines, "chunk", spy_chunk)
 
@@ -81,6 +86,7 @@ def small(monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest) -> It
     monkeypatch.setattr(text_reader, "CHUNK_SIZE", 4096)
     monkeypatch.setattr(text_reader, "POOL_MIN_SIZE", 0)
     monkeypatch.setattr(text_bulk, "SMALL_RUN", 2)
+    monkeypatch.setattr(text_bulk, "LINE_SHARE", 0)  # every chunk in bulk, however many lines are for the line reader
     spy = Spy(monkeypatch, request.param)
     yield spy
     if spy.placed:  # bulk chunks are grouped by the workers' books (1, 2) only, or by the reader's (0)
@@ -174,6 +180,25 @@ def test_hostile_mix(small: Spy, tmp_path: Path, seed: int) -> None:
     same(path, small)
     assert small.placed > 300
     assert small.books == small.all_books
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_chunks_mostly_for_the_line_reader_are_left_to_it(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                                         workers: int) -> None:
+    # Rank prefixes on every line, and the hostile mix (a third of its lines are for the line
+    # reader): such chunks are read line by line; a chunk of plain records still goes in bulk.
+    monkeypatch.setattr(Extractor, "decide_after", 3)
+    monkeypatch.setattr(text_reader, "CHUNK_SIZE", 4096)
+    monkeypatch.setattr(text_reader, "POOL_MIN_SIZE", 0)
+    spy = Spy(monkeypatch, workers)
+    rng = random.Random(3)
+    ranks = [f"[rank{i % 4}]: step {i // 4} loss {rng.random():.4f}" for i in range(2000)]
+    plain = [f"step {i} loss {rng.random():.4f} lr {rng.random():.2e}" for i in range(2000, 4000)]
+    path = tmp_path / "mixed.log"
+    path.write_text("\n".join(ranks + hostile_lines(rng, 2000) + plain) + "\n", encoding="utf-8")
+    same(path, spy)
+    assert spy.declined > 20
+    assert spy.placed > 1500
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

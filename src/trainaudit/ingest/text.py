@@ -69,24 +69,19 @@ def iter_lines(stream: BinaryIO) -> Iterator[Line]:
     """Yield cleaned lines. Streams in constant memory; the last line may lack a newline."""
     reader = stream if isinstance(stream, io.BufferedIOBase) else io.BufferedReader(cast(io.RawIOBase, stream))
     for no, braw in enumerate(reader, 1):
-        raw = braw.decode("utf-8", "replace").rstrip("\r\n")
-        if not raw:
-            continue
-        text = ANSI_RE.sub("", raw) if "\x1b" in raw else raw
-        if "\r" in text:
-            for seg in text.split("\r"):
-                if seg.strip():
-                    body, rank = strip_prefixes(seg)
-                    yield Line(no, body, rank, raw)
-            continue
-        body, rank = strip_prefixes(text)
-        yield Line(no, body, rank, raw)
+        yield from split_line(no, braw)
 
 
 def split_line(no: int, braw: bytes) -> list[Line]:
-    """The cleaned lines of one physical line, exactly as :func:`iter_lines` yields them (for
-    bulk readers that handle most lines themselves and hand the rest back to line logic)."""
-    return [Line(no, ln.text, ln.rank, ln.raw) for ln in iter_lines(io.BytesIO(braw))]
+    """The cleaned lines of physical line ``no`` (its newline there or not), as :func:`iter_lines`
+    yields them (also for bulk readers that hand a line back to line logic)."""
+    raw = braw.decode("utf-8", "replace").rstrip("\r\n")
+    if not raw:
+        return []
+    text = ANSI_RE.sub("", raw) if "\x1b" in raw else raw
+    if "\r" in text:
+        return [Line(no, *strip_prefixes(seg), raw) for seg in text.split("\r") if seg.strip()]
+    return [Line(no, *strip_prefixes(text), raw)]
 
 
 _SPECIAL = {

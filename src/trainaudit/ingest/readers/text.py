@@ -120,33 +120,38 @@ def read_metrics(inp: InputFile, sink: Sink, *, scan_events: bool = False, bulk:
     def steady() -> bool:
         return bulk and ex.steady and bool(placed_lines)
 
+    def by_line(data: bytes, first: int, stop: bool) -> int:
+        """The lines of ``data`` (its first is line ``first + 1``) through the line reader; with
+        ``stop``, up to the first physical line after the extractor became steady, whose index in
+        ``data`` it returns (-1: read to the end)."""
+        last = -1
+        for ln in iter_lines(io.BytesIO(data)):
+            if stop and steady() and ln.no - 1 > last:
+                return ln.no - 1
+            last = ln.no - 1
+            ln.no += first
+            events = scanner.feed(ln)
+            line(ln, events, not scanner.busy and not events)
+        return -1
+
     def read(data: bytes | Callable[[], bytes], grouped: Grouped | None) -> None:
         """One chunk: its lines (or the function that reads them) and, from a worker, their
         grouping (from the chunk's first line)."""
         nonlocal base
-        if grouped is not None and steady():
-            chunks.chunk(data, base, grouped)
-            base += grouped.kind.shape[0]
-            return
+        whole = False  # the chunk is left to the line reader
+        if steady():
+            taken = chunks.chunk(data, base, grouped)
+            if taken is not None:
+                base += taken
+                return
+            whole, grouped = True, None  # (the book's news are taken in)
         if not isinstance(data, bytes):
             data = data()
-        start = 0
-        if not steady():
-            start = -1
-            for ln in iter_lines(io.BytesIO(data)):
-                if steady() and ln.no - 1 > start:
-                    start = ln.no - 1  # a physical line not begun: the rest goes in bulk
-                    break
-                start = ln.no - 1
-                ln.no += base
-                events = scanner.feed(ln)
-                line(ln, events, not scanner.busy and not events)
-            else:
-                start = -1
+        start = by_line(data, base, stop=not whole)
         if start > 0:  # the bytes of line ``start`` on
             data = data[int(np.flatnonzero(np.frombuffer(data, dtype=np.uint8) == 10)[start - 1]) + 1:]
-        if start >= 0:
-            chunks.chunk(data, base + start, None if grouped is None else grouped.after(start))
+            if chunks.chunk(data, base + start, None if grouped is None else grouped.after(start)) is None:
+                by_line(data, base + start, stop=False)
             base += start
         elif grouped is not None:
             chunks.learn(grouped)  # the lines were read one by one, but the book went on

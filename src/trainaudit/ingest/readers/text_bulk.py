@@ -53,6 +53,7 @@ MAX_SHAPES = 4096  # then the shapes start afresh (a log of ever new shapes stay
 MAX_LAYOUTS = 16384  # (shape, table header) pairs
 MAX_VARIANTS = 32  # facts of a shape's numbers
 SMALL_RUN = 24  # records below which a run is placed one by one: setting up arrays costs more
+LINE_SHARE = 4  # a chunk whose lines are more than 1 in LINE_SHARE for the line reader is left to it
 
 LINE, NONE, HEADER, RECORD = 0, 1, 2, 3  # what a shape's lines need
 
@@ -420,20 +421,20 @@ class BulkLines:
         shapes.extend(g.shapes)
 
     # -- a chunk ----------------------------------------------------------------------------------
-    def chunk(self, data: bytes | Callable[[], bytes], base: int, grouped: Grouped | None = None) -> None:
+    def chunk(self, data: bytes | Callable[[], bytes], base: int, grouped: Grouped | None = None) -> int | None:
         """Read the lines of ``data`` (whole lines, the last one's newline may be missing); its
         first line is line ``base + 1``. ``grouped``: the lines as a worker's book grouped them
         (else this reader's own book groups them); then ``data`` may be a function that reads
-        them, called only if the line reader needs more lines than the worker sent."""
-        if grouped is None:
-            assert isinstance(data, bytes)
-            lines = _Lines(data)
-            g = self.book.group(lines)
-        else:
-            g = grouped
+        them, called only if the line reader needs more lines than the worker sent. Returns the
+        number of lines read, or None, having read none, when the line reader would read more
+        than a quarter of them anyway (launcher prefixes on every line, say): then the runs of
+        records between them are short, and reading them in bulk costs more than it saves."""
+        g = self.book.group(_Lines(data)) if grouped is None else grouped  # type: ignore[arg-type]
         n = g.kind.shape[0]
         self.learn(g)
         groups, kind, heads = g.groups, g.kind, g.heads
+        if int(np.count_nonzero(kind == LINE)) * LINE_SHARE > n:
+            return None
         said = self._scan(_Texts(g.texts, data), base, kind)
         # a line the scanner found nothing in and the extractor reads alone joins the records
         # around it; the others stop them
@@ -449,12 +450,16 @@ class BulkLines:
         for q, grp in enumerate(groups):
             cuts[q] = np.searchsorted(grp.rows, starts)
             ends_at[q] = np.searchsorted(grp.rows, ends)
+        # the groups with lines in each run, all runs at once
+        run_of, group_of = np.nonzero((ends_at > cuts).T)
+        in_run = np.split(group_of, np.searchsorted(run_of, np.arange(1, starts.shape[0])))
+        head_at = np.searchsorted(heads, np.stack([starts, ends]))
+        alone_at = np.searchsorted(alone, np.stack([starts, ends]))
         for r in range(starts.shape[0]):
-            a, b = int(starts[r]), int(ends[r])
-            if b > a:
-                here = np.flatnonzero(ends_at[:, r] > cuts[:, r]).tolist()
-                h0, h1 = np.searchsorted(heads, [a, b])
-                s0, s1 = np.searchsorted(alone, [a, b])
+            if ends[r] > starts[r]:
+                here = in_run[r].tolist()
+                h0, h1 = int(head_at[0, r]), int(head_at[1, r])
+                s0, s1 = int(alone_at[0, r]), int(alone_at[1, r])
                 if here or h1 > h0 or s1 > s0:
                     self._run(g.book, [(groups[q], int(cuts[q, r]), int(ends_at[q, r])) for q in here],
                               [*zip(heads[h0:h1].tolist(), g.head_variants[h0:h1].tolist())],
@@ -462,6 +467,7 @@ class BulkLines:
             if r < len(stops):
                 for ln, events, feed in said[stops[r]]:
                     self.line(ln, events, feed)
+        return n
 
     def _scan(self, lines: _Texts, base: int, kind: NDArray[np.int8]) -> Said:
         """The signature scanner over the lines for the line reader, in order; a line after one
@@ -549,15 +555,19 @@ class BulkLines:
         return _Part(plan, lay, np.array([i], dtype=np.int64), np.array([vals], dtype=np.float64).reshape(1, -1))
 
     def _place(self, parts: list[_Part], base: int) -> None:
+        n = sum(p.rows.shape[0] for p in parts)
+        if n < SMALL_RUN:
+            self._one_by_one(parts, base)
+            return
         # the parts' lines (each part's ascending, no line in two) in order, and each one's position
-        mark = np.zeros(max(int(p.rows[-1]) for p in parts) + 1, dtype=bool)
+        lo = min(int(p.rows[0]) for p in parts)
+        mark = np.zeros(max(int(p.rows[-1]) for p in parts) + 1 - lo, dtype=bool)
         for p in parts:
-            mark[p.rows] = True
-        rows = np.flatnonzero(mark)
-        n = rows.shape[0]
+            mark[p.rows - lo] = True
+        rows = np.flatnonzero(mark) + lo
         index = np.cumsum(mark) - 1
-        groups = [(p.plan, index[p.rows], p.values) for p in parts]
-        steps = self.ex.place_many(n, groups) if n >= SMALL_RUN else None
+        groups = [(p.plan, index[p.rows - lo], p.values) for p in parts]
+        steps = self.ex.place_many(n, groups)
         if steps is None:
             self._one_by_one(parts, base)
             return
