@@ -116,13 +116,16 @@ def test_arrays_come_back_through_shared_memory_as_writable_copies(monkeypatch: 
     assert len(through_slots) == 6
 
 
-def test_a_range_read_again_from_a_file_that_changed_is_an_input_error(tmp_path: Path) -> None:
+def test_a_range_from_a_file_that_changed_is_an_input_error(tmp_path: Path) -> None:
     log = tmp_path / "train.log"
     log.write_bytes(b"step 1 loss 2.0\nstep 2 loss 1.9\nstep 3 loss 1.8\n")
     ranges = list(chunks.file_ranges(str(log), log.stat().st_size, 1 << 20))
     assert ranges == [(0, log.stat().st_size)]
     first = chunks.read_range(str(log), 0, ranges[0][1])
     assert chunks.reread_range(str(log), 0, ranges[0][1], None, chunks.count_lines(first), "train.log") == first
-    log.write_bytes(b"step 1 loss 2.0\n")  # cut short by the job that writes it
+    log.write_bytes(first.replace(b"\n", b" ", 1))  # rewritten: as long, one line fewer
     with pytest.raises(InputError, match=r"train\.log: the file changed while it was read"):
+        chunks.reread_range(str(log), 0, ranges[0][1], None, chunks.count_lines(first), "train.log")
+    log.write_bytes(b"step 1 loss 2.0\n")  # cut short by the job that writes it
+    with pytest.raises(InputError, match=r"train\.log: the file changed while it was read \(cut short\)"):
         chunks.reread_range(str(log), 0, ranges[0][1], None, chunks.count_lines(first), "train.log")

@@ -21,6 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from shared_data import REPO
 
+from trainaudit.errors import InputError
 from trainaudit.ingest.extract import Extractor
 from trainaudit.ingest.readers import text as text_reader
 from trainaudit.ingest.readers import text_bulk
@@ -218,3 +219,21 @@ def test_the_cli_reads_in_bulk(tmp_path: Path) -> None:
     subprocess.run([sys.executable, str(REPO / "benchmarks" / "gen_generic_log.py"), str(out), "--size", "3M"],
                    check=True, capture_output=True)
     assert snapshot(read(out, bulk=True)) == snapshot(read(out, bulk=False))
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_file_cut_short_while_read_is_an_input_error(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                                       workers: int) -> None:
+    # Cut short after it was listed (the job writing it rotated it, say): one input error naming
+    # it, raised in the reader whether a worker or the reader itself found the short range.
+    monkeypatch.setattr(text_reader, "CHUNK_SIZE", 4096)
+    monkeypatch.setattr(text_reader, "POOL_MIN_SIZE", 0)
+    path = tmp_path / "train.log"
+    path.write_text("".join(f"step {i} loss {1 / (i + 1):.4f}\n" for i in range(3000)), encoding="utf-8")
+    inp = expand_inputs([str(path)])[0]
+    with path.open("r+b") as f:
+        f.truncate(inp.size // 2)
+    sink = RunBuilder()
+    sink.begin(Source(inp.display, "text", SourceKind.LOG, inp.size))
+    with pytest.raises(InputError, match=r"train\.log: the file changed while it was read \(cut short\)"):
+        text_reader.read_metrics(inp, sink, scan_events=True, workers=workers)

@@ -39,9 +39,14 @@ def usable_cpus() -> int:
 
 
 def read_range(path: str, offset: int, length: int) -> bytes:
+    """``length`` bytes of the file from ``offset``; fewer (the file was cut short since its ranges
+    were taken) is an input error."""
     with open(path, "rb") as f:
         f.seek(offset)
-        return f.read(length)
+        data = f.read(length)
+    if len(data) < length:
+        raise InputError(f"{path}: the file changed while it was read (cut short)")
+    return data
 
 
 def cut_long_lines(data: bytes, line_bytes: int | None) -> tuple[bytes, int]:
@@ -60,7 +65,7 @@ def count_lines(data: bytes) -> int:
 
 def reread_range(path: str, offset: int, length: int, line_bytes: int | None, lines: int, shown: str) -> bytes:
     """A range read again (its lines cut as the first time), which must still hold the ``lines``
-    lines it held then: a file rewritten or cut short meanwhile is an input error."""
+    lines it held then: a file rewritten meanwhile is an input error."""
     data = cut_long_lines(read_range(path, offset, length), line_bytes)[0]
     if count_lines(data) != lines:
         raise InputError(f"{shown}: the file changed while it was read")
