@@ -28,7 +28,7 @@ from trainaudit.ingest.chunks import (
     stream_chunks,
     usable_cpus,
 )
-from trainaudit.ingest.readers.text_bulk import BulkLines, Grouped, range_grouper
+from trainaudit.ingest.readers.text_bulk import BulkLines, ChunkLines, Grouped, range_grouper
 from trainaudit.ingest.signatures import SignatureScanner
 from trainaudit.ingest.sink import STEP_MAX, STEP_MIN, Sink
 from trainaudit.ingest.sources import InputFile
@@ -149,7 +149,7 @@ def read_metrics(inp: InputFile, sink: Sink, *, scan_events: bool = False, bulk:
             data = data()
         start = by_line(data, base, stop=not whole)
         if start > 0:  # the bytes of line ``start`` on
-            data = data[int(np.flatnonzero(np.frombuffer(data, dtype=np.uint8) == 10)[start - 1]) + 1:]
+            data = data[int(ChunkLines(data).starts[start]):]
             if chunks.chunk(data, base + start, None if grouped is None else grouped.after(start)) is None:
                 by_line(data, base + start, stop=False)
             base += start

@@ -76,7 +76,7 @@ class _Numbers:
         self.fixed = FixedNumbers(text, [spans[j] for j in digits])
         self.digits = np.array(digits, dtype=np.int64)
 
-    def read(self, lines: _Lines, rows: NDArray[np.int64]) -> NDArray[np.float64]:
+    def read(self, lines: ChunkLines, rows: NDArray[np.int64]) -> NDArray[np.float64]:
         starts = lines.starts[rows]
         out = np.empty((rows.shape[0], len(self.spans)))
         vals, ok = self.fixed.read_at(lines.buf, starts)
@@ -107,14 +107,14 @@ def _by_facts(facts: NDArray[np.uint8]) -> list[NDArray[np.int64]]:
         values = np.unique(code)
         if values.shape[0] <= 8:  # (the usual few) one pass each
             return [np.flatnonzero(code == v) for v in values]
-        _, inv = np.unique(code, return_inverse=True)
+        inv = np.searchsorted(values, code)
     else:
         _, inv = np.unique(np.ascontiguousarray(facts).view(f"V{k}").ravel(), return_inverse=True)
     order = np.argsort(inv, kind="stable")
     return np.split(order, np.flatnonzero(np.diff(inv[order])) + 1)
 
 
-class _Lines:
+class ChunkLines:
     """A chunk's lines as slices of its bytes, cut when asked for: most lines are only ever read
     as rows of a matrix."""
 
@@ -140,15 +140,15 @@ class _Texts:
     """The text of a chunk's lines for the line reader: those a book sent, else (a line after a
     traceback, which a book cannot know of) from the chunk, read once when first needed."""
 
-    def __init__(self, texts: dict[int, bytes], data: bytes | Callable[[], bytes]) -> None:
-        self.texts, self.data = texts, data
-        self.lines: _Lines | None = None
+    def __init__(self, texts: dict[int, bytes], lines: ChunkLines | Callable[[], bytes]) -> None:
+        self.texts = texts
+        self.lines = lines
 
     def __getitem__(self, i: int) -> bytes:
         got = self.texts.get(i)
         if got is None:
-            if self.lines is None:
-                self.lines = _Lines(self.data if isinstance(self.data, bytes) else self.data())
+            if not isinstance(self.lines, ChunkLines):
+                self.lines = ChunkLines(self.lines())
             got = self.lines[i]
         return got
 
@@ -232,7 +232,7 @@ class ShapeBook:
         self.shapes: list[LineShape] = []  # the variants
         self.sent = 0  # variants already handed over with a chunk
 
-    def group(self, lines: _Lines) -> Grouped:
+    def group(self, lines: ChunkLines) -> Grouped:
         """A chunk's lines grouped; the book keeps what it learnt for the next chunk."""
         reset = len(self.ids) >= MAX_SHAPES or len(self.shapes) >= MAX_LAYOUTS
         if reset:
@@ -289,7 +289,7 @@ class ShapeBook:
             k.variants[facts] = got
         return got
 
-    def _ids(self, lines: _Lines) -> NDArray[np.int64]:
+    def _ids(self, lines: ChunkLines) -> NDArray[np.int64]:
         # the chunk's shapes: one translation of all its bytes, then one lookup a line in C
         keys = lines.data.translate(_ZERO_BYTES).split(b"\n")[:len(lines)]
         sid = np.fromiter(map(self.ids.get, keys, repeat(-1)), dtype=np.int64, count=len(keys))
@@ -307,7 +307,7 @@ class ShapeBook:
             sid[i] = got
         return sid
 
-    def _read_groups(self, lines: _Lines, sid: NDArray[np.int64], kind: NDArray[np.int8]) -> list[_Group]:
+    def _read_groups(self, lines: ChunkLines, sid: NDArray[np.int64], kind: NDArray[np.int8]) -> list[_Group]:
         """Each record shape's lines read at once and split by the facts of their numbers; lines
         no variant reads become lines for the line reader (``kind`` updated)."""
         rows = np.flatnonzero(kind == RECORD)
@@ -368,7 +368,7 @@ def range_grouper(path: str, line_bytes: int | None) -> Callable[[int], Callable
 
         def group(r: tuple[int, int]) -> Grouped:
             data, cut = cut_long_lines(read_range(path, r[0], r[1]), line_bytes)
-            got = book.group(_Lines(data))
+            got = book.group(ChunkLines(data))
             got.cut_lines = cut
             return got
 
@@ -429,13 +429,19 @@ class BulkLines:
         number of lines read, or None, having read none, when the line reader would read more
         than a quarter of them anyway (launcher prefixes on every line, say): then the runs of
         records between them are short, and reading them in bulk costs more than it saves."""
-        g = self.book.group(_Lines(data)) if grouped is None else grouped  # type: ignore[arg-type]
+        lines: ChunkLines | Callable[[], bytes]
+        if grouped is None:
+            assert isinstance(data, bytes)
+            known = ChunkLines(data)
+            g, lines = self.book.group(known), known
+        else:
+            g, lines = grouped, (lambda: data) if isinstance(data, bytes) else data
         n = g.kind.shape[0]
         self.learn(g)
         groups, kind, heads = g.groups, g.kind, g.heads
         if int(np.count_nonzero(kind == LINE)) * LINE_SHARE > n:
             return None
-        said = self._scan(_Texts(g.texts, data), base, kind)
+        said = self._scan(_Texts(g.texts, lines), base, kind)
         # a line the scanner found nothing in and the extractor reads alone joins the records
         # around it; the others stop them
         simple = {i: v[0][0] for i, v in said.items()
