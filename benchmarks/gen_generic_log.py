@@ -22,7 +22,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from gen_megatron_log import parse_size
+from gen_megatron_log import flush, parse_size
 
 NOISE = [
     "Saving checkpoint to /checkpoints/run-{a}/step_{i}.pt",
@@ -91,14 +91,10 @@ def generate(out: Path, size: int, seed: int = 0) -> int:
             if rng.random() < 0.08:
                 buf.append(rng.choice(NOISE).format(i=i, a=rng.randrange(128)) + "\n")
             if len(buf) >= 4096:
-                s = "".join(buf)
-                f.write(s)
-                written += len(s.encode())
-                n_lines += s.count("\n")
-                buf.clear()
-        s = "".join(buf)
-        f.write(s)
-        n_lines += s.count("\n")
+                size_lines = flush(f, buf)
+                written += size_lines[0]
+                n_lines += size_lines[1]
+        n_lines += flush(f, buf)[1]
     return n_lines
 
 

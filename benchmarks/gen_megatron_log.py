@@ -23,10 +23,19 @@ import math
 import random
 import sys
 from pathlib import Path
+from typing import TextIO
 
 TIMERS = ["forward-backward", "forward-compute", "backward-compute", "batch-generator", "layernorm-grads-all-reduce",
           "embedding-grads-all-reduce", "all-grads-sync", "optimizer-copy-to-main-grad", "optimizer-clip-main-grad",
           "optimizer-count-zeros", "optimizer-inner-step", "optimizer-copy-main-to-model-params", "optimizer"]
+
+
+def flush(f: TextIO, buf: list[str]) -> tuple[int, int]:
+    """Write the buffered lines (ASCII) and empty the buffer; (bytes, lines) written."""
+    s = "".join(buf)
+    f.write(s)
+    buf.clear()
+    return len(s), s.count("\n")
 
 
 def parse_size(text: str) -> int:
@@ -115,15 +124,11 @@ def generate(out: Path, size: int, seed: int = 0, fail_from: float | None = None
             if fail_at is not None:
                 pos += sum(len(b) for b in buf[start:])
             if len(buf) >= 4096:
-                s = "".join(buf)
-                f.write(s)
-                written += len(s)
-                n_lines += s.count("\n")
-                buf.clear()
+                size_lines = flush(f, buf)
+                written += size_lines[0]
+                n_lines += size_lines[1]
         buf.append(f"[after training is done] datetime: {t:%Y-%m-%d %H:%M:%S} \n")
-        s = "".join(buf)
-        f.write(s)
-        n_lines += s.count("\n")
+        n_lines += flush(f, buf)[1]
     return n_lines
 
 
