@@ -41,9 +41,10 @@ def _first_sustained_raw(x: np.ndarray, start: int, thr: float, ahead: int = 5) 
     return start + int(idx[0]) if idx.size else -1
 
 
+_NUMBER_RUN = re.compile(r"\d+")  # layer indices in a gradient's name: "layers.3.mlp" -> "layers.#.mlp"
+
 # Caffe's SoftmaxWithLoss clamps the probability at FLT_MIN: -ln(FLT_MIN) = 87.3365 is the loss of a
 # diverged network (caffe/src/caffe/layers/softmax_loss_layer.cpp)
-_NUMBER_RUN = re.compile(r"\d+")
 CAFFE_CLAMP = 87.3365
 
 # Sizes whose ln is the loss of a uniform guess: class counts of common datasets (2..20, CIFAR-100,
