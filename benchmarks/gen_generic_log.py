@@ -13,7 +13,6 @@ numbers that are not metrics). Output is deterministic for a given seed.
 
 from __future__ import annotations
 
-import argparse
 import datetime as dt
 import json
 import math
@@ -22,7 +21,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from gen_megatron_log import flush, parse_size
+from gen_megatron_log import flush, log_arguments, parse_size
 
 NOISE = [
     "Saving checkpoint to /checkpoints/run-{a}/step_{i}.pt",
@@ -99,11 +98,7 @@ def generate(out: Path, size: int, seed: int = 0) -> int:
 
 
 def main(argv: list[str]) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("out", type=Path)
-    ap.add_argument("--size", default="256M", help="target size, e.g. 256M, 1G")
-    ap.add_argument("--seed", type=int, default=0)
-    a = ap.parse_args(argv)
+    a = log_arguments(__doc__).parse_args(argv)
     n = generate(a.out, parse_size(a.size), a.seed)
     print(f"{a.out}: {a.out.stat().st_size} bytes, {n} lines", file=sys.stderr)
     return 0

@@ -132,11 +132,17 @@ def generate(out: Path, size: int, seed: int = 0, fail_from: float | None = None
     return n_lines
 
 
-def main(argv: list[str]) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def log_arguments(doc: str) -> argparse.ArgumentParser:
+    """The arguments every log generator takes: where, how large, which seed."""
+    ap = argparse.ArgumentParser(description=doc.splitlines()[0])
     ap.add_argument("out", type=Path)
     ap.add_argument("--size", default="256M", help="target size, e.g. 256M, 1G")
     ap.add_argument("--seed", type=int, default=0)
+    return ap
+
+
+def main(argv: list[str]) -> int:
+    ap = log_arguments(__doc__)
     ap.add_argument("--fail-from", type=float, default=None, metavar="F",
                     help="fraction of the file after which every iteration is a NaN iteration (e.g. 0.5)")
     a = ap.parse_args(argv)
