@@ -92,10 +92,9 @@ def spec_to_dict(spec: PlotSpec, max_points: int = MAX_POINTS) -> dict[str, Any]
             "yrange": [_num(y[0]), _num(y[1])] if y else None}
 
 
-def write_charts(path: Path, plots: Sequence[PlotSpec], max_points: int = MAX_POINTS) -> Path:
+def charts_json(plots: Sequence[PlotSpec], max_points: int = MAX_POINTS) -> str:
     payload = {"schema": CHARTS_SCHEMA, "charts": [spec_to_dict(p, max_points) for p in plots]}
-    path.write_text(json.dumps(payload, separators=(",", ":")) + "\n", encoding="utf-8")
-    return path
+    return json.dumps(payload, separators=(",", ":")) + "\n"
 
 
 def load_charts(path: Path) -> list[dict[str, Any]]:

@@ -9,7 +9,7 @@ warm-up spike does not set the scale); points beyond it are grey markers on the 
 from __future__ import annotations
 
 import importlib.util
-from pathlib import Path
+from typing import IO
 
 import numpy as np
 
@@ -24,7 +24,7 @@ def png_available() -> bool:
     return importlib.util.find_spec("matplotlib") is not None
 
 
-def render(spec: PlotSpec, path: Path) -> Path:
+def render(spec: PlotSpec, dest: IO[bytes]) -> None:
     import matplotlib
 
     matplotlib.use("Agg", force=True)
@@ -88,8 +88,6 @@ def render(spec: PlotSpec, path: Path) -> Path:
         # beside the axes, never over the data
         ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0, frameon=False)
         fig.tight_layout()
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(path)
+        fig.savefig(dest, format="png")
     finally:
         plt.close(fig)
-    return path
