@@ -84,6 +84,18 @@ def check_location(real: Path, what: str) -> None:
         raise PathRefused(f"{what}: outside the allowed roots")
 
 
+def confinement() -> Confinement | None:
+    """The confinement in force (an MCP server's roots), or None."""
+    return _CONFINED.get()
+
+
+def may_read(path: Path) -> bool:
+    """Whether ``path`` (resolved) is inside the current confinement; always, when there is none.
+    For searches that walk up from a folder (the nearest pyproject.toml): they stop at the roots."""
+    conf = _CONFINED.get()
+    return conf is None or conf.inside(path.resolve())
+
+
 _KINDS = {stat.S_IFIFO: "a FIFO", stat.S_IFCHR: "a character device", stat.S_IFBLK: "a block device",
           stat.S_IFSOCK: "a socket", stat.S_IFDIR: "a directory"}
 

@@ -155,3 +155,88 @@ def test_outdir_remove_refuses_a_folder_and_keeps_links_targets(tmp_path: Path) 
         with pytest.raises(ValueError):
             folder.write_text("../escape", "x")
     assert target.read_text() == "keep"
+
+
+# -- reads that must stay inside an MCP server's roots ----------------------------------------------
+@pytest.fixture()
+def mcp_world(tmp_path: Path) -> tuple[Path, Path]:
+    root, outside = tmp_path / "srv" / "root", tmp_path / "outside"
+    root.mkdir(parents=True)
+    outside.mkdir()
+    (root / "train.log").write_text(LOG)
+    return root, outside
+
+
+def test_pyproject_above_the_root_is_not_read_as_rule_config(mcp_world: tuple[Path, Path],
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    root, _ = mcp_world
+    # A config above the root that would silence every rule.
+    (root.parent / "pyproject.toml").write_text('[tool.trainaudit]\nignore = ["TA"]\n')
+    monkeypatch.chdir(root)
+    got = Toolbox(Roots.of([str(root)])).diagnose(["train.log"])
+    assert got.verdict == "unhealthy" and got.category == "nan_inf"
+    # Without the server's confinement the same file is the project's config, as for ruff.
+    from trainaudit.rules.config import load_config
+    assert load_config(start=root).ignore == ["TA"]
+
+
+def test_hard_linked_config_is_refused_inside_the_mcp_root(mcp_world: tuple[Path, Path]) -> None:
+    root, outside = mcp_world
+    (outside / "private.toml").write_text('[tool.trainaudit]\nignore = ["TA1"]\n')
+    os.link(outside / "private.toml", root / "cfg.toml")
+    with pytest.raises(InputError, match="hard link"):
+        Toolbox(Roots.of([str(root)])).diagnose(["train.log"], config="cfg.toml")
+
+
+def test_batch_set_file_naming_a_golden_outside_its_folder_is_refused(tmp_path: Path) -> None:
+    sets = tmp_path / "sets"
+    (sets / "one").mkdir(parents=True)
+    (tmp_path / "private").mkdir()
+    (tmp_path / "private" / "golden.json").write_text('{"lm loss": {"values": {"1": 1.0}}}')
+    (sets / "one" / "train.log").write_text(LOG)
+    (sets / "one" / "trainaudit-set.json").write_text('{"golden": "../../private/golden.json"}')
+    out = run(["batch", str(sets), "-o", str(tmp_path / "out")], tmp_path)
+    assert out.code == 2 and "outside the set's folder" in out.stderr
+
+
+def _repo(path: Path) -> None:
+    from hostile_git import hostile_repo
+    hostile_repo(path, "environment", path.parent / "PWNED")
+
+
+def test_git_config_include_outside_the_root_is_refused(mcp_world: tuple[Path, Path]) -> None:
+    root, outside = mcp_world
+    _repo(root / "repo")
+    (outside / "extra.cfg").write_text("[user]\n\tname = someone\n")
+    with (root / "repo" / ".git" / "config").open("a") as f:
+        f.write(f"[include]\n\tpath = {outside / 'extra.cfg'}\n")
+    with pytest.raises(PathRefused, match="includes"):
+        Toolbox(Roots.of([str(root)])).trace_history("repo")
+
+
+def test_git_config_include_of_a_fifo_is_refused_without_waiting(tmp_path: Path) -> None:
+    _repo(tmp_path / "repo")
+    os.mkfifo(tmp_path / "pipe")
+    with (tmp_path / "repo" / ".git" / "config").open("a") as f:
+        f.write(f'[includeIf "gitdir:/"]\n\tpath = {tmp_path / "pipe"}\n[mailmap]\n\tfile = {tmp_path / "pipe"}\n')
+    out = run(["audit", "--repo", "repo", "--good", "HEAD~2", "--bad", "HEAD", "-o", "out"], tmp_path)
+    assert out.code == 2 and "not a regular file" in out.stderr
+
+
+def test_git_mailmap_and_attributes_files_are_not_opened(tmp_path: Path) -> None:
+    from trainaudit.history.git import git_command
+    cmd = git_command(tmp_path, ["log"])
+    for key in ("mailmap.file", "core.attributesFile", "core.excludesFile"):
+        assert f"{key}={os.devnull}" in cmd
+
+
+def test_git_objects_hard_linked_from_outside_are_refused_in_the_mcp_root(mcp_world: tuple[Path, Path]) -> None:
+    root, outside = mcp_world
+    _repo(outside / "other")
+    _repo(root / "repo")
+    obj = next(p for p in (root / "repo" / ".git" / "objects").rglob("*") if p.is_file())
+    twin = outside / "twin"
+    os.link(obj, twin)  # the object file now has a second name outside the root
+    with pytest.raises(PathRefused, match="object file"):
+        Toolbox(Roots.of([str(root)])).trace_history("repo")
+    assert Toolbox(Roots.of([str(root)], allow_hardlinks=True)).trace_history("repo") is not None
