@@ -19,9 +19,10 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import math
 import os
 import stat
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
@@ -298,10 +299,20 @@ def _depth_ok(data: Any, limit: int) -> bool:
     return True
 
 
-def load_json(text: str | bytes, where: str, *, invalid: str = "not valid JSON") -> Any:
-    """``json.loads`` with nesting and number size bounded; errors are one-line input errors."""
+def load_json(text: str | bytes, where: str, *, invalid: str = "not valid JSON",
+              nonfinite: Callable[[float], Any] | None = None) -> Any:
+    """``json.loads`` with nesting and number size bounded; errors are one-line input errors.
+    ``nonfinite``: what a NaN, Infinity or overflowing number (``1e999``) becomes, for data that
+    goes on to a JSON writer that refuses them."""
+    hooks: dict[str, Any] = {}
+    if nonfinite is not None:
+        def as_float(text: str) -> Any:
+            v = float(text)
+            return v if math.isfinite(v) else nonfinite(v)
+
+        hooks = {"parse_float": as_float, "parse_constant": lambda c: nonfinite(float(c))}
     try:
-        data = json.loads(text, parse_int=_bounded_int)
+        data = json.loads(text, parse_int=_bounded_int, **hooks)
     except json.JSONDecodeError as exc:
         raise InputError(f"{where}: {invalid} ({exc.msg} at line {exc.lineno})") from None
     except RecursionError:

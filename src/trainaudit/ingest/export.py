@@ -16,6 +16,7 @@ from typing import IO, Any
 
 import numpy as np
 
+from trainaudit.answer.paths import printable_name
 from trainaudit.errors import InputError
 from trainaudit.ingest.sink import Sink
 from trainaudit.model import Event, Source
@@ -72,7 +73,7 @@ class RowWriter(Sink):
 
     def write_values(self, metric: str, steps: np.ndarray, values: np.ndarray, lines: np.ndarray) -> None:
         assert self.source is not None
-        src, fmt = self.source.path, self.source.format
+        src, fmt = printable_name(self.source.path), self.source.format
         if self.kind == "parquet":
             n = steps.shape[0]
             pa = self._pa
@@ -92,7 +93,7 @@ class RowWriter(Sink):
 
     def write_event(self, ev: Event) -> None:
         if self.kind == "jsonl" and self._fh is not None:
-            row = {"event": ev.kind.value, "source": ev.source, "format": self.source.format if self.source else "",
+            row = {"event": ev.kind.value, "source": printable_name(ev.source), "format": self.source.format if self.source else "",
                    "line": ev.line, "step": ev.step, "rank": ev.rank, "message": ev.message, "data": ev.data}
             self._fh.write(json.dumps(row, default=str) + "\n")
 
