@@ -70,3 +70,28 @@ def test_charts_sidecar_with_nan_and_overflow_is_drawn(tmp_path: Path) -> None:
 def test_overflowing_numbers_in_prose_are_read_without_error() -> None:
     got = {w.text: w.value for w in numbers_in("loss 1e999 at step 3, then 2.5e-3 and 1e-999")}
     assert got["1e999"] == float("inf") and got["2.5e-3"] == 0.0025 and got["1e-999"] == 0.0
+
+
+# -- work that must grow linearly with the input ----------------------------------------------------
+@settings(max_examples=40, deadline=None, derandomize=True)
+@given(st.integers(2, 9), st.integers(1, 6), st.integers(0, 2**32 - 1))
+def test_median_of_others_equals_the_median_of_each_rest(rows: int, cols: int, seed: int) -> None:
+    import numpy as np
+
+    from trainaudit.rules.resources import median_of_others
+    rng = np.random.default_rng(seed)
+    m = rng.integers(0, 4, size=(rows, cols)).astype(float)  # ties on purpose
+    naive = np.stack([np.median(np.delete(m, r, axis=0), axis=0) for r in range(rows)])
+    assert np.array_equal(median_of_others(m), naive)
+
+
+def test_thousands_of_ranks_are_diagnosed_within_budget(tmp_path: Path) -> None:
+    # torchrun's --tee prefixes, 2000 ranks x 20 steps, rank 7 slow from step 5 (the harness holds
+    # the time and memory budgets; a median over the other ranks per rank was quadratic)
+    lines = [f"[default{r}]:step {s} | step_time {0.5 if (r == 7 and s >= 5) else 0.1 + 0.001 * (r % 5):.3f}\n"
+             for s in range(1, 21) for r in range(2000)]
+    (tmp_path / "ranks.log").write_text("".join(lines))
+    assert run(["diagnose", "ranks.log", "-o", "d", "-q"], tmp_path).code == 1
+    answer = json.loads((tmp_path / "d" / "answer.json").read_text())
+    (straggler,) = [f for f in answer["findings"] if f["rule"] == "TA407"]
+    assert straggler["metric"] == "step_time@rank7" and straggler["first_bad_step"] == 5
