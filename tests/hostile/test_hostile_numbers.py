@@ -95,3 +95,15 @@ def test_thousands_of_ranks_are_diagnosed_within_budget(tmp_path: Path) -> None:
     answer = json.loads((tmp_path / "d" / "answer.json").read_text())
     (straggler,) = [f for f in answer["findings"] if f["rule"] == "TA407"]
     assert straggler["metric"] == "step_time@rank7" and straggler["first_bad_step"] == 5
+
+
+def test_series_beyond_the_cap_are_counted_and_left_out(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from trainaudit.ingest.sink import Sink
+    monkeypatch.setattr(Sink, "max_series", 50)
+    rows = "".join(json.dumps({"step": s, **{f"m{i}": 1.0 + s for i in range(80)}}) + "\n" for s in range(1, 6))
+    (tmp_path / "wide.jsonl").write_text(rows)
+    out = run(["parse", "wide.jsonl"], tmp_path)
+    assert out.code == 0
+    assert "150 value(s) of series beyond the first 50 left out" in out.stderr
+    assert "50 metrics" in out.stdout
+

@@ -25,6 +25,7 @@ import os
 import re
 import stat
 import subprocess
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -38,6 +39,7 @@ _URL_USER = re.compile(r"(?<=://)[^/@\s]*+@")  # "user:token@" of a remote URL
 _FIELD = "\x1f"
 _RECORD = "\x1e"
 GIT_TIMEOUT_S = 60
+GIT_OUTPUT_BYTES = 256 << 20  # of one git call's output (a log of 12k commits with files is ~20 MB)
 
 # Config that must not come from the repository: each one names a command or reaches the network.
 _HARDENED = {
@@ -208,13 +210,50 @@ class Repo:
             raise InputError(f"--repo {path}: not a git repository")
 
     def _proc(self, args: list[str], what: str) -> subprocess.CompletedProcess[bytes]:
+        """Run git; its output is read up to ``GIT_OUTPUT_BYTES`` (the rest is left unread and git
+        stopped: twelve commit messages of 150 MB are not history anyone reads) and its stderr up
+        to 64 KB, within ``GIT_TIMEOUT_S``."""
         try:
-            return subprocess.run(git_command(self.git_dir, args), capture_output=True, timeout=GIT_TIMEOUT_S,
-                                  env=git_env(), cwd=self.git_dir, stdin=subprocess.DEVNULL)
+            proc = subprocess.Popen(git_command(self.git_dir, args), stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE, env=git_env(), cwd=self.git_dir,
+                                    stdin=subprocess.DEVNULL)
         except FileNotFoundError:
             raise InputError("git is not installed (needed for --repo)") from None
-        except subprocess.TimeoutExpired:
-            raise InputError(f"{what}: git took longer than {GIT_TIMEOUT_S} s") from None
+        assert proc.stdout is not None and proc.stderr is not None
+        err = bytearray()
+        err_stream = proc.stderr
+
+        def drain_stderr() -> None:  # a full stderr pipe would block git while stdout is read
+            while chunk := err_stream.read(65536):
+                if len(err) < 65536:
+                    err.extend(chunk[: 65536 - len(err)])
+
+        timed_out = threading.Event()
+
+        def stop() -> None:
+            timed_out.set()
+            proc.kill()
+
+        timer = threading.Timer(GIT_TIMEOUT_S, stop)
+        reader = threading.Thread(target=drain_stderr, daemon=True)
+        timer.start()
+        reader.start()
+        out = bytearray()
+        try:
+            while len(out) < GIT_OUTPUT_BYTES and (chunk := proc.stdout.read(1 << 20)):
+                out.extend(chunk)
+            if len(out) >= GIT_OUTPUT_BYTES:
+                del out[GIT_OUTPUT_BYTES:]
+                proc.kill()
+            code = proc.wait()
+            reader.join()
+        finally:
+            timer.cancel()
+            proc.stdout.close()
+            proc.stderr.close()
+        if timed_out.is_set():
+            raise InputError(f"{what}: git took longer than {GIT_TIMEOUT_S} s")
+        return subprocess.CompletedProcess(args, 0 if len(out) >= GIT_OUTPUT_BYTES else code, bytes(out), bytes(err))
 
     def _run(self, args: list[str], *, what: str, check: bool = True) -> str:
         proc = self._proc(args, what)

@@ -120,11 +120,14 @@ def scan(paths: list[str], sink: Sink, fmt: str | None = None, position: Positio
     position = position or Position()
     position.total, position.sink = sum(d.inp.size for d in detected), sink
     useful = 0
+    # paths already in the problems list: a lookup per file of a 100 000-file folder must not scan it
+    with_problem = {p.path for p in problems}
     for d in detected:
         position.current = d
+        before_problems = len(problems)
         source = Source(d.inp.display, d.reader.name, d.reader.kind, d.inp.size)
         before_values, before_events, before_meta = sink.n_values, sink.n_events, sink.n_meta
-        before_overflow = sink.n_step_overflow
+        before_overflow, before_over = sink.n_step_overflow, sink.n_series_over
         sink.begin(source)
         if isinstance(d.reader, LineReader):
             d.inp.line_bytes = LIMITS.line_bytes
@@ -162,12 +165,15 @@ def scan(paths: list[str], sink: Sink, fmt: str | None = None, position: Positio
             useful += 1
         elif sink.n_meta > before_meta and d.inp.display not in paths:
             pass  # a run folder's params/config files add metadata only: nothing to report
-        elif not any(p.path == d.inp.display for p in problems):
+        elif d.inp.display not in with_problem and all(p.path != d.inp.display for p in problems[before_problems:]):
             problems.append(Problem(d.inp.display, f"no metrics or events found (read as {d.reader.name})",
                                     fatal=d.inp.display in paths))
         if sink.n_step_overflow > before_overflow:
             problems.append(Problem(d.inp.display, f"{sink.n_step_overflow - before_overflow} value(s) at steps "
                                                    "beyond 64 bits left out", fatal=False))
+        if sink.n_series_over > before_over:
+            problems.append(Problem(d.inp.display, f"{sink.n_series_over - before_over} value(s) of series beyond "
+                                                   f"the first {sink.max_series} left out", fatal=False))
         if d.inp.cut_lines:
             problems.append(Problem(d.inp.display, f"{d.inp.cut_lines} line(s) longer than "
                                                    f"{LIMITS.line_bytes >> 20} MiB cut to their first "

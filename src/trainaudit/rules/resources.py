@@ -635,8 +635,8 @@ class StragglerRank(Rule):
             names = list(vals)
             matrix = np.stack([vals[k] for k in names])
             others_of = median_of_others(matrix)
-            for r, cand in enumerate(names):
-                others = others_of[r]
+            for row, cand in enumerate(names):
+                others = others_of[row]
                 mine = vals[cand]
                 # slower by the ratio AND by real time: sub-ms differences are OS scheduling noise
                 slow = (mine >= self.p.ratio * others) & ((mine - others) * unit >= self.p.min_delta_s)
