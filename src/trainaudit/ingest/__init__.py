@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 from trainaudit.errors import InputError
 from trainaudit.ingest.base import LineReader, Reader, Sample, looks_like_text
-from trainaudit.ingest.readers import READER_CLASSES, all_readers, reader_by_name
-from trainaudit.ingest.readers.text import read_metrics
+from trainaudit.ingest.formats import all_readers, best_reader, format_names, reader_by_name
+from trainaudit.ingest.formats.text.lines import read_metrics
 from trainaudit.ingest.sink import RunBuilder, Sink
 from trainaudit.ingest.sources import STREAM_ERRORS, InputFile, expand_inputs, read_head
 from trainaudit.model import Run, Source
@@ -61,10 +61,6 @@ class Problem:
         return f"{self.path}: {self.message}"
 
 
-def format_names() -> list[str]:
-    return [cls.name for cls in READER_CLASSES]
-
-
 def detect(inputs: list[InputFile], fmt: str | None = None, *, explicit: set[str] | None = None,
            problems: list[Problem] | None = None) -> list[Detected]:
     """Pick a reader per input. Files found inside directories or archives that no reader claims
@@ -92,11 +88,7 @@ def detect(inputs: list[InputFile], fmt: str | None = None, *, explicit: set[str
         if forced is not None:
             out.append(Detected(inp, forced, per_line))
             continue
-        best, score = None, 0.0
-        for r in readers:
-            s = r.sniff(sample)
-            if s > score:
-                best, score = r, s
+        best, _ = best_reader(sample, readers)
         if best is None:
             what = "binary file" if not sample.is_text else "text"
             if direct:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import abc
 from dataclasses import dataclass, field
-from typing import ClassVar
+from enum import IntEnum
+from typing import Any, ClassVar
 
 from trainaudit.ingest.signatures import SignatureScanner
 from trainaudit.ingest.sink import Sink
@@ -54,13 +55,37 @@ def looks_like_text(head: bytes) -> bool:
     return control <= len(sample) // 100
 
 
+class Priority(IntEnum):
+    """Which format wins when two sniff a file with the same confidence: the higher priority."""
+
+    FALLBACK = 0  # any text at all (the format-agnostic extractor)
+    GENERIC = 10  # any CSV table or JSON lines, whoever wrote them
+    SPECIFIC = 20  # one framework's or one tool's output
+    RUNTIME = 30  # a runtime's lines inside another format's log, read together with that format
+
+
 class Reader(abc.ABC):
-    """A format. Subclasses set ``name``, ``kind`` and ``description`` and implement ``sniff`` and
-    ``read``. ``sniff`` returns a confidence in [0, 1]; the highest wins, 0 means "not mine"."""
+    """A format. Subclasses set ``name`` (the format's id, ``--format NAME``), ``kind``,
+    ``description`` and ``priority`` and implement ``sniff`` and ``read``. ``sniff`` returns a
+    confidence in [0, 1]; the highest wins, 0 means "not mine"; between equal confidences the
+    higher ``priority``. A subclass that sets ``name`` registers itself when its module is
+    imported (the registry, :mod:`trainaudit.ingest.formats`, imports every module of its package).
+
+    ``numbers_fallback``: when the format recognises a file but reads nothing from it (no value,
+    no event), or cannot parse it (a structured file cut short), the format-agnostic extractor
+    reads the file's numbers instead."""
 
     name: ClassVar[str]
     kind: ClassVar[SourceKind] = SourceKind.LOG
     description: ClassVar[str] = ""
+    priority: ClassVar[Priority] = Priority.SPECIFIC
+    numbers_fallback: ClassVar[bool] = True
+    registered: ClassVar[list[type[Reader]]] = []
+
+    def __init_subclass__(cls, **kw: Any) -> None:
+        super().__init_subclass__(**kw)
+        if "name" in cls.__dict__:
+            Reader.registered.append(cls)
 
     @abc.abstractmethod
     def sniff(self, sample: Sample) -> float: ...

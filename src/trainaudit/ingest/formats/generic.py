@@ -17,7 +17,7 @@ import math
 import re
 from typing import Any
 
-from trainaudit.ingest.base import LineReader, Sample
+from trainaudit.ingest.base import LineReader, Priority, Sample
 from trainaudit.ingest.sink import Sink
 from trainaudit.ingest.text import Line, parse_number
 from trainaudit.model import SourceKind
@@ -101,6 +101,7 @@ def _split(text: str, delim: str) -> list[str]:
 class CsvReader(LineReader):
     name = "csv"
     kind = SourceKind.METRICS
+    priority = Priority.GENERIC
     description = "generic CSV/TSV with a header row (step from step/global_step/iteration/iter/epoch/_step, else row number)"
 
     def sniff(self, sample: Sample) -> float:
@@ -210,6 +211,7 @@ def flat_numbers(obj: dict[str, Any], prefix: str = "") -> list[tuple[str, float
 class JsonlReader(LineReader):
     name = "jsonl"
     kind = SourceKind.METRICS
+    priority = Priority.GENERIC
     description = "generic JSON lines of flat dicts (step from step/global_step/iteration/iter/epoch/_step, else record number)"
 
     def sniff(self, sample: Sample) -> float:

@@ -32,7 +32,7 @@ from __future__ import annotations
 import re
 
 from trainaudit.ingest.base import LineReader, Sample
-from trainaudit.ingest.readers.generic import num, parse_json_object
+from trainaudit.ingest.formats.generic import num, parse_json_object
 from trainaudit.ingest.sink import Sink
 from trainaudit.ingest.text import Line
 from trainaudit.model import Event, EventKind, SourceKind

@@ -25,7 +25,7 @@ from __future__ import annotations
 import re
 
 from trainaudit.ingest.base import LineReader, Sample
-from trainaudit.ingest.readers.generic import num
+from trainaudit.ingest.formats.generic import num
 from trainaudit.ingest.sink import Sink
 from trainaudit.ingest.text import Line
 from trainaudit.model import SourceKind

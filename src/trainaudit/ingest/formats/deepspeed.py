@@ -4,8 +4,8 @@ DeepSpeed is a runtime, not a logging format: its lines sit inside another frame
 (HF Trainer dicts, Megatron-DeepSpeed ``iteration`` lines, tqdm bars). This reader parses the
 engine's own lines and hands every other line to the best other line reader for the same file
 (chosen by sniffing the same head), so a mixed log yields both sets. To make that richest
-reading win detection, ``sniff`` scores just above the best other reader whenever DeepSpeed
-engine lines are present (at least 0.85).
+reading win detection, ``sniff`` scores as high as the best other format whenever DeepSpeed
+engine lines are present (at least 0.85), and the format's priority (``RUNTIME``) wins the tie.
 
 Lines parsed (deepspeedai/DeepSpeed ``runtime/fp16/loss_scaler.py``, ``runtime/engine.py``,
 ``utils/timer.py``; old ZeRO stage2/3 code):
@@ -39,8 +39,8 @@ from __future__ import annotations
 
 import re
 
-from trainaudit.ingest.base import LineReader, Sample
-from trainaudit.ingest.readers.generic import num
+from trainaudit.ingest.base import LineReader, Priority, Reader, Sample
+from trainaudit.ingest.formats.generic import num
 from trainaudit.ingest.signatures import SignatureScanner
 from trainaudit.ingest.sink import Sink
 from trainaudit.ingest.sources import InputFile, read_head
@@ -81,12 +81,20 @@ def _is_engine_line(text: str) -> bool:
 class DeepSpeedReader(LineReader):
     name = "deepspeed"
     kind = SourceKind.LOG
+    priority = Priority.RUNTIME
     description = "DeepSpeed engine lines (overflow/loss scale, step/skipped/lr, ThroughputTimer) inside any training log"
 
-    def __init__(self, others: list[LineReader] | None = None) -> None:
-        # The framework whose lines DeepSpeed's are interleaved with is read by one of ``others``
-        # (given by the registry: the other line formats).
-        self.others = others or []
+    def __init__(self) -> None:
+        self._others: list[LineReader] | None = None
+
+    @property
+    def others(self) -> list[LineReader]:
+        """The formats whose lines DeepSpeed's are interleaved with: every registered line format of
+        one framework (a CSV table, JSON lines or text in general is not a log DeepSpeed prints into)."""
+        if self._others is None:
+            self._others = [c() for c in Reader.registered
+                            if issubclass(c, LineReader) and c.priority is Priority.SPECIFIC]
+        return self._others
 
     def sniff(self, sample: Sample) -> float:
         n = sum(1 for ln in sample.lines if _is_engine_line(ln) and not ln.lstrip().startswith("#"))
@@ -97,7 +105,7 @@ class DeepSpeedReader(LineReader):
         if strong == 0:
             return 0.3
         best_other = max((r.sniff(sample) for r in self.others), default=0.0)
-        return min(0.99, max(0.85, best_other + 0.01))
+        return min(0.99, max(0.85, best_other))
 
     # -- reading ----------------------------------------------------------------------------
     def read(self, inp: InputFile, sink: Sink) -> None:

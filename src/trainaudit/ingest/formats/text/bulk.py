@@ -1,4 +1,4 @@
-"""Bulk reading of text logs, a chunk of lines at a time (for :mod:`trainaudit.ingest.readers.text`).
+"""Bulk reading of text logs, a chunk of lines at a time (for :mod:`trainaudit.ingest.formats.text.lines`).
 
 Once the extractor has decided which counter is the step (:attr:`Extractor.steady`), a chunk's
 lines are grouped by shape: the line with every digit a ``0`` (:class:`LineShape`). Lines of one

@@ -41,7 +41,7 @@ from trainaudit.ingest.chunks import (
     usable_cpus,
 )
 from trainaudit.ingest.fastnum import PAD, Layout, padded, parse_regions
-from trainaudit.ingest.readers.megatron_line import (
+from trainaudit.ingest.formats.megatron.grammar import (
     FIELD_RE,
     ITER_RE,
     SKIP_KEYS,

@@ -15,7 +15,7 @@ import numpy as np
 from numpy.typing import NDArray
 from threadpoolctl import threadpool_limits
 
-from trainaudit.ingest.base import LineReader, Sample
+from trainaudit.ingest.base import LineReader, Priority, Sample
 from trainaudit.ingest.extract import Extractor, Record, Table, record_of
 from trainaudit.ingest.chunks import (
     POOL_MIN_SIZE,
@@ -28,7 +28,7 @@ from trainaudit.ingest.chunks import (
     stream_chunks,
     usable_cpus,
 )
-from trainaudit.ingest.readers.text_bulk import BulkLines, ChunkLines, Grouped, range_grouper
+from trainaudit.ingest.formats.text.bulk import BulkLines, ChunkLines, Grouped, range_grouper
 from trainaudit.ingest.signatures import SignatureScanner
 from trainaudit.ingest.sink import STEP_MAX, STEP_MIN, Sink
 from trainaudit.ingest.sources import InputFile
@@ -44,6 +44,8 @@ class TextLogReader(LineReader):
 
     name = "text"
     kind = SourceKind.LOG
+    priority = Priority.FALLBACK
+    numbers_fallback = False  # it is the extractor
     description = ("any text log: step counters and metrics in any spelling (k: v, k=v, dicts, JSON lines, "
                    "tables, progress bars), error signatures, tracebacks, phase markers")
 
@@ -69,7 +71,7 @@ def read_metrics(inp: InputFile, sink: Sink, *, scan_events: bool = False, bulk:
     """The extractor over a file (alone when another reader claimed the file, found no metric in
     it and already reported its events; with the signature scanner when ``scan_events``). Line by
     line until the extractor has decided its step counter, then a chunk of lines at a time
-    (:mod:`~trainaudit.ingest.readers.text_bulk`), with the same result (``bulk=False``: line by
+    (:mod:`~trainaudit.ingest.formats.text.bulk`), with the same result (``bulk=False``: line by
     line throughout, the reference). A large file on disk is then grouped by shape in ``workers``
     processes (default: up to 2, as CPUs allow), a few chunks ahead of the placing."""
     ex = Extractor()

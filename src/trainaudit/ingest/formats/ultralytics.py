@@ -26,7 +26,7 @@ import re
 
 from trainaudit.ingest.base import LineReader, Sample
 from trainaudit.ingest.extract import seconds, speed_pair
-from trainaudit.ingest.readers.generic import num
+from trainaudit.ingest.formats.generic import num
 from trainaudit.ingest.sink import Sink
 from trainaudit.ingest.text import Line
 from trainaudit.model import SourceKind

@@ -14,8 +14,8 @@ import math
 import re
 
 from trainaudit.ingest.base import LineReader, Sample
-from trainaudit.ingest.readers import megatron_fast as fast
-from trainaudit.ingest.readers.megatron_line import FIELD_RE, ITER_RE, SKIP_KEYS, field_value, is_loss_key
+from trainaudit.ingest.formats.megatron import bulk as fast
+from trainaudit.ingest.formats.megatron.grammar import FIELD_RE, ITER_RE, SKIP_KEYS, field_value, is_loss_key
 from trainaudit.ingest.signatures import SignatureScanner
 from trainaudit.ingest.sink import Sink
 from trainaudit.ingest.sources import InputFile

@@ -22,7 +22,7 @@ import re
 
 from trainaudit.errors import InputError
 from trainaudit.ingest.base import LineReader, Reader, Sample
-from trainaudit.ingest.readers.lightning import csv_header, read_csv_rows
+from trainaudit.ingest.formats.lightning import csv_header, read_csv_rows
 from trainaudit.ingest.sink import Sink
 from trainaudit.ingest.sources import InputFile
 from trainaudit.ingest.text import Line, parse_number
