@@ -12,15 +12,16 @@ The small value helper here (:func:`num`) is shared by the other readers of this
 from __future__ import annotations
 
 import csv
-import json
 import math
 import re
 from typing import Any
 
+from trainaudit.errors import InputError
 from trainaudit.ingest.base import LineReader, Priority, Sample
 from trainaudit.ingest.sink import Sink
 from trainaudit.ingest.text import Line, parse_number
 from trainaudit.model import SourceKind
+from trainaudit.safeio import load_json
 
 STEP_KEYS = ("step", "global_step", "iteration", "iter", "epoch", "_step")
 
@@ -181,11 +182,11 @@ def parse_json_object(text: str) -> dict[str, Any] | None:
     if not (t.startswith("{") and t.endswith("}")):
         return None
     try:
-        obj = json.loads(t)
-    except ValueError:
+        obj = load_json(t, "")
+    except InputError:
         try:
-            obj = json.loads(_BARE_SPECIAL.sub(r'\1"\2"', t))
-        except ValueError:
+            obj = load_json(_BARE_SPECIAL.sub(r'\1"\2"', t), "")
+        except InputError:
             return None
     return obj if isinstance(obj, dict) else None
 

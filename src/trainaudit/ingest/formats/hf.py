@@ -20,7 +20,6 @@ Every numeric key is kept under its own name, ``epoch`` included (it is fraction
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from typing import Any
@@ -31,6 +30,7 @@ from trainaudit.ingest.sink import Sink
 from trainaudit.ingest.sources import InputFile
 from trainaudit.ingest.text import Line, json_number, parse_number
 from trainaudit.model import Event, EventKind, SourceKind
+from trainaudit.safeio import load_json
 
 # A dict repr at the end of a segment; the leading "{" is optional (lost in quoted copies).
 # Linear: the dict is the last brace-free stretch of the line, so a match starts only where such a
@@ -178,10 +178,8 @@ class HFTrainerStateReader(Reader):
     def read(self, inp: InputFile, sink: Sink) -> None:
         with inp.open() as stream:
             text = stream.read().decode("utf-8", "replace")
-        try:
-            state = json.loads(text)  # Python's json accepts the NaN/Infinity that json.dumps writes
-        except json.JSONDecodeError as exc:
-            raise InputError(f"{inp.display}: invalid trainer_state.json ({exc.msg} at line {exc.lineno})") from None
+        # Python's json accepts the NaN/Infinity that json.dumps writes
+        state = load_json(text, inp.display, invalid="invalid trainer_state.json")
         history = state.get("log_history") if isinstance(state, dict) else None
         if not isinstance(history, list):
             raise InputError(f"{inp.display}: JSON without a log_history list (not a trainer_state.json)")

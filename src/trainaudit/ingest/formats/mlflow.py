@@ -19,13 +19,12 @@ import re
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from trainaudit.errors import InputError
 from trainaudit.ingest.base import Reader, Sample
 from trainaudit.ingest.sink import Sink
 from trainaudit.ingest.sources import InputFile
 from trainaudit.model import Event, EventKind, SourceKind
+from trainaudit.safeio import load_yaml
 
 METRIC_RE = re.compile(r"^(\d{10,16}) (\S+)(?: (-?\d+)(?: \S+ \S+)?)?$")
 # mlflow RunStatus enum (mlflow/protos/service.proto)
@@ -96,10 +95,7 @@ class MLflowReader(Reader):
     def _meta_yaml(self, inp: InputFile, sink: Sink) -> None:
         with inp.open() as stream:
             text = stream.read().decode("utf-8", "replace")
-        try:
-            meta = yaml.safe_load(text)
-        except yaml.YAMLError as exc:
-            raise InputError(f"{inp.display}: invalid MLflow meta.yaml ({str(exc).splitlines()[0]})") from None
+        meta = load_yaml(text, inp.display, invalid="invalid MLflow meta.yaml")
         if not isinstance(meta, dict):
             raise InputError(f"{inp.display}: invalid MLflow meta.yaml (not a mapping)")
         sink.meta("framework", "mlflow")

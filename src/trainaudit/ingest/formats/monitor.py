@@ -7,12 +7,13 @@ alerts become warnings, and the end record is the completion marker (``completed
 
 from __future__ import annotations
 
-import json
 
+from trainaudit.errors import InputError
 from trainaudit.ingest.base import LineReader, Sample
 from trainaudit.ingest.sink import Sink
 from trainaudit.ingest.text import Line, json_number
 from trainaudit.model import Event, EventKind, SourceKind
+from trainaudit.safeio import load_json
 
 MARKER = '"trainaudit_monitor"'
 
@@ -28,8 +29,8 @@ class MonitorReader(LineReader):
 
     def feed(self, line: Line, sink: Sink, state: dict) -> None:
         try:
-            rec = json.loads(line.text)
-        except ValueError:
+            rec = load_json(line.text, "")
+        except InputError:
             return
         if not isinstance(rec, dict):
             return

@@ -19,13 +19,12 @@ import math
 import re
 from typing import Any
 
-import yaml
-
 from trainaudit.errors import InputError
 from trainaudit.ingest.base import Reader, Sample
 from trainaudit.ingest.sink import Sink
 from trainaudit.ingest.sources import InputFile
 from trainaudit.model import SourceKind
+from trainaudit.safeio import load_json, load_yaml
 
 HISTORY = "wandb-history.jsonl"
 SUMMARY = "wandb-summary.json"
@@ -72,8 +71,8 @@ def _kind(name: str, sample_lines: list[str]) -> str | None:
         return None
     if first.startswith("{"):
         try:
-            obj = json.loads(first)
-        except ValueError:
+            obj = load_json(first, name)
+        except InputError:
             obj = None
         if isinstance(obj, dict):
             if "_step" in obj and ("_runtime" in obj or "_timestamp" in obj):
@@ -120,8 +119,8 @@ class WandbReader(Reader):
                 if not line:
                     continue
                 try:
-                    d = json.loads(line)  # Python's json reads W&B's NaN / Infinity / -Infinity
-                except ValueError:
+                    d = load_json(line, inp.display)  # Python's json reads W&B's NaN / Infinity / -Infinity
+                except InputError:
                     bad += 1  # a line cut short by a killed run
                     continue
                 if not isinstance(d, dict):
@@ -139,10 +138,7 @@ class WandbReader(Reader):
     def _summary(inp: InputFile, sink: Sink) -> None:
         with inp.open() as stream:
             text = stream.read().decode("utf-8", "replace")
-        try:
-            d = json.loads(text)
-        except ValueError as exc:
-            raise InputError(f"{inp.display}: invalid W&B summary JSON ({exc})") from None
+        d = load_json(text, inp.display, invalid="invalid W&B summary JSON")
         if not isinstance(d, dict):
             raise InputError(f"{inp.display}: invalid W&B summary JSON (not an object)")
         values = flatten(d)
@@ -162,10 +158,7 @@ class WandbReader(Reader):
     def _config(inp: InputFile, sink: Sink) -> None:
         with inp.open() as stream:
             text = stream.read().decode("utf-8", "replace")
-        try:
-            cfg = yaml.safe_load(text)
-        except yaml.YAMLError as exc:
-            raise InputError(f"{inp.display}: invalid W&B config.yaml ({str(exc).splitlines()[0]})") from None
+        cfg = load_yaml(text, inp.display, invalid="invalid W&B config.yaml")
         if not isinstance(cfg, dict):
             raise InputError(f"{inp.display}: invalid W&B config.yaml (not a mapping)")
         for key, entry in cfg.items():
