@@ -152,6 +152,10 @@ class KerasCSVReader(Reader):
             return 0.0
         if any(c in CSV_EXCLUDE for c in cols):
             return 0.0
+        if cols[1:] != sorted(cols[1:]):
+            # CSVLogger writes "epoch" and then the logs' keys sorted (keras/src/callbacks/csv_logger.py,
+            # https://github.com/keras-team/keras): another table with an epoch column is generic CSV
+            return 0.0
         if any(c == "loss" or c.endswith("loss") for c in cols[1:]):
             return 0.6
         return 0.35
