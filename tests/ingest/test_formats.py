@@ -12,6 +12,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+import formats_doc
 import pytest
 
 from trainaudit.ingest import detect, load_run
@@ -104,3 +105,11 @@ def test_no_format_parses_json_or_yaml_without_the_bounded_loaders() -> None:
                     any((node.module, a.name) in _DIRECT for a in node.names):
                 bad.append(f"{path.name}:{node.lineno}: from {node.module} import ...")
     assert not bad, "use trainaudit.safeio.load_json / load_yaml:\n" + "\n".join(bad)
+
+
+def test_the_formats_tables_are_generated_from_the_registry() -> None:
+    for path in formats_doc.DOCS:
+        doc = path.read_text(encoding="utf-8")
+        assert formats_doc.START in doc and formats_doc.updated(doc) == doc, \
+            f"{path.name}: the formats table is stale: run python tools/formats_doc.py"
+    assert all(f"| `{name}` |" in formats_doc.render() for name in format_names())
