@@ -15,7 +15,9 @@ from typing import Any
 import formats_doc
 import pytest
 
-from trainaudit.ingest import detect, load_run
+from shared_data import write_lines
+
+from trainaudit.ingest import base, detect, load_run
 from trainaudit.ingest.base import Reader, Sample
 from trainaudit.ingest.formats import FORMATS, all_readers, format_names
 from trainaudit.ingest.sources import expand_inputs, read_head
@@ -113,3 +115,55 @@ def test_the_formats_tables_are_generated_from_the_registry() -> None:
         assert formats_doc.START in doc and formats_doc.updated(doc) == doc, \
             f"{path.name}: the formats table is stale: run python tools/formats_doc.py"
     assert all(f"| `{name}` |" in formats_doc.render() for name in format_names())
+
+
+# A torchtitan log (its logger's "[titan] <time> - root - INFO -" prefix, torchtitan/train.py's
+# "Training starts at step" line) whose metrics a hand-rolled loop printed in another spelling:
+# torchtitan claims the file and finds nothing, the extractor reads its numbers.
+CLAIMED_EMPTY = ["[titan] 2025-06-01 10:00:00,000 - root - INFO - Training starts at step 1",
+                 "step 1 | loss 2.3012 | lr 0.001", "step 2 | loss 2.1008 | lr 0.001", "step 3 | loss 1.9876 | lr 0.001"]
+
+
+def _series(run: Any) -> dict[str, tuple[list[int], list[float]]]:
+    return {k: (s.steps.tolist(), s.values.tolist()) for k, s in run.series.items()}
+
+
+def test_a_claimed_file_the_format_finds_nothing_in_is_read_once_by_the_extractor(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = write_lines(tmp_path / "train.log", CLAIMED_EMPTY)
+    assert [d.reader.name for d in detect(expand_inputs([str(path)]))] == ["torchtitan"]
+    as_text = _series(load_run([str(path)], fmt="text")[0])
+    assert as_text["loss"] == ([1, 2, 3], [2.3012, 2.1008, 1.9876])
+
+    def second_read() -> None:
+        raise AssertionError("the file was read a second time")
+
+    monkeypatch.setattr(base, "fallback_format", second_read)
+    run, problems = load_run([str(path)])
+    assert problems == [] and _series(run) == as_text
+
+
+def test_past_the_records_it_holds_the_extractor_leaves_the_file_to_the_fallback_format(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # long enough for the extractor to decide its step counter and hand records over as it reads
+    loop = [f"step {i} | loss {2.3 - i * 1e-4:.4f} | lr 0.001" for i in range(4, 20_000)]
+    path = write_lines(tmp_path / "train.log", CLAIMED_EMPTY + loop)
+    as_text = _series(load_run([str(path)], fmt="text")[0])
+    assert len(as_text["loss"][0]) == 19_999
+    calls: list[str] = []
+    real = base.fallback_format
+
+    def counted() -> base.NumbersReader:
+        calls.append("fallback")
+        return real()
+
+    monkeypatch.setattr(base, "SPARE_RECORDS", 1)
+    monkeypatch.setattr(base, "fallback_format", counted)
+    run, problems = load_run([str(path)])
+    assert calls == ["fallback"] and problems == [] and _series(run) == as_text
+
+
+def test_a_format_that_reads_something_keeps_the_extractor_out(tmp_path: Path) -> None:
+    # the torchtitan sample: the format's own series only, none of the extractor's
+    run, _ = load_run([str(SAMPLES / "torchtitan" / "train.log")])
+    assert "step" not in run.series and run.meta.get("framework") == "torchtitan"

@@ -11,9 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from trainaudit.errors import InputError
-from trainaudit.ingest.base import LineReader, Reader, Sample, looks_like_text
+from trainaudit.ingest.base import LineReader, Reader, Sample, fallback_format, looks_like_text
 from trainaudit.ingest.formats import all_readers, best_reader, format_names, reader_by_name
-from trainaudit.ingest.formats.text.lines import read_metrics
 from trainaudit.ingest.sink import RunBuilder, Sink
 from trainaudit.ingest.sources import STREAM_ERRORS, InputFile, expand_inputs, read_head
 from trainaudit.model import Run, Source
@@ -124,19 +123,14 @@ def scan(paths: list[str], sink: Sink, fmt: str | None = None, position: Positio
             try:
                 d.reader.read(d.inp, sink)
             except InputError as exc:
-                if sink.n_values > before_values or not looks_like_text(read_head(d.inp)):
+                if not d.reader.numbers_fallback or sink.n_values > before_values or \
+                        not looks_like_text(read_head(d.inp)):
                     raise
                 # a structured file cut short (an excerpt of trainer_state.json): its lines still
-                # hold numbers
-                read_metrics(d.inp, sink)
+                # hold numbers (a line format that finds nothing hands over the same way, in its read)
+                fallback_format().read_numbers(d.inp, sink)
                 problems.append(Problem(d.inp.display, str(exc).removeprefix(f"{d.inp.display}: ")
                                         + "; its numbers were read line by line", fatal=False))
-            else:
-                if (sink.n_values, sink.n_events) == (before_values, before_events) and \
-                        isinstance(d.reader, LineReader) and d.reader.name != "text":
-                    # the format was recognised but none of its lines held anything it knows:
-                    # the format-agnostic extractor reads the numbers
-                    read_metrics(d.inp, sink)
         except InputError as exc:
             problems.append(Problem(d.inp.display, str(exc).removeprefix(f"{d.inp.display}: ")))
         except STREAM_ERRORS as exc:

@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import re
 
-from trainaudit.ingest.base import LineReader, Priority, Reader, Sample
+from trainaudit.ingest.base import LineReader, Priority, Reader, Sample, SpareNumbers
 from trainaudit.ingest.formats.generic import num
 from trainaudit.ingest.signatures import SignatureScanner
 from trainaudit.ingest.sink import Sink
@@ -117,6 +117,7 @@ class DeepSpeedReader(LineReader):
             sink.meta("framework", f"deepspeed+{delegate.name}")
         else:
             sink.meta("framework", "deepspeed")
+        spare = SpareNumbers(sink)
         with inp.open() as stream:
             for line in iter_lines(stream):
                 if not self._engine(line, sink, state) and delegate is not None:
@@ -124,12 +125,15 @@ class DeepSpeedReader(LineReader):
                     delegate.feed(line, sink, dstate)
                     if sink.last_step is not None and sink.last_step != before:
                         self._anchor(state, sink.last_step)  # overflows count from the framework's own step
-                for ev in scanner.feed(line):
+                events = scanner.feed(line)
+                for ev in events:
                     sink.event(ev)
+                spare.line(line, events, scanner.busy)
         for ev in scanner.finish():
             sink.event(ev)
         if delegate is not None:
             delegate.finish(sink, dstate)
+        spare.end(inp)
 
     def _delegate(self, inp: InputFile) -> LineReader | None:
         full = Sample.from_head(inp.name, read_head(inp))

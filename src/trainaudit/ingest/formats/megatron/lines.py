@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 import re
 
-from trainaudit.ingest.base import LineReader, Sample
+from trainaudit.ingest.base import LineReader, Sample, SpareNumbers
 from trainaudit.ingest.formats.megatron import bulk as fast
 from trainaudit.ingest.formats.megatron.grammar import FIELD_RE, ITER_RE, SKIP_KEYS, field_value, is_loss_key
 from trainaudit.ingest.signatures import SignatureScanner
@@ -55,10 +55,12 @@ class MegatronReader(LineReader):
             return
         scanner = SignatureScanner(inp.display)
         state = self.new_state()
+        spare = SpareNumbers(sink, along=False)  # a template is an iteration line: found nothing is rare
         fast.read_fast(self, tpl, inp, sink, scanner, state, self.chunk_size or fast.CHUNK_SIZE, self.workers)
         for ev in scanner.finish():
             sink.event(ev)
         self.finish(sink, state)
+        spare.end(inp)
 
     def sniff(self, sample: Sample) -> float:
         n = self.count_matches(sample, ITER_RE)

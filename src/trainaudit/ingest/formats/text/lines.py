@@ -15,7 +15,7 @@ import numpy as np
 from numpy.typing import NDArray
 from threadpoolctl import threadpool_limits
 
-from trainaudit.ingest.base import LineReader, Priority, Sample
+from trainaudit.ingest.base import LineReader, Priority, Sample, extractor_meta
 from trainaudit.ingest.extract import Extractor, Record, Table, record_of
 from trainaudit.ingest.chunks import (
     POOL_MIN_SIZE,
@@ -58,6 +58,11 @@ class TextLogReader(LineReader):
 
     def read(self, inp: InputFile, sink: Sink) -> None:
         read_metrics(inp, sink, scan_events=True)
+
+    def read_numbers(self, inp: InputFile, sink: Sink) -> None:
+        """As the fallback format: the numbers of a file another format claimed and found nothing
+        in, or could not parse (its events are that format's)."""
+        read_metrics(inp, sink)
 
     def feed(self, line: Line, sink: Sink, state: dict) -> None:
         raise NotImplementedError("read() drives the extractor and the signature scanner together")
@@ -173,10 +178,7 @@ def read_metrics(inp: InputFile, sink: Sink, *, scan_events: bool = False, bulk:
     if scan_events:
         held.extend(scanner.finish())
     release(final=True)
-    if ex.texts:
-        sink.meta("step_text", ex.texts)
-    if ex.step is not None and ex.step.key is None and placed_steps:
-        sink.meta("steps_are_line_counts", True)  # no step counter in the log: steps number its records
+    extractor_meta(sink, ex, bool(placed_steps))
 
 
 def _read_ranges(inp: InputFile, chunk_size: int, workers: int | None,
