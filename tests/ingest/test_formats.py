@@ -85,7 +85,8 @@ def test_the_registry_holds_every_format_of_the_package_once() -> None:
     names = [c.name for c in FORMATS]
     assert len(names) == len(set(names))
     assert all(c.__module__.startswith("trainaudit.ingest.formats.") for c in FORMATS)
-    assert set(FORMATS) == {c for c in Reader.registered if c.__module__.startswith("trainaudit.ingest.formats.")}
+    assert set(FORMATS) == set(base.registered_formats()) == \
+        {c for c in Reader.registered if c.__module__.startswith("trainaudit.ingest.formats.")}
     # highest priority first, then by id
     assert [(-c.priority, c.name) for c in FORMATS] == sorted((-c.priority, c.name) for c in FORMATS)
     assert all(c.description for c in FORMATS)

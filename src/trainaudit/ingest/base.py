@@ -130,6 +130,15 @@ class LineReader(Reader):
         return sum(1 for ln in sample.lines if pattern.search(ln))
 
 
+FORMATS_PACKAGE = "trainaudit.ingest.formats"
+
+
+def registered_formats() -> list[type[Reader]]:
+    """The formats defined so far in the formats package (a subclass defined elsewhere, in a test,
+    is not a format of trainaudit)."""
+    return [c for c in Reader.registered if c.__module__.startswith(f"{FORMATS_PACKAGE}.")]
+
+
 @runtime_checkable
 class NumbersReader(Protocol):
     def read_numbers(self, inp: InputFile, sink: Sink) -> None:
@@ -139,7 +148,7 @@ class NumbersReader(Protocol):
 def fallback_format() -> NumbersReader:
     """The registered format of priority ``FALLBACK`` (the format-agnostic extractor): it reads
     the numbers of a file another format claimed and found nothing in, or could not parse."""
-    cls = next(c for c in Reader.registered if c.priority is Priority.FALLBACK)
+    cls = next(c for c in registered_formats() if c.priority is Priority.FALLBACK)
     reader = cls()
     assert isinstance(reader, NumbersReader), f"{cls.name} cannot read numbers"
     return reader

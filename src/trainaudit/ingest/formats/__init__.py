@@ -14,14 +14,14 @@ from __future__ import annotations
 import importlib
 import pkgutil
 
-from trainaudit.ingest.base import Reader, Sample
+from trainaudit.ingest.base import FORMATS_PACKAGE, Reader, Sample, registered_formats
 
+assert __name__ == FORMATS_PACKAGE
 for _module in pkgutil.walk_packages(__path__, prefix=f"{__name__}."):
     importlib.import_module(_module.name)
 
 # Registry order: the tie-break (priority), then the id; every format's id is unique.
-FORMATS: list[type[Reader]] = sorted((c for c in Reader.registered if c.__module__.startswith(f"{__name__}.")),
-                                     key=lambda c: (-c.priority, c.name))
+FORMATS: list[type[Reader]] = sorted(registered_formats(), key=lambda c: (-c.priority, c.name))
 _BY_NAME: dict[str, type[Reader]] = {c.name: c for c in FORMATS}
 assert len(_BY_NAME) == len(FORMATS), "duplicate format id"
 

@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import re
 
-from trainaudit.ingest.base import LineReader, Priority, Reader, Sample, SpareNumbers
+from trainaudit.ingest.base import LineReader, Priority, Sample, SpareNumbers, registered_formats
 from trainaudit.ingest.formats.generic import num
 from trainaudit.ingest.signatures import SignatureScanner
 from trainaudit.ingest.sink import Sink
@@ -92,7 +92,7 @@ class DeepSpeedReader(LineReader):
         """The formats whose lines DeepSpeed's are interleaved with: every registered line format of
         one framework (a CSV table, JSON lines or text in general is not a log DeepSpeed prints into)."""
         if self._others is None:
-            self._others = [c() for c in Reader.registered
+            self._others = [c() for c in registered_formats()
                             if issubclass(c, LineReader) and c.priority is Priority.SPECIFIC]
         return self._others
 
