@@ -351,13 +351,13 @@ class _BoundedLoader(yaml.SafeLoader):
         return super().construct_document(node)
 
 
-def load_yaml(text: str, where: str) -> Any:
+def load_yaml(text: str, where: str, *, invalid: str = "not valid YAML") -> Any:
     """``yaml.safe_load`` with alias expansion and depth bounded; errors are one-line input errors."""
     try:
         return yaml.load(text, Loader=_BoundedLoader)
     except yaml.YAMLError as exc:
         first = str(exc).splitlines()[0] if str(exc) else "syntax error"
-        raise InputError(f"{where}: not valid YAML ({first})") from None
+        raise InputError(f"{where}: {invalid} ({first})") from None
     except RecursionError:
         raise InputError(f"{where}: YAML nested too deeply") from None
 

@@ -11,9 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from trainaudit.errors import InputError
-from trainaudit.ingest.base import LineReader, Reader, Sample, looks_like_text
-from trainaudit.ingest.readers import READER_CLASSES, all_readers, reader_by_name
-from trainaudit.ingest.readers.text import read_metrics
+from trainaudit.ingest.base import LineReader, Reader, Sample, fallback_format, looks_like_text
+from trainaudit.ingest.formats import all_readers, best_reader, format_names, reader_by_name
 from trainaudit.ingest.sink import RunBuilder, Sink
 from trainaudit.ingest.sources import STREAM_ERRORS, InputFile, expand_inputs, read_head
 from trainaudit.model import Run, Source
@@ -61,10 +60,6 @@ class Problem:
         return f"{self.path}: {self.message}"
 
 
-def format_names() -> list[str]:
-    return [cls.name for cls in READER_CLASSES]
-
-
 def detect(inputs: list[InputFile], fmt: str | None = None, *, explicit: set[str] | None = None,
            problems: list[Problem] | None = None) -> list[Detected]:
     """Pick a reader per input. Files found inside directories or archives that no reader claims
@@ -92,11 +87,7 @@ def detect(inputs: list[InputFile], fmt: str | None = None, *, explicit: set[str
         if forced is not None:
             out.append(Detected(inp, forced, per_line))
             continue
-        best, score = None, 0.0
-        for r in readers:
-            s = r.sniff(sample)
-            if s > score:
-                best, score = r, s
+        best, _ = best_reader(sample, readers)
         if best is None:
             what = "binary file" if not sample.is_text else "text"
             if direct:
@@ -135,19 +126,14 @@ def scan(paths: list[str], sink: Sink, fmt: str | None = None, position: Positio
             try:
                 d.reader.read(d.inp, sink)
             except InputError as exc:
-                if sink.n_values > before_values or not looks_like_text(read_head(d.inp)):
+                if not d.reader.numbers_fallback or sink.n_values > before_values or \
+                        not looks_like_text(read_head(d.inp)):
                     raise
                 # a structured file cut short (an excerpt of trainer_state.json): its lines still
-                # hold numbers
-                read_metrics(d.inp, sink)
+                # hold numbers (a line format that finds nothing hands over the same way, in its read)
+                fallback_format().read_numbers(d.inp, sink)
                 problems.append(Problem(d.inp.display, str(exc).removeprefix(f"{d.inp.display}: ")
                                         + "; its numbers were read line by line", fatal=False))
-            else:
-                if (sink.n_values, sink.n_events) == (before_values, before_events) and \
-                        isinstance(d.reader, LineReader) and d.reader.name != "text":
-                    # the format was recognised but none of its lines held anything it knows:
-                    # the format-agnostic extractor reads the numbers
-                    read_metrics(d.inp, sink)
         except InputError as exc:
             problems.append(Problem(d.inp.display, str(exc).removeprefix(f"{d.inp.display}: ")))
         except STREAM_ERRORS as exc:
