@@ -72,6 +72,9 @@ FAMILIES: list[Family] = [
     _f("deepspeed", "healthy-fp16", (1, 2, 3), "every10", "every5-rank"),
     _f("megatron", "healthy-lm-cosine", (3, 4), "every10", "every5-head"),
     _f("megatron", "healthy-fp16", (4, 5), "every10", "every20-srun"),
+    _f("plain-logging", "healthy-fp16", (6, 7), "every10"),
+    _f("plain-kv", "healthy-classifier", (9, 10), "every10"),
+    _f("keras2", "healthy-slow", (5,), "full"),
     # faults
     _f("plain-pipe", "nan-batch", (1, 2), "every5", "every10-head"),
     _f("megatron", "nan-lr-jump", (1, 2), "every5", "every10-window"),
@@ -130,7 +133,7 @@ class Variant:
                 prefix = "[rank0]: "
             elif tok == "srun":
                 prefix = "0: "
-            elif tok != "full":
+            elif tok not in ("full", "newlines"):  # "newlines": a printer option (synth.framework_runs)
                 raise ValueError(f"unknown variant token {tok!r}")
         return cls(every, cut, prefix)
 
@@ -150,6 +153,8 @@ def printed_label(truth: Truth, category: str, steps: list[int]) -> tuple[int | 
     fb = _first_at_or_after(steps, truth.first_bad_step)
     if fb is None:  # the run died before the next printed step: the last printed one shows it
         fb = _first_at_or_after(steps, lo)
+    if fb is None and category in NO_TAIL_CUT:  # the error follows the last printed step
+        return steps[-1], [steps[-1], max(hi, steps[-1])]
     if fb is None:
         return None, None
     w_lo = _first_at_or_after(steps, lo) or fb
