@@ -75,6 +75,7 @@ FAMILIES: list[Family] = [
     _f("plain-logging", "healthy-fp16", (6, 7), "every10"),
     _f("plain-kv", "healthy-classifier", (9, 10), "every10"),
     _f("keras2", "healthy-slow", (5,), "full"),
+    _f("plain-nanogpt", "healthy-lm-cosine", (5,), "every5-window"),
     # faults
     _f("plain-pipe", "nan-batch", (1, 2), "every5", "every10-head"),
     _f("megatron", "nan-lr-jump", (1, 2), "every5", "every10-window"),
@@ -110,6 +111,16 @@ FAMILIES: list[Family] = [
     _f("plain-tqdm", "crash", (4,), "every5"),
     _f("plain-kv", "oom", (1, 2), "every10", "every5-head-rank"),
     _f("megatron", "oom", (3, 4), "every10", "every5-srun"),
+    _f("plain-pipe", "rank-exit", (1, 2), "every10-rank", "every5-srun"),
+    _f("deepspeed", "rank-exit", (3,), "every10-rank"),
+    _f("megatron", "rank-hang", (1,), "every5-rank", "every10"),
+    _f("plain-logging", "rank-hang", (2,), "every10-rank"),
+    _f("plain-pipe", "healthy-gan", (1, 2), "every10", "every20-head"),
+    _f("plain-kv", "healthy-gan", (3,), "every10"),
+    # seeds whose GAN covers the modes before the fault (the check in scenarios.gan); none shared with
+    # the healthy GAN families, so no run prefix sits in two families
+    _f("plain-pipe", "gan-collapse", (4, 7), "every10", "every10-window"),
+    _f("plain-logging", "gan-collapse", (9, 11), "every10", "every20-tail"),
 ]
 
 

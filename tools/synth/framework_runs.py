@@ -42,6 +42,8 @@ def families() -> list[Family]:
             Family("hf", "healthy-gpt2-cosine", (1, 2), ("every5", "every10-head", "every1-rank")),
             Family("hf", "healthy-classifier", (3, 4), ("every5", "every10-tail")),
             Family("hf", "healthy-eval", (5,), ("every10",)),
+            Family("hf", "healthy-classifier-long", (6,), ("every20", "every5-rank")),
+            Family("hf", "slow", (1, 2), ("every5", "every10-head")),
             Family("hf", "lr-jump", (1, 2), ("every5", "every10-head")),
             Family("hf", "nan-batch", (1, 2), ("every5", "every1-head")),
             Family("hf", "spike", (1, 2), ("every1", "every5-window")),
@@ -100,6 +102,14 @@ def _hf(case_dir: Path, scenario: str, seed: int, every: int) -> tuple[Truth, st
     elif scenario == "healthy-classifier":
         train(fw._classifier(s), fw._mixture_dataset(fw.STEPS * 32, s), seed=s, lr=1e-3)
         cause = "healthy: MLP classifier through the HF Trainer, constant lr 1e-3"
+    elif scenario == "healthy-classifier-long":
+        train(fw._classifier(s), fw._mixture_dataset(400 * 32, s), seed=s, lr=5e-4, steps=400, scheduler="linear",
+              warmup=40)
+        cause = "healthy: MLP classifier through the HF Trainer, 400 steps, 40-step warm-up then linear decay"
+    elif scenario == "slow":
+        train(fw._classifier(s), fw._mixture_dataset(fw.STEPS * 32, s), seed=s, lr=1e-3, callbacks=[_sleep_from(k, 0.05)])
+        cause = (f"from step {k} every step sleeps 50 ms (a blocking call added to the step): the progress bar's "
+                 "it/s drops about 10x")
     elif scenario == "healthy-eval":
         train(fw._gpt2(s), fw._lm_dataset(fw.STEPS * 32, s), seed=s, lr=3e-3, scheduler="linear", warmup=10,
               eval_dataset=fw._lm_dataset(256, s + 100), eval_steps=50)
@@ -141,6 +151,21 @@ def _hf(case_dir: Path, scenario: str, seed: int, every: int) -> tuple[Truth, st
     return _hf_truth(case_dir, scenario, k, crashed), cause
 
 
+def _sleep_from(k: int, seconds: float) -> Any:
+    """A TrainerCallback that sleeps ``seconds`` after every step from step ``k`` (real wall time: the
+    tqdm bar's rate and ``train_runtime`` show it)."""
+    import time
+
+    from transformers import TrainerCallback
+
+    class Sleep(TrainerCallback):  # type: ignore[misc]
+        def on_step_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+            if state.global_step >= k:
+                time.sleep(seconds)
+
+    return Sleep()
+
+
 def _points(n: int, seed: int, noise: float) -> Any:
     import torch
 
@@ -170,6 +195,12 @@ def _hf_truth(case_dir: Path, scenario: str, k: int, crashed: str) -> Truth:
         for step, v in zip(s, loss, strict=True):
             log.log(int(step), loss=float(v))
         return healthy_truth(log)
+    if scenario == "slow":
+        runtime = float(json.loads((case_dir / "trainer_state.json").read_text(encoding="utf-8"))["log_history"][-1]
+                        ["train_runtime"])
+        require(runtime > 0.05 * (frameworks.STEPS - k), "the run did not spend the injected sleeps")
+        # tqdm refreshes its rate at most every 0.1 s: the bar shows the drop some steps after k
+        return Truth(k, (k, k + 30), k, {"train_runtime": runtime})
     if scenario == "lr-jump":
         pre, post = float(np.median(loss[(s < k) & (s >= k - 30)])), float(np.median(loss[s >= k + 20]))
         require(post > 1.3 * pre and bool(np.isfinite(loss).all()), f"loss did not rise and stay up ({pre} -> {post})")
@@ -345,6 +376,7 @@ _CATEGORY: dict[str, str] = {
     "healthy-gpt2-cosine": "healthy", "healthy-classifier": "healthy", "healthy-eval": "healthy", "healthy": "healthy",
     "lr-jump": "divergence", "nan-batch": "nan_inf", "spike": "loss_spike", "lr-too-low": "plateau",
     "overfit": "overfitting", "crash": "crash", "oom": "oom", "nan-lr-jump": "nan_inf",
+    "healthy-classifier-long": "healthy", "slow": "throughput_regression",
 }
 
 __all__ = ["families", "render_family"]

@@ -37,7 +37,7 @@ HEAD = 0
 TAIL = 10**9
 Line = tuple[int, str]
 
-MEAN_KEYS = ("loss", "step_time", "data_time")
+MEAN_KEYS = ("loss", "step_time", "data_time", "d_loss", "g_loss")
 
 
 def aggregate(log: RunLog, every: int) -> list[dict[str, float]]:
@@ -86,7 +86,10 @@ def _g(x: float, digits: int = 4) -> str:
 # --- hand-rolled loops --------------------------------------------------------------------------
 
 def _fields(rec: dict[str, float], style: str) -> list[tuple[str, str]]:
-    f = [("loss", _g(rec["loss"]))]
+    f = [("loss", _g(rec["loss"]))] if "loss" in rec else []
+    f += [(key, _g(rec[key])) for key in ("d_loss", "g_loss") if key in rec]
+    if "modes_covered" in rec:
+        f.append(("modes_covered", f"{rec['modes_covered']:.0f}"))
     if "grad_norm" in rec:
         f.append(("grad_norm", _g(rec["grad_norm"], 4)))
     for key in sorted(rec):

@@ -319,3 +319,166 @@ def run(name: str, seed: int) -> Outcome:
 
 
 __all__ = ["SCENARIOS", "STEPS", "Outcome", "at", "fault_step", "run"]
+
+
+# --- distributed ----------------------------------------------------------------------------------
+
+def _ddp_worker(rank: int, world: int, port: int, k: int, mode: str, out: str, seed: int) -> None:
+    """One rank of a 2-process DDP run over gloo on 127.0.0.1. At step ``k`` rank 1 dies
+    (``exit``: the process is killed) or stops answering (``hang``: stuck outside the collective
+    for longer than the process group's 5 s timeout); rank 0 writes its run to ``out``."""
+    import json
+    import os
+    import time
+    from datetime import timedelta
+
+    import torch
+    import torch.distributed as dist
+
+    from synth import tasks
+    from synth.loop import Faults, run_steps
+    from synth.runlog import ModelClock
+
+    os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(port)
+    dist.init_process_group("gloo", rank=rank, world_size=world, timeout=timedelta(seconds=5))
+    gen = tasks.setup(seed + rank)
+    data = tasks.mixture(4096, seed)
+    model = torch.nn.parallel.DistributedDataParallel(tasks.mlp(20, 64, data.num_classes))
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    log = RunLog(total_steps=STEPS, batch_size=64 * world, clock=ModelClock(cases.STEP_S, seed=seed),
+                 config={"model": "mlp2x64-relu-ddp", "optimizer": "adam", "lr": 1e-3, "world_size": world,
+                         "train_iters": STEPS})
+
+    def fault(step: int, b: tuple) -> tuple:
+        if rank == 1 and step == k:
+            if mode == "exit":
+                os._exit(1)
+            time.sleep(8)
+            os._exit(1)
+        return b
+
+    try:
+        run_steps(log, model, opt, range(1, STEPS + 1), lambda _s: data.batch(gen, 64), clip=1.0,
+                  faults=Faults(corrupt=fault))
+    except RuntimeError as exc:
+        log.crashed(exc)
+    if rank == 0:
+        with open(out, "w", encoding="utf-8") as fh:
+            json.dump({"records": log.records, "traceback": log.traceback, "config": log.config}, fh)
+    os._exit(0)
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def distributed(seed: int, mode: str) -> Outcome:
+    import json
+    import tempfile
+
+    import torch.multiprocessing as mp
+
+    k = fault_step(seed)
+    with tempfile.TemporaryDirectory() as tmp:
+        out = f"{tmp}/rank0.json"
+        port = _free_port()
+        procs = [mp.get_context("spawn").Process(target=_ddp_worker, args=(rank, 2, port, k, mode, out, seed))
+                 for rank in range(2)]
+        for p in procs:
+            p.start()
+        for p in procs:
+            p.join(60)
+            if p.is_alive():
+                p.kill()
+        with open(out, encoding="utf-8") as fh:
+            saved = json.load(fh)
+    log = RunLog(total_steps=STEPS, batch_size=128, config=saved["config"], records=saved["records"],
+                 traceback=saved["traceback"], completed=False)
+    s, _ = arr(log, "loss")
+    require(int(s[-1]) == k - 1, f"rank 0 did not stop right before step {k}")
+    # gloo says "closed" or "reset" by peer, as the dead rank's socket is seen first
+    needles = ("Connection closed by peer", "Connection reset by peer") if mode == "exit" else ("Timed out",)
+    require(log.traceback is not None and any(n in log.traceback for n in needles), f"no {needles} from gloo")
+    what = ("is killed (the process exits)" if mode == "exit"
+            else "stops answering (stuck outside the collective past the 5 s process-group timeout)")
+    return Outcome(log, Truth(k, (k - 1, k), k, {"last_logged_step": k - 1}),
+                   f"2-rank DDP over gloo: at step {k} rank 1 {what}; rank 0's all-reduce fails")
+
+
+SCENARIOS["rank-exit"] = ("distributed_failure", lambda seed: distributed(seed, "exit"))
+SCENARIOS["rank-hang"] = ("distributed_failure", lambda seed: distributed(seed, "hang"))
+
+
+# --- a GAN ------------------------------------------------------------------------------------------
+
+GAN_STEPS = 800
+GAN_MODES = 8
+
+
+def gan(seed: int, collapse: bool) -> Outcome:
+    """A vanilla GAN on 8 gaussians on a ring (a classic small test of mode coverage). Logged: the
+    discriminator and generator losses, and ``modes_covered``: of 512 samples, how many of the 8
+    modes get at least 10 samples within 0.5 of their centre (measured every 10 steps). A healthy
+    GAN's losses do not fall (they balance); its coverage reaches 8. With ``collapse`` the latent
+    noise is multiplied by 0 from step k (a temperature of 0 in a changed config): the generator
+    outputs one point and coverage drops to at most 1."""
+    import torch
+    from torch import nn
+
+    from synth import tasks
+    from synth.runlog import ModelClock
+
+    k = fault_step(seed, 450, 600) if collapse else None
+    gen = tasks.setup(seed)
+    ang = torch.arange(GAN_MODES) * 2 * math.pi / GAN_MODES
+    centres = torch.stack([2 * torch.cos(ang), 2 * torch.sin(ang)], 1)
+    g_net = tasks.perturb(nn.Sequential(nn.Linear(2, 64), nn.ReLU(), nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 2)))
+    d_net = tasks.perturb(nn.Sequential(nn.Linear(2, 64), nn.LeakyReLU(0.2), nn.Linear(64, 64), nn.LeakyReLU(0.2),
+                                        nn.Linear(64, 1)))
+    og = torch.optim.Adam(g_net.parameters(), lr=1e-3, betas=(0.5, 0.999))
+    od = torch.optim.Adam(d_net.parameters(), lr=1e-3, betas=(0.5, 0.999))
+    bce = nn.BCEWithLogitsLoss()
+    ones, zeros = torch.ones(128, 1), torch.zeros(128, 1)
+    log = RunLog(total_steps=GAN_STEPS, batch_size=128, clock=ModelClock(0.002, seed=seed),
+                 config={"model": "gan-mlp-64", "optimizer": "adam", "lr": 1e-3, "train_iters": GAN_STEPS})
+    modes = 0
+    for step in range(1, GAN_STEPS + 1):
+        temp = 0.0 if k is not None and step >= k else 1.0
+        real = centres[torch.randint(0, GAN_MODES, (128,), generator=gen)] + 0.05 * torch.randn(128, 2, generator=gen)
+        fake = g_net(temp * torch.randn(128, 2, generator=gen))
+        od.zero_grad()
+        d_loss = bce(d_net(real), ones) + bce(d_net(fake.detach()), zeros)
+        d_loss.backward()
+        od.step()
+        og.zero_grad()
+        g_loss = bce(d_net(fake), ones)
+        g_loss.backward()
+        og.step()
+        if step % 10 == 0:
+            with torch.no_grad():
+                dist = torch.cdist(g_net(temp * torch.randn(512, 2, generator=gen)), centres)
+                near = dist.argmin(1)[dist.min(1).values < 0.5]
+                modes = int((torch.bincount(near, minlength=GAN_MODES) >= 10).sum())
+        log.log(step, d_loss=d_loss.item(), g_loss=g_loss.item(), modes_covered=float(modes), lr=1e-3,
+                step_time=log.clock.step())
+    s, m = arr(log, "modes_covered")
+    if k is None:
+        require(float(np.median(m[-100:])) >= 7, "the healthy GAN does not cover the modes at the end")
+        return Outcome(log, Truth(None, None, facts={"modes_end": int(m[-1])}),
+                       "healthy: a vanilla GAN on 8 gaussians; its losses balance instead of falling and it ends "
+                       "covering all 8 modes")
+    logged = s[(s >= k) & (s % 10 == 0)]
+    first = int(logged[0])
+    require(bool(np.all(m[s >= first] <= 1)), "coverage did not collapse to at most 1 mode")
+    require(float(np.median(m[(s >= k - 100) & (s < k)])) >= 6, "coverage was already low before the fault")
+    return Outcome(log, Truth(first, (k, first + 20), k, {"modes_before": int(m[s == k - 1][0])}),
+                   f"from step {k} the generator's latent noise is multiplied by 0 (a temperature of 0 in a changed "
+                   "config): every sample is the same point, mode coverage drops from 8 to at most 1")
+
+
+SCENARIOS["healthy-gan"] = ("healthy", lambda seed: gan(seed, False))
+SCENARIOS["gan-collapse"] = ("mode_collapse", lambda seed: gan(seed, True))

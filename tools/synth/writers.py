@@ -85,8 +85,9 @@ def _megatron_header(log: RunLog, at: float) -> list[str]:
         "seq_length": cfg.get("seq_length", 1),
         "train_iters": log.total_steps,
     }
-    lines = ["using world size: 1, data-parallel size: 1, context-parallel size: 1, tensor-model-parallel size: 1, "
-             "pipeline-model-parallel size: 1",
+    world = int(cfg.get("world_size", 1))
+    lines = [f"using world size: {world}, data-parallel size: {world}, context-parallel size: 1, "
+             "tensor-model-parallel size: 1, pipeline-model-parallel size: 1",
              "------------------------ arguments ------------------------"]
     for key, value in sorted(args.items()):
         lines.append(f"  {key} {'.' * (48 - len(key))} {value}")
