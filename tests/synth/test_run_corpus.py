@@ -74,17 +74,21 @@ def _printed(text: str, pattern: str) -> dict[int, str]:
     return {int(m.group(1)): m.group(0) for m in re.finditer(pattern, text)}
 
 
+FAMILIES = ["megatron-loss-scale", "plain-pipe-nan-batch", "keras2-overfit-epochs", "deepspeed-healthy-fp16",
+            "plain-kv-slow-loader"]
+
+
 @pytest.fixture(scope="module")
 def regenerated(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("runs")
-    corpus.generate(out, ["megatron-loss-scale", "plain-pipe-nan-batch", "keras2-overfit-epochs",
-                          "deepspeed-healthy-fp16", "plain-kv-slow-loader"])
+    corpus.generate(out, FAMILIES)
     return out
 
 
 def test_regenerating_gives_the_committed_labels(regenerated: Path) -> None:
     made = sorted(p.name for p in regenerated.iterdir())
-    assert len(made) == 2 * 2 + 2 * 2 + 2 * 2 + 3 * 2 + 2 * 2
+    fams = {f.name: f for f in corpus.all_families()}
+    assert len(made) == sum(len(fams[n].seeds) * len(fams[n].all_variants) for n in FAMILIES) == 33
     for name in made:
         assert _label(regenerated / name) == _label(RUNS / name), name
 

@@ -54,6 +54,14 @@ class Family:
     def name(self) -> str:
         return f"{self.printer}-{self.scenario}"
 
+    @property
+    def all_variants(self) -> tuple[str, ...]:
+        """The listed variants, plus a short paste (a dozen points around the fault, or from the
+        middle of a healthy run) where none is listed: pasted logs are often that short."""
+        if any("window" in v for v in self.variants) or self.printer not in printers.PRINTERS:
+            return self.variants
+        return (*self.variants, "every10-window" if self.printer not in printers.EPOCH_PRINTERS else "window")
+
 
 def _f(printer: str, scenario: str, seeds: tuple[int, ...], *variants: str) -> Family:
     return Family(printer, scenario, seeds, variants)
@@ -64,7 +72,7 @@ FAMILIES: list[Family] = [
     _f("plain-pipe", "healthy-classifier", (1, 2), "every5", "every10-head", "every1-tail"),
     _f("plain-kv", "healthy-slow", (1, 2), "every10", "every5-tail"),
     _f("plain-logging", "healthy-loader", (1, 2), "every10", "every20-rank"),
-    _f("plain-nanogpt", "healthy-lm-cosine", (1, 2), "every10", "every10-head"),
+    _f("plain-nanogpt", "healthy-lm-cosine", (1, 2, 5), "every10", "every10-head", "every5-window"),
     _f("plain-tqdm", "healthy-classifier", (5, 6), "every5", "every10-tail"),
     _f("plain-epochs", "healthy-epochs", (1, 2), "full", "tail"),
     _f("keras2", "healthy-epochs", (3, 4), "full", "head"),
@@ -75,7 +83,8 @@ FAMILIES: list[Family] = [
     _f("plain-logging", "healthy-fp16", (6, 7), "every10"),
     _f("plain-kv", "healthy-classifier", (9, 10), "every10"),
     _f("keras2", "healthy-slow", (5,), "full"),
-    _f("plain-nanogpt", "healthy-lm-cosine", (5,), "every5-window"),
+    _f("megatron", "healthy-classifier", (11, 12), "every10", "every5-head"),
+    _f("deepspeed", "healthy-loader", (5,), "every10"),
     # faults
     _f("plain-pipe", "nan-batch", (1, 2), "every5", "every10-head"),
     _f("megatron", "nan-lr-jump", (1, 2), "every5", "every10-window"),
@@ -281,7 +290,7 @@ def render_family(fam: Family, out: Path) -> list[dict[str, Any]]:
         o = scenarios.run(fam.scenario, seed)
         o.log.config.setdefault("steps_per_epoch", 20)
         truth = truth_in(o.truth, o.log, epoch_printer)
-        for vname in fam.variants:
+        for vname in fam.all_variants:
             v = Variant.parse(vname)
             lines = printer(o.log, **opts) if epoch_printer else printer(o.log, every=v.every, **opts)
             steps = sorted({s for s, _ in lines if HEAD < s < TAIL})
@@ -303,10 +312,11 @@ def generate(out: Path, names: Sequence[str] | None = None) -> list[dict[str, An
     if unknown:
         raise click.UsageError(f"unknown families: {', '.join(sorted(unknown))} (see --list)")
     labels: list[dict[str, Any]] = []
-    for fam in fams:
-        for old in out.glob(f"{fam.name}-s*"):
-            if old.is_dir() and (old / LABEL).is_file():
+    for name in {f.name for f in fams}:  # a family may be listed in parts (seeds added later)
+        for old in out.glob(f"{name}-s*"):
+            if old.is_dir() and (old / LABEL).is_file() and old.name.rsplit("-s", 1)[0] == name:
                 shutil.rmtree(old)
+    for fam in fams:
         labels += render_family(fam, out)
     return labels
 
@@ -328,7 +338,7 @@ def main(out_dir: Path | None, families: tuple[str, ...], list_only: bool) -> No
     """
     if list_only:
         for fam in all_families():
-            click.echo(f"{fam.name:36s} seeds {','.join(map(str, fam.seeds)):8s} {' '.join(fam.variants)}")
+            click.echo(f"{fam.name:36s} seeds {','.join(map(str, fam.seeds)):8s} {' '.join(fam.all_variants)}")
         return
     if out_dir is None:
         raise click.UsageError("OUT_DIR is required (or use --list)")
