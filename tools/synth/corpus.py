@@ -110,7 +110,7 @@ FAMILIES: list[Family] = [
     _f("plain-pipe", "vanishing", (1, 2), "every10", "every10-tail"),
     _f("plain-kv", "vanishing", (3, 4), "every10", "every20-head"),
     _f("plain-logging", "memory-leak", (1, 2), "every5", "every10-head"),
-    _f("deepspeed", "memory-leak", (3, 4), "every10", "every5-tail"),
+    _f("deepspeed", "memory-leak-large", (3, 4), "every10", "every5-tail"),
     _f("megatron", "slow-steps", (1, 2), "every5", "every10-head"),
     _f("plain-nanogpt", "slow-steps", (3, 4), "every5", "every10-window"),
     _f("plain-logging", "slow-loader", (1, 2), "every5", "every10-head"),
@@ -237,6 +237,21 @@ def truth_in(truth: Truth, log: RunLog, epoch_printer: bool) -> Truth:
     return Truth(conv(truth.first_bad_step), (conv(lo), conv(hi)), truth.fault_step, truth.facts)
 
 
+_MEM_RE = re.compile(r"(?:MemAllocated=|mem_allocated_mb[ =])([\d.]+)")
+
+
+def visible_memory_onset(truth: Truth, lines: list[Line], every: int) -> Truth:
+    """A leak shows in the log where the printed memory first differs from the last value printed
+    before the leak (a printer that rounds may show it some steps after it began)."""
+    assert truth.first_bad_step is not None and truth.fault_step is not None
+    printed = [(s, m.group(1)) for s, t in lines if HEAD < s < TAIL and (m := _MEM_RE.search(t))]
+    before = [v for s, v in printed if s < truth.fault_step]
+    first = next((s for s, v in printed if s >= truth.fault_step and before and v != before[-1]), None)
+    if first is None:
+        raise AssertionError("the leak does not show in the printed memory")
+    return Truth(first, (first, first + 2 * every), truth.fault_step, truth.facts)
+
+
 # --- writing ------------------------------------------------------------------------------------
 
 _HOST_PATH_RE = re.compile(r"(?:/[\w.+-]+)+/site-packages/")
@@ -294,6 +309,8 @@ def render_family(fam: Family, out: Path) -> list[dict[str, Any]]:
             v = Variant.parse(vname)
             lines = printer(o.log, **opts) if epoch_printer else printer(o.log, every=v.every, **opts)
             steps = sorted({s for s, _ in lines if HEAD < s < TAIL})
+            if category == "memory_growth":
+                truth = visible_memory_onset(truth, lines, v.every)
             fb, window = printed_label(truth, category, steps)
             lines = cut_lines(lines, v, fb, category, seed)
             steps = sorted({s for s, _ in lines if HEAD < s < TAIL})

@@ -216,11 +216,14 @@ def vanishing(seed: int) -> Outcome:
                    "near ln(8)")
 
 
-def memory_leak(seed: int) -> Outcome:
+def memory_leak(seed: int, large: bool = False) -> Outcome:
+    """``large``: 4 MiB kept per step from late in the run, so that the growth shows in a printer
+    that rounds memory to 10 MiB (DeepSpeed's GB with two decimals) while the leak stays small."""
     from synth.loop import Faults
 
-    k = fault_step(seed, 40, 100)
-    log = cases._classifier(seed, hidden=256, batch=128, faults=Faults(leak_from=k, memory=True), steps=200)
+    k = fault_step(seed, 140, 170) if large else fault_step(seed, 40, 100)
+    hidden, batch = (1024, 512) if large else (256, 128)
+    log = cases._classifier(seed, hidden=hidden, batch=batch, faults=Faults(leak_from=k, memory=True), steps=200)
     s, mem = arr(log, "mem_allocated_mb")
     require(float(np.ptp(mem[(s >= 5) & (s < k)])) < 1e-6, "allocated memory not flat before the leak")
     require(bool(np.all(np.diff(mem[s >= k]) > 0)), "allocated memory does not grow at every step after the leak")
@@ -303,6 +306,7 @@ SCENARIOS: dict[str, tuple[str, Callable[[int], Outcome]]] = {
     "exploding": ("grad_explosion", exploding),
     "vanishing": ("grad_vanishing", vanishing),
     "memory-leak": ("memory_growth", memory_leak),
+    "memory-leak-large": ("memory_growth", lambda seed: memory_leak(seed, large=True)),
     "slow-steps": ("throughput_regression", slow_steps),
     "slow-loader": ("data_pipeline", slow_loader),
     "crash": ("crash", crash),
