@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from synth import frameworks
-from synth.cases import GroundTruthError, Truth, healthy_truth, require
+from synth.cases import GroundTruthError, Truth, arr, healthy_truth, require, truth_corrupt_spike_at
 from synth.corpus import Family, Variant, base_label, cut_lines, printed_label, text_of, write_case
 from synth.printers import HEAD, TAIL, Line
 from synth.runlog import _neutral_paths
@@ -59,6 +59,13 @@ def families() -> list[Family]:
             Family("lightning-bar", "nan-lr-jump", (1,), ("full", "newlines")),
             Family("lightning-csv", "nan-lr-jump", (1,), ("full",)),
             Family("lightning-bar", "overfit", (2,), ("newlines",)),
+            Family("lightning-bar", "spike", (1,), ("newlines", "full")),
+            Family("lightning-csv", "spike", (2,), ("full", "head")),
+            Family("lightning-bar", "lr-too-low", (1,), ("newlines",)),
+            Family("lightning-csv", "lr-too-low", (2,), ("full", "head")),
+            Family("lightning-bar", "crash", (1, 2), ("newlines",)),
+            Family("lightning-bar", "healthy", (3,), ("newlines",)),
+            Family("lightning-csv", "healthy", (4,), ("full",)),
             Family("lightning-csv", "overfit", (1, 2), ("full",)),
         ]
     return out
@@ -261,6 +268,29 @@ def _pl(case_dir: Path, scenario: str, seed: int) -> tuple[frameworks.RunLog, Tr
         return (log, fw.truth_pl_nan_after_lr_jump(log),
                 f"LambdaLR multiplies the lr x1000 at step {fw.K} (SGD+momentum, no clipping): the loss blows up and "
                 "is NaN a few steps later")
+    k = 40 + 25 * seed  # in the first epoch (64 steps) or early in the second
+    if scenario == "spike":
+        log, _ = fw.run_pl_classifier(case_dir, 95 + seed, 1e-3, corrupt=lambda s, x: x * 1e6 if s == k else x)
+        return (log, truth_corrupt_spike_at(k)(log),
+                f"the inputs of step {k} are scaled by 1e6 (one corrupt batch): the loss spikes once, then recovers")
+    if scenario == "lr-too-low":
+        log, _ = fw.run_pl_classifier(case_dir, 97 + seed, 1e-7)
+        _, loss = arr(log, "loss")
+        require(abs(float(np.median(loss[-20:])) / float(np.median(loss[:20])) - 1) < 0.03, "loss moved at lr 1e-7")
+        return (log, Truth(1, (1, 50), 1, {}),
+                "learning rate 1e-7 (a typo in the exponent): train_loss and val_loss stay at their initial values")
+    if scenario == "crash":
+        crashed = ""
+        try:
+            fw.run_pl_classifier(case_dir, 99 + seed, 1e-3, corrupt=lambda s, x: x[:, :19] if s == k else x)
+        except RuntimeError:
+            crashed = _neutral_paths(traceback.format_exc())
+        require("mat1 and mat2 shapes cannot be multiplied" in crashed, "no shape-mismatch traceback")
+        with (case_dir / "stdout.log").open("a", encoding="utf-8") as fh:
+            fh.write(crashed)
+        log = fw.pl_log(case_dir)
+        return (log, Truth(k, (k - 1, k), k, {}),
+                f"the batch of step {k} has 19 features instead of 20: RuntimeError in the first Linear layer")
     if scenario == "overfit":
         log, _ = fw.run_pl_overfit(case_dir, seed=93 + seed)
         return (log, fw.truth_overfit(log),
@@ -272,7 +302,7 @@ def _pl(case_dir: Path, scenario: str, seed: int) -> tuple[frameworks.RunLog, Tr
 _BAR_RE = re.compile(r"Epoch (\d+): .*?(\d+)/(\d+) \[")
 
 
-def bar_lines(text: str, per_epoch: int, newlines: bool) -> list[Line]:
+def bar_lines(text: str, newlines: bool) -> list[Line]:
     """The progress-bar console; with ``newlines`` each redraw on a line of its own (as CI log viewers
     show carriage returns). Segments are tagged with their global step (1-based)."""
     out: list[Line] = []
@@ -281,8 +311,8 @@ def bar_lines(text: str, per_epoch: int, newlines: bool) -> list[Line]:
         segs = ln.split("\r")
         for seg in segs:
             m = _BAR_RE.search(seg)
-            if m:
-                step = int(m.group(1)) * per_epoch + int(m.group(2))
+            if m:  # the bar's total is the epoch's length
+                step = int(m.group(1)) * int(m.group(3)) + int(m.group(2))
             if newlines and seg.strip():
                 out.append((step, seg))
         if not newlines:
@@ -321,17 +351,17 @@ def render_family(fam: Family, out: Path) -> list[dict[str, Any]]:
                 else:
                     if 0 not in runs:
                         _log, truth, cause = _pl(case_dir, fam.scenario, seed)
+                        metrics = case_dir / "metrics.csv"
                         runs[0] = ((case_dir / "stdout.log").read_text(encoding="utf-8"), truth, cause,
-                                   (case_dir / "metrics.csv").read_text(encoding="utf-8"))
+                                   metrics.read_text(encoding="utf-8") if metrics.exists() else "")
                     text, truth, cause, csv_text = runs[0]
-                    per = _per_epoch(csv_text)
                     framework, unit = "lightning", "step"
                     if fam.printer == "lightning-csv":
                         p = case_dir / "m.csv"
                         p.write_text(csv_text, encoding="utf-8")
                         lines, filename, shift = csv_lines(p), "metrics.csv", -1
                     else:
-                        lines, filename, shift = bar_lines(text, per, "newlines" in vname), "log.txt", 0
+                        lines, filename, shift = bar_lines(text, "newlines" in vname), "log.txt", 0
                     truth = _pl_truth_1based(truth)
             steps = sorted({s for s, _ in lines if HEAD < s < TAIL})
             fb, window = printed_label(truth, category, steps)
@@ -352,15 +382,6 @@ def render_family(fam: Family, out: Path) -> list[dict[str, Any]]:
                                unit + (" (metrics.csv, 0-based)" if shift else ""))
             labels.append(write_case(out, f"{fam.name}-s{seed}-{vname}", filename, body, label))
     return labels
-
-
-def _per_epoch(csv_text: str) -> int:
-    rows = list(csv.DictReader(io.StringIO(csv_text)))
-    epochs: dict[str, int] = {}
-    for r in rows:
-        if r.get("train_loss"):
-            epochs[r["epoch"]] = epochs.get(r["epoch"], 0) + 1
-    return max(epochs.values()) if epochs else 1
 
 
 def _pl_truth_1based(truth: Truth) -> Truth:

@@ -258,7 +258,8 @@ def truth_hf_hidden_nan(log: RunLog) -> Truth:
 
 
 def _pl_module(net: Any, *, opt: str, lr: float, factor: Callable[[int], float] | None = None,
-               log_grad_norm: bool = True) -> Any:
+               log_grad_norm: bool = True, corrupt: Callable[[int, Any], Any] | None = None) -> Any:
+    """``corrupt(step, x)`` (1-based optimizer step) rewrites a batch's inputs: a bad record."""
     import lightning.pytorch as pl
     import torch
     from lightning.pytorch.utilities import grad_norm
@@ -271,6 +272,8 @@ def _pl_module(net: Any, *, opt: str, lr: float, factor: Callable[[int], float] 
 
         def training_step(self, batch: Any, _idx: int) -> torch.Tensor:
             x, y = batch
+            if corrupt is not None:
+                x = corrupt(self.global_step + 1, x)
             loss = nn.functional.cross_entropy(self.net(x), y)
             self.log("train_loss", loss, prog_bar=True)
             return loss
@@ -355,6 +358,18 @@ def run_pl_healthy(case_dir: Path, callbacks: list[Any] | None = None, seed: int
     data, val = tasks.mixture(4096, seed), tasks.mixture(1024, seed + 1)
     module = _pl_module(tasks.perturb(tasks.mlp(20, 64, data.num_classes)), opt="adam", lr=lr)
     files = _pl_fit(case_dir, module, (data.x, data.y), (val.x, val.y), epochs=3, batch=64, callbacks=callbacks)
+    return pl_log(case_dir), files
+
+
+def run_pl_classifier(case_dir: Path, seed: int, lr: float, corrupt: Callable[[int, Any], Any] | None = None,
+                      epochs: int = 3) -> tuple[RunLog, list[dict[str, Any]]]:
+    """:func:`run_pl_healthy` with another lr and a batch rewrite (``corrupt``)."""
+    from synth import tasks
+
+    tasks.setup(seed)
+    data, val = tasks.mixture(4096, seed), tasks.mixture(1024, seed + 1)
+    module = _pl_module(tasks.perturb(tasks.mlp(20, 64, data.num_classes)), opt="adam", lr=lr, corrupt=corrupt)
+    files = _pl_fit(case_dir, module, (data.x, data.y), (val.x, val.y), epochs=epochs, batch=64)
     return pl_log(case_dir), files
 
 
