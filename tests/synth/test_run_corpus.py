@@ -74,7 +74,7 @@ def _printed(text: str, pattern: str) -> dict[int, str]:
     return {int(m.group(1)): m.group(0) for m in re.finditer(pattern, text)}
 
 
-FAMILIES = ["megatron-loss-scale", "plain-pipe-nan-batch", "keras2-overfit-epochs", "deepspeed-healthy-fp16",
+FAMILIES = ["megatron-loss-scale", "deepspeed-loss-scale-ds", "plain-pipe-nan-batch", "keras2-overfit-epochs", "deepspeed-healthy-fp16",
             "plain-kv-slow-loader"]
 
 
@@ -88,7 +88,7 @@ def regenerated(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_regenerating_gives_the_committed_labels(regenerated: Path) -> None:
     made = sorted(p.name for p in regenerated.iterdir())
     fams = {f.name: f for f in corpus.all_families()}
-    assert len(made) == sum(len(fams[n].seeds) * len(fams[n].all_variants) for n in FAMILIES) == 33
+    assert len(made) == sum(len(fams[n].seeds) * len(fams[n].all_variants) for n in FAMILIES) == 42
     for name in made:
         assert _label(regenerated / name) == _label(RUNS / name), name
 
@@ -105,6 +105,19 @@ def test_megatron_loss_scale_shows_at_the_label(regenerated: Path) -> None:
     assert "number of skipped iterations:   0 |" not in lines[last]
     assert text.rstrip().endswith("Minimum loss scale reached (0.0001). Your loss is probably exploding. Try "
                                   "lowering the learning rate, using gradient clipping or increasing the batch size.")
+
+
+def test_deepspeed_loss_scale_halves_from_the_label(regenerated: Path) -> None:
+    d = regenerated / "deepspeed-loss-scale-ds-s1-every10"
+    lab, text = _label(d), _log(d).read_text(encoding="utf-8")
+    fb = lab["first_bad_step"]
+    progress = {int(s): int(k) for s, k in re.findall(r"\] step=(\d+), skipped=(\d+),", text)}
+    assert all(k == 0 for s, k in progress.items() if s < fb)
+    assert all(k == s - fb + 1 for s, k in progress.items() if s >= fb)  # every step from the fault is skipped
+    scales = [(int(a), int(b)) for a, b in re.findall(r"Attempted loss scale: (\d+), reducing to (\d+)", text)]
+    assert all(a == 2 * b for a, b in scales) and scales[-1][1] == 1
+    assert text.rstrip().endswith("Exception: Current loss scale already at minimum - cannot decrease scale anymore. "
+                                  "Exiting run.")
 
 
 def test_nan_batch_shows_at_the_label_in_a_cut_paste(regenerated: Path) -> None:

@@ -482,9 +482,11 @@ truth_exploding = truth_exploding_at(K)
 
 
 def train_loss_scale_collapse(seed: int = 18, k: int | None = K, *, growth_interval: int = 50,
-                              steps: int = STEPS) -> RunLog:
+                              steps: int = STEPS, deepspeed_guard: bool = False) -> RunLog:
     """fp16 autocast with a dynamic loss scaler; with ``k=None`` no fault: the scale grows every
-    ``growth_interval`` clean steps and halves on the occasional overflow (the normal sawtooth)."""
+    ``growth_interval`` clean steps and halves on the occasional overflow (the normal sawtooth).
+    The run aborts at the minimum scale with fairseq's guard (1e-4), or with ``deepspeed_guard``
+    DeepSpeed's (its default ``min_loss_scale`` 1)."""
     import torch
     from torch import nn
 
@@ -515,13 +517,18 @@ def train_loss_scale_collapse(seed: int = 18, k: int | None = K, *, growth_inter
             scaler.step(opt)
             scaler.update()
             scale = scaler.get_scale()
+            if deepspeed_guard and scale < before and before <= 1:
+                # DeepSpeed's DynamicLossScaler.update_scale: an overflow at the minimum scale (1) raises a bare
+                # Exception (https://github.com/deepspeedai/DeepSpeed/blob/master/deepspeed/runtime/fp16/loss_scaler.py)
+                raise Exception(
+                    "Current loss scale already at minimum - cannot decrease scale anymore. Exiting run.")
             log.log(step, loss=loss.item(), grad_norm=gn, lr=1e-3, loss_scale=scale, skipped=float(scale < before),
                     step_time=log.clock.step())
             if scale < 1e-4:  # the same guard (and message) as fairseq's DynamicLossScaler
                 raise FloatingPointError(
                     "Minimum loss scale reached (0.0001). Your loss is probably exploding. Try lowering the learning "
                     "rate, using gradient clipping or increasing the batch size.")
-    except FloatingPointError as exc:
+    except Exception as exc:
         log.crashed(exc)
     return log
 
@@ -535,7 +542,9 @@ def truth_loss_scale_at(k: int) -> Callable[[RunLog], Truth]:
         require(bool(np.all(skipped[s < k] == 0)) and bool(np.all(skipped[s >= k] == 1)), f"steps not skipped exactly from {k}")
         after = scale[s >= k]
         require(bool(np.all(after[1:] == after[:-1] / 2)), "loss scale does not halve at every step after the fault")
-        require(log.traceback is not None and "Minimum loss scale reached" in log.traceback, "no minimum-scale crash")
+        require(log.traceback is not None and ("Minimum loss scale reached" in log.traceback
+                                               or "Current loss scale already at minimum" in log.traceback),
+                "no minimum-scale crash")
         return Truth(k, (k, k + 3), k, {"scale_before": float(scale[s == k - 1][0]), "scale_last": float(scale[-1]),
                                         "last_step": int(s[-1]), "crashed": True})
     return truth

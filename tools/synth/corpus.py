@@ -95,7 +95,7 @@ FAMILIES: list[Family] = [
     _f("plain-logging", "spike", (1, 2), "every5", "every10-head"),
     _f("megatron", "spike", (3, 4), "every5", "every10-window"),
     _f("keras2", "spike", (5,), "full"),
-    _f("deepspeed", "loss-scale", (1, 2, 3), "every10", "every5-head-rank"),
+    _f("deepspeed", "loss-scale-ds", (1, 2, 3), "every10", "every5-head-rank"),
     _f("megatron", "loss-scale", (4, 5), "every5", "every10-srun"),
     _f("plain-pipe", "loss-scale", (6,), "every10"),
     _f("plain-pipe", "lr-too-low", (1, 2), "every10", "every10-tail"),

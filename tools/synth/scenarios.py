@@ -127,9 +127,9 @@ def spike(seed: int) -> Outcome:
                    "step only, then training recovers")
 
 
-def loss_scale(seed: int) -> Outcome:
+def loss_scale(seed: int, deepspeed_guard: bool = False) -> Outcome:
     k = fault_step(seed)
-    log = cases.train_loss_scale_collapse(seed, k)
+    log = cases.train_loss_scale_collapse(seed, k, deepspeed_guard=deepspeed_guard)
     return Outcome(log, cases.truth_loss_scale_at(k)(log),
                    f"fp16: from step {k} un-normalised inputs (x1e5) overflow every step; each step is skipped and the "
                    "dynamic loss scale halves until the minimum is reached and the run aborts")
@@ -299,6 +299,7 @@ SCENARIOS: dict[str, tuple[str, Callable[[int], Outcome]]] = {
     "lr-jump": ("divergence", lr_jump),
     "spike": ("loss_spike", spike),
     "loss-scale": ("loss_scale_collapse", loss_scale),
+    "loss-scale-ds": ("loss_scale_collapse", lambda seed: loss_scale(seed, deepspeed_guard=True)),
     "lr-too-low": ("plateau", lr_too_low),
     "zero-grad": ("plateau", zero_grad),
     "shuffled-targets": ("plateau", shuffled_targets),
