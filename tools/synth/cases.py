@@ -85,7 +85,9 @@ def _classifier(seed: int, *, steps: int = STEPS, lr: float = 1e-3, batch: int =
                 opt: str = "adam", faults: Any = None, track_rss: bool = False, hidden: int = 64,
                 depth: int = 2, act: str = "relu", layer_norms: dict[str, str] | None = None,
                 labels: str = "true", lr_at: Callable[[int], float] | None = None, catch: bool = False,
-                step_s: float = STEP_S) -> RunLog:
+                step_s: float = STEP_S, n_train: int = 4096, label_noise: float = 0.0, eval_every: int = 0) -> RunLog:
+    """An MLP on a gaussian mixture of ``n_train`` points; with ``eval_every`` the loss and accuracy on
+    1024 held-out points are logged every that many steps (``val_loss``, ``val_acc``)."""
     import torch
     from torch import nn
 
@@ -93,7 +95,7 @@ def _classifier(seed: int, *, steps: int = STEPS, lr: float = 1e-3, batch: int =
     from synth.loop import Faults, run_steps
 
     gen = tasks.setup(seed)
-    data = tasks.mixture(4096, seed)
+    data = tasks.mixture(n_train, seed, label_noise=label_noise) if n_train != 4096 or label_noise else tasks.mixture(4096, seed)
     if labels == "shuffled":
         data.y = data.y[torch.randperm(len(data.y), generator=gen)]
     model = tasks.perturb(tasks.mlp(20, hidden, data.num_classes, depth=depth,
@@ -106,9 +108,21 @@ def _classifier(seed: int, *, steps: int = STEPS, lr: float = 1e-3, batch: int =
     f = faults or Faults()
     if layer_norms:
         f.layer_norms = layer_norms
+    val = tasks.mixture(1024, seed + 500) if eval_every else None
+
+    def evaluate(step: int) -> None:
+        if val is not None and step % eval_every == 0:
+            with torch.no_grad():
+                model.eval()
+                out = model(val.x)
+                model.train()
+            log.clock.advance(4 * EVAL_BATCH_S)
+            log.log_eval(step, val_loss=float(nn.functional.cross_entropy(out, val.y)),
+                         val_acc=float((out.argmax(-1) == val.y).float().mean()))
+
     try:
         run_steps(log, model, optim, range(1, steps + 1), lambda _s: data.batch(gen, batch), clip=clip, faults=f,
-                  track_rss=track_rss, lr_at=lr_at)
+                  track_rss=track_rss, lr_at=lr_at, evaluate=evaluate if eval_every else None)
     except RuntimeError as exc:
         if not catch:
             raise
@@ -116,40 +130,47 @@ def _classifier(seed: int, *, steps: int = STEPS, lr: float = 1e-3, batch: int =
     return log
 
 
-def train_corrupt_spike() -> RunLog:
+def train_corrupt_spike(seed: int = 11, k: int = K) -> RunLog:
     from synth.loop import Faults
 
     def corrupt(step: int, b: tuple) -> tuple:
-        return (b[0] * 1e6, b[1]) if step == K else b
+        return (b[0] * 1e6, b[1]) if step == k else b
 
-    return _classifier(11, faults=Faults(corrupt=corrupt))
-
-
-def truth_corrupt_spike(log: RunLog) -> Truth:
-    pre = float(np.median(at(log, "loss", K - 30, K - 1)))
-    spike = float(at(log, "loss", K, K)[0])
-    post = float(np.median(at(log, "loss", K + 10, K + 40)))
-    require(spike > 100 * pre, f"loss at {K} ({spike:.3g}) is not a spike over {pre:.3g}")
-    require(post < 1.5 * pre, f"loss did not recover after the spike ({post:.3g} vs {pre:.3g})")
-    require(float(at(log, "grad_norm", K, K)[0]) > 100 * float(np.median(at(log, "grad_norm", K - 30, K - 1))),
-            "grad norm did not spike with the loss")
-    require(bool(np.all(at(log, "loss", 1, K - 1) < 10 * pre)), "a spike before the injected one")
-    return Truth(K, (K, K), K, {"loss_before": pre, "loss_at_spike": spike, "loss_after": post})
+    return _classifier(seed, faults=Faults(corrupt=corrupt))
 
 
-def train_nan_batch() -> RunLog:
+def truth_corrupt_spike_at(k: int) -> Callable[[RunLog], Truth]:
+    """The check of ``truth_corrupt_spike`` for a fault injected at step ``k``."""
+
+    def truth(log: RunLog) -> Truth:
+        pre = float(np.median(at(log, "loss", k - 30, k - 1)))
+        spike = float(at(log, "loss", k, k)[0])
+        post = float(np.median(at(log, "loss", k + 10, k + 40)))
+        require(spike > 100 * pre, f"loss at {k} ({spike:.3g}) is not a spike over {pre:.3g}")
+        require(post < 1.5 * pre, f"loss did not recover after the spike ({post:.3g} vs {pre:.3g})")
+        require(float(at(log, "grad_norm", k, k)[0]) > 100 * float(np.median(at(log, "grad_norm", k - 30, k - 1))),
+                "grad norm did not spike with the loss")
+        require(bool(np.all(at(log, "loss", 1, k - 1) < 10 * pre)), "a spike before the injected one")
+        return Truth(k, (k, k), k, {"loss_before": pre, "loss_at_spike": spike, "loss_after": post})
+    return truth
+
+
+truth_corrupt_spike = truth_corrupt_spike_at(K)
+
+
+def train_nan_batch(seed: int = 12, k: int = K) -> RunLog:
     import torch
 
     from synth.loop import Faults
 
     def corrupt(step: int, b: tuple) -> tuple:
-        if step != K:
+        if step != k:
             return b
         x = b[0].clone()
         x[3, 5] = torch.nan  # one bad feature of one sample is enough
         return (x, b[1])
 
-    return _classifier(12, faults=Faults(corrupt=corrupt))
+    return _classifier(seed, faults=Faults(corrupt=corrupt))
 
 
 def truth_nan_from(k: int) -> Callable[[RunLog], Truth]:
@@ -161,20 +182,27 @@ def truth_nan_from(k: int) -> Callable[[RunLog], Truth]:
     return truth
 
 
-def train_slow() -> RunLog:
+def train_slow(seed: int = 21, k: int = K) -> RunLog:
     from synth.loop import Faults
 
-    return _lm(21, faults=Faults(slow_from=K, slow_s=0.02))
+    return _lm(seed, faults=Faults(slow_from=k, slow_s=0.02))
 
 
-def truth_slow(log: RunLog) -> Truth:
-    before = float(np.median(at(log, "step_time", 10, K - 1)))
-    after = at(log, "step_time", K, STEPS)
-    require(float(after.min()) >= 0.02, "a step after the slowdown took less than the injected 20 ms")
-    require(float(np.median(after)) > before + 0.015, "step time did not rise at the injected step")
-    require(float(np.percentile(at(log, "step_time", 10, K - 1), 95)) < float(np.median(after)),
-            "steps before the slowdown were already as slow")
-    return Truth(K, (K, K + 2), K, {"median_step_time_before_s": before, "median_step_time_after_s": float(np.median(after))})
+def truth_slow_at(k: int) -> Callable[[RunLog], Truth]:
+    """The check of ``truth_slow`` for a fault injected at step ``k``."""
+
+    def truth(log: RunLog) -> Truth:
+        before = float(np.median(at(log, "step_time", 10, k - 1)))
+        after = at(log, "step_time", k, STEPS)
+        require(float(after.min()) >= 0.02, "a step after the slowdown took less than the injected 20 ms")
+        require(float(np.median(after)) > before + 0.015, "step time did not rise at the injected step")
+        require(float(np.percentile(at(log, "step_time", 10, k - 1), 95)) < float(np.median(after)),
+                "steps before the slowdown were already as slow")
+        return Truth(k, (k, k + 2), k, {"median_step_time_before_s": before, "median_step_time_after_s": float(np.median(after))})
+    return truth
+
+
+truth_slow = truth_slow_at(K)
 
 
 # --- language-model cases -----------------------------------------------------------------------
@@ -230,25 +258,32 @@ def train_warmup_cosine() -> RunLog:
     return _lm(31, steps=300, lr_at=warmup_cosine(3e-3, 30, 300), eval_every=100)
 
 
-def train_nan_after_lr_jump() -> RunLog:
+def train_nan_after_lr_jump(seed: int = 41, k: int = K) -> RunLog:
     # SGD with momentum, no clipping: an lr jump x1000 blows the weights up within a few steps.
-    return _lm(41, opt="sgdm", lr=0.05, clip=None, act="relu", lr_at=lambda s: 0.05 if s < K else 50.0)
+    return _lm(seed, opt="sgdm", lr=0.05, clip=None, act="relu", lr_at=lambda s: 0.05 if s < k else 50.0)
 
 
-def truth_nan_after_lr_jump(log: RunLog) -> Truth:
-    s, lr = arr(log, "lr")
-    require(float(lr[s == K][0]) / float(lr[s == K - 1][0]) >= 100, f"no lr jump at step {K}")
-    _, loss = arr(log, "loss")
-    nan_steps = s[np.isnan(loss)]
-    require(len(nan_steps) > 0, "loss never became NaN")
-    first_nan = int(nan_steps[0])
-    require(K < first_nan <= K + 10, f"first NaN at {first_nan}, not within 10 steps after the lr jump at {K}")
-    require(bool(np.isnan(loss[s >= first_nan]).all()), "loss is not NaN at every step after the first NaN")
-    require(bool(np.isfinite(loss[s <= K]).all()), "loss not finite up to the lr jump")
-    pre = float(np.median(loss[(s >= K - 20) & (s < K)]))
-    peak = float(np.max(loss[(s > K) & (s < first_nan)])) if first_nan > K + 1 else math.nan
-    return Truth(K, (K, first_nan), K, {"lr_before": float(lr[s == K - 1][0]), "lr_after": float(lr[s == K][0]),
-                                        "first_nan_step": first_nan, "loss_before": pre, "loss_peak_before_nan": peak})
+def truth_nan_after_lr_jump_at(k: int) -> Callable[[RunLog], Truth]:
+    """The check of ``truth_nan_after_lr_jump`` for a fault injected at step ``k``."""
+
+    def truth(log: RunLog) -> Truth:
+        s, lr = arr(log, "lr")
+        require(float(lr[s == k][0]) / float(lr[s == k - 1][0]) >= 100, f"no lr jump at step {k}")
+        _, loss = arr(log, "loss")
+        nan_steps = s[np.isnan(loss)]
+        require(len(nan_steps) > 0, "loss never became NaN")
+        first_nan = int(nan_steps[0])
+        require(k < first_nan <= k + 10, f"first NaN at {first_nan}, not within 10 steps after the lr jump at {k}")
+        require(bool(np.isnan(loss[s >= first_nan]).all()), "loss is not NaN at every step after the first NaN")
+        require(bool(np.isfinite(loss[s <= k]).all()), "loss not finite up to the lr jump")
+        pre = float(np.median(loss[(s >= k - 20) & (s < k)]))
+        peak = float(np.max(loss[(s > k) & (s < first_nan)])) if first_nan > k + 1 else math.nan
+        return Truth(k, (k, first_nan), k, {"lr_before": float(lr[s == k - 1][0]), "lr_after": float(lr[s == k][0]),
+                                            "first_nan_step": first_nan, "loss_before": pre, "loss_peak_before_nan": peak})
+    return truth
+
+
+truth_nan_after_lr_jump = truth_nan_after_lr_jump_at(K)
 
 
 def train_shuffled_labels() -> RunLog:
@@ -273,9 +308,9 @@ def smooth(v: np.ndarray, w: int = 9) -> np.ndarray:
     return np.array([np.median(v[max(0, i - w + 1):i + 1]) for i in range(len(v))])
 
 
-def train_lr_too_high() -> RunLog:
+def train_lr_too_high(seed: int = 13) -> RunLog:
     # Linear warm-up to a peak lr of 1.0 for SGD+momentum: fine while the lr is small, then it diverges.
-    return _classifier(13, opt="sgdm", lr=1.0, clip=None, lr_at=lambda s: 1.0 * min(1.0, s / 100))
+    return _classifier(seed, opt="sgdm", lr=1.0, clip=None, lr_at=lambda s: 1.0 * min(1.0, s / 100))
 
 
 def centred_median(v: np.ndarray, w: int = 5) -> np.ndarray:
@@ -307,27 +342,34 @@ def truth_divergence(log: RunLog) -> Truth:
                                 "which that median stays above 1.3x the minimum to the end"})
 
 
-def train_lr_jump() -> RunLog:
-    # Adam lr 2e-3 -> 0.2 at step K (a schedule bug); the loss jumps and stays up.
-    return _lm(42, lr=2e-3, clip=1.0, lr_at=lambda s: 2e-3 if s < K else 0.2)
+def train_lr_jump(seed: int = 42, k: int = K) -> RunLog:
+    # Adam lr 2e-3 -> 0.2 at step k (a schedule bug); the loss jumps and stays up.
+    return _lm(seed, lr=2e-3, clip=1.0, lr_at=lambda s: 2e-3 if s < k else 0.2)
 
 
-def truth_lr_jump(log: RunLog) -> Truth:
-    s, lr = arr(log, "lr")
-    require(float(lr[s == K][0]) / float(lr[s == K - 1][0]) >= 50, f"no lr jump at {K}")
-    pre = float(np.median(at(log, "loss", K - 20, K - 1)))
-    post = float(np.median(at(log, "loss", K + 1, K + 30)))
-    tail = float(np.median(at(log, "loss", STEPS - 20, STEPS)))
-    require(bool(np.isfinite(arr(log, "loss")[1]).all()), "loss became non-finite")
-    require(post > 1.3 * pre and tail > 1.3 * pre, f"loss did not rise and stay up after the jump ({pre:.3f} -> {post:.3f}, {tail:.3f})")
-    return Truth(K, (K, K + 5), K, {"lr_before": float(lr[s == K - 1][0]), "lr_after": float(lr[s == K][0]),
-                                    "loss_before": pre, "loss_after": post, "loss_end": tail})
+def truth_lr_jump_at(k: int) -> Callable[[RunLog], Truth]:
+    """The check of ``truth_lr_jump`` for a fault injected at step ``k``."""
+
+    def truth(log: RunLog) -> Truth:
+        s, lr = arr(log, "lr")
+        require(float(lr[s == k][0]) / float(lr[s == k - 1][0]) >= 50, f"no lr jump at {k}")
+        pre = float(np.median(at(log, "loss", k - 20, k - 1)))
+        post = float(np.median(at(log, "loss", k + 1, k + 30)))
+        tail = float(np.median(at(log, "loss", STEPS - 20, STEPS)))
+        require(bool(np.isfinite(arr(log, "loss")[1]).all()), "loss became non-finite")
+        require(post > 1.3 * pre and tail > 1.3 * pre, f"loss did not rise and stay up after the jump ({pre:.3f} -> {post:.3f}, {tail:.3f})")
+        return Truth(k, (k, k + 5), k, {"lr_before": float(lr[s == k - 1][0]), "lr_after": float(lr[s == k][0]),
+                                        "loss_before": pre, "loss_after": post, "loss_end": tail})
+    return truth
 
 
-def train_zero_grad_bug() -> RunLog:
+truth_lr_jump = truth_lr_jump_at(K)
+
+
+def train_zero_grad_bug(seed: int = 17) -> RunLog:
     from synth.loop import Faults
 
-    return _classifier(17, faults=Faults(zero_grad_after_backward=True))
+    return _classifier(seed, faults=Faults(zero_grad_after_backward=True))
 
 
 def truth_zero_grad(log: RunLog) -> Truth:
@@ -365,8 +407,8 @@ def truth_lr_zero(log: RunLog) -> Truth:
     return Truth(z, (z, z + 20), z, {"lr_zero_from": z, "median_loss_lr0": float(np.median(after))})
 
 
-def train_vanishing() -> RunLog:
-    return _classifier(14, opt="sgd", lr=0.1, depth=16, hidden=32, act="sigmoid", clip=None,
+def train_vanishing(seed: int = 14) -> RunLog:
+    return _classifier(seed, opt="sgd", lr=0.1, depth=16, hidden=32, act="sigmoid", clip=None,
                        layer_norms={"grad_norm_first_layer": "0.weight", "grad_norm_last_layer": "32.weight"})
 
 
@@ -386,7 +428,7 @@ RNN_GAIN = 3.0  # std of the recurrent weights times sqrt(hidden): spectral radi
 RNN_SEQ = (10, 100)  # backprop-through-time length before and from step K
 
 
-def train_rnn_exploding() -> RunLog:
+def train_rnn_exploding(seed: int = 16, k: int = K) -> RunLog:
     import torch
     from torch import nn
 
@@ -396,61 +438,73 @@ def train_rnn_exploding() -> RunLog:
     # A vanilla tanh RNN whose recurrent weights have a spectral radius of about 3, far above the
     # 1 that Pascanu, Mikolov and Bengio name as the condition for exploding gradients ("On the
     # difficulty of training recurrent neural networks", ICML 2013): the gradient through t steps
-    # of the recurrence grows like e^(lambda t). At step K the backprop-through-time length goes
+    # of the recurrence grows like e^(lambda t). At step k the backprop-through-time length goes
     # from 10 to 100 tokens (a sequence-length curriculum stage), and the grad norm rises by 5 to
     # 10 orders of magnitude: a designed, not a chaotic, explosion, far past any threshold on any
     # seed or CPU. Adam at a small lr keeps the weights (and so the explosion) where they are.
-    gen = tasks.setup(16)
+    gen = tasks.setup(seed)
     tok = tasks.corpus(40_000)
     model = tasks.RnnLM(hidden=64)
     with torch.no_grad():
         nn.init.normal_(model.rnn.weight_hh_l0, std=RNN_GAIN / 64 ** 0.5)
     model = tasks.perturb(model)
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
-    log = RunLog(total_steps=STEPS, batch_size=16, clock=ModelClock(0.003, seed=16),
+    log = RunLog(total_steps=STEPS, batch_size=16, clock=ModelClock(0.003, seed=seed),
                  config={"model": "rnn-tanh-64", "optimizer": "adam", "lr": 1e-3, "clip_grad": 0.0,
                          "seq_length": RNN_SEQ[0], "vocab_size": tasks.VOCAB, "train_iters": STEPS})
     run_steps(log, model, opt, range(1, STEPS + 1),
-              lambda s: tasks.seq_batch(tok, gen, 16, RNN_SEQ[0] if s < K else RNN_SEQ[1]))
+              lambda s: tasks.seq_batch(tok, gen, 16, RNN_SEQ[0] if s < k else RNN_SEQ[1]))
     return log
 
 
-def truth_exploding(log: RunLog) -> Truth:
-    s, g = arr(log, "grad_norm")
-    base = float(g[0])
-    first = next((i for i in range(len(g)) if g[i] >= 10 * base and np.median(g[i:]) >= 10 * base), None)
-    require(first is not None, "grad norm never rose to 10x its initial value for good")
-    require(float(np.max(g)) > 1000 * base, "grad norm never reached 1000x its initial value")
-    step = int(s[first])
-    require(step == K, f"the explosion starts at step {step}, not where the sequence length grows ({K})")
-    # the design is 5+ orders of magnitude: 1000x leaves room for any seed, not just this one
-    require(float(np.median(g[first:])) >= 1000 * base, "grad norm after the switch is not 1000x its start")
-    return Truth(step, (max(1, step - 5), step + 15), K,
-                 {"initial_grad_norm": base, "max_grad_norm": float(np.max(g)),
-                  "median_grad_norm_after": float(np.median(g[first:])),
-                  "definition": "first step where grad norm >= 10x the step-1 value and its median from there "
-                                "to the end is >= 10x"})
+def truth_exploding_at(k: int) -> Callable[[RunLog], Truth]:
+    """The check of ``truth_exploding`` for a fault injected at step ``k``."""
+
+    def truth(log: RunLog) -> Truth:
+        s, g = arr(log, "grad_norm")
+        base = float(g[0])
+        first = next((i for i in range(len(g)) if g[i] >= 10 * base and np.median(g[i:]) >= 10 * base), None)
+        require(first is not None, "grad norm never rose to 10x its initial value for good")
+        require(float(np.max(g)) > 1000 * base, "grad norm never reached 1000x its initial value")
+        step = int(s[first])
+        require(step == k, f"the explosion starts at step {step}, not where the sequence length grows ({k})")
+        # the design is 5+ orders of magnitude: 1000x leaves room for any seed, not just this one
+        require(float(np.median(g[first:])) >= 1000 * base, "grad norm after the switch is not 1000x its start")
+        return Truth(step, (max(1, step - 5), step + 15), k,
+                     {"initial_grad_norm": base, "max_grad_norm": float(np.max(g)),
+                      "median_grad_norm_after": float(np.median(g[first:])),
+                      "definition": "first step where grad norm >= 10x the step-1 value and its median from there "
+                                    "to the end is >= 10x"})
+    return truth
 
 
-def train_loss_scale_collapse() -> RunLog:
+truth_exploding = truth_exploding_at(K)
+
+
+def train_loss_scale_collapse(seed: int = 18, k: int | None = K, *, growth_interval: int = 50,
+                              steps: int = STEPS, deepspeed_guard: bool = False) -> RunLog:
+    """fp16 autocast with a dynamic loss scaler; with ``k=None`` no fault: the scale grows every
+    ``growth_interval`` clean steps and halves on the occasional overflow (the normal sawtooth).
+    The run aborts at the minimum scale with fairseq's guard (1e-4), or with ``deepspeed_guard``
+    DeepSpeed's (its default ``min_loss_scale`` 1)."""
     import torch
     from torch import nn
 
     from synth import tasks
     from synth.loop import grad_norm
 
-    gen = tasks.setup(18)
+    gen = tasks.setup(seed)
     data = tasks.mixture(4096, 18)
     model = tasks.perturb(tasks.mlp(20, 64, data.num_classes))
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
-    scaler = torch.amp.GradScaler("cpu", init_scale=2.0**16, growth_interval=50)
-    log = RunLog(total_steps=STEPS, batch_size=64, clock=ModelClock(STEP_S, seed=18),
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0**16, growth_interval=growth_interval)
+    log = RunLog(total_steps=steps, batch_size=64, clock=ModelClock(STEP_S, seed=seed),
                  config={"model": "mlp2x64-relu", "optimizer": "adam", "lr": 1e-3, "fp16": True, "clip_grad": 1.0,
-                         "train_iters": STEPS, "min_loss_scale": 1e-4})
+                         "train_iters": steps, "min_loss_scale": 1e-4})
     try:
-        for step in range(1, STEPS + 1):
+        for step in range(1, steps + 1):
             x, y = data.batch(gen, 64)
-            if step >= K:  # an un-normalised feature shard: fp16 activations overflow from here on
+            if k is not None and step >= k:  # an un-normalised feature shard: fp16 activations overflow from here on
                 x = x * 1e5
             with torch.autocast("cpu", dtype=torch.float16):
                 out = model(x)
@@ -463,26 +517,40 @@ def train_loss_scale_collapse() -> RunLog:
             scaler.step(opt)
             scaler.update()
             scale = scaler.get_scale()
+            if deepspeed_guard and scale < before and before <= 1:
+                # DeepSpeed's DynamicLossScaler.update_scale: an overflow at the minimum scale (1) raises a bare
+                # Exception (https://github.com/deepspeedai/DeepSpeed/blob/master/deepspeed/runtime/fp16/loss_scaler.py)
+                raise Exception(
+                    "Current loss scale already at minimum - cannot decrease scale anymore. Exiting run.")
             log.log(step, loss=loss.item(), grad_norm=gn, lr=1e-3, loss_scale=scale, skipped=float(scale < before),
                     step_time=log.clock.step())
             if scale < 1e-4:  # the same guard (and message) as fairseq's DynamicLossScaler
                 raise FloatingPointError(
                     "Minimum loss scale reached (0.0001). Your loss is probably exploding. Try lowering the learning "
                     "rate, using gradient clipping or increasing the batch size.")
-    except FloatingPointError as exc:
+    except Exception as exc:
         log.crashed(exc)
     return log
 
 
-def truth_loss_scale(log: RunLog) -> Truth:
-    s, scale = arr(log, "loss_scale")
-    _, skipped = arr(log, "skipped")
-    require(bool(np.all(skipped[s < K] == 0)) and bool(np.all(skipped[s >= K] == 1)), f"steps not skipped exactly from {K}")
-    after = scale[s >= K]
-    require(bool(np.all(after[1:] == after[:-1] / 2)), "loss scale does not halve at every step after the fault")
-    require(log.traceback is not None and "Minimum loss scale reached" in log.traceback, "no minimum-scale crash")
-    return Truth(K, (K, K + 3), K, {"scale_before": float(scale[s == K - 1][0]), "scale_last": float(scale[-1]),
-                                    "last_step": int(s[-1]), "crashed": True})
+def truth_loss_scale_at(k: int) -> Callable[[RunLog], Truth]:
+    """The check of ``truth_loss_scale`` for a fault injected at step ``k``."""
+
+    def truth(log: RunLog) -> Truth:
+        s, scale = arr(log, "loss_scale")
+        _, skipped = arr(log, "skipped")
+        require(bool(np.all(skipped[s < k] == 0)) and bool(np.all(skipped[s >= k] == 1)), f"steps not skipped exactly from {k}")
+        after = scale[s >= k]
+        require(bool(np.all(after[1:] == after[:-1] / 2)), "loss scale does not halve at every step after the fault")
+        require(log.traceback is not None and ("Minimum loss scale reached" in log.traceback
+                                               or "Current loss scale already at minimum" in log.traceback),
+                "no minimum-scale crash")
+        return Truth(k, (k, k + 3), k, {"scale_before": float(scale[s == k - 1][0]), "scale_last": float(scale[-1]),
+                                        "last_step": int(s[-1]), "crashed": True})
+    return truth
+
+
+truth_loss_scale = truth_loss_scale_at(K)
 
 
 def train_memory_growth() -> RunLog:
@@ -503,21 +571,28 @@ def truth_memory(log: RunLog) -> Truth:
                                     "slope_mb_per_step": slope})
 
 
-def train_crash() -> RunLog:
+def train_crash(seed: int = 19, k: int = K) -> RunLog:
     from synth.loop import Faults
 
     def corrupt(step: int, b: tuple) -> tuple:
-        return (b[0][:, :19], b[1]) if step == K else b  # a batch from a shard with a dropped column
+        return (b[0][:, :19], b[1]) if step == k else b  # a batch from a shard with a dropped column
 
-    return _classifier(19, faults=Faults(corrupt=corrupt), catch=True)
+    return _classifier(seed, faults=Faults(corrupt=corrupt), catch=True)
 
 
-def truth_crash(log: RunLog) -> Truth:
-    s, _ = arr(log, "loss")
-    require(int(s[-1]) == K - 1, f"the run did not stop right before step {K}")
-    require(log.traceback is not None and "mat1 and mat2 shapes cannot be multiplied" in log.traceback,
-            "no shape-mismatch traceback")
-    return Truth(K, (K - 1, K), K, {"last_logged_step": K - 1, "exception": "RuntimeError"})
+def truth_crash_at(k: int) -> Callable[[RunLog], Truth]:
+    """The check of ``truth_crash`` for a fault injected at step ``k``."""
+
+    def truth(log: RunLog) -> Truth:
+        s, _ = arr(log, "loss")
+        require(int(s[-1]) == k - 1, f"the run did not stop right before step {k}")
+        require(log.traceback is not None and "mat1 and mat2 shapes cannot be multiplied" in log.traceback,
+                "no shape-mismatch traceback")
+        return Truth(k, (k - 1, k), k, {"last_logged_step": k - 1, "exception": "RuntimeError"})
+    return truth
+
+
+truth_crash = truth_crash_at(K)
 
 
 def train_healthy_noisy() -> RunLog:

@@ -136,6 +136,16 @@ def _nan_collator(nan_at: int) -> Callable[[list[dict[str, Any]]], dict[str, Any
     """HF's default collator, except that batch ``nan_at`` (1-based, = optimizer step without
     accumulation) gets one NaN feature: a corrupt record in the data."""
     import torch
+
+    def nan(batch: dict[str, Any]) -> None:
+        batch["x"][3, 5] = torch.nan
+
+    return collator_at(nan_at, nan)
+
+
+def collator_at(at: int, change: Callable[[dict[str, Any]], Any]) -> Callable[[list[dict[str, Any]]], dict[str, Any]]:
+    """HF's default collator, except that batch ``at`` (1-based) is handed to ``change`` (which
+    edits it in place, or returns a replacement)."""
     from transformers import default_data_collator
 
     made = 0
@@ -144,8 +154,9 @@ def _nan_collator(nan_at: int) -> Callable[[list[dict[str, Any]]], dict[str, Any
         nonlocal made
         batch: dict[str, Any] = default_data_collator(features)
         made += 1
-        if made == nan_at:
-            batch["x"][3, 5] = torch.nan
+        if made == at:
+            new = change(batch)
+            batch = new if isinstance(new, dict) else batch
         return batch
 
     return collate
@@ -154,9 +165,11 @@ def _nan_collator(nan_at: int) -> Callable[[list[dict[str, Any]]], dict[str, Any
 def _hf_train(case_dir: Path, model: Any, dataset: Any, *, seed: int, lr: float, batch: int = 32,
               scheduler: str = "constant", warmup: int = 0, factor: Callable[[int], float] | None = None,
               max_grad_norm: float = 1.0, callbacks: list[Any] | None = None,
-              data_collator: Callable[[list[dict[str, Any]]], dict[str, Any]] | None = None) -> list[dict[str, Any]]:
-    """Train ``STEPS`` steps with ``logging_steps=1``; writes ``stdout.log`` and
-    ``trainer_state.json``. ``factor(step)`` (1-based step) multiplies the lr through a
+              data_collator: Callable[[list[dict[str, Any]]], dict[str, Any]] | None = None,
+              logging_steps: int = 1, steps: int = STEPS, eval_dataset: Any = None,
+              eval_steps: int = 0) -> list[dict[str, Any]]:
+    """Train ``steps`` steps logging every ``logging_steps`` (evaluating every ``eval_steps`` on
+    ``eval_dataset`` when given); writes ``stdout.log`` and ``trainer_state.json``. ``factor(step)`` (1-based step) multiplies the lr through a
     ``LambdaLR`` handed to the Trainer (its scheduler steps once per optimizer step)."""
     import torch
     from transformers import Trainer, TrainingArguments
@@ -164,17 +177,18 @@ def _hf_train(case_dir: Path, model: Any, dataset: Any, *, seed: int, lr: float,
     from synth import tasks
 
     seed = tasks.seed(seed)  # the Trainer seeds torch itself, from this
-    args = TrainingArguments(output_dir=str(case_dir / "hf-output"), max_steps=STEPS, per_device_train_batch_size=batch,
-                             learning_rate=lr, lr_scheduler_type=scheduler, warmup_steps=warmup, logging_steps=1,
+    args = TrainingArguments(output_dir=str(case_dir / "hf-output"), max_steps=steps, per_device_train_batch_size=batch,
+                             learning_rate=lr, lr_scheduler_type=scheduler, warmup_steps=warmup, logging_steps=logging_steps,
                              max_grad_norm=max_grad_norm, save_strategy="no", report_to=[], use_cpu=True, seed=seed,
-                             data_seed=seed, dataloader_num_workers=0, disable_tqdm=False)
+                             data_seed=seed, dataloader_num_workers=0, disable_tqdm=False,
+                             **({"eval_strategy": "steps", "eval_steps": eval_steps} if eval_dataset is not None else {}))
     optimizers: tuple[Any, Any] = (None, None)
     if factor is not None:
         opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
         optimizers = (opt, torch.optim.lr_scheduler.LambdaLR(opt, lambda i: factor(i + 1)))
     with _console(case_dir / "stdout.log"):
         trainer = Trainer(model=model, args=args, train_dataset=dataset, optimizers=optimizers, callbacks=callbacks,
-                          data_collator=data_collator)
+                          data_collator=data_collator, eval_dataset=eval_dataset)
         trainer.train()
     trainer.state.save_to_json(str(case_dir / "trainer_state.json"))
     with contextlib.suppress(OSError):  # nothing is saved there (save_strategy="no"); drop the empty folder
@@ -244,7 +258,8 @@ def truth_hf_hidden_nan(log: RunLog) -> Truth:
 
 
 def _pl_module(net: Any, *, opt: str, lr: float, factor: Callable[[int], float] | None = None,
-               log_grad_norm: bool = True) -> Any:
+               log_grad_norm: bool = True, corrupt: Callable[[int, Any], Any] | None = None) -> Any:
+    """``corrupt(step, x)`` (1-based optimizer step) rewrites a batch's inputs: a bad record."""
     import lightning.pytorch as pl
     import torch
     from lightning.pytorch.utilities import grad_norm
@@ -257,6 +272,8 @@ def _pl_module(net: Any, *, opt: str, lr: float, factor: Callable[[int], float] 
 
         def training_step(self, batch: Any, _idx: int) -> torch.Tensor:
             x, y = batch
+            if corrupt is not None:
+                x = corrupt(self.global_step + 1, x)
             loss = nn.functional.cross_entropy(self.net(x), y)
             self.log("train_loss", loss, prog_bar=True)
             return loss
@@ -333,22 +350,36 @@ def pl_log(case_dir: Path) -> RunLog:
     return log
 
 
-def run_pl_healthy(case_dir: Path, callbacks: list[Any] | None = None) -> tuple[RunLog, list[dict[str, Any]]]:
+def run_pl_healthy(case_dir: Path, callbacks: list[Any] | None = None, seed: int = 91,
+                   lr: float = 1e-3) -> tuple[RunLog, list[dict[str, Any]]]:
     from synth import tasks
 
-    tasks.setup(91)
-    data, val = tasks.mixture(4096, 91), tasks.mixture(1024, 92)
-    module = _pl_module(tasks.perturb(tasks.mlp(20, 64, data.num_classes)), opt="adam", lr=1e-3)
+    tasks.setup(seed)
+    data, val = tasks.mixture(4096, seed), tasks.mixture(1024, seed + 1)
+    module = _pl_module(tasks.perturb(tasks.mlp(20, 64, data.num_classes)), opt="adam", lr=lr)
     files = _pl_fit(case_dir, module, (data.x, data.y), (val.x, val.y), epochs=3, batch=64, callbacks=callbacks)
     return pl_log(case_dir), files
 
 
-def run_pl_nan_after_lr_jump(case_dir: Path, callbacks: list[Any] | None = None) -> tuple[RunLog, list[dict[str, Any]]]:
+def run_pl_classifier(case_dir: Path, seed: int, lr: float, corrupt: Callable[[int, Any], Any] | None = None,
+                      epochs: int = 3) -> tuple[RunLog, list[dict[str, Any]]]:
+    """:func:`run_pl_healthy` with another lr and a batch rewrite (``corrupt``)."""
+    from synth import tasks
+
+    tasks.setup(seed)
+    data, val = tasks.mixture(4096, seed), tasks.mixture(1024, seed + 1)
+    module = _pl_module(tasks.perturb(tasks.mlp(20, 64, data.num_classes)), opt="adam", lr=lr, corrupt=corrupt)
+    files = _pl_fit(case_dir, module, (data.x, data.y), (val.x, val.y), epochs=epochs, batch=64)
+    return pl_log(case_dir), files
+
+
+def run_pl_nan_after_lr_jump(case_dir: Path, callbacks: list[Any] | None = None,
+                             seed: int = 93) -> tuple[RunLog, list[dict[str, Any]]]:
     import torch
 
     from synth import tasks
 
-    gen = tasks.setup(93)
+    gen = tasks.setup(seed)
     tokens = tasks.corpus(40_000, seed=7)
     pairs = [tasks.lm_batch(tokens, gen, 64) for _ in range(STEPS)]
     x, y = torch.cat([p[0] for p in pairs]), torch.cat([p[1] for p in pairs])
@@ -359,12 +390,12 @@ def run_pl_nan_after_lr_jump(case_dir: Path, callbacks: list[Any] | None = None)
     return pl_log(case_dir), files
 
 
-def run_pl_overfit(case_dir: Path, callbacks: list[Any] | None = None) -> tuple[RunLog, list[dict[str, Any]]]:
+def run_pl_overfit(case_dir: Path, callbacks: list[Any] | None = None, seed: int = 94) -> tuple[RunLog, list[dict[str, Any]]]:
     from synth import tasks
 
-    tasks.setup(94)
-    data = tasks.mixture(64, 94, label_noise=0.3)  # a tiny, noisy training set
-    val = tasks.mixture(1024, 95)
+    tasks.setup(seed)
+    data = tasks.mixture(64, seed, label_noise=0.3)  # a tiny, noisy training set
+    val = tasks.mixture(1024, seed + 1)
     module = _pl_module(tasks.perturb(tasks.mlp(20, 256, data.num_classes)), opt="adam", lr=3e-3)
     files = _pl_fit(case_dir, module, (data.x, data.y), (val.x, val.y), epochs=50, batch=16, callbacks=callbacks)
     return pl_log(case_dir), files

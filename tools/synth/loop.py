@@ -37,6 +37,10 @@ class Faults:
     zero_grad_after_backward: bool = False  # the classic bug: grads wiped before the update
     layer_norms: dict[str, str] = field(default_factory=dict)  # metric name -> parameter logged on its own
     leak: list[torch.Tensor] = field(default_factory=list)
+    data_time: bool = False  # log the loader's time per step (``data_time``, part of ``step_time``)
+    data_slow_from: int | None = None  # from this step the loader takes data_slow_s longer per batch
+    data_slow_s: float = 0.0
+    memory: bool = False  # log ``mem_allocated_mb``: bytes held by parameters, gradients, optimizer state, leak
 
 
 def grad_norm(model: nn.Module, clip: float | None) -> float:
@@ -77,10 +81,25 @@ def run_steps(log: RunLog, model: nn.Module, opt: torch.optim.Optimizer, steps: 
         metrics = {"loss": loss.item(), "grad_norm": gn, "lr": opt.param_groups[0]["lr"], **extra}
         if track_rss:
             metrics["rss_mb"] = rss_mb()
-        metrics["step_time"] = log.clock.step(faults.slow_s if slow else 0.0)
+        if faults.memory:
+            metrics["mem_allocated_mb"] = held_mb(model, opt, faults.leak)
+        extra_s = faults.slow_s if slow else 0.0
+        if faults.data_time:
+            data_slow = faults.data_slow_from is not None and step >= faults.data_slow_from
+            metrics["data_time"] = log.clock.data(faults.data_slow_s if data_slow else 0.0)
+            extra_s += metrics["data_time"]
+        metrics["step_time"] = log.clock.step(extra_s)
         log.log(step, **metrics)
         if evaluate is not None:
             evaluate(step)
+
+
+def held_mb(model: nn.Module, opt: torch.optim.Optimizer, leak: list[torch.Tensor]) -> float:
+    """MiB held by tensors the run keeps alive (what ``torch.cuda.memory_allocated`` counts on a GPU),
+    summed from the tensors themselves: the same on every machine, unlike the process RSS."""
+    tensors = [*model.parameters(), *(p.grad for p in model.parameters() if p.grad is not None), *leak,
+               *(v for state in opt.state.values() for v in state.values() if isinstance(v, torch.Tensor))]
+    return sum(t.numel() * t.element_size() for t in tensors) / 2**20
 
 
 @torch.no_grad()

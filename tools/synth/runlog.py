@@ -88,6 +88,11 @@ class ModelClock:
         self.now += seconds
         return seconds
 
+    def data(self, extra_s: float = 0.0) -> float:
+        """The loader's share of a step: a tenth of the modelled step, jittered, plus what a fault adds
+        (the caller adds it to the step's time)."""
+        return 0.1 * self.step_s * math.exp(self.jitter * float(self._rng.standard_normal())) + extra_s
+
     def advance(self, seconds: float) -> None:
         """Time spent outside the training steps (evaluation, a restart)."""
         self.now += seconds

@@ -79,14 +79,15 @@ def _megatron_header(log: RunLog, at: float) -> list[str]:
         "clip_grad": cfg.get("clip_grad", 0.0),
         "fp16": bool(cfg.get("fp16", False)),
         "global_batch_size": log.batch_size,
-        "log_interval": 1,
+        "log_interval": cfg.get("log_interval", 1),
         "lr": cfg.get("lr"),
         "micro_batch_size": log.batch_size,
         "seq_length": cfg.get("seq_length", 1),
         "train_iters": log.total_steps,
     }
-    lines = ["using world size: 1, data-parallel size: 1, context-parallel size: 1, tensor-model-parallel size: 1, "
-             "pipeline-model-parallel size: 1",
+    world = int(cfg.get("world_size", 1))
+    lines = [f"using world size: {world}, data-parallel size: {world}, context-parallel size: 1, "
+             "tensor-model-parallel size: 1, pipeline-model-parallel size: 1",
              "------------------------ arguments ------------------------"]
     for key, value in sorted(args.items()):
         lines.append(f"  {key} {'.' * (48 - len(key))} {value}")
@@ -108,16 +109,17 @@ def _megatron_line(log: RunLog, rec: dict[str, float]) -> str:
              f" elapsed time per iteration (ms): {rec['step_time'] * 1000.0:.1f} |",
              f" learning rate: {rec['lr']:.6E} |",
              f" global batch size: {log.batch_size:5d} |"]
-    # Average over the interval's advanced iterations: none advanced when the step was skipped.
-    avg = 0.0 if skipped else loss
+    # Average over the interval's advanced iterations: none advanced when every step was skipped.
+    n_skipped = int(rec.get("skipped", 0.0))
+    avg = 0.0 if skipped and n_skipped >= rec.get("interval", 1) else loss
     if avg >= 0.0:  # False for NaN: Megatron drops the field
         parts.append(f" lm loss: {avg:.6E} |")
     parts.append(f" loss scale: {rec.get('loss_scale', 1.0):.1f} |")
-    if not skipped:  # the optimizer returns no grad norm for a skipped step
+    if not skipped or n_skipped < rec.get("interval", 1):  # no grad norm when the last step was skipped
         parts.append(f" grad norm: {rec['grad_norm']:.3f} |")
-    got_nan = skipped and not math.isfinite(loss)
-    parts.append(f" number of skipped iterations: {int(skipped):3d} |")
-    parts.append(f" number of nan iterations: {int(got_nan):3d} |")
+    got_nan = int(rec["nan_iterations"]) if "nan_iterations" in rec else int(skipped and not math.isfinite(loss))
+    parts.append(f" number of skipped iterations: {n_skipped:3d} |")
+    parts.append(f" number of nan iterations: {got_nan:3d} |")
     return "".join(parts)
 
 
