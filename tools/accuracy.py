@@ -310,29 +310,52 @@ class SynthRow:
         return self.first_bad is not None and self.window[0] <= self.first_bad <= self.window[1]
 
 
-def score_synth(root: Path, names: list[str] | None = None) -> list[SynthRow]:
+@dataclass
+class SynthInput:
+    """One way of reading a generated run: one of its files alone, or all of them together."""
+
+    case: str
+    source: str
+    label: str
+    window: tuple[int, int] | None
+    paths: list[Path]
+    error: str = ""
+
+
+def synth_inputs(root: Path, names: list[str] | None = None) -> list[SynthInput]:
+    """Generate the synth runs under ``root`` (reused when already there) and list their inputs."""
     from synth import catalogue, generate  # tools/synth: imported only for this set (it needs torch)
 
-    rows: list[SynthRow] = []
+    out_rows: list[SynthInput] = []
     for name in names or list(catalogue()):
         out = root / name
         manifest_path = out / "manifest.json"
         try:
             manifest = json.loads(manifest_path.read_text()) if manifest_path.exists() else generate(out, [name])
         except AssertionError as exc:  # the run did not show its fault this time
-            rows.append(SynthRow(name, "-", catalogue()[name].category, None, "-", None, f"not generated: {exc}"))
+            out_rows.append(SynthInput(name, "-", catalogue()[name].category, None, [], f"not generated: {exc}"))
             continue
         (lab,) = manifest["cases"]
         window = tuple(lab["first_bad_step_window"]) if lab.get("first_bad_step_window") else None
         files = [f["path"] for f in lab["files"]]
         for group in [[f] for f in files] + ([files] if len(files) > 1 else []):
             src = "all files" if len(group) > 1 else "tensorboard" if "tfevents" in group[0] else Path(group[0]).name
-            try:
-                run, _ = load_run([str(out / f) for f in group])
-                d = diagnose_run(run)
-                rows.append(SynthRow(name, src, lab["category"], window, str(d.category), d.first_bad_step))  # type: ignore[arg-type]
-            except InputError as exc:
-                rows.append(SynthRow(name, src, lab["category"], window, "-", None, str(exc)))  # type: ignore[arg-type]
+            out_rows.append(SynthInput(name, src, lab["category"], window, [out / f for f in group]))  # type: ignore[arg-type]
+    return out_rows
+
+
+def score_synth(root: Path, names: list[str] | None = None) -> list[SynthRow]:
+    rows: list[SynthRow] = []
+    for inp in synth_inputs(root, names):
+        if inp.error:
+            rows.append(SynthRow(inp.case, inp.source, inp.label, None, "-", None, inp.error))
+            continue
+        try:
+            run, _ = load_run([str(p) for p in inp.paths])
+            d = diagnose_run(run)
+            rows.append(SynthRow(inp.case, inp.source, inp.label, inp.window, str(d.category), d.first_bad_step))
+        except InputError as exc:
+            rows.append(SynthRow(inp.case, inp.source, inp.label, inp.window, "-", None, str(exc)))
     return rows
 
 
