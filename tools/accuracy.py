@@ -160,6 +160,23 @@ def _pct(a: int, b: int) -> str:
     return f"{a}/{b} ({100 * a / b:.0f}%)" if b else "-"
 
 
+def group_tables(results: list[LogResult], level: str = "###") -> list[str]:
+    """The scores by category and by framework."""
+    out: list[str] = []
+    for key, title in ((lambda r: r.case.category, "category"), (lambda r: r.case.label["framework"], "framework")):
+        groups: dict[str, Score] = defaultdict(Score)
+        for r in results:
+            groups[key(r)].add(r)
+        out += [f"{level} By {title}", "", f"| {title} | cases | top-1 | first bad step | false alarms | could not read |",
+                "|---|---|---|---|---|---|"]
+        for name in sorted(groups):
+            g = groups[name]
+            fa = f"{g.false_alarms}/{g.healthy}" if g.healthy else "-"
+            out.append(f"| {name} | {g.n} | {_pct(g.cat_ok, g.n)} | {_pct(g.step_ok, g.stepped)} | {fa} | {g.unread} |")
+        out.append("")
+    return out
+
+
 def render_logs(results: list[LogResult]) -> str:
     total = log_summary(results)
     out = ["## Real logs (`tests/corpus/logs`)", "",
@@ -171,17 +188,7 @@ def render_logs(results: list[LogResult]) -> str:
            f"| false alarms (healthy logs with a finding above info) | {total.false_alarms} of {total.healthy} |",
            f"| could not read (no metric or event found) | {total.unread} |",
            f"| slowest case (read + diagnose, in process) | {total.slowest:.2f} s |", ""]
-    for key, title in ((lambda r: r.case.category, "category"), (lambda r: r.case.label["framework"], "framework")):
-        groups: dict[str, Score] = defaultdict(Score)
-        for r in results:
-            groups[key(r)].add(r)
-        out += [f"### By {title}", "", f"| {title} | cases | top-1 | first bad step | false alarms | could not read |",
-                "|---|---|---|---|---|---|"]
-        for name in sorted(groups):
-            g = groups[name]
-            fa = f"{g.false_alarms}/{g.healthy}" if g.healthy else "-"
-            out.append(f"| {name} | {g.n} | {_pct(g.cat_ok, g.n)} | {_pct(g.step_ok, g.stepped)} | {fa} | {g.unread} |")
-        out.append("")
+    out += group_tables(results)
     out += ["### Cases", "", "| case | label | first bad (label) | answer | first bad | ok |", "|---|---|---|---|---|---|"]
     for r in results:
         w = r.case.window
@@ -390,6 +397,9 @@ def replace_section(doc: str, name: str, body: str) -> str:
     block = f"{start}\n{body.rstrip()}\n{end}"
     if start in doc and end in doc:
         return re.sub(re.escape(start) + r".*?" + re.escape(end), lambda _m: block, doc, flags=re.S)
+    if name == "model" and "<!-- " in doc:  # the headline leads the document
+        at = doc.index("<!-- ")
+        return doc[:at] + block + "\n\n" + doc[at:]
     return doc.rstrip() + "\n\n" + block + "\n"
 
 
@@ -412,6 +422,15 @@ def _megatron(_args: argparse.Namespace) -> str:
         return render_megatron(score_megatron(Path(tmp)))
 
 
+def _model(args: argparse.Namespace) -> str:
+    import fit_diagnosis  # the fit and its grouped k-fold (imports this module)
+
+    with tempfile.TemporaryDirectory() as tmp:
+        items = fit_diagnosis.analyse_all(fit_diagnosis.corpus(args.cases or Path(tmp) / "synth"))
+    return fit_diagnosis.render(items)
+
+
+SECTIONS["model"] = _model
 SECTIONS["logs"] = _logs
 SECTIONS["megatron"] = _megatron
 SECTIONS["synth"] = _synth

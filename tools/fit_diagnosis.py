@@ -29,6 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import accuracy  # noqa: E402
 
 from trainaudit.diagnosis import Analysis, Model, analyse, decide  # noqa: E402
+from trainaudit.diagnosis.decide import CONFIDENT  # noqa: E402
 from trainaudit.diagnosis.features import CLASSES, FEATURES  # noqa: E402
 from trainaudit.diagnosis.model import MODEL_FILE, fit  # noqa: E402
 from trainaudit.errors import InputError  # noqa: E402
@@ -180,6 +181,79 @@ def write_model(items: list[Analysed], path: Path = MODEL_PATH, l2: float = L2) 
     model = Model(model.features, model.weights, info)
     path.write_text(model.to_json(), encoding="utf-8")
     return model
+
+
+# -- the report ----------------------------------------------------------------------------------
+BINS = ((0.0, 0.5), (0.5, 0.8), (0.8, 0.9), (0.9, 0.95), (0.95, 1.01))
+
+
+@dataclass
+class Summary:
+    cases: int
+    right: int  # category right
+    stepped: int
+    step_ok: int
+    healthy: int
+    false_alarms: int
+    inconclusive: int
+    confident: int  # answers with confidence >= 0.8
+    confident_right: int
+
+    @property
+    def top1(self) -> float:
+        return self.right / self.cases if self.cases else 0.0
+
+
+def summarise(outcomes: list[Outcome]) -> Summary:
+    rs = [o.result for o in outcomes]
+    conf = [o for o in outcomes if o.confidence >= CONFIDENT]
+    return Summary(len(rs), sum(r.cat_ok for r in rs), sum(r.step_ok is not None for r in rs),
+                   sum(bool(r.step_ok) for r in rs), sum(r.healthy for r in rs),
+                   sum(r.healthy and not r.cat_ok for r in rs), sum(r.verdict == "inconclusive" for r in rs),
+                   len(conf), sum(o.result.cat_ok for o in conf))
+
+
+def reliability(outcomes: list[Outcome]) -> list[tuple[str, int, int]]:
+    rows = []
+    for lo, hi in BINS:
+        b = [o for o in outcomes if lo <= o.confidence < hi]
+        rows.append((f"{lo:.2f} to {min(hi, 1.0):.2f}", len(b), sum(o.result.cat_ok for o in b)))
+    return rows
+
+
+def render(items: list[Analysed], k: int = K, l2: float = L2) -> str:
+    ins, oos = in_sample(items, l2), out_of_sample(items, k, l2)
+    kinds = [kd for kd in ("logs", "runs", "synth") if any(o.kind == kd for o in ins)]
+    names = {"logs": "real pasted logs (`tests/corpus/logs`)", "runs": "real framework runs (`tests/corpus/runs`)",
+             "synth": "generated runs (`tools/synth`, each file alone and all together)"}
+    groups = len({a.case.group for a in items})
+    out = ["## Out of sample: the headline", "",
+           f"The decision (which category is primary, healthy or not, the confidence) is a model fitted on the "
+           f"labelled cases (`src/trainaudit/diagnosis/model.json`, `python tools/fit_diagnosis.py`). Out of sample: "
+           f"grouped {k}-fold over {groups} groups (a pasted log's source thread, or repository for a file in one; "
+           f"a run's family; a generated case), a group's fold fixed by sha256 of its name; each case is decided by the "
+           f"model fitted on the other folds only. In sample: the model fitted on every case. Gap = in sample minus "
+           f"out of sample. An `inconclusive` answer names no problem: it counts as category `healthy` (right for a "
+           f"healthy log, no false alarm) and is counted on its own.", "",
+           "| set | cases | top-1 out of sample | top-1 in sample | gap | first bad step out / in | "
+           "false alarms out / in | inconclusive (out) |", "|---|---|---|---|---|---|---|---|"]
+    for kd in [*kinds, "all"]:
+        o = summarise([x for x in oos if kd in ("all", x.kind)])
+        i = summarise([x for x in ins if kd in ("all", x.kind)])
+        out.append(f"| {names.get(kd, 'all sets')} | {o.cases} | {accuracy._pct(o.right, o.cases)} | "
+                   f"{accuracy._pct(i.right, i.cases)} | {i.top1 - o.top1:+.3f} | "
+                   f"{accuracy._pct(o.step_ok, o.stepped)} / {accuracy._pct(i.step_ok, i.stepped)} | "
+                   f"{o.false_alarms} of {o.healthy} / {i.false_alarms} of {i.healthy} | {o.inconclusive} |")
+    a = summarise(oos)
+    out += ["", "### Calibration (out of sample, all sets)", "",
+            f"Answers with confidence >= {CONFIDENT}: {accuracy._pct(a.confident_right, a.confident)} right "
+            f"(the aim is at least 95 %). Below {CONFIDENT} the answer says what would decide it (`needs_more_data`).",
+            "", "| confidence | answers | right | share right |", "|---|---|---|---|"]
+    for name, n, r in reliability(oos):
+        out.append(f"| {name} | {n} | {r} | {f'{r / n:.2f}' if n else '-'} |")
+    out += ["", "### Out of sample by category and framework (all sets)", ""]
+    out += accuracy.group_tables([o.result for o in oos], level="####")
+    return "\n".join(out) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:
