@@ -26,14 +26,14 @@ from urllib.parse import urlsplit
 
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import accuracy  # noqa: E402
+import accuracy
 
-from trainaudit.diagnosis import Analysis, Model, analyse, decide  # noqa: E402
-from trainaudit.diagnosis.decide import CONFIDENT  # noqa: E402
-from trainaudit.diagnosis.features import CLASSES, FEATURES  # noqa: E402
-from trainaudit.diagnosis.model import MODEL_FILE, fit  # noqa: E402
-from trainaudit.errors import InputError  # noqa: E402
-from trainaudit.ingest import load_run  # noqa: E402
+from trainaudit.diagnosis import Analysis, Model, analyse, decide
+from trainaudit.diagnosis.decide import CONFIDENT
+from trainaudit.diagnosis.features import CLASSES, FEATURES
+from trainaudit.diagnosis.model import MODEL_FILE, fit
+from trainaudit.errors import InputError
+from trainaudit.ingest import load_run
 
 K = 5
 L2 = 1.0

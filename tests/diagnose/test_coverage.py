@@ -55,7 +55,7 @@ def test_a_fault_names_its_decision(tmp_path: Path) -> None:
     lines = "".join(f"step {i} loss {2.0 - i * 0.01:.3f}\n" for i in range(1, 60)) + "step 60 loss nan\nstep 61 loss nan\n"
     code, answer, _ = _diagnose(tmp_path, lines)
     fa = answer["final_answer"]
-    assert fa["verdict"] == "unhealthy" and fa["category"] == "nan_inf"
+    assert code == 1 and fa["verdict"] == "unhealthy" and fa["category"] == "nan_inf"
     rc = fa["root_causes"][0]
     assert "Fitted decision: nan_inf" in rc["issue"]
     assert 0 < rc["confidence"] <= 1

@@ -110,20 +110,20 @@ def matrix(engine: Diagnosis, cov: Coverage, pats: dict[str, float], n_errors: i
             continue
         row[col["info_hits"]] = _log(info.get(cat, 0), 10)
         row[col["pattern"]] = pats.get(cat, 0.0)
-        s = stories.get(cat)
-        if s is None:
+        st = stories.get(cat)
+        if st is None:
             continue
         row[col["story"]] = 1.0
         row[col[f"story:{cat}"]] = 1.0
-        row[col["story_confidence"]] = s.confidence
-        row[col["story_severity"]] = SEVERITY_ORDER[s.severity] / 4
-        row[col["engine_primary"]] = float(engine.stories[0] is s)
-        row[col["earliest"]] = float(s.first_bad_step is not None and s.first_bad_step == earliest)
-        row[col["fatal"]] = float(s.fatal)
-        row[col["hits"]] = _log(len(s.hits), 10)
-        row[col["rules"]] = _log(len({h.rule for h in s.hits}) - 1, 5)
-        row[col["message_evidence"]] = float(any(h.events for h in s.hits))
-        row[col["series_evidence"]] = float(any(h.points for h in s.hits))
+        row[col["story_confidence"]] = st.confidence
+        row[col["story_severity"]] = SEVERITY_ORDER[st.severity] / 4
+        row[col["engine_primary"]] = float(engine.stories[0] is st)
+        row[col["earliest"]] = float(st.first_bad_step is not None and st.first_bad_step == earliest)
+        row[col["fatal"]] = float(st.fatal)
+        row[col["hits"]] = _log(len(st.hits), 10)
+        row[col["rules"]] = _log(len({h.rule for h in st.hits}) - 1, 5)
+        row[col["message_evidence"]] = float(any(h.events for h in st.hits))
+        row[col["series_evidence"]] = float(any(h.points for h in st.hits))
         row[col["short_log"]] = float(short)
         row[col["tiny_log"]] = float(0 < cov.loss_points < 5)
         row[col["no_loss"]] = float(cov.loss_points == 0)
