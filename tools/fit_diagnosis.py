@@ -24,14 +24,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
+import numpy as np
+
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import accuracy
 
 from trainaudit.diagnosis import Analysis, Model, analyse, decide
 from trainaudit.diagnosis.decide import CONFIDENT
-from trainaudit.diagnosis.features import CLASSES, FEATURES
-from trainaudit.diagnosis.model import MODEL_FILE, fit
+from trainaudit.diagnosis.features import CLASSES, FEATURES, confidence_vector
+from trainaudit.diagnosis.model import MODEL_FILE, fit, fit_binary
 from trainaudit.errors import InputError
 from trainaudit.ingest import load_run
 
@@ -117,11 +119,34 @@ def analyse_all(cases: list[Case]) -> list[Analysed]:
     return out
 
 
-def fit_on(items: list[Analysed], l2: float = L2) -> Model:
-    train = [a for a in items if a.analysis is not None and a.case.log.category in CLASSES]
+def _fit_categories(train: list[Analysed], l2: float) -> Model:
     w = fit([a.analysis.x for a in train], [CLASSES.index(a.case.log.category) for a in train],  # type: ignore[union-attr]
             l2=l2, weights=[a.case.weight for a in train])
     return Model(FEATURES, w)
+
+
+def fit_on(items: list[Analysed], l2: float = L2, k: int = K) -> Model:
+    """The category model fitted on ``items``, and the confidence model fitted on the decisions
+    that category models made on the cases they were not fitted on (a grouped k-fold inside
+    ``items``, its folds salted apart from the evaluation's)."""
+    train = [a for a in items if a.analysis is not None and a.case.log.category in CLASSES]
+    model = _fit_categories(train, l2)
+    folds = [fold_of("inner:" + a.case.group, k) for a in train]
+    zs: list[np.ndarray] = []
+    right: list[bool] = []
+    for f in range(k):
+        held = [a for a, g in zip(train, folds) if g == f]
+        if not held:
+            continue
+        inner = _fit_categories([a for a, g in zip(train, folds) if g != f], l2)
+        for a in held:
+            d = decide(a.analysis, inner)  # type: ignore[arg-type]
+            p = np.array([d.probabilities[c] for c in CLASSES])
+            best = CLASSES.index(d.category)
+            runner = max((i for i in range(len(CLASSES)) if i != best), key=lambda i: p[i])
+            zs.append(confidence_vector(a.analysis.x, p, best, runner))  # type: ignore[union-attr]
+            right.append(d.category == a.case.log.category)
+    return Model(FEATURES, model.weights, confidence=fit_binary(zs, right, l2=l2))
 
 
 @dataclass
@@ -148,8 +173,7 @@ def _outcome(a: Analysed, model: Model) -> Outcome:
     text = a.step_text.get(d.first_bad_step, "") if d.first_bad_step is not None else ""
     r = accuracy.LogResult(c.log, str(d.category), d.verdict, d.first_bad_step,
                            a.seconds + time.perf_counter() - t0, detail=d.summary[:160], step_text=text)
-    conf = d.confidence if d.verdict != "inconclusive" else min(d.confidence, 0.5)
-    return Outcome(r, c.kind, conf, c.weight)
+    return Outcome(r, c.kind, d.confidence, c.weight)
 
 
 def in_sample(items: list[Analysed], l2: float = L2) -> list[Outcome]:
@@ -178,7 +202,7 @@ def write_model(items: list[Analysed], path: Path = MODEL_PATH, l2: float = L2) 
             "l2": l2, "cases": dict(sorted(counts.items())), "categories": dict(sorted(cats.items())),
             "groups": len({a.case.group for a in items}), "evaluation": f"grouped {K}-fold, fold = sha256(group) % {K}",
             "command": "python tools/fit_diagnosis.py"}
-    model = Model(model.features, model.weights, info)
+    model = Model(model.features, model.weights, info, model.confidence)
     path.write_text(model.to_json(), encoding="utf-8")
     return model
 

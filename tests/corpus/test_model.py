@@ -12,7 +12,7 @@ import fit_diagnosis as fd
 import numpy as np
 import pytest
 
-from trainaudit.diagnosis.features import FEATURES
+from trainaudit.diagnosis.features import CONFIDENCE_FEATURES, FEATURES
 from trainaudit.diagnosis.model import Model, shipped
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "accuracy.md"
@@ -91,10 +91,12 @@ def test_the_shipped_model_is_plain_data_with_its_provenance() -> None:
     data = json.loads((fd.MODEL_PATH).read_text(encoding="utf-8"))
     assert data["features"] == list(FEATURES)
     assert set(data["weights"]) == set(FEATURES)
+    assert set(data["confidence_weights"]) == set(CONFIDENCE_FEATURES)
     info = data["fitted"]
     assert info["cases"]["logs"] >= 150 and info["l2"] == fd.L2 and "fold" in info["evaluation"]
     m = shipped()
     assert isinstance(m, Model) and m.weights.shape == (len(FEATURES),)
+    assert m.confidence is not None and m.confidence.shape == (len(CONFIDENCE_FEATURES),)
 
 
 def test_the_document_leads_with_out_of_sample_and_calibration() -> None:

@@ -18,7 +18,7 @@ import numpy as np
 from trainaudit.answer.schema import Severity
 from trainaudit.diagnosis.coverage import Coverage, coverage_of
 from trainaudit.diagnosis.engine import Diagnosis, Story, conclude, diagnose
-from trainaudit.diagnosis.features import CLASSES, HEALTHY, matrix, patterns
+from trainaudit.diagnosis.features import CLASSES, HEALTHY, confidence_vector, matrix, patterns
 from trainaudit.diagnosis.model import Model, shipped
 from trainaudit.model import EventKind, Run
 from trainaudit.rules import Config, Context, run_rules_covered
@@ -57,7 +57,8 @@ WORDS: dict[str, str] = {
     "series_evidence": "the metric values show it", "short_log": "a short log", "tiny_log": "fewer than 5 loss points",
     "alone": "the only finding", "no_loss": "no training loss",
     "other_stories": "other problems in the run", "info_hits": "informational notes of this kind",
-    "pattern": "a short-log pattern of this kind", "h:loss_points": "many training-loss points",
+    "pattern": "a short-log pattern of this kind", "sibling": "a finding of a related kind",
+    "sibling_short": "a finding of a related kind in a short log", "h:loss_points": "many training-loss points",
     "h:no_loss": "no training loss", "h:few_points": "few points in every metric", "h:events": "events read",
     "h:errors": "error lines", "h:metrics": "many metrics", "h:validation": "validation metrics logged",
     "h:grad_norm": "grad norm logged", "h:stories": "findings", "h:max_story_confidence": "a confident finding",
@@ -115,10 +116,11 @@ def decide(a: Analysis, model: Model | None = None) -> Diagnosis:
     best = max([HEALTHY, *by_cat], key=lambda c: (prob[c], c == HEALTHY))
     runner = max((c for c in CLASSES if c != best), key=lambda c: prob[c])
     i, j = CLASSES.index(best), CLASSES.index(runner)
+    sure = model.sureness(confidence_vector(a.x, p, i, j), prob[best])
     why = ", ".join(f"{_word(f)} {v:+.1f}" for f, v in model.reasons(a.x, i, j))
     reasoning = (f"Fitted decision: {best} {prob[best]:.2f} over {runner} {prob[runner]:.2f}"
-                 + (f" (log-odds from {why})." if why else "."))
-    unsure = [f"what would decide between {best} and {runner}: {DECIDES[runner]}"] if prob[best] < CONFIDENT else []
+                 + (f" (log-odds from {why})" if why else "") + f"; confidence {sure:.2f}.")
+    unsure = [f"what would decide between {best} and {runner}: {DECIDES[runner]}"] if sure < CONFIDENT else []
 
     if best == HEALTHY:
         # the findings are weighed as not a problem: they stay in the report as notes
@@ -126,8 +128,12 @@ def decide(a: Analysis, model: Model | None = None) -> Diagnosis:
             h, severity=Severity.INFO, message=h.message + " (weighed as within normal for this run by the fitted decision)")
             for h in engine.hits]
         d = conclude([], hits)
+        if engine.stories:
+            d.summary += (f" The rules' {len(engine.stories)} finding(s) ("
+                          + ", ".join(st.category for st in engine.stories[:3]) + f") are weighed as normal. {reasoning}")
         missing = _not_enough(a.coverage)
         if missing:
+            sure = min(sure, CONFIDENT / 2)  # too little evidence to stand on, whatever the model says
             d.verdict = "inconclusive"
             d.summary = ("Not enough to decide: no finding, but the log is too thin to call the run healthy. "
                          + missing[0][0].upper() + missing[0][1:] + ".")
@@ -140,10 +146,12 @@ def decide(a: Analysis, model: Model | None = None) -> Diagnosis:
         stories.insert(0, primary)
         for s in stories:
             s.confidence = round(min(max(prob[s.category], 0.01), 0.99), 3)
+        primary.confidence = round(min(max(sure, 0.01), 0.99), 3)
         primary.issue = primary.issue.rstrip() + (" " if primary.issue.rstrip().endswith(".") else ". ") + reasoning
         d = conclude(stories, engine.hits)
         d.needs_more_data = [*unsure, *(n for n in d.needs_more_data if n not in unsure)]
     d.coverage = a.coverage
     d.probabilities = {c: round(v, 4) for c, v in prob.items()}
+    d.confidence = round(min(max(sure, 0.01), 0.99), 3)
     d.reasoning = reasoning
     return d

@@ -62,14 +62,11 @@ class Diagnosis:
     needs_more_data: list[str] = field(default_factory=list)
     quick_fixes: list[str] = field(default_factory=list)
     coverage: Coverage | None = None
-    # the fitted decision: probability of each category, and why it chose what it chose
+    # the fitted decision: probability of each category, how sure the answer is of its category,
+    # and why it chose what it chose
     probabilities: dict[str, float] = field(default_factory=dict)
+    confidence: float = 0.0
     reasoning: str = ""
-
-    @property
-    def confidence(self) -> float:
-        """How sure the answer is of its category (the fitted probability; 0 when not decided)."""
-        return self.probabilities.get(self.category, 0.0)
 
 
 def _sev(h: Hit | Story) -> int:

@@ -25,12 +25,22 @@ HEALTHY = Category.HEALTHY.value
 
 SHARED = ("story", "story_confidence", "story_severity", "engine_primary", "earliest", "fatal", "hits",
           "rules", "message_evidence", "series_evidence", "short_log", "tiny_log", "no_loss", "alone", "other_stories", "info_hits",
-          "pattern")
+          "pattern", "sibling", "sibling_short")
 RUN = ("h:loss_points", "h:no_loss", "h:few_points", "h:events", "h:errors", "h:metrics", "h:validation",
        "h:grad_norm", "h:stories", "h:max_story_confidence", "h:max_story_severity", "h:info_hits", "h:patterns")
 FEATURES: tuple[str, ...] = (*SHARED, *RUN, *(f"bias:{c}" for c in CLASSES),
                              *(f"story:{c}" for c in CLASSES if c != HEALTHY))
 SHORT = 20  # fewer logged training-loss points than this is a short log
+# families of categories whose members the rules can confuse with each other
+_FAMILY: dict[str, str] = {
+    **{c.value: "numeric" for c in (Category.NAN_INF, Category.DIVERGENCE, Category.LOSS_SPIKE,
+                                     Category.LOSS_SCALE_COLLAPSE, Category.GRAD_EXPLOSION)},
+    **{c.value: "fatal" for c in (Category.OOM, Category.DISTRIBUTED_FAILURE, Category.HARDWARE_FAULT,
+                                   Category.CRASH, Category.DATA_PIPELINE)},
+    **{c.value: "learning" for c in (Category.PLATEAU, Category.GRAD_VANISHING, Category.OVERFITTING,
+                                      Category.MODE_COLLAPSE)},
+    **{c.value: "resources" for c in (Category.MEMORY_GROWTH, Category.THROUGHPUT_REGRESSION)},
+}
 
 
 # -- short-log patterns: each is plain at a handful of points and points at one category ---------
@@ -112,6 +122,11 @@ def matrix(engine: Diagnosis, cov: Coverage, pats: dict[str, float], n_errors: i
         row[col["pattern"]] = pats.get(cat, 0.0)
         st = stories.get(cat)
         if st is None:
+            # a story of a related kind (a NaN story when the label says exploding gradients): the
+            # rules may have named the wrong member of the family
+            sib = any(_FAMILY.get(o) == _FAMILY.get(cat) for o in stories) and cat in _FAMILY
+            row[col["sibling"]] = float(sib)
+            row[col["sibling_short"]] = float(sib and (short or cov.loss_points == 0))
             continue
         row[col["story"]] = 1.0
         row[col[f"story:{cat}"]] = 1.0
@@ -145,3 +160,25 @@ def matrix(engine: Diagnosis, cov: Coverage, pats: dict[str, float], n_errors: i
     h[col["h:info_hits"]] = _log(sum(info.values()), 10)
     h[col["h:patterns"]] = min(1.0, sum(pats.values()))
     return x
+
+
+# -- how sure: features of a decision, for the model of whether it is right -----------------------
+CONFIDENCE_FEATURES: tuple[str, ...] = (
+    "bias", "p", "margin", "answer:healthy", "answer:numeric", "answer:fatal", "answer:learning",
+    "answer:resources", "story_confidence", "alone", "message_evidence", "fatal", "short_log", "tiny_log",
+    "no_loss", "h:loss_points", "h:few_points", "h:validation", "h:grad_norm", "h:stories")
+
+
+def confidence_vector(x: np.ndarray, p: np.ndarray, best: int, runner: int) -> np.ndarray:
+    col = {f: i for i, f in enumerate(FEATURES)}
+    row, h = x[best], x[CLASSES.index(HEALTHY)]
+    cat = CLASSES[best]
+    v = {"bias": 1.0, "p": float(p[best]), "margin": float(p[best] - p[runner]),
+         "answer:healthy": float(cat == HEALTHY)}
+    for fam in ("numeric", "fatal", "learning", "resources"):
+        v[f"answer:{fam}"] = float(_FAMILY.get(cat) == fam)
+    for f in ("story_confidence", "alone", "message_evidence", "fatal", "short_log", "tiny_log", "no_loss"):
+        v[f] = float(row[col[f]])
+    for f in ("h:loss_points", "h:few_points", "h:validation", "h:grad_norm", "h:stories"):
+        v[f] = float(h[col[f]])
+    return np.array([v[f] for f in CONFIDENCE_FEATURES])

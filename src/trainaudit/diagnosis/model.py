@@ -22,16 +22,28 @@ from typing import Any
 
 import numpy as np
 
-from trainaudit.diagnosis.features import CLASSES, FEATURES
+from trainaudit.diagnosis.features import CONFIDENCE_FEATURES, FEATURES
 
 MODEL_FILE = "model.json"
 
 
 @dataclass(frozen=True)
 class Model:
+    """``weights``: one per feature of :data:`FEATURES` (which category); ``confidence``: one per
+    feature of :data:`CONFIDENCE_FEATURES` (how likely the chosen category is right: a logistic
+    model fitted on decisions the category model made on cases it was not fitted on)."""
+
     features: tuple[str, ...]
     weights: np.ndarray
     info: dict[str, Any] = field(default_factory=dict)
+    confidence: np.ndarray | None = None
+
+    def sureness(self, z: np.ndarray, p_best: float) -> float:
+        """P(the chosen category is right) from the decision's features ``z``; the category's own
+        probability when no confidence model was fitted."""
+        if self.confidence is None:
+            return p_best
+        return float(1.0 / (1.0 + np.exp(-float(z @ self.confidence))))
 
     def scores(self, x: np.ndarray) -> np.ndarray:
         return np.asarray(x @ self.weights, dtype=np.float64)
@@ -48,16 +60,21 @@ class Model:
         return [(self.features[i], float(contrib[i])) for i in order[:top] if contrib[i] > 0.05]
 
     def to_json(self) -> str:
-        return json.dumps({"features": list(self.features),
-                           "weights": {f: round(float(w), 6) for f, w in zip(self.features, self.weights)},
-                           "fitted": self.info}, indent=1) + "\n"
+        data: dict[str, Any] = {"features": list(self.features),
+                                "weights": {f: round(float(w), 6) for f, w in zip(self.features, self.weights)}}
+        if self.confidence is not None:
+            data["confidence_weights"] = {f: round(float(w), 6) for f, w in zip(CONFIDENCE_FEATURES, self.confidence)}
+        data["fitted"] = self.info
+        return json.dumps(data, indent=1) + "\n"
 
     @classmethod
     def from_json(cls, text: str) -> Model:
         data = json.loads(text)
         w = data["weights"]
         # a feature the shipped weights do not know weighs nothing (an older model file)
-        return cls(FEATURES, np.array([float(w.get(f, 0.0)) for f in FEATURES]), data.get("fitted", {}))
+        c = data.get("confidence_weights")
+        return cls(FEATURES, np.array([float(w.get(f, 0.0)) for f in FEATURES]), data.get("fitted", {}),
+                   None if c is None else np.array([float(c.get(f, 0.0)) for f in CONFIDENCE_FEATURES]))
 
 
 @cache
@@ -71,44 +88,46 @@ def fit(xs: list[np.ndarray], ys: list[int], *, l2: float = 1.0, weights: list[f
     """Weights maximising sum_i a_i log p(ys[i] | xs[i]) - l2/2 |w|^2, by Newton's method with
     step halving (the objective is strictly concave: one maximum, found from any start).
 
-    ``xs[i]``: (len(CLASSES), len(FEATURES)); ``ys[i]``: the index of the right category;
-    ``weights``: a_i (1 each by default)."""
-    n_f = len(FEATURES)
-    sw = weights or [1.0] * len(xs)
+    ``xs[i]``: (categories, features), the same shape for every i; ``ys[i]``: the index of the right
+    category; ``weights``: a_i (1 each by default)."""
+    x = np.stack(xs)  # (n, k, f)
+    y = np.asarray(ys)
+    a = np.asarray(weights if weights is not None else [1.0] * len(xs), dtype=np.float64)
+    n, _, n_f = x.shape
+    rows = np.arange(n)
+    x_y = x[rows, y]  # (n, f)
 
     def objective(w: np.ndarray) -> float:
-        total = -0.5 * l2 * float(w @ w)
-        for x, y, a in zip(xs, ys, sw):
-            s = x @ w
-            total += a * float(s[y] - s.max() - np.log(np.exp(s - s.max()).sum()))
-        return total
+        s = x @ w
+        m = s.max(axis=1)
+        return float(a @ (s[rows, y] - m - np.log(np.exp(s - m[:, None]).sum(axis=1)))) - 0.5 * l2 * float(w @ w)
 
     w = np.zeros(n_f)
     current = objective(w)
     for _ in range(max_iter):
-        grad = -l2 * w
-        hess = -l2 * np.eye(n_f)
-        for x, y, a in zip(xs, ys, sw):
-            s = x @ w
-            p = np.exp(s - s.max())
-            p /= p.sum()
-            mean = p @ x
-            grad += a * (x[y] - mean)
-            xc = x - mean
-            hess -= a * (xc.T * p) @ xc
+        s = x @ w
+        p = np.exp(s - s.max(axis=1, keepdims=True))
+        p /= p.sum(axis=1, keepdims=True)
+        mean = np.einsum("nk,nkf->nf", p, x)
+        grad = a @ (x_y - mean) - l2 * w
+        hess = -(np.einsum("n,nk,nkf,nkg->fg", a, p, x, x) - np.einsum("n,nf,ng->fg", a, mean, mean)) \
+            - l2 * np.eye(n_f)
         step = np.linalg.solve(hess, grad)
         t = 1.0
-        while t > 1e-6:
+        while True:
             new = w - t * step
             value = objective(new)
-            if value >= current:
+            if value >= current or t < 1e-6:
                 break
             t /= 2
-        w, current = new, value
+        w, current = new, max(value, current)
         if float(np.max(np.abs(t * step))) < 1e-8:
             break
     return w
 
 
-def class_index(category: str) -> int:
-    return CLASSES.index(category)
+def fit_binary(zs: list[np.ndarray], right: list[bool], *, l2: float = 1.0) -> np.ndarray:
+    """L2-penalised logistic regression of ``right`` on ``zs`` (a two-way :func:`fit`: the second
+    row of each case is all zeros)."""
+    xs = [np.stack([z, np.zeros_like(z)]) for z in zs]
+    return fit(xs, [0 if r else 1 for r in right], l2=l2)
