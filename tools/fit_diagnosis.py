@@ -74,10 +74,10 @@ def _entries(d: Path) -> list[Path]:
     return sorted(p for p in d.iterdir() if p.name != "label.json")
 
 
-def corpus(synth_root: Path | None) -> list[Case]:
+def corpus(synth_root: Path | None, runs: Path = RUNS) -> list[Case]:
     cases = [Case(c, "logs", group_of(str(c.label["source"])), [c.path]) for c in accuracy.log_cases()]
-    if RUNS.is_dir():
-        for d in sorted(p for p in RUNS.iterdir() if (p / "label.json").is_file()):
+    if runs.is_dir():
+        for d in sorted(p for p in runs.iterdir() if (p / "label.json").is_file()):
             label = json.loads((d / "label.json").read_text(encoding="utf-8"))
             paths = _entries(d)
             cases.append(Case(accuracy.LogCase(d.name, paths[0], label), "runs",

@@ -108,3 +108,18 @@ def test_the_document_leads_with_out_of_sample_and_calibration() -> None:
     assert "| confidence | answers | right | share right |" in doc
     rows = [line for line in doc.split("### Calibration")[1].splitlines() if line.startswith("| 0.")]
     assert len(rows) == len(fd.BINS)
+
+
+def test_framework_runs_are_picked_up_with_their_family_as_group(tmp_path: Path) -> None:
+    case = tmp_path / "hf-trainer-nan-1"
+    case.mkdir()
+    (case / "stdout.log").write_text("".join(f"step {i} loss {2 - i / 100:.3f}\n" for i in range(1, 30)) + "step 30 loss nan\n",
+                                     encoding="utf-8")
+    (case / "label.json").write_text(json.dumps({"category": "nan_inf", "family": "hf-trainer-nan",
+                                                 "framework": "hf-transformers", "first_bad_step": 30}), encoding="utf-8")
+    (tmp_path / "no-label").mkdir()  # a folder without a label is not a case
+    runs = [c for c in fd.corpus(None, runs=tmp_path) if c.kind == "runs"]
+    assert [(c.log.name, c.group, [p.name for p in c.paths]) for c in runs] == \
+        [("hf-trainer-nan-1", "family:hf-trainer-nan", ["stdout.log"])]
+    (done,) = fd.analyse_all(runs)
+    assert done.analysis is not None and done.analysis.engine.category == "nan_inf"
