@@ -137,7 +137,8 @@ def decide(a: Analysis, model: Model | None = None) -> Diagnosis:
             d.verdict = "inconclusive"
             d.summary = ("Not enough to decide: no finding, but the log is too thin to call the run healthy. "
                          + missing[0][0].upper() + missing[0][1:] + ".")
-        d.needs_more_data = [*missing, *unsure]
+        # too thin a log: what is missing decides it, not a runner-up the model can barely tell apart
+        d.needs_more_data = missing or unsure
     else:
         # copies: an analysis is decided again by other models (the evaluation's folds)
         stories = [dataclasses.replace(s, needs_more_data=list(s.needs_more_data)) for s in engine.stories]
