@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 OUT ?= trainaudit-out/demo
 
-.PHONY: demo test bench accuracy clean browser
+.PHONY: demo test bench accuracy fit clean browser
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -43,6 +43,10 @@ bench: $(VENV)/.installed-dev
 # Scores on the labelled corpora -> docs/accuracy.md (`python tools/accuracy.py logs` rescores one set).
 accuracy: $(VENV)/.installed-dev
 	$(BIN)/python tools/accuracy.py
+
+# Refit the diagnosis decision (src/trainaudit/diagnosis/model.json) on every labelled case; then `make accuracy`.
+fit: $(VENV)/.installed-dev
+	$(BIN)/python tools/fit_diagnosis.py
 
 clean:
 	rm -rf $(VENV) trainaudit-out

@@ -160,6 +160,23 @@ def _pct(a: int, b: int) -> str:
     return f"{a}/{b} ({100 * a / b:.0f}%)" if b else "-"
 
 
+def group_tables(results: list[LogResult], level: str = "###") -> list[str]:
+    """The scores by category and by framework."""
+    out: list[str] = []
+    for key, title in ((lambda r: r.case.category, "category"), (lambda r: r.case.label["framework"], "framework")):
+        groups: dict[str, Score] = defaultdict(Score)
+        for r in results:
+            groups[key(r)].add(r)
+        out += [f"{level} By {title}", "", f"| {title} | cases | top-1 | first bad step | false alarms | could not read |",
+                "|---|---|---|---|---|---|"]
+        for name in sorted(groups):
+            g = groups[name]
+            fa = f"{g.false_alarms}/{g.healthy}" if g.healthy else "-"
+            out.append(f"| {name} | {g.n} | {_pct(g.cat_ok, g.n)} | {_pct(g.step_ok, g.stepped)} | {fa} | {g.unread} |")
+        out.append("")
+    return out
+
+
 def render_logs(results: list[LogResult]) -> str:
     total = log_summary(results)
     out = ["## Real logs (`tests/corpus/logs`)", "",
@@ -171,17 +188,7 @@ def render_logs(results: list[LogResult]) -> str:
            f"| false alarms (healthy logs with a finding above info) | {total.false_alarms} of {total.healthy} |",
            f"| could not read (no metric or event found) | {total.unread} |",
            f"| slowest case (read + diagnose, in process) | {total.slowest:.2f} s |", ""]
-    for key, title in ((lambda r: r.case.category, "category"), (lambda r: r.case.label["framework"], "framework")):
-        groups: dict[str, Score] = defaultdict(Score)
-        for r in results:
-            groups[key(r)].add(r)
-        out += [f"### By {title}", "", f"| {title} | cases | top-1 | first bad step | false alarms | could not read |",
-                "|---|---|---|---|---|---|"]
-        for name in sorted(groups):
-            g = groups[name]
-            fa = f"{g.false_alarms}/{g.healthy}" if g.healthy else "-"
-            out.append(f"| {name} | {g.n} | {_pct(g.cat_ok, g.n)} | {_pct(g.step_ok, g.stepped)} | {fa} | {g.unread} |")
-        out.append("")
+    out += group_tables(results)
     out += ["### Cases", "", "| case | label | first bad (label) | answer | first bad | ok |", "|---|---|---|---|---|---|"]
     for r in results:
         w = r.case.window
@@ -310,29 +317,52 @@ class SynthRow:
         return self.first_bad is not None and self.window[0] <= self.first_bad <= self.window[1]
 
 
-def score_synth(root: Path, names: list[str] | None = None) -> list[SynthRow]:
+@dataclass
+class SynthInput:
+    """One way of reading a generated run: one of its files alone, or all of them together."""
+
+    case: str
+    source: str
+    label: str
+    window: tuple[int, int] | None
+    paths: list[Path]
+    error: str = ""
+
+
+def synth_inputs(root: Path, names: list[str] | None = None) -> list[SynthInput]:
+    """Generate the synth runs under ``root`` (reused when already there) and list their inputs."""
     from synth import catalogue, generate  # tools/synth: imported only for this set (it needs torch)
 
-    rows: list[SynthRow] = []
+    out_rows: list[SynthInput] = []
     for name in names or list(catalogue()):
         out = root / name
         manifest_path = out / "manifest.json"
         try:
             manifest = json.loads(manifest_path.read_text()) if manifest_path.exists() else generate(out, [name])
         except AssertionError as exc:  # the run did not show its fault this time
-            rows.append(SynthRow(name, "-", catalogue()[name].category, None, "-", None, f"not generated: {exc}"))
+            out_rows.append(SynthInput(name, "-", catalogue()[name].category, None, [], f"not generated: {exc}"))
             continue
         (lab,) = manifest["cases"]
         window = tuple(lab["first_bad_step_window"]) if lab.get("first_bad_step_window") else None
         files = [f["path"] for f in lab["files"]]
         for group in [[f] for f in files] + ([files] if len(files) > 1 else []):
             src = "all files" if len(group) > 1 else "tensorboard" if "tfevents" in group[0] else Path(group[0]).name
-            try:
-                run, _ = load_run([str(out / f) for f in group])
-                d = diagnose_run(run)
-                rows.append(SynthRow(name, src, lab["category"], window, str(d.category), d.first_bad_step))  # type: ignore[arg-type]
-            except InputError as exc:
-                rows.append(SynthRow(name, src, lab["category"], window, "-", None, str(exc)))  # type: ignore[arg-type]
+            out_rows.append(SynthInput(name, src, lab["category"], window, [out / f for f in group]))  # type: ignore[arg-type]
+    return out_rows
+
+
+def score_synth(root: Path, names: list[str] | None = None) -> list[SynthRow]:
+    rows: list[SynthRow] = []
+    for inp in synth_inputs(root, names):
+        if inp.error:
+            rows.append(SynthRow(inp.case, inp.source, inp.label, None, "-", None, inp.error))
+            continue
+        try:
+            run, _ = load_run([str(p) for p in inp.paths])
+            d = diagnose_run(run)
+            rows.append(SynthRow(inp.case, inp.source, inp.label, inp.window, str(d.category), d.first_bad_step))
+        except InputError as exc:
+            rows.append(SynthRow(inp.case, inp.source, inp.label, inp.window, "-", None, str(exc)))
     return rows
 
 
@@ -367,6 +397,9 @@ def replace_section(doc: str, name: str, body: str) -> str:
     block = f"{start}\n{body.rstrip()}\n{end}"
     if start in doc and end in doc:
         return re.sub(re.escape(start) + r".*?" + re.escape(end), lambda _m: block, doc, flags=re.S)
+    if name == "model" and "<!-- " in doc:  # the headline leads the document
+        at = doc.index("<!-- ")
+        return doc[:at] + block + "\n\n" + doc[at:]
     return doc.rstrip() + "\n\n" + block + "\n"
 
 
@@ -389,6 +422,15 @@ def _megatron(_args: argparse.Namespace) -> str:
         return render_megatron(score_megatron(Path(tmp)))
 
 
+def _model(args: argparse.Namespace) -> str:
+    import fit_diagnosis  # the fit and its grouped k-fold (imports this module)
+
+    with tempfile.TemporaryDirectory() as tmp:
+        items = fit_diagnosis.analyse_all(fit_diagnosis.corpus(args.cases or Path(tmp) / "synth"))
+    return fit_diagnosis.render(items)
+
+
+SECTIONS["model"] = _model
 SECTIONS["logs"] = _logs
 SECTIONS["megatron"] = _megatron
 SECTIONS["synth"] = _synth

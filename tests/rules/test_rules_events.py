@@ -112,4 +112,7 @@ def test_segfault_is_a_crash_and_sigkill_a_host_oom(tmp_path):
 def test_healthy_public_excerpts(tmp_path):
     for key in ("Megatron-LM/issues/756", "Megatron-Bridge/issues/4024"):
         _, hits, d = _diag(tmp_path, sample_block("megatron.txt", key), key.replace("/", "_") + ".log")
-        assert d.verdict == "healthy" and all(h.severity == "info" for h in hits.values())
+        # nothing wrong, but 2 to 3 loss lines are too few to call the run healthy
+        assert d.category == "healthy" and all(h.severity == "info" for h in hits.values())
+        assert d.verdict == "inconclusive" and d.coverage is not None and d.coverage.loss_points < 10
+        assert any("training loss has" in n for n in d.needs_more_data)

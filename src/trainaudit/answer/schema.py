@@ -172,6 +172,22 @@ class RootCause(_Model):
     confidence: float = Field(ge=0.0, le=1.0)
 
 
+class MetricCoverage(_Model):
+    points: int
+    first_step: int | None = None
+    last_step: int | None = None
+
+
+class Coverage(_Model):
+    """What a diagnosis looked at: metrics with their points and step range, events read, rules
+    that ran and those that could not (and why)."""
+
+    metrics: dict[str, MetricCoverage] = Field(default_factory=dict)
+    events: int = 0
+    rules_run: list[str] = Field(default_factory=list)
+    rules_skipped: dict[str, str] = Field(default_factory=dict)
+
+
 class FinalAnswer(_Model):
     verdict: Verdict
     category: Category
@@ -180,6 +196,7 @@ class FinalAnswer(_Model):
     root_causes: list[RootCause] = Field(default_factory=list)
     quick_fixes: list[str] = Field(default_factory=list)
     needs_more_data: list[str] = Field(default_factory=list)
+    coverage: Coverage | None = None
 
 
 class ValidationCheck(_Model):

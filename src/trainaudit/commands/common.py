@@ -26,6 +26,7 @@ from trainaudit.ingest import Position
 from trainaudit.redact import mask_secrets
 from trainaudit.render.terminal import (DEFAULT_FINDINGS, closing_line, comparison_line, finding_line,
                                         ordered_findings, verdict_line)
+from trainaudit.render.numbers import coverage_line
 from trainaudit.render.write import ReportPaths, fresh_dir
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -126,6 +127,9 @@ def print_summary(answer: Answer, paths: ReportPaths, *, quiet: bool, verbose: b
         for head_line in head:
             con.print(Text(mask_secrets(head_line.plain), style=head_line.style), no_wrap=True, overflow="ellipsis")
         lines = [fa.summary]
+        checked = coverage_line(fa.coverage)
+        if checked:
+            lines.append(checked)
         causes = fa.root_causes if verbose else fa.root_causes[:1]
         for k, rc in enumerate(causes, 1):
             if verbose:

@@ -55,7 +55,8 @@ def diagnose(inputs: tuple[str, ...], out: Path, fmt: str | None, as_json: bool,
     else:
         print_summary(answer, paths, quiet=quiet, verbose=verbose)
     report_notes(paths, quiet, problems)
-    return exit_code(answer.findings, fail_on, answer.final_answer.verdict != "healthy")
+    # inconclusive: nothing found and too little to call the run healthy; not a failure
+    return exit_code(answer.findings, fail_on, answer.final_answer.verdict not in ("healthy", "inconclusive"))
 
 
 diagnose.epilog = "Formats: " + ", ".join(format_names())

@@ -10,15 +10,17 @@ from __future__ import annotations
 
 from trainaudit.diagnosis.engine import Diagnosis, Story, diagnose
 from trainaudit.diagnosis.build import build_answer, plot_specs
+from trainaudit.diagnosis.decide import Analysis, analyse, decide
+from trainaudit.diagnosis.model import Model
 from trainaudit.model import Run
-from trainaudit.rules import Config, Context, run_rules
+from trainaudit.rules import Config
 
 
-def diagnose_run(run: Run, config: Config | None = None) -> Diagnosis:
-    hits = run_rules(run, config)
-    ctx = Context.of(run)
-    loss = ctx.series("loss", finite=True)
-    return diagnose(hits, n_loss_points=len(loss) if loss is not None else 0, has=set(ctx.roles.names))
+def diagnose_run(run: Run, config: Config | None = None, model: Model | None = None) -> Diagnosis:
+    """The rules' findings, grouped into stories, decided by the fitted model (the shipped one
+    unless ``model`` is given)."""
+    return decide(analyse(run, config), model)
 
 
-__all__ = ["Diagnosis", "Story", "build_answer", "diagnose", "diagnose_run", "plot_specs"]
+__all__ = ["Analysis", "Diagnosis", "Model", "Story", "analyse", "build_answer", "decide", "diagnose",
+           "diagnose_run", "plot_specs"]

@@ -13,7 +13,7 @@ from trainaudit.model import Run, SourceKind
 from trainaudit.rules.base import Hit, PointRef
 from trainaudit.answer.builder import AnswerBuilder, sha256_of
 from trainaudit.answer.charts import Curve, PlotSpec
-from trainaudit.answer.schema import Answer, FinalAnswer, RootCause
+from trainaudit.answer.schema import Answer, Coverage, FinalAnswer, MetricCoverage, RootCause
 from trainaudit.answer.paths import display_path
 
 MAX_EXCERPT = 200  # values quoted in one fact; longer windows are evenly thinned
@@ -123,8 +123,17 @@ def build_answer(paths: list[str], run: Run, diag: Diagnosis, *, hash_sources: b
                                confidence=st.confidence))
     final = FinalAnswer(verdict=diag.verdict, category=diag.category, first_bad_step=diag.first_bad_step,  # type: ignore[arg-type]
                         summary=diag.summary, root_causes=roots, quick_fixes=diag.quick_fixes,
-                        needs_more_data=diag.needs_more_data)
+                        needs_more_data=diag.needs_more_data, coverage=_coverage(diag))
     return b.build(final)
+
+
+def _coverage(diag: Diagnosis) -> Coverage | None:
+    c = diag.coverage
+    if c is None:
+        return None
+    return Coverage(metrics={name: MetricCoverage(points=m.points, first_step=m.first_step, last_step=m.last_step)
+                             for name, m in c.metrics.items()},
+                    events=c.events, rules_run=c.rules_run, rules_skipped=c.rules_skipped)
 
 
 def _backing_point(run: Run, h: Hit) -> PointRef | None:

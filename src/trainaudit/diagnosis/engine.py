@@ -18,6 +18,7 @@ import re
 from dataclasses import dataclass, field
 
 from trainaudit.answer.schema import FATAL_CATEGORIES, SEVERITY_ORDER, Category
+from trainaudit.diagnosis.coverage import Coverage
 from trainaudit.rules.base import Hit
 
 # Stories by kind of category. Within the same step, the numeric category that explains the
@@ -60,6 +61,12 @@ class Diagnosis:
     summary: str
     needs_more_data: list[str] = field(default_factory=list)
     quick_fixes: list[str] = field(default_factory=list)
+    coverage: Coverage | None = None
+    # the fitted decision: probability of each category, how sure the answer is of its category,
+    # and why it chose what it chose
+    probabilities: dict[str, float] = field(default_factory=dict)
+    confidence: float = 0.0
+    reasoning: str = ""
 
 
 def _sev(h: Hit | Story) -> int:
@@ -247,7 +254,11 @@ def diagnose(hits: list[Hit], *, n_loss_points: int = 0, has: set[str] | None = 
     stories.sort(key=lambda s: (-_sev(s), math.inf if s.first_bad_step is None else s.first_bad_step))
     for s in stories:
         s.confidence = round(min(max(s.confidence, 0.05), 0.99), 3)
+    return conclude(stories, hits)
 
+
+def conclude(stories: list[Story], hits: list[Hit]) -> Diagnosis:
+    """The verdict, summary and quick fixes of ``stories``, the first of which is the primary."""
     fatal = any(s.fatal for s in stories)
     if not stories:
         verdict, category, first = "healthy", "healthy", None

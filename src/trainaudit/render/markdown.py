@@ -12,7 +12,7 @@ from collections.abc import Iterable
 
 from trainaudit.answer.schema import Answer, Commit, Comparison, ExtractedFact
 from trainaudit.compare.build import check_in_words
-from trainaudit.render.numbers import number, percent
+from trainaudit.render.numbers import coverage_line, number, percent
 from trainaudit.redact import BACKTICKS, mask_secrets, md_code_block, md_inline
 
 MAX_ROWS = 25
@@ -98,6 +98,9 @@ def render_markdown(answer: Answer, plot_files: list[str] | None = None) -> str:
     if conf is not None:
         line += f" · confidence {conf:.2f}"
     out += [line, "", md_inline(fa.summary), ""]
+    checked = coverage_line(fa.coverage)
+    if checked:
+        out += [md_inline(checked), ""]
 
     if fa.root_causes:
         out.append("## Root cause" + ("s" if len(fa.root_causes) > 1 else ""))

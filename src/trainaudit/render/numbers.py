@@ -3,6 +3,8 @@ value reads the same everywhere."""
 
 from __future__ import annotations
 
+from trainaudit.answer.schema import Coverage
+
 
 def number(v: float | str | None, digits: int = 4, missing: str = "-") -> str:
     """``digits`` significant digits; scientific notation below 1e-3 and from 1e5 on; ints and
@@ -23,3 +25,21 @@ def number(v: float | str | None, digits: int = 4, missing: str = "-") -> str:
 def percent(v: float | None, missing: str = "-") -> str:
     """A ratio as a percentage with 3 significant digits (0.145 -> ``14.5 %``)."""
     return missing if v is None else f"{v * 100:.3g} %"
+
+
+def coverage_line(c: Coverage | None, limit: int = 4) -> str | None:
+    """``Checked: loss 120 points (steps 1-1200), lr 120 points; 3 events; 21 rules ran, 4 could not
+    (TA301: no val_loss metric; ...)``: what a diagnosis looked at, in one line."""
+    if c is None:
+        return None
+    metrics = sorted(c.metrics.items(), key=lambda kv: -kv[1].points)
+    parts = [f"{name} {m.points} point{'s' if m.points != 1 else ''}"
+             + (f" (steps {m.first_step}-{m.last_step})" if m.first_step is not None and m.points > 1 else "")
+             for name, m in metrics[:limit]]
+    if len(metrics) > limit:
+        parts.append(f"{len(metrics) - limit} more metric(s)")
+    seen = ", ".join(parts) if parts else "no metric"
+    skipped = "; ".join(f"{r}: {why}" for r, why in list(c.rules_skipped.items())[:3])
+    more = "; ..." if len(c.rules_skipped) > 3 else ""
+    could_not = f", {len(c.rules_skipped)} could not ({skipped}{more})" if c.rules_skipped else ""
+    return f"Checked: {seen}; {c.events} event(s); {len(c.rules_run)} rules ran{could_not}."

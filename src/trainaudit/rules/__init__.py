@@ -5,6 +5,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 from trainaudit.model import Run
 from trainaudit.rules.base import CalcSpec, Context, EventRef, Hit, PointRef, Rule
 from trainaudit.rules.config import Config, load_config
@@ -17,11 +19,34 @@ def active_rules(config: Config | None = None) -> list[Rule]:
 
 
 def run_rules(run: Run, config: Config | None = None) -> list[Hit]:
+    return run_rules_covered(run, config).hits
+
+
+@dataclass
+class RulesRun:
+    """The hits of every active rule, which rules could look at the run, and why the others could
+    not (none of the series they ask for is there, or long enough)."""
+
+    hits: list[Hit] = field(default_factory=list)
+    ran: list[str] = field(default_factory=list)
+    skipped: dict[str, str] = field(default_factory=dict)
+
+
+def run_rules_covered(run: Run, config: Config | None = None) -> RulesRun:
     ctx = Context.of(run)
-    hits: list[Hit] = []
+    out = RulesRun()
     for rule in active_rules(config):
-        hits.extend(rule.check(ctx))
-    return hits
+        ctx.asked = []
+        found = rule.check(ctx)
+        out.hits.extend(found)
+        # a rule asks for the series it is about first: without it, it could not look at the run
+        missing = [why for _role, why in ctx.asked if why is not None]
+        if not found and ctx.asked and ctx.asked[0][1] is not None:
+            out.skipped[rule.id] = "; ".join(dict.fromkeys(missing))
+        else:
+            out.ran.append(rule.id)
+    ctx.asked = None
+    return out
 
 
 __all__ = [
@@ -35,8 +60,10 @@ __all__ = [
     "Hit",
     "PointRef",
     "Rule",
+    "RulesRun",
     "active_rules",
     "load_config",
     "rule_class",
     "run_rules",
+    "run_rules_covered",
 ]

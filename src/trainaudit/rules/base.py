@@ -112,6 +112,10 @@ class Hit:
 class Context:
     run: Run
     roles: Roles
+    # what the rule being run asked for and did not get (role, why), when someone records it
+    # (:func:`trainaudit.rules.run_rules_covered`): a rule that got none of the series it asked
+    # for could not run
+    asked: list[tuple[str, str | None]] | None = None
 
     @classmethod
     def of(cls, run: Run) -> Context:
@@ -122,9 +126,18 @@ class Context:
         or it has fewer than ``min_points`` points: too short to judge."""
         s = self.roles.get(self.run, role)
         if s is None:
+            self._asked(role, f"no {role} metric")
             return None
         s = s.finite() if finite else s
-        return s if len(s) >= min_points else None
+        if len(s) < min_points:
+            self._asked(role, f"{role} has {len(s)} point(s), fewer than {min_points}")
+            return None
+        self._asked(role, None)
+        return s
+
+    def _asked(self, role: str, missing: str | None) -> None:
+        if self.asked is not None:
+            self.asked.append((role, missing))
 
     def events(self, *kinds: EventKind) -> list[Event]:
         return [e for e in self.run.events if e.kind in kinds]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 import re
 
@@ -357,7 +358,9 @@ class LossScaleCollapse(Rule):
     Thresholds: ``min_scale`` a scale at or below this counts as collapsed (1.0),
     ``late_halvings`` halvings after the first ``calibration_frac`` of the run that count as a
     collapse even above the floor (8), ``skip_frac`` fraction of skipped iterations in the last
-    quarter (0.5).
+    quarter (0.5), ``chain`` overflows in a row, each reducing the scale again, down to
+    ``chain_scale`` or less (5, 128: far below where a healthy fp16 run's scale settles; a short
+    paste shows nothing else).
     """
 
     id = "TA104"
@@ -375,6 +378,8 @@ class LossScaleCollapse(Rule):
         late_halvings: int = 8
         calibration_frac: float = 0.1
         skip_frac: float = 0.5
+        chain: int = 5
+        chain_scale: float = 128.0
 
     def check(self, ctx: Context) -> list[Hit]:
         mins = ctx.events(EventKind.LOSS_SCALE_MIN) + [
@@ -418,6 +423,8 @@ class LossScaleCollapse(Rule):
                 h.ev("first", e0, "first overflow / loss-scale reduction", value=float(vals[0]))
                 h.ev("last", overflow[-1][0], "last loss-scale reduction", value=float(vals[-1]))
                 hits.append(h)
+        if not hits and len(overflow) >= self.p.chain:
+            hits += self._chain(overflow)
         sk = ctx.series("skipped", finite=True)
         if not hits and sk is not None and len(sk) >= 8:
             y = sk.values
@@ -450,4 +457,18 @@ class LossScaleCollapse(Rule):
                 hits.append(h)
         return hits
 
-
+    def _chain(self, overflow: list[tuple[Event, float]]) -> list[Hit]:
+        """Overflow after overflow, each reducing the scale, to far below a healthy fp16 scale."""
+        vals = [v for _, v in overflow]
+        run = 1
+        for a, b in itertools.pairwise(vals):
+            run = run + 1 if b < a else 1
+        if run < self.p.chain or vals[-1] > self.p.chain_scale:
+            return []
+        first, last = overflow[-run], overflow[-1]
+        h = self.hit(f"{run} fp16 overflows in a row reduced the loss scale from {first[1]:g} to {last[1]:g}, with no "
+                     "step in between that kept it", 0.6, metric="loss scale", first_bad_step=first[0].step,
+                     last_step=last[0].step)
+        h.ev("first", first[0], "first of the overflows in a row", value=float(first[1]))
+        h.ev("last", last[0], "last of the overflows in a row", value=float(last[1]))
+        return [h]

@@ -413,7 +413,7 @@ class ExplodingGradients(Rule):
         g = ctx.series("grad_norm", min_points=3)
         if g is None:
             return []
-        jump = self._jump(g)
+        jump = self._jump(g) or self._level_shift(g.finite())
         if jump:
             return jump
         g = g.finite()
@@ -469,6 +469,25 @@ class ExplodingGradients(Rule):
             h.point("jump", g, i, f"{g.name} at the jump")
             h.calc("ratio", "jump over the largest earlier grad norm", "{jump} / max({before})", unit="x")
             return [h]
+        return []
+
+    def _level_shift(self, g: Series) -> list[Hit]:
+        """A short log's plain sign: the norm steps up to ``factor`` x the median of the points
+        before it and every later point stays there (at least 3 points before, 2 after)."""
+        x = g.values
+        if len(x) >= self.p.min_points or len(x) < 5:
+            return []  # a longer series is judged by its growth above
+        for i in range(3, len(x) - 1):
+            base = float(np.median(x[:i]))
+            if base > 0 and float(np.min(x[i:])) >= self.p.factor * base:
+                msg = (f"{g.name} steps up to {float(np.min(x[i:])) / base:.3g}x its earlier median at step "
+                       f"{int(g.steps[i])} and stays there for the {len(x) - i} logged points after")
+                h = self.hit(msg, 0.6, metric=g.name, first_bad_step=int(g.steps[i]), last_step=int(g.steps[-1]))
+                h.point("before", g, i - 1, f"{g.name} before the step", indices=np.arange(0, i))
+                h.point("after", g, len(x) - 1, f"{g.name} from the step on", indices=np.arange(i, len(x)))
+                h.calc("ratio", "lowest grad norm after the step over the median before it",
+                       "min({after}) / median({before})", unit="x")
+                return [h]
         return []
 
 

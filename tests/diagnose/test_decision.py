@@ -1,0 +1,64 @@
+"""The fitted decision: an answer below the confidence bar says what would decide it, and the
+primary root cause says why the model chose its category."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from trainaudit.diagnosis import analyse, decide
+from trainaudit.diagnosis.decide import CONFIDENT
+from trainaudit.diagnosis.features import CLASSES, FEATURES
+from trainaudit.diagnosis.model import Model, fit, shipped
+from trainaudit.ingest import load_run
+
+
+def _analysis(tmp_path: Path, text: str):  # type: ignore[no-untyped-def]
+    log = tmp_path / "train.log"
+    log.write_text(text, encoding="utf-8")
+    run, _ = load_run([str(log)])
+    return analyse(run)
+
+
+NAN = "".join(f"step {i} loss {2.0 - i * 0.01:.3f}\n" for i in range(1, 60)) + "step 60 loss nan\nstep 61 loss nan\n"
+
+
+def test_an_unsure_answer_says_what_would_decide_it(tmp_path: Path) -> None:
+    a = _analysis(tmp_path, NAN)
+    flat = Model(FEATURES, np.zeros(len(FEATURES)))  # every category equally likely
+    d = decide(a, flat)
+    assert d.confidence < CONFIDENT
+    assert any(n.startswith(f"what would decide between {d.category} and ") for n in d.needs_more_data)
+
+
+def test_the_shipped_model_explains_its_choice(tmp_path: Path) -> None:
+    d = decide(_analysis(tmp_path, NAN), shipped())
+    assert d.category == "nan_inf" and d.verdict == "unhealthy" and d.first_bad_step == 60
+    issue = d.stories[0].issue
+    assert "Fitted decision: nan_inf" in issue and "log-odds from" in issue
+    assert abs(sum(d.probabilities.values()) - 1.0) < 1e-3
+    assert d.stories[0].confidence == d.confidence
+
+
+def test_deciding_again_does_not_change_the_analysis(tmp_path: Path) -> None:
+    a = _analysis(tmp_path, NAN)
+    first = decide(a, shipped()).stories[0].issue
+    again = decide(a, shipped()).stories[0].issue
+    assert first == again and "Fitted decision" not in a.engine.stories[0].issue
+
+
+def test_fit_learns_a_separable_rule() -> None:
+    """Two toy cases whose only difference is the story feature: the fit puts each on its label."""
+    col = FEATURES.index("story")
+    healthy, nan = CLASSES.index("healthy"), CLASSES.index("nan_inf")
+    with_story = np.zeros((len(CLASSES), len(FEATURES)))
+    with_story[nan, col] = 1.0
+    without = np.zeros((len(CLASSES), len(FEATURES)))
+    for x in (with_story, without):
+        for k, c in enumerate(CLASSES):
+            x[k, FEATURES.index(f"bias:{c}")] = 1.0
+    w = fit([with_story, without] * 5, [nan, healthy] * 5, l2=0.1)
+    m = Model(FEATURES, w)
+    assert int(np.argmax(m.probabilities(with_story))) == nan
+    assert int(np.argmax(m.probabilities(without))) == healthy

@@ -1,0 +1,53 @@
+"""Signs a person sees at once in a paste of a handful of lines: they are evidence at n = 5 to 10,
+and the healthy look-alikes stay silent."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from trainaudit.ingest import load_run
+from trainaudit.rules import run_rules
+
+
+def _hits(tmp_path: Path, text: str) -> dict:
+    log = tmp_path / "train.log"
+    log.write_text(text, encoding="utf-8")
+    run, _ = load_run([str(log)])
+    return {h.rule: h for h in run_rules(run)}
+
+
+def _grad_log(norms: list[float]) -> str:
+    return "".join(f"step {i} loss {2.0 - 0.01 * i:.3f} grad_norm {g}\n" for i, g in enumerate(norms, 1))
+
+
+def test_grad_norm_that_steps_up_tenfold_and_stays(tmp_path: Path) -> None:
+    h = _hits(tmp_path, _grad_log([1.1, 1.0, 0.9, 1.2, 15.0, 14.0, 16.5, 18.0, 17.0]))["TA204"]
+    assert h.category == "grad_explosion" and h.first_bad_step == 5 and "stays there" in h.message
+
+
+def test_grad_norm_spike_it_comes_back_from_is_no_explosion(tmp_path: Path) -> None:
+    hits = _hits(tmp_path, _grad_log([1.1, 1.0, 0.9, 1.2, 15.0, 1.1, 1.0, 0.9, 1.0]))
+    assert "TA204" not in hits
+
+
+def test_grad_norm_that_doubles_is_no_explosion(tmp_path: Path) -> None:
+    assert "TA204" not in _hits(tmp_path, _grad_log([1.1, 1.0, 0.9, 1.2, 2.4, 2.2, 2.5, 2.6, 2.4]))
+
+
+def _overflows(start: int, n: int) -> str:
+    out, s = [], start
+    for i in range(1, n + 1):
+        out.append(f"[2023-05-01 10:00:{i:02d},000] [INFO] [stage_1_and_2.py:1800:step] [deepspeed] OVERFLOW! Rank 0 "
+                   f"Skipping step. Attempted loss scale: {s}, reducing to {s // 2}\n")
+        s //= 2
+    return "".join(out)
+
+
+def test_overflows_in_a_row_down_to_a_tiny_scale(tmp_path: Path) -> None:
+    h = _hits(tmp_path, _overflows(4096, 6))["TA104"]
+    assert h.category == "loss_scale_collapse" and "6 fp16 overflows in a row" in h.message
+
+
+def test_the_scaler_calibrating_at_the_start_is_silent(tmp_path: Path) -> None:
+    # DeepSpeed starts at 2**16 and halves until the scale fits: a few overflows to 2048 are normal
+    assert "TA104" not in _hits(tmp_path, _overflows(65536, 5))
