@@ -172,6 +172,21 @@ class RootCause(_Model):
     confidence: float = Field(ge=0.0, le=1.0)
 
 
+class RunnerUp(_Model):
+    sha: str
+    confidence: float = Field(ge=0.0, le=1.0)
+
+
+class Culprit(_Model):
+    """The commit the answer names (``commits[0]``): its role and how sure the ranking is of it,
+    beside the second commit's share."""
+
+    sha: str
+    role: CommitRole
+    confidence: float = Field(ge=0.0, le=1.0)
+    runner_up: RunnerUp | None = None
+
+
 class FinalAnswer(_Model):
     verdict: Verdict
     category: Category
@@ -180,6 +195,7 @@ class FinalAnswer(_Model):
     root_causes: list[RootCause] = Field(default_factory=list)
     quick_fixes: list[str] = Field(default_factory=list)
     needs_more_data: list[str] = Field(default_factory=list)
+    culprit: Culprit | None = None
 
 
 class ValidationCheck(_Model):
