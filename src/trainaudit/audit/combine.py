@@ -6,6 +6,8 @@ killed it (OOM, NCCL/collective timeout, hardware) and ``crash`` otherwise, what
 a run with no values is not a golden mismatch. Then what the repository says about the golden and
 the test overrides a training-change reading of the comparison:
 
+- a golden the gate cannot read (empty ``{}``, not JSON, no metric) fails every run: the gate is
+  broken, not the training;
 - a golden in the 2024 list layout compared with values the current extractor wrote as
   step -> value mappings is older than the comparator (its pydantic model rejects lists): the
   golden is stale, whatever the values say;
@@ -50,6 +52,7 @@ class RepoEvidence:
     """What the repository says about the golden and the test, beyond the values."""
 
     legacy_golden: bool = False  # list layout while the run's values are mappings
+    golden_unreadable: str = ""  # why the gate cannot read the golden (empty, malformed), else ""
     golden_lacks: list[str] = field(default_factory=list)  # gated metrics the run logs, the golden does not
     redefined: list[str] = field(default_factory=list)  # defining config args changed good -> bad
     redefined_by_code: bool = False  # a commit that changed them also changed code the test runs
@@ -67,6 +70,10 @@ def decide(cmp: Decision | None, diag_verdict: str | None, diag_category: str | 
                   else "it produced no comparable values, so this is a crash, not a golden mismatch")]
         return Verdict("infrastructure_failure" if infra else "crash", diag_category, "diagnosis",
                        diag_conf or 0.8, diag_first, why, "infra" if infra else "crash")
+    if repo.golden_unreadable and cmp is None:
+        return Verdict("gating_policy_issue", "golden_mismatch", "repository", 0.85, None, [
+            f"the gate cannot read the golden file ({repo.golden_unreadable}): an empty or malformed golden fails "
+            "every run before any value is compared, so the gate, not the training, is broken"], "golden")
     if repo.legacy_golden:
         return Verdict("gating_policy_issue", "golden_mismatch", "repository", 0.85, None, [
             "the golden is in the 2024 list layout (values as a list from start_step 0) while the run's values are "

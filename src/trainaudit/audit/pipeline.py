@@ -175,6 +175,7 @@ def _run(opts: AuditOptions, tmp: Path, say: Step, fetch_progress) -> tuple[Answ
     ci_items = failing.of("ci_log")
     actual = _actual_paths(failing, opts.fmt)
     legacy = False
+    golden_unreadable = ""
     if golden_local and actual:
         say("reproducing the golden-value gate")
         golden_local, actual, legacy, list_era = _readable(golden_local, actual, tmp / "layout", staging, info)
@@ -197,6 +198,7 @@ def _run(opts: AuditOptions, tmp: Path, say: Step, fetch_progress) -> tuple[Answ
         except InputError as exc:
             gg = None
             info.notes.append(f"golden comparison not possible: {staging.display(str(exc))}")
+            golden_unreadable = _unreadable(golden_local, staging)
     elif passing.items and failing.items and not golden_local:
         base, cand = _actual_paths(passing, opts.fmt, whole=True), _actual_paths(failing, opts.fmt, whole=True)
         if base and cand:
@@ -264,6 +266,7 @@ def _run(opts: AuditOptions, tmp: Path, say: Step, fetch_progress) -> tuple[Answ
                    golden_origin=bool(found.golden))
         info.notes += tr.notes
     evidence = _repo_evidence(gg, legacy, prof, tr)
+    evidence.golden_unreadable = golden_unreadable
     verdict = decide(gg.decision if gg is not None else None, dv.verdict if dv else None,
                      dv.category if dv else None,
                      max((s.confidence for s in dv.stories), default=None) if dv else None,
@@ -340,6 +343,17 @@ def _repo_evidence(gg: GoldenGate | None, legacy: bool, prof: TestProfile, tr: T
         ev.redefined_by_code = any(is_code(f) and (path_features(f) & prof.features or not path_features(f))
                                    and f.startswith("megatron/") for c in movers for f in c.files)
     return ev
+
+
+def _unreadable(golden: str, staging: Staging) -> str:
+    """Why the gate cannot read the golden file (empty, not JSON, not golden values), or ""."""
+    try:
+        g = load_golden(golden)
+    except InputError as exc:
+        return staging.display(str(exc))
+    if not g.metrics:
+        return f"{staging.display(golden)} holds no metric"
+    return ""
 
 
 def _readable(golden: str, actual: list[str], dest: Path, staging: Staging,

@@ -13,19 +13,22 @@ Each commit is described by what it touched relative to the failing test (:class
 - how many other goldens it regenerated: a commit that rewrites many goldens admits that numerics
   moved with it.
 
-The failure's explanation (:data:`WEIGHTS`: drift, a training change, memory, wall-clock, a
-malformed golden, a golden older than the comparator or config, a redefined reported metric or
-test, a crash) weighs those components, so a
-container bump leads a numerical drift or a wall-clock failure, a model change a training change,
-and the comparator or the golden's author a gating problem. The relevance is the weighted sum
-(capped at 1), the role the component that contributes most, and the reason lists the evidence in
-that order. Equal scores are ordered by the number of kinds of evidence, then by the number of
-relevant files; only then by date.
+Those components, with the commit's place in the range (how far from the bad revision, an
+environment change made in the bad commit itself, an image change for another track than the
+test's golden, a change reverted inside the range) and whether it is a kind of change that can
+produce the failure's explanation (:data:`CAN_CAUSE`), are the features of a model fitted on
+labelled failures (:mod:`trainaudit.history.ranking`): its score orders the commits, the softmax of
+the scores is each commit's relevance (the probability that it is the culprit), the role is the
+part of the evidence that adds most to the score (a change to the gate itself, then a version move
+of the image or a numerics library, take precedence), and the reason lists the evidence in the
+order of its weight. Equal scores are ordered by the number of kinds of evidence, then by the
+number of relevant files; only then by date.
 
-Roles (answer.json's ``commits[].role``, docs/answer.md): ``golden_update``, ``environment_change``, ``policy_change``
-(comparator, tolerances, METRICS, the test's scope or config), ``suspect`` (model and training
-code), ``fix`` (after the bad revision: a commit that reverts a suspect, rewrites the same golden or
-disables the test).
+Roles (answer.json's ``commits[].role``, docs/answer.md): ``golden_update``, ``environment_change``
+(image, pins, launcher environment, CI plumbing), ``policy_change`` (comparator, tolerances,
+METRICS, the test's scope), ``suspect`` (model and training code, the test's own config), ``fix``
+(after the bad revision: a commit that reverts a suspect, rewrites the same golden or disables the
+test).
 """
 
 from __future__ import annotations
