@@ -119,7 +119,7 @@ def env_grade(diff: str, files: list[str], title: str = "") -> EnvChange:
     for line in diff.splitlines():
         if line[:1] not in ("+", "-") or line.startswith(("+++", "---")):
             continue
-        for m in _IMAGE.finditer(line):
+        for m in _IMAGE.finditer(line[1:]):  # after the diff marker, which would join the image name
             (removed if line[0] == "-" else added)[m.group(1).lower()] = m.group(2)
         a = _ASSIGN.match(line)
         if a:
