@@ -54,9 +54,9 @@ def generate() -> None:
 
 SCRIPT = """
 import sys
-from trainaudit.history.classify import Context
+from trainaudit.history.classify import FailureShape
 from trainaudit.history.trace import trace
-t = trace(sys.argv[1], sys.argv[2], "main", Context(kind="real_regression",
+t = trace(sys.argv[1], sys.argv[2], "main", FailureShape(kind="real_regression",
           test_case="tests/functional_tests/test_cases/gpt/case1"), max_commits=int(sys.argv[3]))
 print(t.n_commits, len(t.commits), t.truncated)
 """

@@ -31,6 +31,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from trainaudit.audit import AuditOptions, run_audit
+from trainaudit.audit.combine import Verdict, explaining_commit, settle
+from trainaudit.history.classify import Classified, rerank
+from trainaudit.history.ranking import Model, Sample, fit, log_likelihood
 from trainaudit.diagnosis import diagnose_run
 from trainaudit.errors import InputError
 from trainaudit.ingest import load_run
@@ -214,6 +217,11 @@ class MegatronRow:
     named: str  # the first commit's original sha (10) and role
     seconds: float
     error: str = ""
+    # what the audit ranked, to rank again with another model (out-of-sample scores)
+    ranked: list[Classified] = field(default_factory=list)
+    originals: dict[str, str] = field(default_factory=dict)  # rebuilt sha -> original sha
+    group: str = ""
+    read: Verdict | None = None  # the verdict before the history was known
 
     @property
     def label(self) -> dict:
@@ -231,6 +239,19 @@ class MegatronRow:
     def verdict_ok(self) -> bool:
         return self.verdict == self.label["verdict"]
 
+    @property
+    def month(self) -> str:
+        """The month of the failing revision (its commit date), the unit of the time-grouped protocols."""
+        bad = self.case.case["bad"]
+        dates = [c["date"] for c in self.case.commits if c["sha"] == bad] or \
+            [c["date"] for c in self.case.after_bad if c["sha"] == bad] or [c["date"] for c in self.case.commits[-1:]]
+        return dates[0][:7] if dates else "unknown"
+
+    def culprit_index(self) -> int | None:
+        culprit = self.label.get("culprit")
+        shas = [self.originals.get(c.commit.sha, c.commit.sha) for c in self.ranked]
+        return shas.index(culprit) if culprit in shas else None
+
 
 def audit_megatron(case: megatron_repo.Case, root: Path) -> MegatronRow:
     """Rebuild the case's history, lay out the failing job's artifacts, audit them in-process."""
@@ -238,16 +259,18 @@ def audit_megatron(case: megatron_repo.Case, root: Path) -> MegatronRow:
     art = megatron_repo.failing_artifacts(case, root / "artifacts")
     t0 = time.perf_counter()
     try:
-        answer, _, _ = run_audit(AuditOptions(inputs=[str(art)], repo=str(repo.path), good=repo.good, bad=repo.bad))
+        answer, _, info = run_audit(AuditOptions(inputs=[str(art)], repo=str(repo.path), good=repo.good, bad=repo.bad))
     except InputError as exc:
         return MegatronRow(case, "-", None, "-", time.perf_counter() - t0, str(exc))
     seconds = time.perf_counter() - t0
-    shas = [repo.original(c.sha) or c.sha for c in answer.commits if c.role != "fix"]
+    originals = {r: o for o, r in repo.shas.items()}
+    shas = [originals.get(c.sha, c.sha) for c in answer.commits if c.role != "fix"]
     culprit = case.label.get("culprit")
     rank = shas.index(culprit) + 1 if culprit in shas else None
     first = answer.commits[0] if answer.commits else None
-    named = f"{(repo.original(first.sha) or first.sha)[:10]} {first.role}" if first else "-"
-    return MegatronRow(case, answer.final_answer.verdict, rank, named, seconds)
+    named = f"{originals.get(first.sha, first.sha)[:10]} {first.role}" if first else "-"
+    return MegatronRow(case, answer.final_answer.verdict, rank, named, seconds, ranked=info.ranked,
+                       originals=originals, group=info.group, read=info.read)
 
 
 def score_megatron(root: Path, cases: list[megatron_repo.Case] | None = None) -> list[MegatronRow]:
@@ -265,31 +288,123 @@ def megatron_summary(rows: list[MegatronRow]) -> dict[str, float]:
             "slowest_s": max((r.seconds for r in rows), default=0.0)}
 
 
+# -- the ranking model: fitted on the labelled cases, scored on others ---------------------------
+L2 = 1.0  # the penalty of the fit (trainaudit.history.ranking.fit); fixed, not tuned on the held-out scores
+
+
+def samples(rows: list[MegatronRow]) -> list[Sample]:
+    """The cases a ranking can learn from: a scored culprit that the audit found among the candidates."""
+    out = []
+    for r in rows:
+        i = r.culprit_index() if r.scored_culprit and r.ranked else None
+        if i is not None:
+            out.append(Sample([c.features for c in r.ranked], r.group, i, r.case.id))
+    return out
+
+
+def fit_model(rows: list[MegatronRow]) -> Model:
+    sm = samples(rows)
+    w = fit(sm, L2)
+    months = sorted({r.month for r in rows})
+    return Model(w, {"how": "trainaudit.history.ranking.fit (Newton's method on the L2-penalised conditional "
+                            "log-likelihood, numpy) by tools/fit_ranking.py",
+                     "corpus": "tests/corpus/megatron", "cases": len(rows), "samples": len(sm), "l2": L2,
+                     "months": f"{months[0]}..{months[-1]}" if months else "",
+                     "log_likelihood": round(log_likelihood(w, sm), 4)})
+
+
+@dataclass
+class Replay:
+    verdict: str
+    culprit_rank: int | None
+
+
+def replay(r: MegatronRow, model: Model) -> Replay:
+    """The case's answer had the audit used ``model``: the same candidates ranked again, the same
+    settling of the verdict (trainaudit.audit.combine.settle)."""
+    if r.error or r.read is None or not r.ranked:
+        return Replay(r.verdict, r.culprit_rank)
+    ranked = rerank(r.ranked, r.group, model)
+    pick = explaining_commit(r.read, ranked)
+    verdict = settle(r.read, pick).verdict
+    shas = [r.originals.get(c.commit.sha, c.commit.sha) for c in ranked]
+    culprit = r.label.get("culprit")
+    return Replay(verdict, shas.index(culprit) + 1 if culprit in shas else None)
+
+
+def _tally(pairs: list[tuple[MegatronRow, Replay]]) -> tuple[str, str, str, int]:
+    v = [(r, p) for r, p in pairs if r.scored_verdict]
+    c = [(r, p) for r, p in pairs if r.scored_culprit]
+    return (_pct(sum(p.verdict == r.label["verdict"] for r, p in v), len(v)),
+            _pct(sum(p.culprit_rank == 1 for _, p in c), len(c)),
+            _pct(sum(p.culprit_rank is not None and p.culprit_rank <= TOP for _, p in c), len(c)), len(pairs))
+
+
+def later_months(rows: list[MegatronRow], share: float = 0.6) -> tuple[str, list[tuple[MegatronRow, Replay]]]:
+    """Fit on the earliest months (about ``share`` of the cases), score the later months."""
+    months = sorted({r.month for r in rows})
+    cut, n = months[-1], 0
+    for m in months:
+        n += sum(r.month == m for r in rows)
+        if n >= share * len(rows):
+            cut = m
+            break
+    train = [r for r in rows if r.month <= cut]
+    test = [r for r in rows if r.month > cut]
+    model = fit_model(train)
+    return cut, [(r, replay(r, model)) for r in test]
+
+
+def by_month(rows: list[MegatronRow]) -> list[tuple[MegatronRow, Replay]]:
+    """Grouped k-fold by month (k = the number of months): each month scored by a model fitted on the others."""
+    out = []
+    for m in sorted({r.month for r in rows}):
+        model = fit_model([r for r in rows if r.month != m])
+        out += [(r, replay(r, model)) for r in rows if r.month == m]
+    return out
+
+
 def render_megatron(rows: list[MegatronRow]) -> str:
     s = megatron_summary(rows)
     v = [r for r in rows if r.scored_verdict]
     c = [r for r in rows if r.scored_culprit]
+    cut, later = later_months(rows)
+    months = sorted({r.month for r in rows})
+    lv, lf, lt, ln = _tally(later)
+    kv, kf, kt, kn = _tally(by_month(rows))
     out = ["## Megatron-LM golden-value failures (`tests/corpus/megatron`)", "",
            f"{len(rows)} real golden-value failures of Megatron-LM's CI rebuilt from the repository's history "
-           "(labels from the commit diffs and PR threads, `case.json`). Each history is rebuilt as a real git "
-           "repository (`tests/corpus/megatron_repo.py`) and the failing job's artifact (the actual values under "
-           "the golden file's name) is audited with `--repo --good --bad`, as a user would.", "",
+           f"({months[0]} to {months[-1]}; labels from the commit diffs and PR threads, `case.json`). Each history is "
+           "rebuilt as a real git repository (`tests/corpus/megatron_repo.py`) and the failing job's artifact (the "
+           "actual values under the golden file's name) is audited with `--repo --good --bad`, as a user would.", "",
            "Scored: the verdict on every case whose label confidence is not `low`; the culprit on those whose "
            "label names one (a null culprit: nothing in the history explains the failure).", "",
+           "The commit ranking is a conditional-logit model (`src/trainaudit/history/ranking.py`, weights in "
+           "`ranking.json`) fitted on these cases by `python tools/fit_ranking.py`. Out of sample, each case is "
+           "answered by a model fitted without it: on later months (a model fitted on the earlier ones), and "
+           "month by month (each month left out in turn). In sample is the shipped model, fitted on every case.", "",
+           "| protocol | cases | verdict | culprit first | culprit in the top 3 |", "|---|---|---|---|---|",
+           f"| out of sample: fitted up to {cut}, scored on the later months | {ln} | {lv} | {lf} | {lt} |",
+           f"| out of sample: grouped by month, each month left out ({len(months)} folds) | {kn} | {kv} | {kf} | {kt} |",
+           f"| in sample: the shipped model | {len(rows)} | {_pct(sum(r.verdict_ok for r in v), len(v))} | "
+           f"{_pct(sum(r.culprit_rank == 1 for r in c), len(c))} | "
+           f"{_pct(sum(r.culprit_rank is not None and r.culprit_rank <= TOP for r in c), len(c))} |", "",
+           "In sample, with the audit's own numbers:", "",
            "| metric | value |", "|---|---|",
            f"| verdict | {_pct(sum(r.verdict_ok for r in v), len(v))} |",
            f"| culprit first | {_pct(sum(r.culprit_rank == 1 for r in c), len(c))} |",
            f"| culprit in the top {TOP} | "
            f"{_pct(sum(r.culprit_rank is not None and r.culprit_rank <= TOP for r in c), len(c))} |",
            f"| slowest audit | {s['slowest_s']:.2f} s |", "",
-           "| case | label | answer | culprit (label) | rank | first commit named | s |",
-           "|---|---|---|---|---|---|---|"]
+           "| case | month | label | answer | culprit (label) | rank | first commit named | s |",
+           "|---|---|---|---|---|---|---|---|"]
     for r in rows:
         lab = r.label
         cul = (lab.get("culprit") or "-")[:10] + (f" {lab.get('culprit_role')}" if lab.get("culprit") else "")
         ans = r.verdict + ("" if r.verdict_ok else " ✗") if not r.error else f"error: {r.error[:80]}"
         rank = "-" if not r.scored_culprit else (str(r.culprit_rank) if r.culprit_rank else "absent")
-        out.append(f"| {r.case.id} | {lab['verdict']} | {ans} | {cul} | {rank} | {r.named} | {r.seconds:.2f} |")
+        out.append(f"| {r.case.id} | {r.month} | {lab['verdict']} | {ans} | {cul} | {rank} | {r.named} | "
+                   f"{r.seconds:.2f} |")
     return "\n".join(out) + "\n"
 
 

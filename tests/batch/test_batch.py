@@ -11,7 +11,7 @@ from pathlib import Path
 from shared_data import run_cli
 from trainaudit.batch import BatchResult, Member, compare_members
 from trainaudit.answer.builder import AnswerBuilder
-from trainaudit.answer.schema import FinalAnswer, RootCause
+from trainaudit.answer.schema import Culprit, FinalAnswer, RootCause
 
 
 def nan_run(d: Path, first_nan: int) -> None:
@@ -65,7 +65,7 @@ def test_batch_groups_generated_failures(tmp_path: Path) -> None:
     assert res.returncode == 2 and "trainaudit-set.json" in res.stderr and "Traceback" not in res.stderr
 
 
-def _ci_answer(category: str, rule: str, step: int, commits: list[tuple[str, str, str]]):
+def _ci_answer(category: str, rule: str, step: int, commits: list[tuple[str, str, str]], named: bool = False):
     b = AnswerBuilder("audit")
     s = b.source("job.log", "ci_log")
     f = b.fact(s, f"symptom at step {step}", metric="lm loss", step=step, value=1.0, line=step)
@@ -76,6 +76,8 @@ def _ci_answer(category: str, rule: str, step: int, commits: list[tuple[str, str
     final = FinalAnswer(verdict="real_regression", category=category, first_bad_step=step, summary="x",
                         root_causes=[RootCause(issue="x", category=category, severity="high", evidence=[d], fix="x",
                                                expected_impact="x", verify="x", confidence=0.8)])
+    if named:  # the answer names its first commit, as an audit with a history does
+        final = final.model_copy(update={"culprit": Culprit(sha=commits[0][0], role=commits[0][1], confidence=0.7)})
     return b.build(final)
 
 
@@ -109,6 +111,36 @@ def test_shared_commits_and_environment_changes(tmp_path: Path) -> None:
     assert f"| `{kernel[:10]}` | suspect | new attention kernel | h100-gpt, h100-moe |" in res.stdout
     assert f"| `{env[:10]}` | environment_change | bump PyTorch | a100-t5, h100-gpt, h100-moe |" in res.stdout
     assert not any((tmp_path / "jobs" / m.name / "report.html").exists() for m in members[:3])
+
+
+def test_failures_of_one_pipeline_are_said_together_first(tmp_path: Path) -> None:
+    """Several tests of one pipeline fail after one container change: batch.md opens with it, the
+    shared environment change, and names the failure that has another culprit."""
+    image, kernel = "d" * 40, "e" * 40
+    bump = (image, "environment_change", "Update Docker image version to 26.04-py3")
+    names = ["gpt-tp2", "moe-ep8", "llava-tp1", "t5-pp2"]
+    for name in names:
+        first = (kernel, "suspect", "new attention kernel") if name == "t5-pp2" else bump
+        d = tmp_path / "jobs" / name
+        d.mkdir(parents=True)
+        others = [bump] if first is not bump else [(kernel, "suspect", "new attention kernel")]
+        (d / "answer.json").write_text(_ci_answer("golden_mismatch", "TA701", 1, [first, *others],
+                                                  named=True).model_dump_json())
+    res = run_cli("batch", "jobs", "-o", "out", "--json", cwd=tmp_path)
+    assert res.returncode == 1, res.stderr
+    h = json.loads(res.stdout)["headline"]
+    assert (h["kind"], h["sha"], sorted(h["members"]), h["exceptions"]) == \
+        ("shared_environment_change", image, sorted(names[:3]), ["t5-pp2"])
+    rows = {r["name"]: r for r in json.loads(res.stdout)["sets"]}
+    assert rows["t5-pp2"]["top_commit"]["sha"] == kernel and rows["gpt-tp2"]["top_commit"]["sha"] == image
+    md = (tmp_path / "out" / "batch.md").read_text().splitlines()
+    assert md[2] == (f"**3 of 4 failures have a shared environment change as culprit:** `{image[:10]}` "
+                     "(environment_change) Update Docker image version to 26.04-py3. Exceptions: t5-pp2.")
+    # without a commit two of them name, no shared culprit is claimed
+    cmp = compare_members(BatchResult([Member("a", _ci_answer("golden_mismatch", "TA701", 1, [bump], named=True)),
+                                       Member("b", _ci_answer("golden_mismatch", "TA701", 1,
+                                                              [(kernel, "suspect", "k")], named=True))]))
+    assert cmp["headline"] is None
 
 
 def test_batch_input_errors(tmp_path: Path) -> None:

@@ -36,14 +36,20 @@ def test_roles_of_each_kind_of_commit(repo) -> None:
     assert "test scope" in _by_sha(t, shas["broken"]).reason
 
 
-@pytest.mark.parametrize("kind,category,top", [("real_regression", None, "model"), ("numerical_drift", None, "container"),
-                                               ("gating_policy_issue", "throughput_regression", "container"),
-                                               ("gating_policy_issue", "golden_mismatch", "golden")])
-def test_ranking_follows_the_kind_of_failure(repo, kind: str, category: str | None, top: str) -> None:
+# The same commits ranked for each kind of failure: a failing run at "comparator" (its golden is the
+# one "base" wrote), and a failing golden that "golden" itself wrote.
+@pytest.mark.parametrize("bad,kind,category,top", [
+    ("comparator", "real_regression", None, "model"), ("comparator", "numerical_drift", None, "container"),
+    ("comparator", "gating_policy_issue", "throughput_regression", "container"),
+    ("golden", "gating_policy_issue", "golden_mismatch", "golden")])
+def test_ranking_follows_the_kind_of_failure(repo, bad: str, kind: str, category: str | None, top: str) -> None:
     root, shas = repo
-    t = trace(str(root), shas["base"], shas["golden"], FailureShape(kind=kind, category=category, test_case=CASE,
-                                                               golden_paths=[GOLDEN]))
+    t = trace(str(root), shas["base"], shas[bad], FailureShape(kind=kind, category=category, test_case=CASE,
+                                                            golden_paths=[GOLDEN]))
     assert t.commits[0].commit.sha == shas[top], [(c.commit.title, c.relevance) for c in t.commits]
+    # the relevance is the model's probability of each commit: they share one unit, best first
+    assert sum(c.relevance for c in t.commits) == pytest.approx(1.0, abs=1e-3)
+    assert [c.relevance for c in t.commits] == sorted((c.relevance for c in t.commits), reverse=True)
 
 
 def test_fix_after_bad_is_found(repo) -> None:

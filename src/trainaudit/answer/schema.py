@@ -188,6 +188,21 @@ class Coverage(_Model):
     rules_skipped: dict[str, str] = Field(default_factory=dict)
 
 
+class RunnerUp(_Model):
+    sha: str
+    confidence: float = Field(ge=0.0, le=1.0)
+
+
+class Culprit(_Model):
+    """The commit the answer names (``commits[0]``): its role and how sure the ranking is of it,
+    beside the second commit's share."""
+
+    sha: str
+    role: CommitRole
+    confidence: float = Field(ge=0.0, le=1.0)
+    runner_up: RunnerUp | None = None
+
+
 class FinalAnswer(_Model):
     verdict: Verdict
     category: Category
@@ -197,6 +212,7 @@ class FinalAnswer(_Model):
     quick_fixes: list[str] = Field(default_factory=list)
     needs_more_data: list[str] = Field(default_factory=list)
     coverage: Coverage | None = None
+    culprit: Culprit | None = None
 
 
 class ValidationCheck(_Model):

@@ -110,6 +110,11 @@ def validate(answer: Answer) -> Validation:
                                   detail=", ".join(abs_paths[:5])))
     checks.append(ValidationCheck(name="secrets_masked", passed=mask_secrets(text) == text,
                                   detail="" if mask_secrets(text) == text else "unmasked secret-like text found"))
+    cul = answer.final_answer.culprit
+    cul_ok = cul is None or bool(answer.commits and answer.commits[0].sha == cul.sha
+                                 and answer.commits[0].role == cul.role)
+    checks.append(ValidationCheck(name="culprit_is_first_commit", passed=cul_ok,
+                                  detail="" if cul_ok else "final_answer.culprit is not commits[0] (sha and role)"))
     checks.append(ValidationCheck(name="first_bad_step_consistent", passed=_first_bad_ok(answer),
                                   detail="healthy answers have first_bad_step null" if not _first_bad_ok(answer) else ""))
     return Validation(all_passed=all(c.passed for c in checks), checks=checks)

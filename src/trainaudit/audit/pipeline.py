@@ -9,7 +9,7 @@ from dataclasses import dataclass, field, replace
 from datetime import date, datetime
 from pathlib import Path
 
-from trainaudit.audit.combine import RepoEvidence, Verdict, decide, explaining_commit, first_fix
+from trainaudit.audit.combine import RepoEvidence, Verdict, decide, explaining_commit, first_fix, settle
 from trainaudit.audit.discover import Discovered, discover
 from trainaudit.audit.inputs import Item, Side, Staging
 from trainaudit.audit.merge import absorb
@@ -19,7 +19,7 @@ from trainaudit.history.classify import Classified, FailureShape
 from trainaudit.history.features import is_code, path_features
 from trainaudit.answer.builder import AnswerBuilder
 from trainaudit.answer.charts import PlotSpec
-from trainaudit.answer.schema import Answer, FinalAnswer, RootCause
+from trainaudit.answer.schema import Answer, Culprit, FinalAnswer, RootCause, RunnerUp
 from trainaudit.ingest.golden import GoldenFile, load_golden
 from trainaudit.ingest.sources import expand_inputs
 from trainaudit.ingest import load_run
@@ -67,6 +67,9 @@ class AuditInfo:
     test_case: str | None = None
     golden: str | None = None
     verdict: Verdict | None = None
+    read: Verdict | None = None  # the verdict before the history was known (the comparison's reading)
+    ranked: list[Classified] = field(default_factory=list)  # the range's commits, best first
+    group: str = ""  # the kind of explanation the commits were ranked for (trainaudit.history.ranking.GROUPS)
     support: list[str] = field(default_factory=list)  # facts that back the verdict beside the deciding ones
 
 
@@ -172,6 +175,7 @@ def _run(opts: AuditOptions, tmp: Path, say: Step, fetch_progress) -> tuple[Answ
     ci_items = failing.of("ci_log")
     actual = _actual_paths(failing, opts.fmt)
     legacy = False
+    golden_unreadable = ""
     if golden_local and actual:
         say("reproducing the golden-value gate")
         golden_local, actual, legacy, list_era = _readable(golden_local, actual, tmp / "layout", staging, info)
@@ -194,6 +198,7 @@ def _run(opts: AuditOptions, tmp: Path, say: Step, fetch_progress) -> tuple[Answ
         except InputError as exc:
             gg = None
             info.notes.append(f"golden comparison not possible: {staging.display(str(exc))}")
+            golden_unreadable = _unreadable(golden_local, staging)
     elif passing.items and failing.items and not golden_local:
         base, cand = _actual_paths(passing, opts.fmt, whole=True), _actual_paths(failing, opts.fmt, whole=True)
         if base and cand:
@@ -261,6 +266,7 @@ def _run(opts: AuditOptions, tmp: Path, say: Step, fetch_progress) -> tuple[Answ
                    golden_origin=bool(found.golden))
         info.notes += tr.notes
     evidence = _repo_evidence(gg, legacy, prof, tr)
+    evidence.golden_unreadable = golden_unreadable
     verdict = decide(gg.decision if gg is not None else None, dv.verdict if dv else None,
                      dv.category if dv else None,
                      max((s.confidence for s in dv.stories), default=None) if dv else None,
@@ -275,19 +281,24 @@ def _run(opts: AuditOptions, tmp: Path, say: Step, fetch_progress) -> tuple[Answ
         ctx = replace(ctx, kind=verdict.verdict, category=verdict.category, explanation=verdict.explanation,
                       metrics=failed)
         ranked = rank(tr, ctx)
+        info.group = ctx.group
         pick = explaining_commit(verdict, ranked)
+        info.read, verdict = verdict, settle(verdict, pick)
+        info.verdict = verdict
         name = repo.name
         rs = b.source(name, "repo", commit=tr.bad, description=f"{tr.n_commits} commit(s) in "
                       + (f"{tr.good[:10]}..{tr.bad[:10]}" if tr.good else f"the last commits before {tr.bad[:10]}"))  # type: ignore[index]
         b.fact(rs, f"{tr.n_commits} commit(s) between --good and --bad; {len([c for c in ranked if not c.after_bad])} "
                    "touch code, environment, goldens or the gate" + (" (truncated)" if tr.truncated else ""))
         ordered = [c for c in ranked if not c.after_bad]
+        info.ranked = ordered
         if pick is not None:
             info.commit, info.commit_role = pick, pick.role
             cs = b.source(f"{name}@{pick.commit.sha[:12]}", "commit", commit=pick.commit.sha,
                           description=pick.commit.title)
             commit_fact = b.fact(cs, f"commit {pick.commit.sha[:10]} ({pick.commit.date[:10]}) \"{pick.commit.title}\" "
-                                     f"explains it as {pick.role} (relevance {pick.relevance:.2f}): {pick.reason}")
+                                     f"explains it as {pick.role} (probability {pick.relevance:.2f}"
+                                     + _against(ordered) + f"): {pick.reason}")
             info.reasoning.append(f"Commit {pick.commit.sha[:10]} \"{pick.commit.title}\" explains it as {pick.role}: "
                                   f"{pick.reason}.")
         elif verdict.verdict != "pass":
@@ -306,7 +317,19 @@ def _run(opts: AuditOptions, tmp: Path, say: Step, fetch_progress) -> tuple[Answ
         if where is not None:
             b.fact(where, f"note: {staging.display(note)}")
     final = _final(b, verdict, cmp_answer, cmp_causes, dv, diag_causes, info, commit_fact, needs, golden_display)
+    if info.commit is not None:
+        runner = info.ranked[1] if len(info.ranked) > 1 else None
+        final = final.model_copy(update={"culprit": Culprit(
+            sha=info.commit.commit.sha, role=info.commit.role, confidence=round(info.commit.relevance, 4),  # type: ignore[arg-type]
+            runner_up=RunnerUp(sha=runner.commit.sha, confidence=round(runner.relevance, 4)) if runner else None)})
     return b.build(final), plots, info
+
+
+def _against(ordered: list[Classified]) -> str:
+    """How sure the ranking is of the first commit against the second."""
+    if len(ordered) < 2:
+        return ", the only candidate"
+    return f" against {ordered[1].relevance:.2f} for the next, {ordered[1].commit.sha[:10]}"
 
 
 def _repo_evidence(gg: GoldenGate | None, legacy: bool, prof: TestProfile, tr: Trace | None) -> RepoEvidence:
@@ -320,6 +343,17 @@ def _repo_evidence(gg: GoldenGate | None, legacy: bool, prof: TestProfile, tr: T
         ev.redefined_by_code = any(is_code(f) and (path_features(f) & prof.features or not path_features(f))
                                    and f.startswith("megatron/") for c in movers for f in c.files)
     return ev
+
+
+def _unreadable(golden: str, staging: Staging) -> str:
+    """Why the gate cannot read the golden file (empty, not JSON, not golden values), or ""."""
+    try:
+        g = load_golden(golden)
+    except InputError as exc:
+        return staging.display(str(exc))
+    if not g.metrics:
+        return f"{staging.display(golden)} holds no metric"
+    return ""
 
 
 def _readable(golden: str, actual: list[str], dest: Path, staging: Staging,
@@ -395,7 +429,8 @@ def _final(b: AnswerBuilder, v: Verdict, cmp_answer: Answer | None, cmp_causes: 
         parts.append(dv.summary)
     c = info.commit
     if c is not None:
-        parts.append(f"Explained by commit {c.commit.sha[:10]} ({info.commit_role}): \"{c.commit.title}\".")
+        parts.append(f"Explained by commit {c.commit.sha[:10]} ({info.commit_role}, probability {c.relevance:.2f}"
+                     f"{_against(info.ranked)}): \"{c.commit.title}\".")
     if info.fix is not None:
         parts.append(f"Later commit {info.fix.commit.sha[:10]} \"{info.fix.commit.title}\" {info.fix.reason}.")
     summary = f"{HEADS.get(v.verdict, v.verdict)} ({v.category}). " + " ".join(parts)
@@ -436,7 +471,9 @@ def _fix_for(v: Verdict, info: AuditInfo) -> str:
     fix = info.fix
     later = f" (commit {fix.commit.sha[:10]} after --bad already {fix.reason})" if fix else ""
     if v.verdict == "real_regression":
-        return f"Fix or revert {sha} \"{c.commit.title}\"{later}; keep the goldens until the loss is back in the band."
+        return (f"Confirm that {sha} \"{c.commit.title}\" is meant to change these numbers: if it is intended, "
+                f"refresh the golden values from a run of it (download_golden_values.py); if not, fix or revert "
+                f"it{later}.")
     if v.verdict == "numerical_drift":
         return (f"The values moved with {sha} ({info.commit_role}): refresh the golden values from runs on the new "
                 f"code/environment (download_golden_values.py) after checking the approximate check still "

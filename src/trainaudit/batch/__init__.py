@@ -27,7 +27,7 @@ from typing import Any
 from trainaudit.answer.charts import PlotSpec
 from trainaudit.answer.fingerprint import cause_key, fingerprint
 from trainaudit.answer.load import load_answer
-from trainaudit.answer.schema import SEVERITY_ORDER, Answer
+from trainaudit.answer.schema import SEVERITY_ORDER, Answer, Commit
 from trainaudit.audit import AuditOptions, run_audit
 from trainaudit.errors import InputError
 from trainaudit.safeio import load_json, read_text
@@ -209,7 +209,7 @@ def compare_members(result: BatchResult) -> dict[str, Any]:
             rows.append({"name": m.name, "error": m.error})
             continue
         fa = m.answer.final_answer
-        top = next((c for c in m.answer.commits if c.role == "suspect"), None) or \
+        top = _named(m.answer) or next((c for c in m.answer.commits if c.role == "suspect"), None) or \
             next((c for c in m.answer.commits if c.role == "environment_change"), None)
         rows.append({"name": m.name, "verdict": fa.verdict, "category": fa.category,
                      "first_bad_step": fa.first_bad_step, "cause": cause_key(m.answer),
@@ -217,9 +217,43 @@ def compare_members(result: BatchResult) -> dict[str, Any]:
                      "top_commit": None if top is None else {"sha": top.sha, "role": top.role, "title": top.title},
                      "answer": None if m.out_dir is None else str(m.out_dir / "answer.json")})
     env = [c for c in _shared_commits(ok) if c["role"] == "environment_change"]
-    return {"sets": rows, "groups": out_groups, "shared_commits": _shared_commits(ok),
+    return {"headline": headline(ok, env), "sets": rows, "groups": out_groups, "shared_commits": _shared_commits(ok),
             "shared_environment_changes": env}
 
 
+def _named(a: Answer) -> Commit | None:
+    """The commit an answer names (final_answer.culprit, which is commits[0])."""
+    cul = a.final_answer.culprit
+    return next((c for c in a.commits if c.sha == cul.sha), None) if cul is not None else None
+
+
+def headline(answers: list[tuple[str, Answer]], env: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """What several failures of one pipeline have in common, said first: the commit most of them
+    name (a shared environment change when its role says so), else an environment change every
+    range holds; ``exceptions`` are the failures that name another commit or none."""
+    if len(answers) < 2:
+        return None
+    named: dict[str, list[str]] = {}
+    commit: dict[str, Commit] = {}
+    for name, a in answers:
+        c = _named(a)
+        if c is not None:
+            named.setdefault(c.sha, []).append(name)
+            commit.setdefault(c.sha, c)
+    if named:
+        sha, members = max(named.items(), key=lambda kv: (len(kv[1]), kv[0]))
+        if len(members) >= 2:
+            c = commit[sha]
+            kind = "shared_environment_change" if c.role == "environment_change" else "shared_culprit"
+            return {"kind": kind, "sha": sha, "role": c.role, "title": c.title, "members": members,
+                    "exceptions": [n for n, _ in answers if n not in members]}
+    everywhere = [e for e in env if len(e["members"]) == len(answers)]
+    if everywhere:
+        e = everywhere[0]
+        return {"kind": "environment_change_in_every_range", "sha": e["sha"], "role": e["role"], "title": e["title"],
+                "members": list(e["members"]), "exceptions": []}
+    return None
+
+
 __all__ = ["ArtifactSet", "BatchOptions", "BatchResult", "Member", "ReportWriter", "compare_members",
-           "discover_sets", "run_batch"]
+           "discover_sets", "headline", "run_batch"]

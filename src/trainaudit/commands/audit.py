@@ -108,8 +108,12 @@ def audit(ctx: click.Context, inputs: tuple[str, ...], passing: tuple[str, ...],
         click.echo(answer.model_dump_json(indent=2))
     else:
         head = []
-        if info.commit is not None:
-            head.append(Text(f"{info.commit_role}: {info.commit.commit.title} ({info.commit.commit.sha[:10]})"))
+        named = answer.final_answer.culprit
+        if info.commit is not None and named is not None:
+            runner = (f"; next {named.runner_up.sha[:10]} {named.runner_up.confidence:.2f}"
+                      if named.runner_up else "")
+            head.append(Text(f"{named.role}: {info.commit.commit.title} ({named.sha[:10]}, probability "
+                             f"{named.confidence:.2f}{runner})"))
         head += [Text(f"missing: {m}", style="yellow") for m in info.missing]
         print_summary(answer, paths, quiet=quiet, verbose=verbose, head=head)
     report_notes(paths, quiet)

@@ -13,19 +13,22 @@ Each commit is described by what it touched relative to the failing test (:class
 - how many other goldens it regenerated: a commit that rewrites many goldens admits that numerics
   moved with it.
 
-The failure's explanation (:data:`WEIGHTS`: drift, a training change, memory, wall-clock, a
-malformed golden, a golden older than the comparator or config, a redefined reported metric or
-test, a crash) weighs those components, so a
-container bump leads a numerical drift or a wall-clock failure, a model change a training change,
-and the comparator or the golden's author a gating problem. The relevance is the weighted sum
-(capped at 1), the role the component that contributes most, and the reason lists the evidence in
-that order. Equal scores are ordered by the number of kinds of evidence, then by the number of
-relevant files; only then by date.
+Those components, with the commit's place in the range (how far from the bad revision, an
+environment change made in the bad commit itself, an image change for another track than the
+test's golden, a change reverted inside the range) and whether it is a kind of change that can
+produce the failure's explanation (:data:`CAN_CAUSE`), are the features of a model fitted on
+labelled failures (:mod:`trainaudit.history.ranking`): its score orders the commits, the softmax of
+the scores is each commit's relevance (the probability that it is the culprit), the role is the
+part of the evidence that adds most to the score (a change to the gate itself, then a version move
+of the image or a numerics library, take precedence), and the reason lists the evidence in the
+order of its weight. Equal scores are ordered by the number of kinds of evidence, then by the
+number of relevant files; only then by date.
 
-Roles (answer.json's ``commits[].role``, docs/answer.md): ``golden_update``, ``environment_change``, ``policy_change``
-(comparator, tolerances, METRICS, the test's scope or config), ``suspect`` (model and training
-code), ``fix`` (after the bad revision: a commit that reverts a suspect, rewrites the same golden or
-disables the test).
+Roles (answer.json's ``commits[].role``, docs/answer.md): ``golden_update``, ``environment_change``
+(image, pins, launcher environment, CI plumbing), ``policy_change`` (comparator, tolerances,
+METRICS, the test's scope), ``suspect`` (model and training code, the test's own config), ``fix``
+(after the bad revision: a commit that reverts a suspect, rewrites the same golden or disables the
+test).
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ from pathlib import PurePosixPath
 from trainaudit.history.features import (ARGUMENTS, DEFINING_ARGS, GENERIC_TRAINING, is_code, message_features,
                                          path_features)
 from trainaudit.history.git import CommitInfo, Repo
+from trainaudit.history.ranking import GROUP_OF, Model, group_of, packaged, softmax
 
 # Linear on any path: "golden_values" anywhere in the last path segment, tried once per segment (where the
 # segment starts, after checking that it ends the path in ".json") instead of from every "golden" of it.
@@ -56,6 +60,7 @@ COMPARATOR_RE = re.compile(r"^(?>(?:.*?/)??tests/functional_tests/python_test_ut
 LAUNCHER_RE = re.compile(r"(^|/)tests/functional_tests/shell_test_utils/.+|(^|/)tests/test_utils/python_scripts/"
                          r"(launch|generate)[^/]*\.py$|(^|/)(run_ci_test|_run_training)[^/]*\.sh$", re.I)
 _CONFIG_KEY = re.compile(r"^[+-][ \t]*+([\w\-.]++)[ \t]*+:")  # a changed line's key
+ENV_KEY_RE = re.compile(r"^(NCCL|NVTE|CUBLAS|CUDNN|CUDA|TORCH|PYTORCH|NVIDIA|UB_|TE_)", re.I)
 TEST_CONFIG_RE = re.compile(r"model_config\.ya?ml$", re.I)
 REVERT_RE = re.compile(r'^Revert\b|This reverts commit ([0-9a-f]{7,40})', re.I | re.M)
 SCOPE_DIFF_RE = re.compile(r"^\+.*(-broken|broken|flaky|scope\s*:|skip|disabled?)", re.I | re.M)
@@ -93,6 +98,7 @@ _ASSIGN = re.compile(r"^([+-])[ \t]*+(?:(?:ARG|ENV|export)\s++)?+([\w.\-\"']++(?
                      r"(==|>=|<=|~=|=|:)[ \t]*+(.*\S)\s*$")
 # an image reference starts where a run of path characters starts (the look-behind)
 _IMAGE = re.compile(r"(?<![\w./-])((?>[\w./-]*?(?:pytorch|cuda|ubuntu))[\w./-]*+):([\w.\-]++)", re.I)
+CI_GRADE = 0.05  # env_grade of a change to CI configuration alone
 ENV_TITLE_RE = re.compile(r"\b(bump|upgrade|update|move to)\b.{0,40}\b(pyt|pytorch|container|image|te\b|"
                           r"transformer[- ]engine|nccl|cuda|base)", re.I)
 
@@ -113,7 +119,7 @@ def env_grade(diff: str, files: list[str], title: str = "") -> EnvChange:
     for line in diff.splitlines():
         if line[:1] not in ("+", "-") or line.startswith(("+++", "---")):
             continue
-        for m in _IMAGE.finditer(line):
+        for m in _IMAGE.finditer(line[1:]):  # after the diff marker, which would join the image name
             (removed if line[0] == "-" else added)[m.group(1).lower()] = m.group(2)
         a = _ASSIGN.match(line)
         if a:
@@ -145,39 +151,30 @@ def env_grade(diff: str, files: list[str], title: str = "") -> EnvChange:
                          ("a lock-file refresh" if lock_only else "environment files changed without a version move")
                          + f" ({', '.join(env_files[:2])})")
     if any(CI_FILE_RE.search(f) for f in files):
-        return EnvChange(0.05, "CI configuration")
+        return EnvChange(CI_GRADE, "CI configuration")
     return best
 
 
 # -- what explains what ------------------------------------------------------------------------
-# explanation (set by the verdict: which kind of change the failure points to) -> component -> weight
-WEIGHTS: dict[str | None, dict[str, float]] = {
-    "drift": {"env": 0.6, "code": 0.35, "regen": 0.3, "own_golden": 0.35, "own_config": 0.3, "comparator": 0.1,
-              "launcher": 0.05, "recipe": 0.05, "golden": 0.1},
-    "training": {"code": 0.6, "env": 0.2, "regen": 0.3, "own_golden": 0.35, "own_config": 0.3, "comparator": 0.05,
-                 "launcher": 0.05, "recipe": 0.05, "golden": 0.1},
-    "memory": {"code": 0.55, "env": 0.3, "regen": 0.25, "own_golden": 0.35, "own_config": 0.3, "launcher": 0.1,
-               "comparator": 0.05, "recipe": 0.05, "golden": 0.1},
-    "wall_clock": {"env": 0.55, "launcher": 0.45, "comparator": 0.5, "code": 0.2, "regen": 0.15, "own_golden": 0.35,
-                   "own_config": 0.35, "recipe": 0.2, "golden": 0.2},
-    "golden": {"golden": 0.9, "comparator": 0.55, "own_config": 0.45, "recipe": 0.5, "own_golden": 0.3, "env": 0.1,
-               "code": 0.1, "regen": 0.1, "launcher": 0.2},
-    "stale_golden": {"comparator": 0.8, "recipe": 0.8, "own_config": 0.5, "golden": 0.3, "launcher": 0.3,
-                     "own_golden": 0.2, "env": 0.1, "code": 0.1, "regen": 0.1},
-    "reported_metric": {"code": 0.55, "comparator": 0.35, "own_golden": 0.35, "regen": 0.25, "env": 0.1,
-                        "own_config": 0.2, "recipe": 0.05, "golden": 0.1, "launcher": 0.05},
-    "test_redefined": {"own_config": 0.9, "recipe": 0.4, "code": 0.2, "env": 0.1, "regen": 0.1, "own_golden": 0.2,
-                       "comparator": 0.2, "golden": 0.2, "launcher": 0.1},
-    "crash": {"code": 0.55, "env": 0.35, "own_config": 0.45, "launcher": 0.35, "comparator": 0.1, "regen": 0.05,
-              "own_golden": 0.1, "recipe": 0.1, "golden": 0.05},
-    "infra": {"env": 0.5, "launcher": 0.35, "code": 0.2, "own_config": 0.3, "comparator": 0.05, "regen": 0.0,
-              "own_golden": 0.05, "recipe": 0.1, "golden": 0.0},
-    None: {"code": 0.45, "env": 0.45, "comparator": 0.3, "own_config": 0.3, "regen": 0.2, "own_golden": 0.3,
-           "launcher": 0.2, "recipe": 0.2, "golden": 0.3},
-}
-ROLE_OF = {"env": "environment_change", "code": "suspect", "comparator": "policy_change", "launcher": "policy_change",
-           "recipe": "policy_change", "own_config": "policy_change", "golden": "golden_update",
+ROLE_OF = {"env": "environment_change", "ci": "environment_change", "code": "suspect", "comparator": "policy_change",
+           "launcher": "policy_change", "recipe": "policy_change", "own_config": "suspect", "golden": "golden_update",
            "own_golden": "golden_update", "regen": "golden_update"}
+# the features of trainaudit.history.ranking that speak for a part of the evidence
+PART_OF = {"env_in_bad": "env", "env_other_track": "env", "regen_with_change": "regen"}
+ENV_MOVE = 0.6  # env_grade of a version move of the image, Transformer Engine, PyTorch, NCCL/CUDA or a kernel library
+GATE_CHANGE = 0.8  # comparator evidence of a change to its tolerances, sampling or the failing metric's check
+ADMISSION = ("regen", "own_golden")  # goldens rewritten with the commit: how sure its change moved numbers
+# explanation -> the kinds of change that can produce it (a training change beyond the tolerances
+# comes from code or the test's config, not from a container; a malformed golden from its writer or
+# the comparator...): the "fits" feature, whose weight is fitted like the others
+CAN_CAUSE: dict[str | None, tuple[str, ...]] = {
+    "drift": ("env", "code", "own_config"), "training": ("code", "own_config"),
+    "memory": ("code", "env", "own_config"), "wall_clock": ("env", "launcher", "code", "own_config", "comparator"),
+    "golden": ("golden", "comparator"), "stale_golden": ("comparator", "recipe", "own_config", "launcher"),
+    "reported_metric": ("code", "comparator"), "test_redefined": ("own_config", "recipe"),
+    "crash": ("code", "env", "own_config", "launcher"), "infra": ("env", "launcher", "own_config"),
+    None: ("code", "env", "own_config", "comparator", "launcher", "recipe", "golden"),
+}
 # A verdict (and, for gating issues, a category) -> the explanation it implies when the audit does
 # not name one.
 EXPLANATION_OF: dict[str, str] = {"numerical_drift": "drift", "real_regression": "training",
@@ -204,11 +201,19 @@ class FailureShape:
     def explanation_key(self) -> str | None:
         key = self.explanation or EXPLANATION_OF.get(f"{self.kind}:{self.category}") or \
             EXPLANATION_OF.get(self.kind or "")
-        return key if key in WEIGHTS else None
+        return key if key in GROUP_OF else None
 
     @property
-    def weights(self) -> dict[str, float]:
-        return WEIGHTS[self.explanation_key]
+    def group(self) -> str:
+        return group_of(self.explanation_key)
+
+    @property
+    def track(self) -> str | None:
+        """The image track the failing golden belongs to (Megatron-LM names goldens
+        golden_values_{dev|lts}_<platform>.json): "dev", "lts", or None when unknown."""
+        names = " ".join(PurePosixPath(g).name.lower() for g in self.golden_paths)
+        tracks = {t for t in ("dev", "lts") if re.search(rf"(?:^|_){t}(?:_|\.|$)", names)}
+        return tracks.pop() if len(tracks) == 1 else None
 
 
 @dataclass
@@ -218,6 +223,7 @@ class Evidence:
     parts: dict[str, float] = field(default_factory=dict)
     why: dict[str, str] = field(default_factory=dict)
     n_relevant: int = 0
+    env_tracks: set[str] = field(default_factory=set)  # image tracks its environment change applies to
 
     def add(self, part: str, value: float, why: str) -> None:
         if value > self.parts.get(part, 0.0):
@@ -230,10 +236,13 @@ class Classified:
     commit: CommitInfo
     roles: list[str]
     role: str
-    relevance: float
+    relevance: float  # the model's probability that this commit is the culprit (fixes: 0.7)
     reason: str
     after_bad: bool = False
     evidence: Evidence | None = None
+    features: dict[str, float] = field(default_factory=dict)
+    score: float = 0.0  # the model's score (log-odds against the other commits of the range)
+    notes: list[str] = field(default_factory=list)  # what the reason adds beside the evidence
 
 
 def _case_name(test_case: str | None) -> str:
@@ -302,8 +311,10 @@ def evidence_of(c: CommitInfo, ctx: FailureShape, diff: str) -> Evidence:
     content_files = [f for f in files if not GOLDEN_RE.search(f)]
     # the test's own config
     own_cfg = [f for f in files if TEST_CONFIG_RE.search(f) and case_dir and f.startswith(case_dir + "/")]
-    if own_cfg:
-        changed = _config_keys(diff, own_cfg[0])
+    changed = _config_keys(diff, own_cfg[0]) if own_cfg else []
+    env_keys = [k for k in changed if ENV_KEY_RE.match(k)]
+    # a config change of launcher environment variables alone (NCCL_ALGO...) is an environment change
+    if own_cfg and (not changed or len(env_keys) < len(changed)):
         defining = [k for k in changed if DEFINING_ARGS.match(k)]
         weight = 1.0 if defining else (0.6 if changed else 0.5)
         ev.add("own_config", weight, "changes this test's model_config.yaml"
@@ -333,11 +344,13 @@ def evidence_of(c: CommitInfo, ctx: FailureShape, diff: str) -> Evidence:
     # environment
     env = env_grade(_diff_of(diff, [f for f in files if ENV_FILE_RE.search(f) or CI_FILE_RE.search(f)]),
                     files, f"{c.title}\n{c.body.splitlines()[0] if c.body else ''}")
-    if env.grade:
+    if env.grade > CI_GRADE:
         ev.add("env", env.grade, f"changes the environment: {env.what}")
-    nccl_cfg = [k for k in (_config_keys(diff, own_cfg[0]) if own_cfg else []) if k.startswith(("NCCL", "NVTE", "CUBLAS"))]
-    if nccl_cfg:
-        ev.add("env", 0.7, f"changes this test's numerics environment ({', '.join(nccl_cfg[:3])})")
+        ev.env_tracks = {_track(f) for f in files if ENV_FILE_RE.search(f)}
+    elif env.grade:
+        ev.add("ci", 1.0, f"changes CI plumbing only ({env.what})")
+    if env_keys:
+        ev.add("env", 0.5, f"changes this test's numerics environment ({', '.join(env_keys[:3])})")
     # code
     rel, why, n = code_relevance(content_files, ctx.features or {"gpt", "data"})
     if rel:
@@ -361,6 +374,16 @@ def evidence_of(c: CommitInfo, ctx: FailureShape, diff: str) -> Evidence:
     elif ev.parts.keys() - {"golden", "recipe"} and (said := message_features(text) & ctx.features):
         ev.add("named", 0.4, f"its message names what the test exercises ({', '.join(sorted(said))})")
     return ev
+
+
+def _track(path: str) -> str:
+    """The image track an environment file builds: Megatron-LM keeps Dockerfile.ci.lts /
+    .ngc_version.lts beside their dev twins; any other file serves both."""
+    name = PurePosixPath(path).name.lower()
+    for t in ("lts", "dev"):
+        if re.search(rf"(?:^|[._-]){t}(?:[._-]|$)", name):
+            return t
+    return "both"
 
 
 def _diff_of(diff: str, paths: list[str]) -> str:
@@ -390,85 +413,118 @@ def _config_keys(diff: str, path: str) -> list[str]:
     return keys
 
 
-ADMISSION = ("regen", "own_golden")  # goldens rewritten with the commit: how sure its change moved numbers
-# explanation -> the kinds of change that can produce it: the goldens a commit rewrote count in
-# proportion to how strongly it made such a change (a container bump that rewrote goldens explains
-# drift, not a model change)
-CAN_CAUSE: dict[str | None, tuple[str, ...]] = {
-    "drift": ("env", "code", "own_config"), "training": ("code", "own_config"),
-    "memory": ("code", "env", "own_config"), "wall_clock": ("env", "launcher", "code", "own_config", "comparator"),
-    "golden": ("golden", "comparator"), "stale_golden": ("comparator", "recipe", "own_config", "launcher"),
-    "reported_metric": ("code", "comparator"), "test_redefined": ("own_config", "recipe"),
-    "crash": ("code", "env", "own_config", "launcher"), "infra": ("env", "launcher", "own_config"),
-    None: ("code", "env", "own_config", "comparator", "launcher", "recipe", "golden"),
-}
+def _reverted(commits: list[CommitInfo]) -> dict[str, str]:
+    """sha -> why, for a change reverted inside the range (not live at bad) and its revert."""
+    out: dict[str, str] = {}
+    by_date = {c.sha: c.date for c in commits}
+    for c in commits:
+        for sha in REVERT_RE.findall(c.body):
+            target = next((s for s in by_date if sha and s.startswith(sha)), None)
+            if target is not None and target != c.sha and by_date[target] <= c.date:
+                out[target] = "reverted within the range"
+                out[c.sha] = "reverts a change of the range"
+    return out
 
 
-def score(ev: Evidence, ctx: FailureShape) -> tuple[float, str, list[str]]:
-    """(relevance, role, the reasons ordered by contribution): each component weighted for the
-    explanation, the rewritten goldens in proportion to the change they vouch for."""
-    w = ctx.weights
-    content = {k: w.get(k, 0.0) * v for k, v in ev.parts.items() if k not in ADMISSION and k != "named"}
-    fit = max((ev.parts.get(k, 0.0) for k in CAN_CAUSE.get(ctx.explanation_key, CAN_CAUSE[None])), default=0.0)
-    contrib = dict(content)
-    contrib.update({k: w.get(k, 0.0) * ev.parts[k] * fit for k in ADMISSION if k in ev.parts})
-    total = sum(contrib.values()) + 0.15 * ev.parts.get("named", 0.0)
-    if not contrib or total <= 0:
-        return 0.0, "suspect", []
-    top = max(content or contrib, key=lambda k: (content or contrib)[k])
-    order = sorted(ev.why, key=lambda k: -contrib.get(k, 0.0))
-    return min(1.0, total), ROLE_OF[top], [ev.why[k] for k in order]
+def features_of(ev: Evidence, c: CommitInfo, ctx: FailureShape, *, from_bad: int, reverted: bool) -> dict[str, float]:
+    """The ranking model's inputs (trainaudit.history.ranking.FEATURES) for one commit;
+    ``from_bad``: how many commits of the range are newer (0: the bad commit itself)."""
+    x = dict(ev.parts)
+    env = ev.parts.get("env", 0.0)
+    x["fits"] = max((ev.parts.get(k, 0.0) for k in CAN_CAUSE.get(ctx.explanation_key, CAN_CAUSE[None])), default=0.0)
+    x["recency"] = math.exp(-from_bad / 10)
+    x["env_in_bad"] = env if from_bad == 0 else 0.0
+    track = ctx.track
+    other = bool(track and ev.env_tracks and "both" not in ev.env_tracks and track not in ev.env_tracks)
+    x["env_other_track"] = env if other else 0.0
+    x["reverted"] = 1.0 if reverted else 0.0
+    change = max((ev.parts.get(k, 0.0) for k in ("env", "code", "own_config", "comparator")), default=0.0)
+    x["regen_with_change"] = ev.parts.get("regen", 0.0) * change
+    return x
+
+
+def explain(ev: Evidence, contrib: dict[str, float], notes: list[str]) -> tuple[str, list[str]]:
+    """(role, reasons in the order of their contribution to the score): the role is the part of the
+    evidence that adds most to the score (the goldens it rewrote vouch for a change, they are not one)."""
+    by_part: dict[str, float] = {}
+    for f, v in contrib.items():
+        part = PART_OF.get(f, f)
+        if part in ev.parts:
+            by_part[part] = by_part.get(part, 0.0) + v
+    content = {k: v for k, v in by_part.items() if k in ROLE_OF and k not in ADMISSION}
+    pool = content or {k: v for k, v in by_part.items() if k in ROLE_OF}
+    top = max(pool, key=lambda k: (pool[k], ev.parts.get(k, 0.0))) if pool else None
+    # Where the change came from, whatever else the commit adapted with it: the gate itself, else a
+    # version move of the image or a numerics library (config and code edits made with a container
+    # bump follow the bump).
+    if ev.parts.get("comparator", 0.0) >= GATE_CHANGE:
+        top = "comparator"
+    elif ev.parts.get("env", 0.0) >= ENV_MOVE:
+        top = "env"
+    role = ROLE_OF[top] if top else "suspect"
+    order = sorted(ev.why, key=lambda k: -by_part.get(k, 0.0))
+    return role, [ev.why[k] for k in order] + notes
 
 
 def classify(repo: Repo, commits: list[CommitInfo], ctx: FailureShape, *, after_bad: list[CommitInfo] | None = None,
              suspects_for_fix: list[str] | None = None, diffs: dict[str, str] | None = None,
-             extra: list[tuple[CommitInfo, str]] | None = None) -> list[Classified]:
-    """Every commit of the range that touched anything relevant, best first; ``extra``: commits
-    outside the range offered as candidates (the commit that wrote the golden at --good), each
-    with the reason it is offered."""
-    out: list[Classified] = []
+             extra: list[tuple[CommitInfo, str]] | None = None, model: Model | None = None) -> list[Classified]:
+    """Every commit of the range that touched anything relevant, best first (``commits`` newest
+    first, as git lists them); ``extra``: commits outside the range offered as candidates (the
+    commit that wrote the golden at --good), each with the reason it is offered. The order and the
+    relevance (the probability of being the culprit) come from the fitted model
+    (:mod:`trainaudit.history.ranking`)."""
+    model = model or packaged()
     diffs = diffs or {}
-    for c in commits:
+    group = ctx.group
+    reverts = _reverted(commits)
+    found: list[tuple[CommitInfo, Evidence, dict[str, float], list[str]]] = []
+    for i, c in enumerate(commits):
         ev = evidence_of(c, ctx, diffs.get(c.sha, ""))
-        rel, role, reasons = score(ev, ctx)
-        if rel <= 0.0:
+        if not ev.parts:
             continue
-        roles = list(dict.fromkeys(ROLE_OF[k] for k in ev.parts if k in ROLE_OF))
-        out.append(Classified(c, roles, role, round(rel, 3), "; ".join(reasons), evidence=ev))
-    for c, why in (extra or []) if ctx.weights.get("golden", 0.0) >= 0.5 else []:
-        ev = Evidence()
-        ev.add("golden", 1.0, why)
-        rel, role, reasons = score(ev, ctx)
-        out.append(Classified(c, ["golden_update"], role, round(rel, 3), "; ".join(reasons), evidence=ev))
-    _cancel_reverts(out)
+        notes = [reverts[c.sha]] if c.sha in reverts else []
+        if ev.parts.get("env") and ctx.track and ev.env_tracks and "both" not in ev.env_tracks \
+                and ctx.track not in ev.env_tracks:
+            notes.append(f"its environment change is for the {'/'.join(sorted(ev.env_tracks))} image; this test's "
+                         f"golden is for {ctx.track}")
+        found.append((c, ev, features_of(ev, c, ctx, from_bad=i, reverted=c.sha in reverts), notes))
+    if ctx.explanation_key == "golden":
+        for c, why in extra or []:
+            ev = Evidence()
+            ev.add("golden", 1.0, why)
+            found.append((c, ev, features_of(ev, c, ctx, from_bad=len(commits), reverted=False), []))
+    out = rerank([Classified(c, list(dict.fromkeys(ROLE_OF[k] for k in ev.parts if k in ROLE_OF)), "suspect", 0.0, "",
+                             evidence=ev, features=x, notes=notes) for c, ev, x, notes in found], group, model)
     golden_set = set(ctx.golden_paths) | {f for cl in out if "golden_update" in cl.roles for f in cl.commit.files
                                           if GOLDEN_RE.search(f)}
     case = _case_name(ctx.test_case)
+    fixes: list[Classified] = []
     for c in after_bad or []:
         reason = _fix_reason(repo, c, golden_set, suspects_for_fix or [], [case] if case else [])
         if reason:
-            out.append(Classified(c, ["fix"], "fix", 0.7, reason, after_bad=True))
-    ranked = sorted((x for x in out if not x.after_bad),
-                    key=lambda x: (-x.relevance, -len(x.evidence.parts) if x.evidence else 0,
-                                   -(x.evidence.n_relevant if x.evidence else 0), _neg_date(x.commit.date)))
-    return ranked + [x for x in out if x.after_bad]  # fixes in the order they landed
+            fixes.append(Classified(c, ["fix"], "fix", 0.7, reason, after_bad=True))
+    return out + fixes  # fixes in the order they landed
+
+
+def rerank(found: list[Classified], group: str, model: Model) -> list[Classified]:
+    """The candidates scored by ``model`` for a failure of ``group``, best first: score, the
+    probability of each (relevance), the role and the reasons in the order of their weight."""
+    scores = model.scores([c.features for c in found], group)
+    probs = softmax(scores)
+    out: list[Classified] = []
+    for c, sc, p in zip(found, scores, probs):
+        ev = c.evidence or Evidence()
+        role, reasons = explain(ev, model.contributions(c.features, group), c.notes)
+        out.append(Classified(c.commit, c.roles, role, round(float(p), 4), "; ".join(reasons), evidence=ev,
+                              features=c.features, score=float(sc), notes=c.notes))
+    return sorted(out, key=lambda x: (-x.score, -len(x.evidence.parts) if x.evidence else 0,
+                                      -(x.evidence.n_relevant if x.evidence else 0), _neg_date(x.commit.date)))
 
 
 def _neg_date(date: str) -> str:
     """Newest first among equals (closest to the failure): invert the ISO date's characters."""
     return "".join(chr(0x10FFFF - ord(ch)) for ch in date)
-
-
-def _cancel_reverts(out: list[Classified]) -> None:
-    """A change reverted inside the range is not live at bad: both commits lose most relevance."""
-    by_sha = {c.commit.sha: c for c in out}
-    for c in out:
-        for sha in REVERT_RE.findall(c.commit.body):
-            target = next((x for s, x in by_sha.items() if sha and s.startswith(sha)), None)
-            if target is not None and target is not c and target.commit.date <= c.commit.date:
-                for x in (target, c):
-                    x.relevance = round(x.relevance * 0.3, 3)
-                    x.reason += "; reverted within the range" if x is target else "; reverts a change of the range"
 
 
 def _fix_reason(repo: Repo, c: CommitInfo, goldens: set[str], suspects: list[str], case_parts: list[str]) -> str:

@@ -12,6 +12,16 @@ from trainaudit.outdir import OutDir
 
 def render_batch_markdown(cmp: dict[str, Any]) -> str:
     out = [f"# trainaudit batch: {len(cmp['sets'])} failures, {len(cmp['groups'])} distinct root causes", ""]
+    h = cmp.get("headline")
+    if h:
+        what = {"shared_environment_change": "a shared environment change as culprit",
+                "shared_culprit": "a shared culprit",
+                "environment_change_in_every_range": "an environment change in every range"}[h["kind"]]
+        n = len(h["members"]) + len(h["exceptions"])
+        out.append(f"**{len(h['members'])} of {n} failures have {what}:** `{h['sha'][:10]}` ({h['role']}) "
+                   f"{h['title'].replace('|', '/')}. "
+                   + (f"Exceptions: {', '.join(h['exceptions'])}." if h["exceptions"] else "No exception."))
+        out.append("")
     out += ["## Failures", "| set | verdict | category | first bad step | root cause group | top commit |",
             "|---|---|---|---|---|---|"]
     label = {g["cause"]: f"G{i}" for i, g in enumerate(cmp["groups"], 1)}

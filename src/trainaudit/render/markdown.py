@@ -203,7 +203,10 @@ def _cut(text: str, n: int = 400) -> str:
 
 
 def culprit(answer: Answer) -> Commit | None:
-    """The commit the first root cause cites (the one that explains the failure)."""
+    """The commit the answer names (final_answer.culprit, else the one the first root cause cites)."""
+    named = answer.final_answer.culprit
+    if named is not None:
+        return next((c for c in answer.commits if c.sha == named.sha and c.role != "fix"), None)
     if not answer.final_answer.root_causes:
         return None
     cited = set(answer.final_answer.root_causes[0].evidence)
@@ -245,8 +248,13 @@ def audit_top(answer: Answer) -> list[str]:
         out.append(f"**Why {fa.verdict}:** {md_inline(_cut(rc.issue, 400))}")
     c = culprit(answer)
     if c is not None:
-        out.append(f"**Culprit:** `{c.sha[:10]}` {md_inline(_cut(c.title, 100))} ({c.role}, relevance "
-                   f"{c.relevance:.2f}): {md_inline(_cut(c.reason, 300))}")
+        named = fa.culprit
+        sure = f"relevance {c.relevance:.2f}"
+        if named is not None:
+            sure = f"probability {named.confidence:.2f}" + (
+                f" against {named.runner_up.confidence:.2f} for `{named.runner_up.sha[:10]}`" if named.runner_up else "")
+        out.append(f"**Culprit:** `{c.sha[:10]}` {md_inline(_cut(c.title, 100))} ({c.role}, {sure}): "
+                   f"{md_inline(_cut(c.reason, 300))}")
     elif answer.commits and fa.verdict != "pass":
         out.append("**Culprit:** none of the commits between --good and --bad explains it.")
     if rc is not None:
