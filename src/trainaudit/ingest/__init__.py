@@ -78,6 +78,10 @@ def detect(inputs: list[InputFile], fmt: str | None = None, *, explicit: set[str
     out: list[Detected] = []
     for inp in inputs:
         direct = explicit is not None and inp.display in explicit
+        if inp.skip is not None:
+            if problems is not None:
+                problems.append(Problem(inp.display, f"skipped: {inp.skip}", fatal=False))
+            continue
         if inp.size == 0 and not inp.compressed:
             if direct:
                 raise InputError(f"{inp.display}: file is empty")

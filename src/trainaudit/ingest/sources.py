@@ -56,6 +56,7 @@ class InputFile:
     max_bytes: int | None = None  # decompressed budget (compressed inputs only)
     line_bytes: int | None = None  # set by the driver for line readers: longer lines are cut
     cut_lines: int = 0  # lines cut by the streams opened so far (the most any one stream cut)
+    skip: str | None = None  # why a file found in a directory is not read (``detect`` notes it)
 
     def open(self) -> BinaryIO:
         return cast(BinaryIO, _Counted(self, self.opener()))
@@ -163,6 +164,13 @@ def _expand_file(path: Path, display: str, *, in_directory: bool) -> Iterator[In
         raise InputError(f"{display}: cannot read ({exc.strerror or exc})") from None
     lower = path.name.lower()
     if head.startswith((ZIP_MAGIC, EMPTY_ZIP_MAGIC)) or lower.endswith(".zip"):
+        office = _office_document(path, display)
+        if office is not None:
+            what = f"an office document ({office}), not a log or an archive of logs"
+            if not in_directory:
+                raise InputError(f"{display}: {what}; give the training logs themselves")
+            yield InputFile(display, path.name, size, lambda: open_input(path, display), fs_path=path, skip=what)
+            return
         yield from _zip_members(path, display)
         return
     if head.startswith(GZIP_MAGIC):
@@ -178,6 +186,30 @@ def _expand_file(path: Path, display: str, *, in_directory: bool) -> Iterator[In
         yield from _tar_members(path, display)
         return
     yield InputFile(display, path.name, size, lambda: open_input(path, display), fs_path=path)
+
+
+# Office Open XML (ECMA-376 Part 2, Open Packaging Conventions: every package has a
+# "[Content_Types].xml" part) and OpenDocument (OASIS ODF 1.2 Part 3, 3.3: a "mimetype" member
+# naming the document's media type) files are zip packages of one document's XML.
+_OOXML_KINDS = {"word/": "Word document", "xl/": "Excel workbook", "ppt/": "PowerPoint presentation"}
+
+
+def _office_document(path: Path, display: str) -> str | None:
+    """What office document a zip file is (read from its member names), or None for a plain zip."""
+    try:
+        with zipfile.ZipFile(open_input(path, display)) as zf:
+            names = zf.namelist()
+            if "mimetype" in names:
+                info = zf.getinfo("mimetype")
+                mime = zf.read(info).decode("ascii", "replace").strip() if info.file_size <= 200 else ""
+                if mime.startswith("application/vnd.oasis.opendocument."):
+                    return f"OpenDocument {mime.rsplit('.', 1)[-1]}"
+    except (zipfile.BadZipFile, OSError, EOFError, zlib.error, NotImplementedError):
+        return None  # not readable as a zip: the archive reader says what is wrong with it
+    if "[Content_Types].xml" not in names:
+        return None
+    kind = next((k for prefix, k in _OOXML_KINDS.items() if any(n.startswith(prefix) for n in names)), None)
+    return kind or "Office Open XML package"
 
 
 def _zip_members(path: Path, display: str) -> Iterator[InputFile]:
