@@ -15,7 +15,7 @@ from trainaudit.ingest.base import LineReader, Reader, Sample, looks_like_text
 from trainaudit.ingest.readers import READER_CLASSES, all_readers, reader_by_name
 from trainaudit.ingest.readers.text import read_metrics
 from trainaudit.ingest.sink import RunBuilder, Sink
-from trainaudit.ingest.sources import STREAM_ERRORS, InputFile, expand_inputs, read_head
+from trainaudit.ingest.sources import STREAM_ERRORS, InputFile, context_file, expand_inputs, read_head
 from trainaudit.model import Run, Source
 from trainaudit.safeio import LIMITS
 
@@ -108,6 +108,13 @@ def detect(inputs: list[InputFile], fmt: str | None = None, *, explicit: set[str
                                  f"use --format, one of: {', '.join(format_names())})")
             if problems is not None:
                 problems.append(Problem(inp.display, f"skipped: unknown format ({what})", fatal=False))
+            continue
+        if explicit is not None and not direct and best.name == "text" and \
+                (context := context_file(inp.name)) is not None:
+            # code, documents and configuration found in a folder are the run's context: only a
+            # format's own reader takes them (a named file is read as given)
+            if problems is not None:
+                problems.append(Problem(inp.display, f"skipped: {context}, not a log", fatal=False))
             continue
         out.append(Detected(inp, best, per_line))
     return out

@@ -212,6 +212,34 @@ def _office_document(path: Path, display: str) -> str | None:
     return kind or "Office Open XML package"
 
 
+# Files of a project or run folder that are its context, not its logs: source code, documents
+# and configuration. Read as logs they give numbers that are no metrics ("lr jumps 49.5x" from two
+# lines of train.py, table columns from a README).
+_CONTEXT_SUFFIXES = {
+    "source code": (".py", ".pyi", ".pyx", ".ipynb", ".sh", ".bash", ".zsh", ".fish", ".ps1", ".bat", ".c", ".cc",
+                    ".cpp", ".cxx", ".h", ".hh", ".hpp", ".cu", ".cuh", ".js", ".mjs", ".ts", ".java", ".kt",
+                    ".scala", ".go", ".rs", ".rb", ".pl", ".lua", ".r", ".jl", ".swift", ".m", ".cmake", ".mk"),
+    "documentation": (".md", ".markdown", ".rst", ".adoc", ".tex", ".html", ".htm", ".org"),
+    "configuration": (".yaml", ".yml", ".toml", ".ini", ".cfg", ".conf", ".json", ".xml", ".properties"),
+}
+_CONTEXT_NAMES = {
+    "source code": ("makefile", "dockerfile", "cmakelists.txt", "setup.py", "requirements.txt"),
+    "documentation": ("readme", "license", "licence", "copying", "notice", "authors", "changelog", "citation.cff"),
+}
+
+
+def context_file(name: str) -> str | None:
+    """What a file is when its name says it is a project's code, documents or configuration (None:
+    it may be a log). A format's own reader may still claim such a file (a W&B ``config.yaml``)."""
+    lower = name.lower()
+    for what, names in _CONTEXT_NAMES.items():
+        if lower in names or lower.rsplit(".", 1)[0] in names:
+            return what
+    if lower.startswith("requirements") and lower.endswith(".txt"):
+        return "source code"
+    return next((what for what, suffixes in _CONTEXT_SUFFIXES.items() if lower.endswith(suffixes)), None)
+
+
 def _zip_members(path: Path, display: str) -> Iterator[InputFile]:
     try:
         zf = zipfile.ZipFile(open_input(path, display))  # one handle shared by all members
