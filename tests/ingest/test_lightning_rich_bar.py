@@ -167,3 +167,16 @@ def test_a_terminal_capture_gives_every_epoch_and_overfitting(terminal_log: Path
     res = run_cli("diagnose", terminal_log.name, "-o", str(tmp_path / "out"), "--json", cwd=terminal_log.parent)
     answer = json.loads(res.stdout)
     assert answer["final_answer"]["category"] == "overfitting", answer["final_answer"]["summary"]
+
+
+def test_a_banner_without_a_bar_still_reads_the_scripts_own_prints(tmp_path: Path) -> None:
+    # enable_progress_bar=False and a script that prints its own epoch lines: the banner claims the
+    # file for Lightning, the prints are still read
+    log = tmp_path / "out.log"
+    log.write_text("GPU available: False, used: False\nTPU available: False, using: 0 TPU cores\n"
+                   + "".join(f"epoch {e} train_loss {2.0 - 0.4 * e:.2f} val_loss {1.9 - 0.1 * e:.2f}\n"
+                             for e in range(5)))
+    run, problems = load_run([str(log)])
+    assert problems == [] and [s.format for s in run.sources] == ["lightning"]
+    assert run.series["train_loss"].values.tolist() == [2.0, 1.6, 1.2, 0.8, 0.4]
+    assert run.series["val_loss"].steps.tolist() == [0, 1, 2, 3, 4]

@@ -43,6 +43,7 @@ import re
 
 from trainaudit.errors import InputError
 from trainaudit.ingest.base import LineReader, Reader, Sample
+from trainaudit.ingest.readers.text import read_metrics
 from trainaudit.ingest.sink import Sink
 from trainaudit.ingest.sources import InputFile
 from trainaudit.ingest.text import Line, parse_number
@@ -107,6 +108,14 @@ class LightningReader(LineReader):
         # The Rich bar is printed once, when the fit ends: the head of a long log may only hold
         # Lightning's banner and model summary.
         return 0.5 if summary >= 2 else 0.0
+
+    def read(self, inp: InputFile, sink: Sink) -> None:
+        before = sink.n_values
+        super().read(inp, sink)
+        if sink.n_values == before:
+            # claimed by its banner, but no bar held a value (enable_progress_bar=False, or a run
+            # that died before its first batch): what the script printed itself is read as any log
+            read_metrics(inp, sink)
 
     def new_state(self) -> dict:
         return {"epoch": None, "offset": 0, "last_n": 0, "total": None, "framework": False, "rich": None}
