@@ -306,6 +306,11 @@ def parse_line_full(text: str, asked: list[int] | None = None) -> Parsed:
                 qualifier = f"{words[-1]} {int(v)} "  # "Layer 3: ..." names what follows
                 words, assign, last = [], False, None
                 continue
+            if words and unit == "%" and _next_is(toks, i, "|") and "%|" in text and _TQDM_RE.search(text):
+                # tqdm's percentage before its bar ("steps:  5%|██  | 891/17824 [..."): the bar's
+                # description is no key of it (kohya-ss/sd-scripts#304 prints "steps:")
+                words, assign, last = [], False, None
+                continue
             if not words and pipe_key:
                 words, assign, pipe_key = pipe_key, True, []  # the value cell of a "| key | value |" row
             if words and (assign or counter_rank(words[-1]) is not None or
