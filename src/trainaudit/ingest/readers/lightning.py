@@ -66,10 +66,10 @@ NONFINITE_RES = [
 FIT_STOPPED_RE = re.compile(r"`Trainer\.fit` stopped: (.*)$")
 META_ITEMS = {"v_num"}
 RICH_BAR_RE = re.compile(
-    r"^\s*Epoch (?P<epoch>\d{1,9})(?:/\d{1,9})? +[━╸╺\- ]*?(?P<n>\d{1,12})/(?P<total>\d{1,12}|--) "
-    r"+(?:-|\d{1,9} days?, )?[\d:-]{4,12} • (?:-|\d{1,9} days?, )?[\d:-]{4,12}(?: +[\d.]{1,20}it/s)?(?P<metrics>.*)$"
+    r"^\s*+Epoch (?P<epoch>\d{1,9})(?:/\d{1,9})? [━╸╺\- ]*+(?P<n>\d{1,12})/(?P<total>\d{1,12}|--) "
+    r"++(?:-|\d{1,9} days?, )?[\d:-]{4,12} • (?:-|\d{1,9} days?, )?[\d:-]{4,12}(?: ++[\d.]{1,20}it/s)?(?P<metrics>.*)$"
 )
-RICH_ITEM_RE = re.compile(r"([^\s:][^\s]*?): +(\S+)")
+RICH_ITEM_RE = re.compile(r"(?<!\S)([^\s:]++): ++(\S++)")
 # Lightning's banner and model summary (ModelSummary / RichModelSummary): printed at the start of
 # every fit, whatever the bar; their numbers are no training metrics.
 SUMMARY_RE = re.compile(r"^(?:GPU available: |TPU available: |HPU available: |Total estimated model params size \(MB\))")
