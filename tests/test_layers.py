@@ -18,7 +18,7 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "trainaudit"
 
 LAYERS: list[set[str]] = [
     {"errors", "model", "redact", "__init__"},  # the data model
-    {"safeio"},  # reading untrusted files: confinement and limits
+    {"safeio", "outdir"},  # reading untrusted files, writing outputs: confinement and limits
     {"answer"},  # the answer contract
     {"ingest", "fetch"},
     {"series"},

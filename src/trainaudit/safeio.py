@@ -19,9 +19,10 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import math
 import os
 import stat
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
@@ -82,6 +83,18 @@ def check_location(real: Path, what: str) -> None:
     conf = _CONFINED.get()
     if conf is not None and not conf.inside(real):
         raise PathRefused(f"{what}: outside the allowed roots")
+
+
+def confinement() -> Confinement | None:
+    """The confinement in force (an MCP server's roots), or None."""
+    return _CONFINED.get()
+
+
+def may_read(path: Path) -> bool:
+    """Whether ``path`` (resolved) is inside the current confinement; always, when there is none.
+    For searches that walk up from a folder (the nearest pyproject.toml): they stop at the roots."""
+    conf = _CONFINED.get()
+    return conf is None or conf.inside(path.resolve())
 
 
 _KINDS = {stat.S_IFIFO: "a FIFO", stat.S_IFCHR: "a character device", stat.S_IFBLK: "a block device",
@@ -286,10 +299,20 @@ def _depth_ok(data: Any, limit: int) -> bool:
     return True
 
 
-def load_json(text: str | bytes, where: str, *, invalid: str = "not valid JSON") -> Any:
-    """``json.loads`` with nesting and number size bounded; errors are one-line input errors."""
+def load_json(text: str | bytes, where: str, *, invalid: str = "not valid JSON",
+              nonfinite: Callable[[float], Any] | None = None) -> Any:
+    """``json.loads`` with nesting and number size bounded; errors are one-line input errors.
+    ``nonfinite``: what a NaN, Infinity or overflowing number (``1e999``) becomes, for data that
+    goes on to a JSON writer that refuses them."""
+    hooks: dict[str, Any] = {}
+    if nonfinite is not None:
+        def as_float(text: str) -> Any:
+            v = float(text)
+            return v if math.isfinite(v) else nonfinite(v)
+
+        hooks = {"parse_float": as_float, "parse_constant": lambda c: nonfinite(float(c))}
     try:
-        data = json.loads(text, parse_int=_bounded_int)
+        data = json.loads(text, parse_int=_bounded_int, **hooks)
     except json.JSONDecodeError as exc:
         raise InputError(f"{where}: {invalid} ({exc.msg} at line {exc.lineno})") from None
     except RecursionError:
@@ -328,13 +351,13 @@ class _BoundedLoader(yaml.SafeLoader):
         return super().construct_document(node)
 
 
-def load_yaml(text: str, where: str) -> Any:
+def load_yaml(text: str, where: str, *, invalid: str = "not valid YAML") -> Any:
     """``yaml.safe_load`` with alias expansion and depth bounded; errors are one-line input errors."""
     try:
         return yaml.load(text, Loader=_BoundedLoader)
     except yaml.YAMLError as exc:
         first = str(exc).splitlines()[0] if str(exc) else "syntax error"
-        raise InputError(f"{where}: not valid YAML ({first})") from None
+        raise InputError(f"{where}: {invalid} ({first})") from None
     except RecursionError:
         raise InputError(f"{where}: YAML nested too deeply") from None
 

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from trainaudit.ingest import chunks, load_run
-from trainaudit.ingest.readers import megatron_fast
-from trainaudit.ingest.readers.megatron import MegatronReader
+from trainaudit.ingest.formats.megatron import bulk as megatron_fast
+from trainaudit.ingest.formats.megatron.lines import MegatronReader
 from trainaudit.ingest.sink import RunBuilder
 from trainaudit.ingest.sources import InputFile, expand_inputs
 from trainaudit.model import Run, Source

@@ -57,7 +57,7 @@ def _time(p: re.Pattern[Any], line: str, repeats: int = REPEATS) -> float:
 def test_the_collection_finds_the_package_patterns() -> None:
     # A sanity floor: the walk reaches readers, signatures, history, redaction and compare.
     assert len(PATTERNS) > 200
-    for name in ("ingest.readers.hf.DICT_RE", "ingest.signatures.OOM_RE", "history.classify.CI_FILE_RE",
+    for name in ("ingest.formats.hf.DICT_RE", "ingest.signatures.OOM_RE", "history.classify.CI_FILE_RE",
                  "redact._PATTERNS[0][0]", "compare.cilog._PYTEST"):
         assert name in PATTERNS, name
 

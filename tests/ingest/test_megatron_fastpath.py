@@ -16,8 +16,8 @@ import pytest
 from shared_data import LOG_SAMPLES, REPO, sample_blocks
 
 from trainaudit.ingest.fastnum import PAD, Layout, padded, parse_regions
-from trainaudit.ingest.readers import megatron_fast
-from trainaudit.ingest.readers.megatron import MegatronReader
+from trainaudit.ingest.formats.megatron import bulk as megatron_fast
+from trainaudit.ingest.formats.megatron.lines import MegatronReader
 from trainaudit.ingest.sink import RunBuilder, StatsSink
 from trainaudit.ingest.sources import expand_inputs
 from trainaudit.model import EventKind, Run, Source

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from shared_data import corpus_log, run_cli, sample_block, write_lines
-from trainaudit.ingest.readers.megatron import MegatronReader
+from trainaudit.ingest.formats.megatron.lines import MegatronReader
 from trainaudit.ingest.sink import RunBuilder
 from trainaudit.ingest.sources import expand_inputs
 from trainaudit.model import EventKind, Run, Source

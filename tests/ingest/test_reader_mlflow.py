@@ -11,7 +11,7 @@ from shared_data import run_cli, sample_block, write_lines
 
 from trainaudit.ingest import load_run
 from trainaudit.ingest.base import Sample
-from trainaudit.ingest.readers.mlflow import MLflowReader, metric_name
+from trainaudit.ingest.formats.mlflow import MLflowReader, metric_name
 from trainaudit.model import EventKind, SourceKind
 
 

@@ -17,7 +17,7 @@ from torch.utils.tensorboard import SummaryWriter
 
 from trainaudit.errors import InputError
 from trainaudit.ingest import load_run
-from trainaudit.ingest.readers.tensorboard import TensorBoardReader
+from trainaudit.ingest.formats.tensorboard import TensorBoardReader
 from trainaudit.ingest.sink import RunBuilder
 from trainaudit.ingest.sources import expand_inputs
 from trainaudit.ingest.tfrecord import _crc32c_py, crc32c, masked_crc32c

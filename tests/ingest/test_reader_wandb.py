@@ -14,7 +14,7 @@ from shared_data import run_cli, sample_block, write_lines
 
 from trainaudit.ingest import load_run
 from trainaudit.ingest.base import Sample
-from trainaudit.ingest.readers.wandb import WandbReader
+from trainaudit.ingest.formats.wandb import WandbReader
 
 SUMMARY_SOURCE = "0-KaiKai-0/stanford_alpaca"
 

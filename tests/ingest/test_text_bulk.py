@@ -23,8 +23,8 @@ from shared_data import REPO
 
 from trainaudit.errors import InputError
 from trainaudit.ingest.extract import Extractor
-from trainaudit.ingest.readers import text as text_reader
-from trainaudit.ingest.readers import text_bulk
+from trainaudit.ingest.formats.text import lines as text_reader
+from trainaudit.ingest.formats.text import bulk as text_bulk
 from trainaudit.ingest.sink import RunBuilder
 from trainaudit.ingest.sources import expand_inputs
 from trainaudit.model import Run, Source, SourceKind

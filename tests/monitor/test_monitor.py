@@ -445,3 +445,28 @@ def test_the_gradient_screen_sees_a_nan_in_any_bias_and_forgets_it_after(tmp_pat
     assert mon._screen_finite() and mon._screen_finite()  # the flag was reset
     assert model[0].bias.grad.tolist() == [1.0] * 8  # checked, not changed
     mon.close()
+
+
+def _clocked_run(tmp_path: Path, *, nan_from: int | None, slow_from: int = 60) -> list:
+    """150 steps on a clock the loop sets: 10 ms a step, 14 ms from ``slow_from`` (as a NaN step's
+    replay and NaN arithmetic slow a real run), so step times are what the test decides."""
+    now = [0.0]
+
+    def fault(step: int, model: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
+        now[0] += 0.014 if step >= slow_from else 0.010
+        if nan_from is not None and step >= nan_from:
+            model[2].shift = 1e6  # LogOfNegative: NaN from here on
+        return x
+
+    res = train(tmp_path, steps=150, model=build("log"), fault=fault, clock=lambda: now[0],
+                rules_budget=0.0, warn=None, rules_every=10)
+    return res.monitor.alerts
+
+
+def test_a_slowdown_that_follows_the_first_nan_is_no_throughput_alert(tmp_path: Path) -> None:
+    alerts = _clocked_run(tmp_path / "nan", nan_from=60)
+    assert any(a.category == "nan_inf" and a.since == 60 for a in alerts)
+    assert not [a for a in alerts if a.category == "throughput_regression"], alerts
+    # the same slowdown without a NaN is one
+    healthy_then_slow = _clocked_run(tmp_path / "slow", nan_from=None)
+    assert [a.rule for a in healthy_then_slow if a.category == "throughput_regression"] == ["TA406"]

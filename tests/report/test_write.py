@@ -104,3 +104,34 @@ def test_root_cause_text_is_masked() -> None:
     text = answer.model_dump_json()
     assert "s3cretpass" not in text and "hf_abcdefghij" not in text and "abcdef123456" not in text
     assert answer.validation.all_passed
+
+
+def test_plots_beyond_the_cap_are_noted_not_drawn(tmp_path: Path, monkeypatch) -> None:
+    from trainaudit.render import write
+    monkeypatch.setattr(write, "MAX_PLOTS", 3)
+    _, answer = _answer()
+    specs = [PlotSpec(f"m{i}", f"m{i}", [Curve("train", [1, 2, 3], [1.0, 2.0, 3.0])]) for i in range(5)]
+    paths = write_report(answer, tmp_path / "out", specs)
+    assert len(paths.plots) == 3 and len(list((tmp_path / "out" / "plots").glob("*.png"))) == 3
+    assert any("2 more plot(s) not drawn" in n for n in paths.notes)
+    charts = json.loads((tmp_path / "out" / "charts.json").read_text())
+    assert len(charts["charts"]) == 5  # the HTML report still charts them all
+
+
+def test_git_output_beyond_the_cap_is_left_unread(tmp_path: Path, monkeypatch) -> None:
+    import subprocess
+
+    from trainaudit.history import git as gitmod
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    env = {"GIT_AUTHOR_NAME": "a", "GIT_AUTHOR_EMAIL": "a@example.org", "GIT_COMMITTER_NAME": "a",
+           "GIT_COMMITTER_EMAIL": "a@example.org", "GIT_CONFIG_GLOBAL": "/dev/null", "PATH": "/usr/bin:/bin"}
+    subprocess.run(["git", "init", "-q", str(repo)], check=True, env=env)
+    for i in range(4):  # commit messages of 200 KB each
+        subprocess.run(["git", "-C", str(repo), "commit", "-q", "--allow-empty", "-F", "-"], check=True, env=env,
+                       input=(f"commit {i}\n\n" + "x" * 200_000).encode())
+    monkeypatch.setattr(gitmod, "GIT_OUTPUT_BYTES", 300_000)
+    r = gitmod.Repo(str(repo))
+    commits, _ = r.commits(["HEAD"], max_count=10)
+    assert 1 <= len(commits) <= 2  # what fit in the cap, parsed; the rest not read
+    assert commits[0].title == "commit 3"

@@ -70,6 +70,15 @@ def _is_archive(p: Path) -> bool:
     return p.is_file() and p.name.lower().endswith(_ARCHIVES)
 
 
+def _inside_set(folder: Path, given: str, meta: Path) -> Path:
+    """A file a set's description names: it must be inside the set's folder (a set is what was
+    unpacked from one failure; a name such as ``../../private/golden.json`` is refused)."""
+    p = folder / given
+    if Path(given).is_absolute() or not p.resolve().is_relative_to(folder.resolve()):
+        raise InputError(f"{meta}: {given!r} is outside the set's folder; name a file inside it")
+    return p
+
+
 def _set_of(path: Path) -> ArtifactSet:
     name = path.name
     for ext in _ARCHIVES:
@@ -91,7 +100,9 @@ def _set_of(path: Path) -> ArtifactSet:
         for k in ("good", "bad", "golden", "model_config"):
             if isinstance(data.get(k), str):
                 v = data[k]
-                s.options[k] = str(path / v) if k in ("golden", "model_config") else v
+                if k in ("golden", "model_config"):
+                    v = str(_inside_set(path, v, meta))
+                s.options[k] = v
     if (path / "failing").is_dir():
         s.inputs = [str(path / "failing")]
         if (path / "passing").is_dir():

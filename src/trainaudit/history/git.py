@@ -23,12 +23,14 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 import subprocess
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from trainaudit.errors import InputError
-from trainaudit.safeio import check_location
+from trainaudit.errors import InputError, PathRefused
+from trainaudit.safeio import check_location, confinement
 
 # Branch/tag names, shas, HEAD~3, main^, v1.2 — but nothing starting with "-" and no ".." ranges.
 _REV_RE = re.compile(r"^(?!-)(?!.*\.\.)[A-Za-z0-9._/@^~{}+-]{1,200}$")
@@ -37,6 +39,7 @@ _URL_USER = re.compile(r"(?<=://)[^/@\s]*+@")  # "user:token@" of a remote URL
 _FIELD = "\x1f"
 _RECORD = "\x1e"
 GIT_TIMEOUT_S = 60
+GIT_OUTPUT_BYTES = 256 << 20  # of one git call's output (a log of 12k commits with files is ~20 MB)
 
 # Config that must not come from the repository: each one names a command or reaches the network.
 _HARDENED = {
@@ -56,7 +59,20 @@ _HARDENED = {
     "fetch.recurseSubmodules": "false",
     "submodule.recurse": "false",
     "color.ui": "false",
+    # Keys that name files git would open: a FIFO there blocks every call, a file outside an MCP
+    # root would be read (git-config(1): mailmap.file, core.attributesFile, core.excludesFile).
+    "mailmap.file": os.devnull,
+    "mailmap.blob": "",
+    "core.attributesFile": os.devnull,
+    "core.excludesFile": os.devnull,
+    "init.templateDir": "",
 }
+# ``[include] path = ...`` and ``[includeIf "..."] path = ...`` (git-config(1) "Includes"): git has no
+# switch to skip them, so each file they name is checked before git runs.
+_INCLUDE_SECTION = re.compile(r'^\s*\[\s*include(?:if\s+"[^"\n]{0,4096}")?\s*\]', re.IGNORECASE)
+_SECTION = re.compile(r"^\s*\[")
+_MAX_CONFIG_BYTES = 1 << 20
+_MAX_OBJECT_FILES = 500_000
 
 
 def git_env() -> dict[str, str]:
@@ -99,6 +115,8 @@ def find_git_dir(path: Path, shown: str) -> Path:
     else:
         raise InputError(f"--repo {shown}: not a git repository")
     check_location(git_dir, f"--repo {shown}: its git directory")
+    for name in ("config", "config.worktree"):
+        _check_includes(git_dir / name, shown)
     # A linked work tree shares the main repository's objects (``commondir``) and a repository may
     # borrow objects from others (``objects/info/alternates``, gitrepository-layout(5)).
     for rel in ("commondir", "objects/info/alternates"):
@@ -109,7 +127,60 @@ def find_git_dir(path: Path, shown: str) -> Path:
                     other = Path(line.strip())
                     check_location((other if other.is_absolute() else git_dir / other).resolve(),
                                    f"--repo {shown}: {rel}")
+    conf = confinement()
+    if conf is not None and not conf.allow_hardlinks:
+        _check_no_hard_links(git_dir / "objects", shown)
     return git_dir
+
+
+def _included_paths(text: str) -> list[str]:
+    out: list[str] = []
+    inside = False
+    for line in text.splitlines():
+        if _SECTION.match(line):
+            inside = bool(_INCLUDE_SECTION.match(line))
+            continue
+        key, eq, value = line.partition("=")
+        if inside and eq and key.strip().lower() == "path":
+            out.append(value.strip().strip('"'))
+    return out
+
+
+def _check_includes(config: Path, shown: str) -> None:
+    """Every file the repository's config includes must be a regular file (a FIFO would block git)
+    and, when confined, inside the roots."""
+    if not config.is_file():
+        return
+    with config.open("rb") as f:
+        text = f.read(_MAX_CONFIG_BYTES).decode("utf-8", errors="replace")
+    for given in _included_paths(text):
+        target = Path(given)
+        if not target.is_absolute():
+            if given.startswith("~"):
+                raise InputError(f"--repo {shown}: its config includes {given!r} from the home folder; "
+                                 "trainaudit does not read it")
+            target = config.parent / target
+        try:
+            st = os.stat(target)
+        except OSError:
+            continue  # git skips a missing include
+        if not stat.S_ISREG(st.st_mode):
+            raise InputError(f"--repo {shown}: its config includes {given!r}, which is not a regular file")
+        check_location(target.resolve(), f"--repo {shown}: its config includes {given!r}")
+
+
+def _check_no_hard_links(objects: Path, shown: str) -> None:
+    """A loose object or pack that is a hard link may be another repository's file outside the roots."""
+    seen = 0
+    for dirpath, _dirs, files in os.walk(objects, followlinks=False):
+        for name in files:
+            seen += 1
+            if seen > _MAX_OBJECT_FILES:
+                raise InputError(f"--repo {shown}: more than {_MAX_OBJECT_FILES} object files")
+            st = os.lstat(os.path.join(dirpath, name))
+            if stat.S_ISLNK(st.st_mode) or st.st_nlink > 1:
+                raise PathRefused(f"--repo {shown}: an object file is a link (its other names may be "
+                                  "outside the allowed roots; start the server with --allow-hardlinks)")
 
 
 @dataclass(slots=True)
@@ -139,13 +210,50 @@ class Repo:
             raise InputError(f"--repo {path}: not a git repository")
 
     def _proc(self, args: list[str], what: str) -> subprocess.CompletedProcess[bytes]:
+        """Run git; its output is read up to ``GIT_OUTPUT_BYTES`` (the rest is left unread and git
+        stopped: twelve commit messages of 150 MB are not history anyone reads) and its stderr up
+        to 64 KB, within ``GIT_TIMEOUT_S``."""
         try:
-            return subprocess.run(git_command(self.git_dir, args), capture_output=True, timeout=GIT_TIMEOUT_S,
-                                  env=git_env(), cwd=self.git_dir, stdin=subprocess.DEVNULL)
+            proc = subprocess.Popen(git_command(self.git_dir, args), stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE, env=git_env(), cwd=self.git_dir,
+                                    stdin=subprocess.DEVNULL)
         except FileNotFoundError:
             raise InputError("git is not installed (needed for --repo)") from None
-        except subprocess.TimeoutExpired:
-            raise InputError(f"{what}: git took longer than {GIT_TIMEOUT_S} s") from None
+        assert proc.stdout is not None and proc.stderr is not None
+        err = bytearray()
+        err_stream = proc.stderr
+
+        def drain_stderr() -> None:  # a full stderr pipe would block git while stdout is read
+            while chunk := err_stream.read(65536):
+                if len(err) < 65536:
+                    err.extend(chunk[: 65536 - len(err)])
+
+        timed_out = threading.Event()
+
+        def stop() -> None:
+            timed_out.set()
+            proc.kill()
+
+        timer = threading.Timer(GIT_TIMEOUT_S, stop)
+        reader = threading.Thread(target=drain_stderr, daemon=True)
+        timer.start()
+        reader.start()
+        out = bytearray()
+        try:
+            while len(out) < GIT_OUTPUT_BYTES and (chunk := proc.stdout.read(1 << 20)):
+                out.extend(chunk)
+            if len(out) >= GIT_OUTPUT_BYTES:
+                del out[GIT_OUTPUT_BYTES:]
+                proc.kill()
+            code = proc.wait()
+            reader.join()
+        finally:
+            timer.cancel()
+            proc.stdout.close()
+            proc.stderr.close()
+        if timed_out.is_set():
+            raise InputError(f"{what}: git took longer than {GIT_TIMEOUT_S} s")
+        return subprocess.CompletedProcess(args, 0 if len(out) >= GIT_OUTPUT_BYTES else code, bytes(out), bytes(err))
 
     def _run(self, args: list[str], *, what: str, check: bool = True) -> str:
         proc = self._proc(args, what)

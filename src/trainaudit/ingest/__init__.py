@@ -11,9 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from trainaudit.errors import InputError
-from trainaudit.ingest.base import LineReader, Reader, Sample, looks_like_text
-from trainaudit.ingest.readers import READER_CLASSES, all_readers, reader_by_name
-from trainaudit.ingest.readers.text import read_metrics
+from trainaudit.ingest.base import LineReader, Reader, Sample, fallback_format, looks_like_text
+from trainaudit.ingest.formats import all_readers, best_reader, format_names, reader_by_name
 from trainaudit.ingest.sink import RunBuilder, Sink
 from trainaudit.ingest.sources import STREAM_ERRORS, InputFile, context_file, expand_inputs, read_head
 from trainaudit.model import Run, Source
@@ -61,10 +60,6 @@ class Problem:
         return f"{self.path}: {self.message}"
 
 
-def format_names() -> list[str]:
-    return [cls.name for cls in READER_CLASSES]
-
-
 def detect(inputs: list[InputFile], fmt: str | None = None, *, explicit: set[str] | None = None,
            problems: list[Problem] | None = None) -> list[Detected]:
     """Pick a reader per input. Files found inside directories or archives that no reader claims
@@ -96,11 +91,7 @@ def detect(inputs: list[InputFile], fmt: str | None = None, *, explicit: set[str
         if forced is not None:
             out.append(Detected(inp, forced, per_line))
             continue
-        best, score = None, 0.0
-        for r in readers:
-            s = r.sniff(sample)
-            if s > score:
-                best, score = r, s
+        best, _ = best_reader(sample, readers)
         if best is None:
             what = "binary file" if not sample.is_text else "text"
             if direct:
@@ -131,11 +122,14 @@ def scan(paths: list[str], sink: Sink, fmt: str | None = None, position: Positio
     position = position or Position()
     position.total, position.sink = sum(d.inp.size for d in detected), sink
     useful = 0
+    # paths already in the problems list: a lookup per file of a 100 000-file folder must not scan it
+    with_problem = {p.path for p in problems}
     for d in detected:
         position.current = d
+        before_problems = len(problems)
         source = Source(d.inp.display, d.reader.name, d.reader.kind, d.inp.size)
         before_values, before_events, before_meta = sink.n_values, sink.n_events, sink.n_meta
-        before_overflow = sink.n_step_overflow
+        before_overflow, before_over = sink.n_step_overflow, sink.n_series_over
         sink.begin(source)
         if isinstance(d.reader, LineReader):
             d.inp.line_bytes = LIMITS.line_bytes
@@ -143,19 +137,14 @@ def scan(paths: list[str], sink: Sink, fmt: str | None = None, position: Positio
             try:
                 d.reader.read(d.inp, sink)
             except InputError as exc:
-                if sink.n_values > before_values or not looks_like_text(read_head(d.inp)):
+                if not d.reader.numbers_fallback or sink.n_values > before_values or \
+                        not looks_like_text(read_head(d.inp)):
                     raise
                 # a structured file cut short (an excerpt of trainer_state.json): its lines still
-                # hold numbers
-                read_metrics(d.inp, sink)
+                # hold numbers (a line format that finds nothing hands over the same way, in its read)
+                fallback_format().read_numbers(d.inp, sink)
                 problems.append(Problem(d.inp.display, str(exc).removeprefix(f"{d.inp.display}: ")
                                         + "; its numbers were read line by line", fatal=False))
-            else:
-                if (sink.n_values, sink.n_events) == (before_values, before_events) and \
-                        isinstance(d.reader, LineReader) and d.reader.name != "text":
-                    # the format was recognised but none of its lines held anything it knows:
-                    # the format-agnostic extractor reads the numbers
-                    read_metrics(d.inp, sink)
         except InputError as exc:
             problems.append(Problem(d.inp.display, str(exc).removeprefix(f"{d.inp.display}: ")))
         except STREAM_ERRORS as exc:
@@ -173,12 +162,15 @@ def scan(paths: list[str], sink: Sink, fmt: str | None = None, position: Positio
             useful += 1
         elif sink.n_meta > before_meta and d.inp.display not in paths:
             pass  # a run folder's params/config files add metadata only: nothing to report
-        elif not any(p.path == d.inp.display for p in problems):
+        elif d.inp.display not in with_problem and all(p.path != d.inp.display for p in problems[before_problems:]):
             problems.append(Problem(d.inp.display, f"no metrics or events found (read as {d.reader.name})",
                                     fatal=d.inp.display in paths))
         if sink.n_step_overflow > before_overflow:
             problems.append(Problem(d.inp.display, f"{sink.n_step_overflow - before_overflow} value(s) at steps "
                                                    "beyond 64 bits left out", fatal=False))
+        if sink.n_series_over > before_over:
+            problems.append(Problem(d.inp.display, f"{sink.n_series_over - before_over} value(s) of series beyond "
+                                                   f"the first {sink.max_series} left out", fatal=False))
         if d.inp.cut_lines:
             problems.append(Problem(d.inp.display, f"{d.inp.cut_lines} line(s) longer than "
                                                    f"{LIMITS.line_bytes >> 20} MiB cut to their first "

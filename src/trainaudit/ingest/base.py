@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import abc
 from dataclasses import dataclass, field
-from typing import ClassVar
+from enum import IntEnum
+from typing import Any, ClassVar, Protocol, runtime_checkable
 
+from trainaudit.ingest.extract import Extractor, Record
 from trainaudit.ingest.signatures import SignatureScanner
-from trainaudit.ingest.sink import Sink
+from trainaudit.ingest.sink import STEP_MAX, STEP_MIN, Sink
 from trainaudit.ingest.sources import InputFile
 from trainaudit.ingest.text import Line, iter_lines, strip_prefixes, ANSI_RE
-from trainaudit.model import SourceKind
+from trainaudit.model import Event, SourceKind
 
 SNIFF_LINES = 400
 
@@ -54,13 +56,37 @@ def looks_like_text(head: bytes) -> bool:
     return control <= len(sample) // 100
 
 
+class Priority(IntEnum):
+    """Which format wins when two sniff a file with the same confidence: the higher priority."""
+
+    FALLBACK = 0  # any text at all (the format-agnostic extractor)
+    GENERIC = 10  # any CSV table or JSON lines, whoever wrote them
+    SPECIFIC = 20  # one framework's or one tool's output
+    RUNTIME = 30  # a runtime's lines inside another format's log, read together with that format
+
+
 class Reader(abc.ABC):
-    """A format. Subclasses set ``name``, ``kind`` and ``description`` and implement ``sniff`` and
-    ``read``. ``sniff`` returns a confidence in [0, 1]; the highest wins, 0 means "not mine"."""
+    """A format. Subclasses set ``name`` (the format's id, ``--format NAME``), ``kind``,
+    ``description`` and ``priority`` and implement ``sniff`` and ``read``. ``sniff`` returns a
+    confidence in [0, 1]; the highest wins, 0 means "not mine"; between equal confidences the
+    higher ``priority``. A subclass that sets ``name`` registers itself when its module is
+    imported (the registry, :mod:`trainaudit.ingest.formats`, imports every module of its package).
+
+    ``numbers_fallback``: when the format recognises a file but reads nothing from it (no value,
+    no event), or cannot parse it (a structured file cut short), the format-agnostic extractor
+    reads the file's numbers instead."""
 
     name: ClassVar[str]
     kind: ClassVar[SourceKind] = SourceKind.LOG
     description: ClassVar[str] = ""
+    priority: ClassVar[Priority] = Priority.SPECIFIC
+    numbers_fallback: ClassVar[bool] = True
+    registered: ClassVar[list[type[Reader]]] = []
+
+    def __init_subclass__(cls, **kw: Any) -> None:
+        super().__init_subclass__(**kw)
+        if "name" in cls.__dict__:
+            Reader.registered.append(cls)
 
     @abc.abstractmethod
     def sniff(self, sample: Sample) -> float: ...
@@ -76,14 +102,19 @@ class LineReader(Reader):
     def read(self, inp: InputFile, sink: Sink) -> None:
         scanner = SignatureScanner(inp.display)
         state = self.new_state()
+        spare = SpareNumbers(sink, along=self.numbers_fallback)
         with inp.open() as stream:
             for line in iter_lines(stream):
                 self.feed(line, sink, state)
-                for ev in scanner.feed(line):
+                events = scanner.feed(line)
+                for ev in events:
                     sink.event(ev)
+                spare.line(line, events, scanner.busy)
         for ev in scanner.finish():
             sink.event(ev)
         self.finish(sink, state)
+        if self.numbers_fallback:
+            spare.end(inp)
 
     def new_state(self) -> dict:
         return {}
@@ -97,3 +128,84 @@ class LineReader(Reader):
     @staticmethod
     def count_matches(sample: Sample, pattern) -> int:  # type: ignore[no-untyped-def]
         return sum(1 for ln in sample.lines if pattern.search(ln))
+
+
+FORMATS_PACKAGE = "trainaudit.ingest.formats"
+
+
+def registered_formats() -> list[type[Reader]]:
+    """The formats defined so far in the formats package (a subclass defined elsewhere, in a test,
+    is not a format of trainaudit)."""
+    return [c for c in Reader.registered if c.__module__.startswith(f"{FORMATS_PACKAGE}.")]
+
+
+@runtime_checkable
+class NumbersReader(Protocol):
+    def read_numbers(self, inp: InputFile, sink: Sink) -> None:
+        """The numbers of any text file, without its events (another reader scanned those)."""
+
+
+def fallback_format() -> NumbersReader:
+    """The registered format of priority ``FALLBACK`` (the format-agnostic extractor): it reads
+    the numbers of a file another format claimed and found nothing in, or could not parse."""
+    cls = next(c for c in registered_formats() if c.priority is Priority.FALLBACK)
+    reader = cls()
+    assert isinstance(reader, NumbersReader), f"{cls.name} cannot read numbers"
+    return reader
+
+
+def extractor_meta(sink: Sink, ex: Extractor, placed: bool) -> None:
+    """What the extractor learnt about the file, once its records are in ``sink``: the text of its
+    step records, and that steps number records when the log has no step counter."""
+    if ex.texts:
+        sink.meta("step_text", ex.texts)
+    if ex.step is not None and ex.step.key is None and placed:
+        sink.meta("steps_are_line_counts", True)  # no step counter in the log: steps number its records
+
+
+SPARE_RECORDS = 100_000  # records held while the format finds nothing (some tens of MB at most)
+
+
+class SpareNumbers:
+    """The format-agnostic extractor reading along with a line format (``along``) for as long as
+    the format has found nothing (no value, no event) in the file. When it finds nothing in the
+    whole file, the numbers read along are the file's: the file is read once. Past
+    :data:`SPARE_RECORDS` records (or without ``along``), the extractor stops, and a file the format
+    found nothing in is read again by the fallback format."""
+
+    def __init__(self, sink: Sink, *, along: bool = True) -> None:
+        self.sink = sink
+        self.before = (sink.n_values, sink.n_events)
+        self.ex: Extractor | None = Extractor() if along else None
+        self.placed: list[tuple[int, Record]] = []
+        self.format_read = False  # the format found something: the extractor has stopped for good
+
+    def found(self) -> bool:
+        self.format_read = self.format_read or (self.sink.n_values, self.sink.n_events) != self.before
+        return self.format_read
+
+    def line(self, line: Line, events: list[Event], busy: bool) -> None:
+        """After the format and the signature scanner read ``line`` (``busy``: inside a traceback,
+        whose lines are code, not records)."""
+        if self.ex is None:
+            return
+        if self.found():
+            self.ex, self.placed = None, []
+        elif not busy and not events:
+            self.placed += self.ex.feed(line.text, line.no, line.rank)
+            if len(self.placed) > SPARE_RECORDS:
+                self.ex, self.placed = None, []
+
+    def end(self, inp: InputFile) -> None:
+        """After the format's last line: the file's numbers go to the sink when the format found
+        nothing in it."""
+        if self.found():
+            return
+        if self.ex is None:
+            fallback_format().read_numbers(inp, self.sink)
+            return
+        placed = self.placed + self.ex.finish()
+        for step, rec in placed:
+            for key, value in rec.metrics.items():
+                self.sink.add(key, step, value, rec.line, rec.rank)
+        extractor_meta(self.sink, self.ex, any(STEP_MIN <= step <= STEP_MAX for step, _ in placed))

@@ -6,7 +6,9 @@ one row per event (``{"event": kind, ...}``), since events carry no single numbe
 
 from __future__ import annotations
 
+import contextlib
 import csv
+import io
 import json
 import math
 from pathlib import Path
@@ -14,9 +16,11 @@ from typing import IO, Any
 
 import numpy as np
 
+from trainaudit.answer.paths import printable_name
 from trainaudit.errors import InputError
 from trainaudit.ingest.sink import Sink
 from trainaudit.model import Event, Source
+from trainaudit.outdir import OutDir
 
 COLUMNS = ["source", "format", "line", "step", "metric", "value"]
 
@@ -40,6 +44,7 @@ class RowWriter(Sink):
         self._csv: Any = None
         self._pq: Any = None
         self._pa: Any = None
+        self._files = contextlib.ExitStack()
         if self.kind == "parquet":
             try:
                 import pyarrow as pa
@@ -49,20 +54,26 @@ class RowWriter(Sink):
             self._pa = pa
             schema = pa.schema([("source", pa.string()), ("format", pa.string()), ("line", pa.int64()),
                                 ("step", pa.int64()), ("metric", pa.string()), ("value", pa.float64())])
-            self._pq = pq.ParquetWriter(str(out), schema)
+            self._pq = pq.ParquetWriter(self._target(), schema)
             self._schema = schema
         else:
-            self._fh = open(out, "w", newline="", encoding="utf-8")  # noqa: SIM115 (closed by close(); rows stream in)
+            self._fh = io.TextIOWrapper(self._target(), encoding="utf-8", newline="")
             if self.kind == "csv":
                 self._csv = csv.writer(self._fh)
                 self._csv.writerow(COLUMNS)
+
+    def _target(self) -> IO[bytes]:
+        """The output file, written as every output is (never through a link, renamed into place
+        when closed); rows stream in."""
+        folder = self._files.enter_context(OutDir.open(self.out.parent))
+        return self._files.enter_context(folder.create(self.out.name))
 
     def begin(self, source: Source) -> None:
         super().begin(source)
 
     def write_values(self, metric: str, steps: np.ndarray, values: np.ndarray, lines: np.ndarray) -> None:
         assert self.source is not None
-        src, fmt = self.source.path, self.source.format
+        src, fmt = printable_name(self.source.path), self.source.format
         if self.kind == "parquet":
             n = steps.shape[0]
             pa = self._pa
@@ -82,7 +93,7 @@ class RowWriter(Sink):
 
     def write_event(self, ev: Event) -> None:
         if self.kind == "jsonl" and self._fh is not None:
-            row = {"event": ev.kind.value, "source": ev.source, "format": self.source.format if self.source else "",
+            row = {"event": ev.kind.value, "source": printable_name(ev.source), "format": self.source.format if self.source else "",
                    "line": ev.line, "step": ev.step, "rank": ev.rank, "message": ev.message, "data": ev.data}
             self._fh.write(json.dumps(row, default=str) + "\n")
 
@@ -91,3 +102,4 @@ class RowWriter(Sink):
             self._pq.close()
         if self._fh is not None:
             self._fh.close()
+        self._files.close()

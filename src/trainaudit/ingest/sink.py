@@ -19,6 +19,12 @@ from numpy.typing import ArrayLike
 from trainaudit.model import Event, EventKind, Run, Series, Source
 
 FLUSH_POINTS = 1 << 16
+# Series one run may hold. A real run has a few thousand at most (per-rank copies of a few metrics
+# on thousands of ranks, per-layer statistics); a hostile one-line log of half a million numbers
+# or a JSONL of 700 000 metric names would otherwise make as many series, each one matched
+# against every metric role. Values of further series are counted and left out, and the answer
+# says so.
+MAX_SERIES = 20_000
 
 
 class _Buffer:
@@ -50,6 +56,7 @@ class Sink:
         self._primary_rank: dict[str, int] = {}
         self.n_values = 0
         self.n_step_overflow = 0  # values dropped: their step does not fit 64 bits (no training has one)
+        self.n_series_over = 0  # values dropped: their series would be beyond MAX_SERIES
         self.n_events = 0
         self.n_meta = 0
         self._bulk_line = 0  # the last line handed over by add_many in the current source
@@ -91,8 +98,9 @@ class Sink:
             metric = self.metric_for(metric, rank)
         buf = self._buffers.get(metric)
         if buf is None:
+            if not self._admit(metric, 1):
+                return
             buf = self._buffers[metric] = _Buffer()
-            self.first_seen.setdefault(metric, len(self.first_seen))
         buf.steps.append(step)
         buf.values.append(value)
         buf.lines.append(line)
@@ -103,15 +111,24 @@ class Sink:
 
     def add_many(self, metric: str, steps: ArrayLike, values: ArrayLike, lines: ArrayLike) -> None:
         s = np.asarray(steps, dtype=np.int64)
-        if s.size == 0:
+        if s.size == 0 or not self._admit(metric, int(s.size)):
             return
         self._flush(metric)
-        self.first_seen.setdefault(metric, len(self.first_seen))
         ln = np.asarray(lines, dtype=np.int64)
         self.write_values(metric, s, np.asarray(values, dtype=np.float64), ln)
         self.n_values += int(s.size)
         self.last_step = int(s[-1])
         self._bulk_line = max(self._bulk_line, int(ln[-1]))
+
+    def _admit(self, metric: str, n: int) -> bool:
+        """Whether ``metric`` may hold values (it has some already, or the run has room for one
+        more series); else its ``n`` values are counted as left out."""
+        if metric not in self.first_seen:
+            if len(self.first_seen) >= self.max_series:
+                self.n_series_over += n
+                return False
+            self.first_seen[metric] = len(self.first_seen)
+        return True
 
     def event(self, ev: Event) -> None:
         if ev.step is None:
@@ -139,6 +156,7 @@ class Sink:
 
     # -- consumer API -----------------------------------------------------------------------
     flushes_early = True
+    max_series = MAX_SERIES
 
     def write_values(self, metric: str, steps: np.ndarray, values: np.ndarray, lines: np.ndarray) -> None:
         raise NotImplementedError

@@ -20,7 +20,7 @@ from typing import Any
 
 from trainaudit.errors import InputError
 from trainaudit.ingest.base import LineReader, Reader, Sample, looks_like_text
-from trainaudit.ingest.readers import all_readers, reader_by_name
+from trainaudit.ingest.formats import all_readers, best_reader, reader_by_name
 from trainaudit.ingest.signatures import SignatureScanner
 from trainaudit.ingest.sources import InputFile
 from trainaudit.ingest.text import split_line
@@ -137,12 +137,7 @@ class Follower:
 
 
 def _pick_reader(name: str, head: bytes) -> Reader | None:
-    sample = Sample.from_head(name, head)
-    best, score = None, 0.0
-    for r in all_readers():
-        s = r.sniff(sample)
-        if s > score:
-            best, score = r, s
+    best, score = best_reader(Sample.from_head(name, head), all_readers())
     return best if score > 0.05 else None
 
 

@@ -23,7 +23,7 @@ from numpy.typing import ArrayLike
 
 from trainaudit.ingest.sink import Sink
 from trainaudit.model import Event, Run, Series, Source
-from trainaudit.answer.schema import SEVERITY_ORDER
+from trainaudit.answer.schema import SEVERITY_ORDER, Category
 from trainaudit.rules import Config, Context, Rule, active_rules
 
 class TrainingStopped(Exception):
@@ -157,6 +157,15 @@ class LiveRun(Sink):
         return run
 
 
+NAN = Category.NAN_INF
+# What a live run does after its first NaN follows from it, not a finding of its own: steps slow
+# down while the monitor replays the step to find the NaN's origin and NaN arithmetic runs, and a
+# loss or gradient that is NaN no longer decreases, spikes or grows.
+AFTER_NAN = frozenset({Category.THROUGHPUT_REGRESSION, Category.DATA_PIPELINE, Category.MEMORY_GROWTH,
+                       Category.PLATEAU, Category.LOSS_SPIKE, Category.DIVERGENCE, Category.GRAD_EXPLOSION,
+                       Category.GRAD_VANISHING, Category.OVERFITTING})
+
+
 @dataclass
 class OnlineRules:
     """Evaluate the rules on the live run every ``every`` steps (and at once when the caller
@@ -212,15 +221,21 @@ class OnlineRules:
         ctx = Context.of(run)
         new: list[Alert] = []
         rules = self._rules + (self._final if final else [])
-        for rule in rules:
-            for hit in rule.check(ctx):
-                key = (hit.rule, hit.metric)
-                if key in self.fired:
-                    continue
-                a = Alert(hit.rule, hit.category, hit.severity, hit.message, step, hit.first_bad_step, hit.metric,
-                          {"confidence": hit.confidence})
-                self.fired[key] = a
-                new.append(a)
+        hits = [hit for rule in rules for hit in rule.check(ctx)]
+        onsets = [a.since if a.since is not None else a.step for a in self.fired.values() if a.category == NAN]
+        onsets += [h.first_bad_step if h.first_bad_step is not None else step for h in hits if h.category == NAN]
+        nan_since = min(onsets, default=None)
+        for hit in hits:
+            if nan_since is not None and hit.category in AFTER_NAN and \
+                    (hit.first_bad_step if hit.first_bad_step is not None else step) >= nan_since:
+                continue
+            key = (hit.rule, hit.metric)
+            if key in self.fired:
+                continue
+            a = Alert(hit.rule, hit.category, hit.severity, hit.message, step, hit.first_bad_step, hit.metric,
+                      {"confidence": hit.confidence})
+            self.fired[key] = a
+            new.append(a)
         return new
 
     def record(self, alert: Alert) -> bool:

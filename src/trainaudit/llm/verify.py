@@ -104,9 +104,13 @@ def numbers_in(text: str) -> list[Written]:
     for m in _NUM.finditer(_SKIP.sub(" ", text)):
         num = m.group("num").replace(",", "")
         decimals = len(num.split(".", 1)[1]) if "." in num else 0
-        exp = int(m.group("exp")[1:]) if m.group("exp") else 0
-        value = abs(float(num) * 10.0 ** exp)
-        tol = 0.5 * 10.0 ** (exp - decimals) * (1 + 1e-9) + 1e-12 * value
+        exp_s = m.group("exp")[1:] if m.group("exp") else "0"
+        # float() reads any exponent (1e999 is inf, 1e-999 is 0) where 10.0 ** 999 raises
+        value = abs(float(f"{num}e{exp_s}"))
+        exp = int(exp_s) if len(exp_s) <= 6 else (-10**6 if exp_s.startswith("-") else 10**6)
+        tol = float(f"5e{exp - decimals - 1}") * (1 + 1e-9) + 1e-12 * value
+        if not math.isfinite(value):
+            tol = 0.0  # an overflowing number matches nothing the engine wrote
         out.append(Written(m.group(0).strip(), value, tol, bool(m.group("pct"))))
     return out
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from trainaudit.errors import InputError, PathRefused
+from trainaudit.outdir import OutDir
 from trainaudit.safeio import confined
 
 __all__ = ["PathRefused", "Roots"]
@@ -77,6 +78,17 @@ class Roots:
         if lexical.is_dir():
             self._check_tree(lexical, given, what)
         return lexical
+
+    def open_out(self, given: str) -> OutDir:
+        """The output folder ``given``, opened (created when missing) and then checked where the
+        opened folder really is: a link swapped in after :meth:`check` cannot lead a write outside
+        the roots, since every file is then written relative to the opened folder."""
+        lexical = self.check(given, what="out", must_exist=False)
+        folder = OutDir.open(lexical)
+        if not self._inside(folder.real_path()):
+            folder.close()
+            raise PathRefused(f"out {given}: a symlink leads outside the allowed roots")
+        return folder
 
     def _check_tree(self, top: Path, given: str, what: str) -> None:
         for dirpath, dirnames, filenames in os.walk(top, followlinks=False):

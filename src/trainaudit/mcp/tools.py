@@ -221,11 +221,6 @@ class Toolbox:
     def _opt(self, path: str | None, what: str) -> str | None:
         return None if path is None else self._in([path], what)[0]
 
-    def _out(self, out: str | None) -> Path | None:
-        if out is None:
-            return None
-        return self.roots.check(out, what="out", must_exist=False)
-
     # cache
     def _keep(self, answer: Answer) -> str:
         self._seq += 1
@@ -244,9 +239,9 @@ class Toolbox:
     def _result(self, answer: Answer, plots: Any, out: str | None, *, passed: bool | None = None,
                 notes: list[str] | None = None) -> AnalysisResult:
         files: list[str] = []
-        out_dir = self._out(out)
-        if out_dir is not None:
-            paths = write_report(answer, out_dir, plots)
+        if out is not None:
+            with self.roots.open_out(out) as folder:
+                paths = write_report(answer, folder, plots)
             files = [self.roots.arg(p) for p in (paths.json, paths.markdown, *paths.plots)]
         rid = self._keep(answer)
         fa = answer.final_answer

@@ -22,6 +22,7 @@ from trainaudit.render.markdown import render_markdown
 from trainaudit.redact import mask_secrets
 from trainaudit.answer.locate import Location, locate
 from trainaudit.answer.schema import Answer
+from trainaudit.outdir import write_file
 
 SUMMARY_LIMIT = 1024 * 1024 - 4096  # GitHub rejects a step summary over 1 MiB
 MAX_ANNOTATIONS = 50
@@ -112,6 +113,4 @@ def gitlab_codequality(answer: Answer) -> list[dict[str, object]]:
 
 
 def write_gitlab_codequality(answer: Answer, path: Path) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(gitlab_codequality(answer), indent=2) + "\n", encoding="utf-8")
-    return path
+    return write_file(path, (json.dumps(gitlab_codequality(answer), indent=2) + "\n").encode("utf-8"))

@@ -4,9 +4,9 @@
     html = report_html(Path("trainaudit-out/answer.json"))
 """
 
-from trainaudit.render.chartdata import charts_from_answer, load_charts, write_charts
+from trainaudit.render.chartdata import charts_from_answer, charts_json, load_charts
 from trainaudit.render.page import load_answer, report_html, write_html
 from trainaudit.render.html import render_html
 
-__all__ = ["charts_from_answer", "load_answer", "load_charts", "render_html", "report_html", "write_charts",
+__all__ = ["charts_from_answer", "charts_json", "load_answer", "load_charts", "render_html", "report_html",
            "write_html"]

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from trainaudit.batch import BatchResult, compare_members
+from trainaudit.outdir import OutDir
 
 
 def render_batch_markdown(cmp: dict[str, Any]) -> str:
@@ -39,10 +40,8 @@ def render_batch_markdown(cmp: dict[str, Any]) -> str:
 
 
 def write_batch(result: BatchResult, out: Path) -> tuple[Path, Path, dict[str, Any]]:
-    out.mkdir(parents=True, exist_ok=True)
     cmp = compare_members(result)
-    jp = out / "batch.json"
-    jp.write_text(json.dumps(cmp, indent=2) + "\n", encoding="utf-8")
-    mp = out / "batch.md"
-    mp.write_text(render_batch_markdown(cmp), encoding="utf-8")
+    with OutDir.open(out) as folder:
+        jp = folder.write_text("batch.json", json.dumps(cmp, indent=2) + "\n")
+        mp = folder.write_text("batch.md", render_batch_markdown(cmp))
     return jp, mp, cmp

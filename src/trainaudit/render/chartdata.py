@@ -20,6 +20,8 @@ import numpy as np
 
 from trainaudit.answer.charts import PlotSpec, focus_range
 from trainaudit.answer.schema import Answer
+from trainaudit.errors import InputError
+from trainaudit.safeio import load_json, read_text
 
 CHARTS_SCHEMA = "trainaudit-charts/1"
 CHARTS_NAME = "charts.json"  # the sidecar's name beside answer.json
@@ -92,15 +94,18 @@ def spec_to_dict(spec: PlotSpec, max_points: int = MAX_POINTS) -> dict[str, Any]
             "yrange": [_num(y[0]), _num(y[1])] if y else None}
 
 
-def write_charts(path: Path, plots: Sequence[PlotSpec], max_points: int = MAX_POINTS) -> Path:
+def charts_json(plots: Sequence[PlotSpec], max_points: int = MAX_POINTS) -> str:
     payload = {"schema": CHARTS_SCHEMA, "charts": [spec_to_dict(p, max_points) for p in plots]}
-    path.write_text(json.dumps(payload, separators=(",", ":")) + "\n", encoding="utf-8")
-    return path
+    return json.dumps(payload, separators=(",", ":")) + "\n"
 
 
 def load_charts(path: Path) -> list[dict[str, Any]]:
     """Charts from a sidecar; a file that is not one is an error the caller reports."""
-    data = json.loads(path.read_text(encoding="utf-8"))
+    # Non-finite numbers as the writer spells them (``_num``): the page's JSON holds no NaN.
+    try:
+        data = load_json(read_text(path), str(path), nonfinite=_num)
+    except InputError as exc:
+        raise ValueError(str(exc).removeprefix(f"{path}: ")) from None
     if not isinstance(data, dict) or data.get("schema") != CHARTS_SCHEMA or not isinstance(data.get("charts"), list):
         raise ValueError(f"not a {CHARTS_SCHEMA} file")
     return [c for c in data["charts"] if isinstance(c, dict) and isinstance(c.get("curves"), list)]

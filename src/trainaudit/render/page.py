@@ -7,6 +7,7 @@ from typing import Any
 
 from trainaudit.answer.load import load_answer
 from trainaudit.errors import InputError
+from trainaudit.outdir import write_file
 from trainaudit.render.chartdata import CHARTS_NAME, charts_from_answer, load_charts
 from trainaudit.render.html import render_html
 from trainaudit.answer.schema import Answer
@@ -39,7 +40,4 @@ def report_html(answer_path: Path, charts_path: Path | None = None) -> str:
 
 
 def write_html(answer_path: Path, out: Path, charts_path: Path | None = None) -> Path:
-    html = report_html(answer_path, charts_path)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(html, encoding="utf-8")
-    return out
+    return write_file(out, report_html(answer_path, charts_path).encode("utf-8"))

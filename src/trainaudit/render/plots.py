@@ -9,7 +9,9 @@ warm-up spike does not set the scale); points beyond it are grey markers on the 
 from __future__ import annotations
 
 import importlib.util
-from pathlib import Path
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import IO
 
 import numpy as np
 
@@ -24,72 +26,91 @@ def png_available() -> bool:
     return importlib.util.find_spec("matplotlib") is not None
 
 
-def render(spec: PlotSpec, path: Path) -> Path:
+# Finite values beyond this are drawn at it: matplotlib's axis transform inverts a matrix built
+# from the data span, which is infinite (singular) for a curve holding both 1e308 and -1e308.
+DRAWABLE = 1e300
+
+
+def _drawable(values: Sequence[float] | np.ndarray) -> np.ndarray:
+    v = np.asarray(values, dtype=float)
+    return np.where(np.isfinite(v), np.clip(v, -DRAWABLE, DRAWABLE), v)
+
+
+def drawable(spec: PlotSpec) -> PlotSpec:
+    """``spec`` with every finite value within what matplotlib can draw (non-finite ones kept, for
+    the NaN/Inf markers)."""
+    band = spec.band and replace(spec.band, low=_drawable(spec.band.low), high=_drawable(spec.band.high))
+    return replace(spec, curves=[replace(c, values=_drawable(c.values)) for c in spec.curves], band=band)
+
+
+def render(spec: PlotSpec, dest: IO[bytes]) -> None:
+    spec = drawable(spec)
     import matplotlib
 
     matplotlib.use("Agg", force=True)
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(9.5, 3.6), dpi=100)
-    try:
-        finite_max: list[float] = []
-        finite_min: list[float] = []
-        if spec.window is not None:
-            ax.axvspan(spec.window[0], spec.window[1], color="gold", alpha=0.18, linewidth=0,
-                       label=f"gated window {spec.window[0]}-{spec.window[1]}")
-        if spec.band is not None:
-            b = spec.band
-            ax.fill_between(np.asarray(b.steps), np.asarray(b.low, float), np.asarray(b.high, float),
-                            color="tab:green", alpha=0.18, label=b.label, linewidth=0)
-        for i, c in enumerate(spec.curves):
-            s = np.asarray(c.steps)
-            v = np.asarray(c.values, dtype=float)
-            ok = np.isfinite(v)
-            color = f"C{i}"
-            if c.style == "points":
-                ax.plot(s[ok], v[ok], ".", color=color, label=c.label, markersize=3)
-            else:
-                ax.plot(s[ok], v[ok], "--" if c.style == "dashed" else "-", color=color, label=c.label, linewidth=1.2)
-            if ok.any():
-                finite_max.append(float(np.max(v[ok])))
-                finite_min.append(float(np.min(v[ok])))
-            bad = ~ok
-            if bad.any():
-                # x in data units, y in axes units: markers sit on the top edge whatever the scale
-                ax.plot(s[bad], np.full(int(bad.sum()), 0.98), "v", color="red", markersize=6,
-                        transform=ax.get_xaxis_transform(), clip_on=False,
-                        label=f"{c.label}: NaN/Inf ({int(bad.sum())})")
-        if spec.first_bad_step is not None:
-            ax.axvline(spec.first_bad_step, color="red", linestyle=":", linewidth=1.5)
-            ax.annotate(f"first bad step {spec.first_bad_step}", xy=(spec.first_bad_step, 0.92),
-                        xycoords=("data", "axes fraction"), xytext=(4, 0), textcoords="offset points",
-                        color="red", fontsize=8)
-        for step, label in spec.markers:
-            ax.axvline(step, color="grey", linestyle="--", linewidth=0.8)
-            ax.annotate(label, xy=(step, 0.04), xycoords=("data", "axes fraction"), xytext=(3, 0),
-                        textcoords="offset points", color="grey", fontsize=7, rotation=90)
-        if spec.logy and finite_min and min(finite_min) > 0:
-            ax.set_yscale("log")
-        y = focus_range(spec)
-        if y is not None:
-            ax.set_ylim(*y)
-            above = [off_scale(c.steps, c.values, y) for c in spec.curves]
-            up = np.concatenate([a for a, _ in above]) if above else np.array([])
-            down = np.concatenate([b for _, b in above]) if above else np.array([])
-            for steps, edge, mark in ((up, 0.98, "^"), (down, 0.02, "v")):
-                if steps.size:
-                    ax.plot(steps, np.full(steps.size, edge), mark, color="dimgrey", markersize=5,
+    # Names come from input: '$' must not start matplotlib's mathtext, whose parser raises on text
+    # such as 'loss$^{x$' (https://matplotlib.org/stable/users/explain/text/mathtext.html).
+    with plt.rc_context({"text.parse_math": False, "text.usetex": False}):
+        fig, ax = plt.subplots(figsize=(9.5, 3.6), dpi=100)
+        try:
+            finite_max: list[float] = []
+            finite_min: list[float] = []
+            if spec.window is not None:
+                ax.axvspan(spec.window[0], spec.window[1], color="gold", alpha=0.18, linewidth=0,
+                           label=f"gated window {spec.window[0]}-{spec.window[1]}")
+            if spec.band is not None:
+                b = spec.band
+                ax.fill_between(np.asarray(b.steps), np.asarray(b.low, float), np.asarray(b.high, float),
+                                color="tab:green", alpha=0.18, label=b.label, linewidth=0)
+            for i, c in enumerate(spec.curves):
+                s = np.asarray(c.steps)
+                v = np.asarray(c.values, dtype=float)
+                ok = np.isfinite(v)
+                color = f"C{i}"
+                if c.style == "points":
+                    ax.plot(s[ok], v[ok], ".", color=color, label=c.label, markersize=3)
+                else:
+                    ax.plot(s[ok], v[ok], "--" if c.style == "dashed" else "-", color=color, label=c.label, linewidth=1.2)
+                if ok.any():
+                    finite_max.append(float(np.max(v[ok])))
+                    finite_min.append(float(np.min(v[ok])))
+                bad = ~ok
+                if bad.any():
+                    # x in data units, y in axes units: markers sit on the top edge whatever the scale
+                    ax.plot(s[bad], np.full(int(bad.sum()), 0.98), "v", color="red", markersize=6,
                             transform=ax.get_xaxis_transform(), clip_on=False,
-                            label=f"off scale ({steps.size})" if mark == "^" else None)
-        ax.set_title(spec.title, fontsize=10)
-        ax.set_xlabel(spec.xlabel)
-        ax.set_ylabel(spec.metric)
-        ax.grid(True, alpha=0.3)
-        # beside the axes, never over the data
-        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0, frameon=False)
-        fig.tight_layout()
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(path)
-    finally:
-        plt.close(fig)
-    return path
+                            label=f"{c.label}: NaN/Inf ({int(bad.sum())})")
+            if spec.first_bad_step is not None:
+                ax.axvline(spec.first_bad_step, color="red", linestyle=":", linewidth=1.5)
+                ax.annotate(f"first bad step {spec.first_bad_step}", xy=(spec.first_bad_step, 0.92),
+                            xycoords=("data", "axes fraction"), xytext=(4, 0), textcoords="offset points",
+                            color="red", fontsize=8)
+            for step, label in spec.markers:
+                ax.axvline(step, color="grey", linestyle="--", linewidth=0.8)
+                ax.annotate(label, xy=(step, 0.04), xycoords=("data", "axes fraction"), xytext=(3, 0),
+                            textcoords="offset points", color="grey", fontsize=7, rotation=90)
+            if spec.logy and finite_min and min(finite_min) > 0:
+                ax.set_yscale("log")
+            y = focus_range(spec)
+            if y is not None:
+                ax.set_ylim(*y)
+                above = [off_scale(c.steps, c.values, y) for c in spec.curves]
+                up = np.concatenate([a for a, _ in above]) if above else np.array([])
+                down = np.concatenate([b for _, b in above]) if above else np.array([])
+                for steps, edge, mark in ((up, 0.98, "^"), (down, 0.02, "v")):
+                    if steps.size:
+                        ax.plot(steps, np.full(steps.size, edge), mark, color="dimgrey", markersize=5,
+                                transform=ax.get_xaxis_transform(), clip_on=False,
+                                label=f"off scale ({steps.size})" if mark == "^" else None)
+            ax.set_title(spec.title, fontsize=10)
+            ax.set_xlabel(spec.xlabel)
+            ax.set_ylabel(spec.metric)
+            ax.grid(True, alpha=0.3)
+            # beside the axes, never over the data
+            ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0, frameon=False)
+            fig.tight_layout()
+            fig.savefig(dest, format="png")
+        finally:
+            plt.close(fig)

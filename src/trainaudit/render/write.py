@@ -10,11 +10,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from trainaudit.render.chartdata import CHARTS_NAME, write_charts
+from trainaudit.render.chartdata import CHARTS_NAME, charts_json
 from trainaudit.render.markdown import render_markdown
 from trainaudit.render.page import HTML_NAME
 from trainaudit.answer.charts import PlotSpec
 from trainaudit.render.plots import PLOTS_EXTRA, png_available, render
+from trainaudit.outdir import OutDir
 from trainaudit.redact import mask_secrets
 from trainaudit.answer.schema import Answer
 
@@ -23,6 +24,10 @@ MARKDOWN_NAME = "answer.md"
 PLOTS_DIR = "plots"
 # What a report folder holds besides plots/*.png: everything a new report replaces.
 REPORT_FILES = (ANSWER_NAME, MARKDOWN_NAME, CHARTS_NAME, HTML_NAME)
+# PNGs one report draws (the first ones: plot specs come in order of importance). A compare of two
+# runs with 300 metrics would otherwise draw 300, at about 0.1 s each; the HTML report's chart data
+# keeps them all.
+MAX_PLOTS = 24
 
 
 @dataclass
@@ -50,43 +55,53 @@ def fresh_dir(base: Path) -> Path:
     return base.with_name(f"{base.name}-{n}")
 
 
-def clear_report(folder: Path) -> bool:
-    """Remove an earlier report's files from ``folder`` (only those a report writes); True when
-    there was one."""
-    had = holds_report(folder)
+def clear_report(folder: OutDir) -> bool:
+    """Remove an earlier report's files from ``folder`` (only those a report writes, and only regular
+    files: a link in their place is refused, never followed); True when there was one."""
+    had = any(folder.kind(name) != "missing" for name in (ANSWER_NAME, MARKDOWN_NAME))
     for name in REPORT_FILES:
-        (folder / name).unlink(missing_ok=True)
-    plots = folder / PLOTS_DIR
-    if plots.is_dir():
-        for p in plots.glob("*.png"):
-            p.unlink()
+        folder.remove(name)
+    if folder.kind(PLOTS_DIR) != "missing":
+        with folder.sub(PLOTS_DIR, create=False) as plots:
+            for name in plots.names():
+                if name.endswith(".png"):
+                    plots.remove(name)
     return had
 
 
-def write_report(answer: Answer, out_dir: Path, plots: list[PlotSpec] | tuple[PlotSpec, ...] = (), *,
+def write_report(answer: Answer, out: Path | OutDir, plots: list[PlotSpec] | tuple[PlotSpec, ...] = (), *,
                  charts: bool = True) -> ReportPaths:
     """``charts``: also write the plots' (thinned) data beside answer.json, so ``trainaudit
-    report`` can draw interactive charts later. An earlier report in ``out_dir`` is replaced."""
-    replaced = clear_report(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    report`` can draw interactive charts later. An earlier report in ``out`` is replaced. Every
+    file is written through ``OutDir``: never through a link."""
+    if isinstance(out, Path):
+        with OutDir.open(out) as folder:
+            return write_report(answer, folder, plots, charts=charts)
+    out_dir = Path(out.shown)
+    replaced = clear_report(out)
     notes: list[str] = []
     plot_paths: list[Path] = []
     if plots and not png_available():
         notes.append(f"no PNG plots: they need matplotlib (pip install 'trainaudit[{PLOTS_EXTRA}]'); "
                      "--html or `trainaudit report` draws the charts without it")
     elif plots:
+        if len(plots) > MAX_PLOTS:
+            notes.append(f"{len(plots) - MAX_PLOTS} more plot(s) not drawn as PNG (at most {MAX_PLOTS}); "
+                         "`trainaudit report` charts them all")
         used: set[str] = set()
-        for spec in plots:
+        plots_dir = out.sub(PLOTS_DIR)
+        for spec in plots[:MAX_PLOTS]:
             name = spec.filename()
             stem, n = name[:-4], 2
             while name in used:
                 name, n = f"{stem}_{n}.png", n + 1
             used.add(name)
-            plot_paths.append(render(spec, out_dir / PLOTS_DIR / name))
-    json_path = out_dir / ANSWER_NAME
-    json_path.write_text(mask_secrets(answer.model_dump_json(indent=2)) + "\n", encoding="utf-8")
-    md_path = out_dir / MARKDOWN_NAME
+            with plots_dir.create(name) as fh:
+                render(spec, fh)
+            plot_paths.append(out_dir / PLOTS_DIR / name)
+        plots_dir.close()
+    json_path = out.write_text(ANSWER_NAME, mask_secrets(answer.model_dump_json(indent=2)) + "\n")
     rel_plots = [p.relative_to(out_dir).as_posix() for p in plot_paths]
-    md_path.write_text(mask_secrets(render_markdown(answer, rel_plots)), encoding="utf-8")
-    charts_path = write_charts(out_dir / CHARTS_NAME, list(plots)) if charts and plots else None
+    md_path = out.write_text(MARKDOWN_NAME, mask_secrets(render_markdown(answer, rel_plots)))
+    charts_path = out.write_text(CHARTS_NAME, charts_json(list(plots))) if charts and plots else None
     return ReportPaths(out_dir, json_path, md_path, plot_paths, charts_path, replaced, notes)

@@ -19,6 +19,7 @@ from typing import Any
 
 from trainaudit.errors import InputError
 from trainaudit.rules.registry import rule_class
+from trainaudit.safeio import may_read, read_text
 
 
 @dataclass
@@ -35,7 +36,11 @@ class Config:
 
 
 def find_pyproject(start: Path) -> Path | None:
+    """The nearest pyproject.toml at or above ``start``, not above the allowed roots when confined
+    (an MCP server must not take rules from a file outside its roots)."""
     for d in [start, *start.parents]:
+        if not may_read(d):
+            return None
         p = d / "pyproject.toml"
         if p.is_file():
             return p
@@ -50,10 +55,12 @@ def load_config(path: Path | None = None, *, start: Path | None = None) -> Confi
         if path is None:
             return Config()
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise InputError(f"{path}: config file not found") from None
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError, OSError) as exc:
+        data = tomllib.loads(read_text(path, str(path)))
+    except InputError as exc:
+        if not path.exists():
+            raise InputError(f"{path}: config file not found") from None
+        raise InputError(f"{path}: cannot read config ({exc})") from None
+    except (tomllib.TOMLDecodeError, OSError) as exc:
         raise InputError(f"{path}: cannot read config ({exc})") from None
     section = data.get("tool", {}).get("trainaudit") if "tool" in data else None
     if section is None:

@@ -73,6 +73,8 @@ class Overfitting(Rule):
             return []
         jmin = j - 1 + int(np.argmin(x[max(0, j - 1): j + 2])) if j > 0 else int(np.argmin(x[:2]))
         vmin = float(x[jmin])
+        if vmin <= 0:  # a loss of zero (or -0.0) has no relative rise
+            return []
         tail = x[-min(3, len(v) - 1 - jmin):]
         vend = float(np.median(tail))
         rise = (vend - vmin) / abs(vmin)

@@ -7,7 +7,7 @@ what the monitor recorded in its JSONL file (its first-NaN record and its alerts
 from __future__ import annotations
 
 from trainaudit.answer.schema import Category, Severity
-from trainaudit.ingest.readers.monitor import MonitorReader
+from trainaudit.ingest.formats.monitor import MonitorReader
 from trainaudit.model import Event, EventKind
 from trainaudit.rules.base import Context, Guidance, Hit, Rule, Scope
 

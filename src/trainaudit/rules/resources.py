@@ -632,8 +632,11 @@ class StragglerRank(Rule):
                 continue
             vals = {k: per[k].values[i] for k, i in idx.items()}
             unit = _to_seconds(base)
-            for cand in per:
-                others = np.median(np.stack([v for k, v in vals.items() if k != cand]), axis=0)
+            names = list(vals)
+            matrix = np.stack([vals[k] for k in names])
+            others_of = median_of_others(matrix)
+            for row, cand in enumerate(names):
+                others = others_of[row]
                 mine = vals[cand]
                 # slower by the ratio AND by real time: sub-ms differences are OS scheduling noise
                 slow = (mine >= self.p.ratio * others) & ((mine - others) * unit >= self.p.min_delta_s)
@@ -664,6 +667,25 @@ class StragglerRank(Rule):
                        "median({slow}) / median({other})", unit="x")
                 best = (n_slow, h)
         return [best[1]] if best else []
+
+
+def median_of_others(m: np.ndarray) -> np.ndarray:
+    """Row r: the per-column median of every row but r, for all rows at once in O(R log R) per
+    column (a median over the other rows for each row is quadratic in the rows: 16 000 ranks)."""
+    n = m.shape[0]
+    order = np.argsort(m, axis=0, kind="stable")
+    srt = np.take_along_axis(m, order, axis=0)
+    pos = np.empty_like(order)
+    np.put_along_axis(pos, order, np.arange(n)[:, None].repeat(m.shape[1], axis=1), axis=0)
+    k = n - 1  # how many values remain without row r
+
+    def remaining(i: int) -> np.ndarray:  # the i-th smallest of the others: skip r's own slot
+        idx = i + (pos <= i)
+        return np.take_along_axis(srt, np.minimum(idx, n - 1), axis=0)
+
+    if k % 2:
+        return remaining(k // 2)
+    return 0.5 * (remaining(k // 2 - 1) + remaining(k // 2))
 
 
 class DataLoaderStall(Rule):

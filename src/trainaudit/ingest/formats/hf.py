@@ -1,0 +1,264 @@
+"""HF Trainer stdout dicts (and TRL / axolotl / ms-swift) plus ``trainer_state.json``.
+
+Stdout (reader ``hf``): ``ProgressCallback``/``PrinterCallback`` print the logs dict's ``repr``:
+``{'loss': 10.5949, 'grad_norm': nan, 'learning_rate': 4.58e-05, 'epoch': 0.25}``. It is not a
+Python literal (bare ``nan``/``inf``), transformers 5.x quotes every float (``'loss': '2.345'``),
+ms-swift adds string fields (``'global_step/max_steps': '5/3766'``), and quoted copies may lose
+the leading ``{``. We therefore tokenise ``'key': value`` pairs ourselves instead of ``ast``.
+
+Step numbering (the printed dict carries no step):
+- a dict with a ``step`` key, or ms-swift's ``global_step/max_steps``, gives the step itself;
+- otherwise a *train* dict (no ``eval_``/``test_`` keys, not the end-of-training summary) gets
+  the 1-based index of train dicts seen so far in this file;
+- eval dicts and the end-of-training summary (``train_runtime``...) get the step of the last
+  train dict (0 before the first one).
+The index is not the optimizer step unless ``logging_steps=1``; ``trainer_state.json`` (reader
+``hf_trainer_state``) has the real ``step`` of every entry.
+
+Every numeric key is kept under its own name, ``epoch`` included (it is fractional and monotone).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any
+
+from trainaudit.errors import InputError
+from trainaudit.ingest.base import LineReader, Reader, Sample
+from trainaudit.ingest.sink import Sink
+from trainaudit.ingest.sources import InputFile
+from trainaudit.ingest.text import Line, json_number, parse_number
+from trainaudit.model import Event, EventKind, SourceKind
+from trainaudit.safeio import load_json
+
+# A dict repr at the end of a segment; the leading "{" is optional (lost in quoted copies).
+# Linear: the dict is the last brace-free stretch of the line, so a match starts only where such a
+# stretch starts, checks once that the stretch ends the line with "}", then takes its first 'key':
+# (a key holding a brace is not read; no logger of these formats prints one).
+DICT_RE = re.compile(r"(?<![^{}\n])(?=[^{}\n]*+\}\s*+$)[^{}\n]*?('[^'{}\n]++'\s*+:\s*+[^{}\n]*+)\}\s*+$")
+# The items of a dict repr, comma by comma: a quoted string is one piece whatever it holds (commas
+# too), and one that is never closed runs to the end. Every character is read once, so a body of any
+# shape costs linear time; a pattern searched for "'key': value" anywhere would instead rescan an
+# unclosed string's rest from every quote before it.
+ITEM_RE = re.compile(r"""(?:'(?:[^'\\]++|\\.?)*+'?|"(?:[^"\\]++|\\.?)*+"?|[^,'"]++)*+""")
+# One 'key': value item (stripped); values are quoted strings or bare tokens (no quote: "tensor(2.3"
+# of "tensor(2.3, device='cuda:0')"). Anchored: an item holds one pair or none.
+PAIR_RE = re.compile(
+    r"""\A(?:'((?:[^'\\]|\\.)*)'|"((?:[^"\\]|\\.)*)")\s*:\s*"""
+    r"""('(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*"|(?:[^\S,]*+[^\s,'"]++)++|[^\S,])\s*+\Z"""
+)
+HF_KEYS = ("'loss'", "'learning_rate'", "'epoch'", "'eval_", "'train_runtime'", "'grad_norm'")
+SUMMARY_KEYS = ("train_runtime", "train_samples_per_second", "train_steps_per_second")
+SWIFT_STEP_KEY = "global_step/max_steps"
+STATE_META_KEYS = ("max_steps", "num_train_epochs", "logging_steps", "eval_steps", "save_steps",
+                   "train_batch_size", "global_step", "epoch", "best_metric", "best_model_checkpoint",
+                   "best_global_step", "total_flos", "num_input_tokens_seen")
+
+
+def parse_log_dict(body: str) -> dict[str, float | str]:
+    """``'k': v, ...`` -> {k: float or original string}. Bare nan/inf become floats; quoted
+    numerics (transformers 5.x) become floats; True/False/None and other text stay strings."""
+    out: dict[str, float | str] = {}
+    pos = 0
+    while pos <= len(body):
+        item = ITEM_RE.match(body, pos)  # matches everywhere (every part is optional)
+        end = item.end() if item is not None else len(body)
+        m = PAIR_RE.match(body[pos:end].strip())
+        pos = end + 1
+        if m is None:
+            continue
+        key = m.group(1) if m.group(1) is not None else m.group(2)
+        raw = m.group(3).strip()
+        quoted = raw[:1] in ("'", '"')
+        text = raw[1:-1] if quoted else raw
+        if not quoted and text in ("True", "False", "None"):
+            out[key] = text
+            continue
+        v = parse_number(text)
+        out[key] = v if v is not None else text
+    return out
+
+
+def _dict_kind(keys: list[str]) -> str:
+    if any(k.startswith(("eval_", "test_")) for k in keys):
+        return "eval"
+    if any(k in SUMMARY_KEYS for k in keys):
+        return "summary"
+    return "train"
+
+
+class HFReader(LineReader):
+    name = "hf"
+    kind = SourceKind.LOG
+    description = "HF Trainer / TRL / axolotl / ms-swift stdout log dicts ({'loss': ..., 'epoch': ...})"
+
+    def sniff(self, sample: Sample) -> float:
+        n = 0
+        for ln in sample.lines:
+            if DICT_RE.search(ln) and any(k in ln for k in HF_KEYS):
+                n += 1
+        if n == 0:
+            return 0.0
+        return 0.85 if n >= 2 else 0.7
+
+    def new_state(self) -> dict:
+        return {"n_train": 0, "last_step": 0, "texts": {}}
+
+    def finish(self, sink: Sink, state: dict) -> None:
+        if state["texts"]:
+            sink.meta("step_text", state["texts"])  # the step is the dict's number; the log prints the epoch
+
+    def feed(self, line: Line, sink: Sink, state: dict) -> None:
+        if "'" not in line.text or not line.text.rstrip().endswith("}"):
+            return
+        m = DICT_RE.search(line.text)
+        if m is None:
+            return
+        logs = parse_log_dict(m.group(1))
+        if not logs or not any(isinstance(v, float) for v in logs.values()):
+            return
+        keys = list(logs)
+        kind = _dict_kind(keys)
+        step = self._explicit_step(logs, sink)
+        if kind == "train":
+            state["n_train"] += 1
+            if step is None:
+                step = state["n_train"]
+                epoch = logs.get("epoch")
+                if isinstance(epoch, float) and len(state["texts"]) < 200_000:
+                    state["texts"][step] = f"epoch {epoch:g}"
+            state["last_step"] = step
+        elif step is None:
+            step = state["last_step"]
+        if "framework" not in state:
+            state["framework"] = True
+            sink.meta("framework", "hf")
+        for key, v in logs.items():
+            if key == "step" or not isinstance(v, float):
+                continue
+            sink.add(key, step, v, line.no, line.rank)
+        if kind == "summary":
+            src = sink.source.path if sink.source else ""
+            sink.event(Event(EventKind.PHASE, "training finished (HF Trainer end-of-training summary)", src,
+                             line.no, line.raw, step=step, rank=line.rank,
+                             data={"phase": "training finished", "completed": True,
+                                   **{k: v for k, v in logs.items() if isinstance(v, float)}}))
+
+    @staticmethod
+    def _explicit_step(logs: dict[str, float | str], sink: Sink) -> int | None:
+        v = logs.get("step")
+        if isinstance(v, float) and math.isfinite(v):
+            return int(v)
+        swift = logs.get(SWIFT_STEP_KEY)
+        if isinstance(swift, str) and "/" in swift:
+            cur, _, total = swift.partition("/")
+            if cur.strip().isdigit():
+                if total.strip().isdigit():
+                    sink.meta("max_steps", int(total))
+                return int(cur)
+        return None
+
+
+class HFTrainerStateReader(Reader):
+    name = "hf_trainer_state"
+    kind = SourceKind.METRICS
+    description = "HF Trainer trainer_state.json (log_history entries with their global step)"
+
+    def sniff(self, sample: Sample) -> float:
+        if not sample.is_text:
+            return 0.0
+        head = sample.head.lstrip()
+        if not head.startswith(b"{"):
+            return 0.0
+        if b'"log_history"' in sample.head:
+            return 0.95
+        return 0.6 if sample.name == "trainer_state.json" else 0.0
+
+    def read(self, inp: InputFile, sink: Sink) -> None:
+        with inp.open() as stream:
+            text = stream.read().decode("utf-8", "replace")
+        # Python's json accepts the NaN/Infinity that json.dumps writes
+        state = load_json(text, inp.display, invalid="invalid trainer_state.json")
+        history = state.get("log_history") if isinstance(state, dict) else None
+        if not isinstance(history, list):
+            raise InputError(f"{inp.display}: JSON without a log_history list (not a trainer_state.json)")
+        sink.meta("framework", "hf")
+        for key in STATE_META_KEYS:
+            if key in state and state[key] is not None:
+                sink.meta(key, state[key])
+        key_lines = _entry_key_lines(text, history)
+        last_step = 0
+        for i, entry in enumerate(history):
+            if not isinstance(entry, dict):
+                continue
+            step_v = entry.get("step")
+            step = int(step_v) if isinstance(step_v, (int, float)) and math.isfinite(step_v) else last_step
+            last_step = step
+            lines = key_lines[i] if i < len(key_lines) else {}
+            for key, v in entry.items():
+                if key == "step":
+                    continue
+                num = json_number(v)
+                if num is not None:
+                    sink.add(key, step, num, lines.get(key, lines.get("step", 0)))
+            if any(k in entry for k in SUMMARY_KEYS):
+                line_no = lines.get("step", 0)
+                sink.event(Event(EventKind.PHASE, "training finished (log_history end-of-training summary)",
+                                 inp.display, line_no, _line_text(text, line_no), step=step,
+                                 data={"phase": "training finished", "completed": True}))
+        gs, ms = state.get("global_step"), state.get("max_steps")
+        if isinstance(gs, int) and isinstance(ms, int) and ms > 0:
+            line_no = _first_line_of(text, '"global_step"')
+            done = gs >= ms
+            sink.event(Event(EventKind.PHASE, f"checkpoint state at global step {gs} of max_steps {ms}"
+                             + (" (training complete)" if done else " (training incomplete)"),
+                             inp.display, line_no, _line_text(text, line_no), step=gs,
+                             data={"phase": "trainer_state", "global_step": gs, "max_steps": ms,
+                                   "completed": done}))
+
+
+def _line_no(text: str, pos: int) -> int:
+    return text.count("\n", 0, pos) + 1
+
+
+def _first_line_of(text: str, needle: str) -> int:
+    pos = text.find(needle)
+    return _line_no(text, pos) if pos >= 0 else 0
+
+
+def _line_text(text: str, line_no: int) -> str:
+    if line_no <= 0:
+        return ""
+    lines = text.split("\n", line_no)
+    return lines[line_no - 1].rstrip("\r") if len(lines) >= line_no else ""
+
+
+# A JSON key: its opening quote is never escaped (see PAIR_RE), so a run of escaped quotes is read once.
+KEY_RE = re.compile(r'(?<!\\)"((?:[^"\\]|\\.)*)"\s*:')
+
+
+def _entry_key_lines(text: str, history: list[Any]) -> list[dict[str, int]]:
+    """Line number of every key of every log_history entry. Entries are flat objects, so the
+    i-th ``{`` ... ``}`` after ``"log_history"`` is the i-th entry; counting newlines
+    incrementally keeps this linear in the file size."""
+    start = text.find('"log_history"')
+    if start < 0:
+        return []
+    pos = text.find("[", start)
+    out: list[dict[str, int]] = []
+    line = _line_no(text, pos)
+    cursor = pos
+    for _ in history:
+        a = text.find("{", pos)
+        b = text.find("}", a)
+        if a < 0 or b < 0:
+            break
+        keys: dict[str, int] = {}
+        for m in KEY_RE.finditer(text, a, b):
+            line += text.count("\n", cursor, m.start())
+            cursor = m.start()
+            keys.setdefault(m.group(1), line)
+        out.append(keys)
+        pos = b + 1
+    return out

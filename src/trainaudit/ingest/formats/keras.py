@@ -1,0 +1,179 @@
+"""Keras ``fit()`` output (Keras 3 ``━`` bars, tf.keras ``[====]`` bars, verbose=2 lines) and the
+CSVLogger file.
+
+Stdout (reader ``keras``): the step is the epoch (1-based, from the ``Epoch a/b`` header). An
+epoch's values are those of its *final* bar state (``n == total``, or an ``Unknown`` target
+without an ETA); in-progress states (``n < total``, ``ETA:``) are running averages and are not
+epoch values. Without ``Epoch`` headers (docs excerpts), final bars that carry metrics are
+numbered 1, 2, ... in order. Bars without metrics (``predict()``) are ignored.
+
+``TerminateOnNaN`` prints ``Batch 3: Invalid loss, terminating training`` (often glued to the bar,
+no newline): a ``nan_check`` event. An epoch that never reached its final bar state is reported
+as a ``phase`` event (``interrupted``) carrying the last in-progress values.
+
+CSVLogger (reader ``keras_csv``): ``epoch,<sorted metric names>``; missing values are ``NA``.
+The step is the file's own ``epoch`` column, which is 0-based (the screen shows epoch+1).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+from trainaudit.errors import InputError
+from trainaudit.ingest.base import LineReader, Reader, Sample
+from trainaudit.ingest.formats.lightning import csv_header, read_csv_rows
+from trainaudit.ingest.sink import Sink
+from trainaudit.ingest.sources import InputFile
+from trainaudit.ingest.text import Line, parse_number
+from trainaudit.model import Event, EventKind, SourceKind
+
+NUM = r"[-+]?(?:(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|nan|NaN|inf|Inf|Infinity)"
+EPOCH_RE = re.compile(r"^\s*Epoch (\d+)/(\d+)\s*$")
+BAR_RE = re.compile(
+    r"^\s*(?P<n>\d+)/(?P<total>\d+|Unknown)\s+(?P<bar>\[[=>.]*\]\s*-\s*|━+\s*|-\s*)"
+    r"(?:ETA: (?P<eta>[\d:]+s?)|(?P<elapsed>\d+(?:\.\d+)?(?:m?s|us|h|m)(?:\s*\d+s)?))?"
+)
+METRIC_RE = re.compile(r"-\s*([A-Za-z_][\w/.]*): (" + NUM + r")")
+TERMINATE_RE = re.compile(r"Batch (\d+): Invalid loss, terminating training")
+CSV_EXCLUDE = ("train/box_loss", "metrics/mAP50(B)")  # Ultralytics results.csv also starts with epoch
+
+
+def _running_epoch(state: dict) -> int:
+    """The epoch an in-progress bar belongs to: the header's, or the next one when that epoch's
+    final bar was already seen (header lost) or when there are no headers at all."""
+    epoch = state["epoch"] if state["epoch"] is not None else state["epochs_seen"]
+    if state["done"] == epoch or state["epoch"] is None:
+        epoch += 1
+    return int(epoch)
+
+
+class KerasReader(LineReader):
+    name = "keras"
+    kind = SourceKind.LOG
+    description = "Keras fit() stdout: 'Epoch 1/15' headers, progress bars and verbose=2 epoch lines"
+
+    def sniff(self, sample: Sample) -> float:
+        if not sample.is_text and b"\b" in sample.head:
+            # Keras writes "\b" * width before every redraw, even into files; so many backspaces
+            # make the generic text check call the file binary. Judge it without them.
+            sample = Sample.from_head(sample.name, sample.head.replace(b"\b", b""))
+            if not sample.is_text:
+                return 0.0
+        headers = bars = 0
+        for ln in sample.lines:
+            ln = ln.replace("\b", "")
+            if EPOCH_RE.match(ln):
+                headers += 1
+            elif BAR_RE.match(ln) and (METRIC_RE.search(ln) or "━" in ln or "/step" in ln):
+                bars += 1
+        if bars:
+            return 0.85
+        # "Epoch 3/10" alone is printed by many hand-written loops too: below the generic extractor
+        # when that reads the file's numbers
+        return 0.12 if headers else 0.0
+
+    def new_state(self) -> dict:
+        return {"epoch": None, "epochs_seen": 0, "pending": None, "done": None, "framework": False}
+
+    def feed(self, line: Line, sink: Sink, state: dict) -> None:
+        text = line.text.replace("\b", "") if "\b" in line.text else line.text
+        src = sink.source.path if sink.source else ""
+        t = TERMINATE_RE.search(text)
+        if t:
+            batch = int(t.group(1))
+            sink.event(Event(EventKind.NAN_CHECK, f"TerminateOnNaN: batch {batch} had an invalid (NaN/Inf) loss",
+                             src, line.no, line.raw, step=_running_epoch(state), rank=line.rank,
+                             data={"batch": batch, "epoch": _running_epoch(state)}))
+            text = text[: t.start()]  # what precedes the message is the bar it was glued to
+        m = EPOCH_RE.match(text)
+        if m:
+            self._close_epoch(sink, state, src)
+            state["epoch"] = int(m.group(1))
+            if not state["framework"]:
+                state["framework"] = True
+                sink.meta("framework", "keras")
+                sink.meta("keras.epochs", int(m.group(2)))
+            return
+        b = BAR_RE.match(text)
+        if b is None:
+            return
+        metrics = [(k, parse_number(v)) for k, v in METRIC_RE.findall(text[b.end():])]
+        values = [(k, v) for k, v in metrics if v is not None]
+        n, total = int(b.group("n")), b.group("total")
+        final = b.group("eta") is None and (total == "Unknown" or n == int(total))
+        if not values:
+            return  # predict()/evaluate() bars without metrics
+        if not state["framework"]:
+            state["framework"] = True
+            sink.meta("framework", "keras")
+        if not final:
+            state["pending"] = {"line": line, "values": values, "n": n, "total": total}
+            return
+        if state["epoch"] is None:
+            state["epochs_seen"] += 1  # no headers: number the final bars themselves
+            step = state["epochs_seen"]
+        else:
+            step = state["epoch"]
+        for key, v in values:
+            sink.add(key, step, v, line.no, line.rank)
+        state["pending"] = None
+        state["done"] = step
+
+    def _close_epoch(self, sink: Sink, state: dict, src: str) -> None:
+        """An in-progress bar that never reached its final state: the epoch was interrupted."""
+        pending = state["pending"]
+        state["pending"] = None
+        if pending is None:
+            return
+        line: Line = pending["line"]
+        vals = dict(pending["values"])
+        epoch = _running_epoch(state)
+        nonfinite = sorted(k for k, v in vals.items() if not math.isfinite(v))
+        sink.event(Event(EventKind.PHASE,
+                         f"epoch {epoch} interrupted at batch "
+                         f"{pending['n']}/{pending['total']}", src, line.no, line.raw, step=epoch, rank=line.rank,
+                         data={"phase": "epoch interrupted", "interrupted": True, "batch": pending["n"],
+                               "total": pending["total"], "running_values": vals,
+                               "nonfinite_metrics": nonfinite}))
+
+    def finish(self, sink: Sink, state: dict) -> None:
+        self._close_epoch(sink, state, sink.source.path if sink.source else "")
+
+
+class KerasCSVReader(Reader):
+    name = "keras_csv"
+    kind = SourceKind.METRICS
+    description = "Keras CSVLogger file (epoch, sorted metric columns; NA = missing)"
+
+    def sniff(self, sample: Sample) -> float:
+        cols = csv_header(sample)
+        if cols is None or cols[0] != "epoch" or "step" in cols or len(cols) < 2:
+            return 0.0
+        if any(c in CSV_EXCLUDE for c in cols):
+            return 0.0
+        if cols[1:] != sorted(cols[1:]):
+            # CSVLogger writes "epoch" and then the logs' keys sorted (keras/src/callbacks/csv_logger.py,
+            # https://github.com/keras-team/keras): another table with an epoch column is generic CSV
+            return 0.0
+        if any(c == "loss" or c.endswith("loss") for c in cols[1:]):
+            return 0.6
+        return 0.35
+
+    def read(self, inp: InputFile, sink: Sink) -> None:
+        sink.meta("framework", "keras")
+        sink.meta("keras_csv.epoch_base", 0)
+        for line_no, header, row in read_csv_rows(inp):
+            if header[0] != "epoch":
+                raise InputError(f"{inp.display}: CSV without a leading 'epoch' column (not a Keras CSVLogger file)")
+            ep = parse_number(row[0]) if row else None
+            if ep is None or not math.isfinite(ep):
+                continue
+            step = int(ep)
+            for name, cell in zip(header[1:], row[1:]):
+                cell = cell.strip()
+                if not cell or cell == "NA":
+                    continue
+                v = parse_number(cell)
+                if v is not None:
+                    sink.add(name, step, v, line_no)

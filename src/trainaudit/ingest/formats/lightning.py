@@ -1,0 +1,297 @@
+"""PyTorch Lightning: the TQDM progress bar on stdout, and CSVLogger ``metrics.csv``.
+
+Progress bar (reader ``lightning``)::
+
+    Epoch 0:  92%|█████▉   | 932/1016 [00:33<00:03, 27.70it/s, loss=0.223, v_num=77, acc=0.875]
+
+Only ``Epoch N`` bars carry training metrics (their postfix); ``Validation/Sanity Checking/
+Testing/Predicting DataLoader`` bars are ignored as metrics. Lightning pads postfix numbers, so a
+NaN prints as ``nan.0``, inf as ``inf.0`` and -inf as ``-inf.``; all become NaN/Inf values.
+
+Step derivation: the bar counts batches within an epoch (``n/total``), so the global step is
+``offset(epoch) + n``. ``offset`` is ``epoch * total`` when the bar's total is known (it is the
+same every epoch); when the total is ``?`` (iterable datasets) it is the sum of the last ``n``
+of every earlier epoch seen in the file. In Lightning 1.x the total also counted the epoch's
+validation batches, so this is the bar position, not strictly the optimizer step; the CSV
+logger's ``step`` column is the optimizer step when available.
+
+RichProgressBar (Lightning's default bar whenever ``rich`` is installed)::
+
+    Epoch 39/39 ━━━━━━━━━━━━━━━ 4/4 0:00:00 • 0:00:00 801.66it/s v_num: 0.000
+                                                               train_loss: 0.000
+                                                               val_loss: 1.994
+
+Columns as ``RichProgressBar.configure_columns`` and ``MetricsTextColumn`` render them
+(lightning/pytorch/callbacks/progress/rich_progress.py): description, bar, ``n/total`` (``--`` when
+unknown), ``elapsed • remaining``, ``it/s``, then ``name: value`` items (``.3f``) that Rich wraps
+onto indented lines at the console width (80 columns when stdout is not a terminal). Written to
+a file, Rich's live display only prints its last state when it stops, so ``python train.py >
+out.log`` holds one bar, at the end of the fit; a terminal capture holds every redraw. The step
+is derived as for the TQDM bar.
+
+CSVLogger (reader ``lightning_csv``): ``epoch,step,train_loss,val_loss`` with sparse rows (empty
+cell = not logged; train and val rows share a step) and either a sorted (2.x) or insertion-order
+(older) header. Every column except ``step`` becomes a metric; ``epoch`` is kept as a metric.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+import re
+
+from trainaudit.errors import InputError
+from trainaudit.ingest.base import LineReader, Reader, Sample, fallback_format
+from trainaudit.ingest.sink import Sink
+from trainaudit.ingest.sources import InputFile
+from trainaudit.ingest.text import Line, parse_number
+from trainaudit.model import Event, EventKind, SourceKind
+
+BAR_RE = re.compile(
+    r"(?<![^|\r])(?P<desc>[^|\r]*?)(?!(?<=\s)\s):?\s*+(?<!\d)(?P<pct>\d++)%(?:\|[^|]*\||\s)\s*(?P<n>\d+)/(?P<total>\d+|\?)\s*"
+    r"\[(?P<elapsed>[\d:]+)<(?P<remaining>[\d:?]+)(?:,\s*(?P<rate>[\d.]+|\?)\s*(?:it/s|s/it))?"
+    r"(?:,\s*(?P<postfix>[^\]]*))?\]?"
+)
+EPOCH_DESC_RE = re.compile(r"^\s*Epoch (\d+)\s*$")
+OTHER_DESC_RE = re.compile(r"^\s*(Validation|Sanity Checking|Testing|Predicting)(?: DataLoader \d+)?\s*$")
+# A key starts at the first letter of its run of name characters (possessive: "=" ends the run).
+POSTFIX_ITEM_RE = re.compile(r"(?<![\w/.\-])(?:(?![A-Za-z_])[\w/.\-])*+([A-Za-z_][\w/.\-]*+)=([^,\]]+)")
+# Lightning messages about non-finite values and the end of fit (lightning 2.x source).
+NONFINITE_RES = [
+    re.compile(r"The loss returned in `training_step` is (\S+?)\.?$"),
+    re.compile(r"Monitored metric (\S+) = (\S+) is not finite"),
+]
+FIT_STOPPED_RE = re.compile(r"`Trainer\.fit` stopped: (.*)$")
+META_ITEMS = {"v_num"}
+RICH_BAR_RE = re.compile(
+    r"^\s*+Epoch (?P<epoch>\d{1,9})(?:/\d{1,9})? [━╸╺\- ]*+(?P<n>\d{1,12})/(?P<total>\d{1,12}|--) "
+    r"++(?:-|\d{1,9} days?, )?[\d:-]{4,12} • (?:-|\d{1,9} days?, )?[\d:-]{4,12}(?: ++[\d.]{1,20}it/s)?(?P<metrics>.*)$"
+)
+RICH_ITEM_RE = re.compile(r"(?<!\S)([^\s:]++): ++(\S++)")
+# Lightning's banner and model summary (ModelSummary / RichModelSummary): printed at the start of
+# every fit, whatever the bar; their numbers are no training metrics.
+SUMMARY_RE = re.compile(r"^(?:GPU available: |TPU available: |HPU available: |Total estimated model params size \(MB\))")
+
+
+def parse_bar_number(text: str) -> float | None:
+    """Postfix numbers: ``0.223``, ``1.63e+6``, and Lightning's padded ``nan.0``/``inf.0``/``-inf.``."""
+    t = text.strip()
+    v = parse_number(t)
+    if v is not None:
+        return v
+    low = t.lower().rstrip("0").rstrip(".")
+    if low in ("nan", "inf", "-inf", "+inf"):
+        return parse_number(low)
+    return None
+
+
+class LightningReader(LineReader):
+    name = "lightning"
+    kind = SourceKind.LOG
+    description = "PyTorch Lightning TQDM progress bar stdout ('Epoch 0:  92%|...| 932/1016 [..., loss=0.223]')"
+
+    def sniff(self, sample: Sample) -> float:
+        n = summary = 0
+        for ln in sample.lines:
+            if "Epoch" in ln and RICH_BAR_RE.match(ln):
+                n += 1
+                continue
+            m = BAR_RE.search(ln)
+            if m and EPOCH_DESC_RE.match(m.group("desc")):
+                n += 1
+            elif SUMMARY_RE.match(ln):
+                summary += 1
+        if n:
+            return 0.85
+        # The Rich bar is printed once, when the fit ends: the head of a long log may only hold
+        # Lightning's banner and model summary.
+        return 0.5 if summary >= 2 else 0.0
+
+    def read(self, inp: InputFile, sink: Sink) -> None:
+        before = sink.n_values
+        super().read(inp, sink)
+        if sink.n_values == before:
+            # claimed by its banner, but no bar held a value (enable_progress_bar=False, or a run
+            # that died before its first batch): what the script printed itself is read as any log
+            fallback_format().read_numbers(inp, sink)
+
+    def new_state(self) -> dict:
+        return {"epoch": None, "offset": 0, "last_n": 0, "total": None, "framework": False, "rich": None}
+
+    def feed(self, line: Line, sink: Sink, state: dict) -> None:
+        text = line.text
+        rich = state["rich"]
+        if rich is not None:
+            if text[:1].isspace() and text.strip() and "Epoch" not in text:
+                rich[3].append(text)  # the bar's metrics, wrapped by Rich onto an indented line
+                return
+            self._rich_metrics(rich, sink)
+            state["rich"] = None
+        if "Epoch" in text and "•" in text:
+            rm = RICH_BAR_RE.match(text)
+            if rm is not None:
+                step = self._at(int(rm.group("epoch")), int(rm.group("n")),
+                                int(rm.group("total")) if rm.group("total") != "--" else None, line, sink, state)
+                if step is not None:
+                    state["rich"] = (step, line.no, line.rank, [rm.group("metrics")])
+                return
+        if "%" in text:
+            m = BAR_RE.search(text)
+            if m is not None:
+                self._bar(m, line, sink, state)
+                return
+        self._message(line, sink, state)
+
+    def finish(self, sink: Sink, state: dict) -> None:
+        if state["rich"] is not None:
+            self._rich_metrics(state["rich"], sink)
+            state["rich"] = None
+
+    @staticmethod
+    def _rich_metrics(rich: tuple[int, int, int | None, list[str]], sink: Sink) -> None:
+        step, no, rank, parts = rich
+        for key, raw in RICH_ITEM_RE.findall(" ".join(p.strip() for p in parts)):
+            if key in META_ITEMS:
+                sink.meta(f"lightning.{key}", raw)
+                continue
+            v = parse_bar_number(raw)
+            if v is not None:
+                sink.add(key, step, v, no, rank)
+
+    def _bar(self, m: re.Match[str], line: Line, sink: Sink, state: dict) -> None:
+        desc = m.group("desc")
+        em = EPOCH_DESC_RE.match(desc)
+        if em is None:
+            return  # validation / sanity / test bars: progress only, no training metrics
+        total = int(m.group("total")) if m.group("total") != "?" else None
+        step = self._at(int(em.group(1)), int(m.group("n")), total, line, sink, state)
+        if step is None:
+            return
+        postfix = m.group("postfix")
+        if not postfix:
+            return
+        for key, raw in POSTFIX_ITEM_RE.findall(postfix):
+            if key in META_ITEMS:
+                sink.meta(f"lightning.{key}", raw.strip())
+                continue
+            v = parse_bar_number(raw)
+            if v is not None:
+                sink.add(key, step, v, line.no, line.rank)
+
+    @staticmethod
+    def _at(epoch: int, n: int, total: int | None, line: Line, sink: Sink, state: dict) -> int | None:
+        """The step of an epoch bar at batch ``n`` (None before the epoch's first batch); records the epoch."""
+        if not state["framework"]:
+            state["framework"] = True
+            sink.meta("framework", "lightning")
+        if epoch != state["epoch"]:
+            if total is not None:
+                state["offset"] = epoch * total
+            elif state["epoch"] is not None:
+                state["offset"] += state["last_n"]
+            state["epoch"] = epoch
+            state["last_n"] = 0
+        if total is not None and state["total"] is None:
+            state["total"] = total
+            sink.meta("lightning.batches_per_epoch", total)
+        state["last_n"] = max(state["last_n"], n)
+        if n == 0:
+            # no batch of this epoch has run: at the start, or when Lightning 2.x resets the bar
+            # after an epoch (still "Epoch k: 0/N" with the epoch's last postfix values)
+            return None
+        step: int = state["offset"] + n
+        sink.add("epoch", step, float(epoch), line.no, line.rank)
+        return step
+
+    def _message(self, line: Line, sink: Sink, state: dict) -> None:
+        text = line.text
+        src = sink.source.path if sink.source else ""
+        for pat in NONFINITE_RES:
+            m = pat.search(text)
+            if m:
+                sink.event(Event(EventKind.NAN_CHECK, text.strip(), src, line.no, line.raw, rank=line.rank,
+                                 data={"groups": list(m.groups())}))
+                return
+        m = FIT_STOPPED_RE.search(text)
+        if m:
+            sink.event(Event(EventKind.PHASE, text.strip(), src, line.no, line.raw, rank=line.rank,
+                             data={"phase": "fit stopped", "reason": m.group(1).strip(), "completed": True}))
+
+
+# -- CSV loggers (shared with keras_csv) ----------------------------------------------------------
+
+def csv_header(sample: Sample) -> list[str] | None:
+    """The first line of a small CSV as column names, or None if it does not look like one."""
+    if not sample.is_text or not sample.lines:
+        return None
+    first = sample.lines[0].strip().lstrip("\ufeff")
+    if "," not in first or first.startswith("#"):
+        return None
+    cols = [c.strip() for c in first.split(",")]
+    if any(not c or parse_number(c) is not None for c in cols):
+        return None
+    return cols
+
+
+def read_csv_rows(inp: InputFile):  # type: ignore[no-untyped-def]
+    """Yield (line_no, header, row) for a CSV file, streamed; line_no is the physical line of the
+    row (rows never contain quoted newlines in these loggers)."""
+    with inp.open() as stream:
+        text = io.TextIOWrapper(stream, encoding="utf-8", errors="replace", newline="")
+        reader = csv.reader(text)
+        header: list[str] | None = None
+        for row in _guarded(reader, inp.display):
+            if header is None:
+                if not row or not any(c.strip() for c in row):
+                    continue
+                header = [c.strip().lstrip("\ufeff") for c in row]
+                continue
+            if not row:
+                continue
+            yield reader.line_num, header, row
+        if header is None:
+            raise InputError(f"{inp.display}: CSV file without a header row")
+
+
+def _guarded(reader, display: str):  # type: ignore[no-untyped-def]
+    """csv.Error (a NUL byte, an over-long field) becomes one clear input error."""
+    try:
+        yield from reader
+    except csv.Error as exc:
+        raise InputError(f"{display}: malformed CSV at line {reader.line_num} ({exc})") from None
+
+
+class LightningCSVReader(Reader):
+    name = "lightning_csv"
+    kind = SourceKind.METRICS
+    description = "PyTorch Lightning CSVLogger metrics.csv (epoch, step and sparse metric columns)"
+
+    def sniff(self, sample: Sample) -> float:
+        cols = csv_header(sample)
+        if cols is None or "step" not in cols or "epoch" not in cols:
+            return 0.0
+        if len(cols) < 3:
+            return 0.0
+        return 0.9 if sample.name == "metrics.csv" else 0.7
+
+    def read(self, inp: InputFile, sink: Sink) -> None:
+        sink.meta("framework", "lightning")
+        bad = 0
+        for line_no, header, row in read_csv_rows(inp):
+            if "step" not in header:
+                raise InputError(f"{inp.display}: CSV header has no 'step' column (not a Lightning metrics.csv)")
+            si = header.index("step")
+            step_v = parse_number(row[si]) if si < len(row) else None
+            if step_v is None or not math.isfinite(step_v):
+                bad += 1  # a row cut short by a crash, or a stray line
+                continue
+            step = int(step_v)
+            for i, cell in enumerate(row[: len(header)]):
+                if i == si or not cell.strip():
+                    continue
+                v = parse_number(cell)
+                if v is not None:
+                    sink.add(header[i], step, v, line_no)
+        if bad:
+            sink.meta("lightning_csv.rows_without_step", bad)

@@ -1,0 +1,138 @@
+"""Megatron-LM, Megatron-DeepSpeed, Megatron-Bridge and nanotron iteration lines.
+
+``iteration 43/ 100 | consumed samples: 5504 | ... | lm loss: 1.825991E+00 | ... |``
+
+Megatron drops a NaN loss from the line instead of printing ``nan`` (``training_log`` in
+megatron/training/training.py prints a loss only ``if avg >= 0.0``, false for NaN): a loss key
+seen on earlier lines and absent on this one becomes a NaN value at this step plus a
+``missing_metric`` event, never silence.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+from trainaudit.ingest.base import LineReader, Sample, SpareNumbers
+from trainaudit.ingest.formats.megatron import bulk as fast
+from trainaudit.ingest.formats.megatron.grammar import FIELD_RE, ITER_RE, SKIP_KEYS, field_value, is_loss_key
+from trainaudit.ingest.signatures import SignatureScanner
+from trainaudit.ingest.sink import Sink
+from trainaudit.ingest.sources import InputFile
+from trainaudit.ingest.text import Line, parse_number
+from trainaudit.model import Event, EventKind, SourceKind
+
+MEMORY_RE = re.compile(r"\(after (\d+) iterations\) memory \(MB\)(.*)")
+PHASE_RE = re.compile(r"^\[(after training is done|exiting program[^\]]*|before the start of training step|"
+                      r"after model, optimizer, and learning rate scheduler are built)\] datetime: (.*)$")
+EXIT_ITER_RE = re.compile(r"exiting program at iteration (\d+)")
+WORLD_RE = re.compile(r"using world size: (\d+)")
+VOCAB_RE = re.compile(r"padded vocab \(size: (\d+)\)")
+ARG_RE = re.compile(r"^\s{2}(train_iters|log_interval|seq_length|global_batch_size|micro_batch_size|lr|"
+                    r"min_lr|lr_warmup_iters|clip_grad|fp16|bf16|loss_scale|vocab_size)\s\.+\s(\S+)\s*$")
+
+
+class MegatronReader(LineReader):
+    name = "megatron"
+    kind = SourceKind.LOG
+    description = "Megatron-LM / Megatron-DeepSpeed / Megatron-Bridge / nanotron stdout ('iteration N/ M | key: value |')"
+
+    def __init__(self, fast: bool = True, chunk_size: int | None = None, workers: int | None = None) -> None:
+        # fast=False keeps the plain line-by-line path (the reference semantics of the fast one).
+        self.fast = fast
+        self.chunk_size = chunk_size
+        self.workers = workers
+
+    def read(self, inp: InputFile, sink: Sink) -> None:
+        """Bulk path (``megatron_fast``) when the log's iteration lines share one layout; the line
+        path otherwise. Both give the same series, events and meta."""
+        tpl = None
+        if self.fast:
+            with inp.open() as f:
+                tpl = fast.find_template(f.read(1 << 20))
+        if tpl is None:
+            super().read(inp, sink)
+            return
+        scanner = SignatureScanner(inp.display)
+        state = self.new_state()
+        spare = SpareNumbers(sink, along=False)  # a template is an iteration line: found nothing is rare
+        fast.read_fast(self, tpl, inp, sink, scanner, state, self.chunk_size or fast.CHUNK_SIZE, self.workers)
+        for ev in scanner.finish():
+            sink.event(ev)
+        self.finish(sink, state)
+        spare.end(inp)
+
+    def sniff(self, sample: Sample) -> float:
+        n = self.count_matches(sample, ITER_RE)
+        if n == 0:
+            return 0.0
+        return 0.9 if any(FIELD_RE.search(ln) for ln in sample.lines if ITER_RE.search(ln)) else 0.3
+
+    def new_state(self) -> dict:
+        return {"loss_keys": set()}
+
+    def feed(self, line: Line, sink: Sink, state: dict) -> None:
+        text = line.text
+        m = ITER_RE.search(text)
+        if m is None:
+            self._other(line, sink, state)
+            return
+        step = int(m.group(1))
+        if "train_iters" not in state:
+            state["train_iters"] = int(m.group(2))
+            sink.meta("train_iters", int(m.group(2)))
+        seen: set[str] = set()
+        for key, raw in FIELD_RE.findall(text):
+            key = key.strip()
+            if key in SKIP_KEYS or key.endswith("iteration"):
+                continue
+            v = field_value(raw)
+            if v is None:
+                continue
+            seen.add(key)
+            sink.add(key, step, v, line.no, line.rank)
+        losses: set[str] = state["loss_keys"]
+        for key in seen:
+            if is_loss_key(key):
+                losses.add(key)
+        missing = sorted(k for k in losses if k not in seen)
+        for key in missing:
+            sink.add(key, step, math.nan, line.no, line.rank)
+        if missing or not any(is_loss_key(k) for k in seen):
+            names = ", ".join(missing) if missing else "loss"
+            sink.event(Event(EventKind.MISSING_METRIC,
+                             f"iteration {step}: {names} absent from the line (Megatron omits a NaN/Inf loss)",
+                             sink.source.path if sink.source else "", line.no, line.raw, step=step, rank=line.rank,
+                             data={"metrics": missing or ["loss"], "assumed_nan": True}))
+
+    def _other(self, line: Line, sink: Sink, state: dict) -> None:
+        text = line.text
+        src = sink.source.path if sink.source else ""
+        m = MEMORY_RE.search(text)
+        if m:
+            step = int(m.group(1))
+            for key, raw in FIELD_RE.findall(m.group(2)):
+                v = field_value(raw)
+                if v is not None:
+                    sink.add(f"mem {key.strip()} (MB)", step, v, line.no, line.rank)
+            return
+        m = PHASE_RE.search(text)
+        if m:
+            phase = m.group(1)
+            data: dict = {"phase": phase, "time": m.group(2).strip()}
+            it = EXIT_ITER_RE.search(phase)
+            if it:
+                data["iteration"] = int(it.group(1))
+            if phase == "after training is done" or phase.startswith("exiting program"):
+                data["completed"] = True
+            sink.event(Event(EventKind.PHASE, phase, src, line.no, line.raw, rank=line.rank, data=data))
+            return
+        for pat, key in ((WORLD_RE, "world_size"), (VOCAB_RE, "vocab_size")):
+            m = pat.search(text)
+            if m:
+                sink.meta(key, int(m.group(1)))
+                return
+        m = ARG_RE.match(text)
+        if m:
+            v = parse_number(m.group(2))
+            sink.meta(f"config.{m.group(1)}", v if v is not None else m.group(2))
