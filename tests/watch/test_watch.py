@@ -106,3 +106,40 @@ def test_watch_bad_input_is_one_line_exit_2(tmp_path: Path) -> None:
     res = run_cli("watch", str(tmp_path))
     assert res.returncode == 2
     assert res.stderr.strip().count("\n") == 0 and "is a directory" in res.stderr
+
+
+PLAIN_LOOP = r'''
+import math, sys, time
+# a hand-rolled training loop's print, redirected to a file (python train.py > train.log)
+log, nan_at = sys.argv[1], int(sys.argv[2])
+with open(log, "w") as f:
+    for step in range(1, 81):
+        loss = 2.0 * math.exp(-step / 20) + 0.5 + 0.01 * (step % 3)
+        if step >= nan_at:
+            loss = float("nan")
+        print(f"epoch {step // 40} | step {step:4d} | loss {loss:.4f} | lr 0.001000", file=f, flush=True)
+        time.sleep(0.01)
+'''
+
+
+def test_watch_follows_a_plain_loop_log_read_as_text(tmp_path: Path) -> None:
+    """A log no specific reader claims is read by the generic extractor, line by line as it grows."""
+    script = tmp_path / "loop.py"
+    script.write_text(PLAIN_LOOP)
+    log = tmp_path / "train.log"
+    args = [sys.executable, "-m", "trainaudit", "watch", str(log), "--interval", "0.05", "--idle-timeout", "3"]
+    watch = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert watch.stderr is not None
+    first = watch.stderr.readline()
+    assert "waiting for" in first, first
+    writer = subprocess.run([sys.executable, str(script), str(log), "50"], timeout=120, check=True)
+    assert writer.returncode == 0
+    out, err = watch.communicate(timeout=120)
+    assert watch.returncode == 1, first + err  # the NaN alert, not a crash (exit 3)
+    assert "Traceback" not in err and "NotImplementedError" not in err
+    alerts = [ln for ln in out.splitlines() if ln.startswith("step ") and "TA101" in ln]
+    assert alerts and "since step 50" in alerts[0] and "loss is NaN from step 50" in alerts[0], out
+    summary = next(ln for ln in out.splitlines() if ln.startswith("-- ") and "format" in ln)
+    assert "format text" in summary and "last step 80" in summary
+    assert not [ln for ln in out.splitlines() if "since step" in ln
+                and int(ln.split("since step ")[1].split(":")[0]) < 50]

@@ -14,7 +14,7 @@ from trainaudit.errors import InputError
 from trainaudit.ingest.base import LineReader, Reader, Sample, fallback_format, looks_like_text
 from trainaudit.ingest.formats import all_readers, best_reader, format_names, reader_by_name
 from trainaudit.ingest.sink import RunBuilder, Sink
-from trainaudit.ingest.sources import STREAM_ERRORS, InputFile, expand_inputs, read_head
+from trainaudit.ingest.sources import STREAM_ERRORS, InputFile, context_file, expand_inputs, read_head
 from trainaudit.model import Run, Source
 from trainaudit.safeio import LIMITS
 
@@ -73,6 +73,10 @@ def detect(inputs: list[InputFile], fmt: str | None = None, *, explicit: set[str
     out: list[Detected] = []
     for inp in inputs:
         direct = explicit is not None and inp.display in explicit
+        if inp.skip is not None:
+            if problems is not None:
+                problems.append(Problem(inp.display, f"skipped: {inp.skip}", fatal=False))
+            continue
         if inp.size == 0 and not inp.compressed:
             if direct:
                 raise InputError(f"{inp.display}: file is empty")
@@ -95,6 +99,13 @@ def detect(inputs: list[InputFile], fmt: str | None = None, *, explicit: set[str
                                  f"use --format, one of: {', '.join(format_names())})")
             if problems is not None:
                 problems.append(Problem(inp.display, f"skipped: unknown format ({what})", fatal=False))
+            continue
+        if explicit is not None and not direct and best.name == "text" and \
+                (context := context_file(inp.name)) is not None:
+            # code, documents and configuration found in a folder are the run's context: only a
+            # format's own reader takes them (a named file is read as given)
+            if problems is not None:
+                problems.append(Problem(inp.display, f"skipped: {context}, not a log", fatal=False))
             continue
         out.append(Detected(inp, best, per_line))
     return out

@@ -120,6 +120,8 @@ COUNTER_KEYS = {
     "global step": 0, "global_step": 0, "globalstep": 0, "step": 1, "steps": 1, "train step": 1, "train_step": 1,
     "iteration": 2, "iter": 2, "iters": 2, "it": 3, "update": 2, "updates": 2, "num_updates": 2, "s": 4, "i": 5,
     "batch": 6, "sample": 6, "samples": 6, "epoch": 7, "ep": 7, "e": 8,
+    # stable-baselines3 dumps its logger at the environment steps done so far (logger.dump(step=num_timesteps))
+    "total_timesteps": 1, "num_timesteps": 1,
 }
 # keys whose number is an identifier or a size, never a metric of the run
 _IGNORED_KEYS = frozenset({
@@ -302,6 +304,11 @@ def parse_line_full(text: str, asked: list[int] | None = None) -> Parsed:
             if words and words[-1].lower() in _QUALIFIERS and math.isfinite(v) and v == int(v) and \
                     _next_is(toks, i, ":"):
                 qualifier = f"{words[-1]} {int(v)} "  # "Layer 3: ..." names what follows
+                words, assign, last = [], False, None
+                continue
+            if words and unit == "%" and _next_is(toks, i, "|") and "%|" in text and _TQDM_RE.search(text):
+                # tqdm's percentage before its bar ("steps:  5%|██  | 891/17824 [..."): the bar's
+                # description is no key of it (kohya-ss/sd-scripts#304 prints "steps:")
                 words, assign, last = [], False, None
                 continue
             if not words and pipe_key:
@@ -999,11 +1006,68 @@ class Extractor:
         self.step_outer: dict[str, float] = {}  # the outer counters as the step counter's lines last printed them
         self.texts: dict[int, str] = {}
         self.emitted: list[tuple[int, Record]] = []
+        self.block: Record | None = None  # the vertical key/value table being read (_block_row)
+        self.block_section = ""
+        self.vertical = False  # such a table was read: its rows are one record, never placed in bulk
 
     def feed(self, text: str, no: int, rank: int | None) -> list[tuple[int, Record]]:
+        if "|" in text and self._block_row(text, no, rank):
+            return []
+        out = self._feed_block() if self.block is not None else []
         rec = record_of(text, no, rank, self.table)
         if rec is None:
+            return out
+        return out + self._feed(rec)
+
+    def _block_row(self, text: str, no: int, rank: int | None) -> bool:
+        """A row of a vertical key/value table, taken into the table's record. stable-baselines3's
+        logger prints one table per dump (stable_baselines3/common/logger.py, HumanOutputFormat)::
+
+            -----------------------------------------
+            | time/                   |             |
+            |    fps                  | 26          |
+            |    total_timesteps      | 3584        |
+            | train/                  |             |
+            |    loss                 | 20.1        |
+            -----------------------------------------
+
+        A row with an empty value opens a section whose name prefixes the rows below it
+        (``train/loss``, as the logger's own keys read); counters keep their bare names."""
+        body = text.strip()
+        if len(body) > 400 or not (body.startswith("|") and body.endswith("|")):
+            return False
+        cells = body.split("|")
+        if len(cells) != 4:
+            return False
+        key, value = cells[1].strip(), cells[2].strip()
+        if not key or key[0].isdigit():
+            return False
+        if not value:
+            if not key.endswith("/"):
+                return False
+            self.block_section = key
+            self.block = self.block or Record(no, rank, {}, {}, {})
+            return True
+        v = number(value)
+        if v is None:
+            return False
+        self.block = self.block or Record(no, rank, {}, {}, {})
+        if counter_rank(key) is not None and math.isfinite(v) and v >= 0:
+            self.block.counters.setdefault(key.lower(), v)
+        else:
+            name = self.block_section + key if cells[1].startswith("  ") else key
+            self.block.metrics[name] = v
+        self.block.line = no
+        self.vertical = True
+        return True
+
+    def _feed_block(self) -> list[tuple[int, Record]]:
+        rec, self.block, self.block_section = self.block, None, ""
+        if rec is None or not (rec.metrics or rec.counters):
             return []
+        return self._feed(rec)
+
+    def _feed(self, rec: Record) -> list[tuple[int, Record]]:
         if self.step is None:
             self.pending.append(rec)
             if len(self.pending) < self.decide_after:
@@ -1016,12 +1080,13 @@ class Extractor:
         return [placed] if placed is not None else []
 
     def finish(self) -> list[tuple[int, Record]]:
+        out = self._feed_block() if self.block is not None else []
         if self.step is None:
             self.step = self._decide(self.pending)
-            out = [self.place(r) for r in self.pending]
+            placed = [self.place(r) for r in self.pending]
             self.pending = []
-            return [x for x in out if x is not None]
-        return []
+            out += [x for x in placed if x is not None]
+        return out
 
     @staticmethod
     def _decide(records: list[Record]) -> _Step:
@@ -1107,7 +1172,7 @@ class Extractor:
         integral and read as printed, and a step has been placed."""
         s = self.step
         return (s is not None and s.key is not None and s.integral and not s.swap_total
-                and self.last_step is not None)
+                and self.last_step is not None and not self.vertical)
 
     def row_plan(self, layout: RecordLayout, facts: Sequence[int]) -> _RowPlan:
         """How records of ``layout`` whose values have ``facts`` are placed (``steady`` only)."""

@@ -56,6 +56,7 @@ class InputFile:
     max_bytes: int | None = None  # decompressed budget (compressed inputs only)
     line_bytes: int | None = None  # set by the driver for line readers: longer lines are cut
     cut_lines: int = 0  # lines cut by the streams opened so far (the most any one stream cut)
+    skip: str | None = None  # why a file found in a directory is not read (``detect`` notes it)
 
     def open(self) -> BinaryIO:
         return cast(BinaryIO, _Counted(self, self.opener()))
@@ -163,6 +164,13 @@ def _expand_file(path: Path, display: str, *, in_directory: bool) -> Iterator[In
         raise InputError(f"{display}: cannot read ({exc.strerror or exc})") from None
     lower = path.name.lower()
     if head.startswith((ZIP_MAGIC, EMPTY_ZIP_MAGIC)) or lower.endswith(".zip"):
+        office = _office_document(path, display)
+        if office is not None:
+            what = f"an office document ({office}), not a log or an archive of logs"
+            if not in_directory:
+                raise InputError(f"{display}: {what}; give the training logs themselves")
+            yield InputFile(display, path.name, size, lambda: open_input(path, display), fs_path=path, skip=what)
+            return
         yield from _zip_members(path, display)
         return
     if head.startswith(GZIP_MAGIC):
@@ -178,6 +186,58 @@ def _expand_file(path: Path, display: str, *, in_directory: bool) -> Iterator[In
         yield from _tar_members(path, display)
         return
     yield InputFile(display, path.name, size, lambda: open_input(path, display), fs_path=path)
+
+
+# Office Open XML (ECMA-376 Part 2, Open Packaging Conventions: every package has a
+# "[Content_Types].xml" part) and OpenDocument (OASIS ODF 1.2 Part 3, 3.3: a "mimetype" member
+# naming the document's media type) files are zip packages of one document's XML.
+_OOXML_KINDS = {"word/": "Word document", "xl/": "Excel workbook", "ppt/": "PowerPoint presentation"}
+
+
+def _office_document(path: Path, display: str) -> str | None:
+    """What office document a zip file is (read from its member names), or None for a plain zip."""
+    try:
+        with zipfile.ZipFile(open_input(path, display)) as zf:
+            names = zf.namelist()
+            if "mimetype" in names:
+                info = zf.getinfo("mimetype")
+                mime = zf.read(info).decode("ascii", "replace").strip() if info.file_size <= 200 else ""
+                if mime.startswith("application/vnd.oasis.opendocument."):
+                    return f"OpenDocument {mime.rsplit('.', 1)[-1]}"
+    except (zipfile.BadZipFile, OSError, EOFError, zlib.error, NotImplementedError):
+        return None  # not readable as a zip: the archive reader says what is wrong with it
+    if "[Content_Types].xml" not in names:
+        return None
+    kind = next((k for prefix, k in _OOXML_KINDS.items() if any(n.startswith(prefix) for n in names)), None)
+    return kind or "Office Open XML package"
+
+
+# Files of a project or run folder that are its context, not its logs: source code, documents
+# and configuration. Read as logs they give numbers that are no metrics ("lr jumps 49.5x" from two
+# lines of train.py, table columns from a README).
+_CONTEXT_SUFFIXES = {
+    "source code": (".py", ".pyi", ".pyx", ".ipynb", ".sh", ".bash", ".zsh", ".fish", ".ps1", ".bat", ".c", ".cc",
+                    ".cpp", ".cxx", ".h", ".hh", ".hpp", ".cu", ".cuh", ".js", ".mjs", ".ts", ".java", ".kt",
+                    ".scala", ".go", ".rs", ".rb", ".pl", ".lua", ".r", ".jl", ".swift", ".m", ".cmake", ".mk"),
+    "documentation": (".md", ".markdown", ".rst", ".adoc", ".tex", ".html", ".htm", ".org"),
+    "configuration": (".yaml", ".yml", ".toml", ".ini", ".cfg", ".conf", ".json", ".xml", ".properties"),
+}
+_CONTEXT_NAMES = {
+    "source code": ("makefile", "dockerfile", "cmakelists.txt", "setup.py", "requirements.txt"),
+    "documentation": ("readme", "license", "licence", "copying", "notice", "authors", "changelog", "citation.cff"),
+}
+
+
+def context_file(name: str) -> str | None:
+    """What a file is when its name says it is a project's code, documents or configuration (None:
+    it may be a log). A format's own reader may still claim such a file (a W&B ``config.yaml``)."""
+    lower = name.lower()
+    for what, names in _CONTEXT_NAMES.items():
+        if lower in names or lower.rsplit(".", 1)[0] in names:
+            return what
+    if lower.startswith("requirements") and lower.endswith(".txt"):
+        return "source code"
+    return next((what for what, suffixes in _CONTEXT_SUFFIXES.items() if lower.endswith(suffixes)), None)
 
 
 def _zip_members(path: Path, display: str) -> Iterator[InputFile]:

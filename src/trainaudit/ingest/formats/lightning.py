@@ -15,6 +15,20 @@ of every earlier epoch seen in the file. In Lightning 1.x the total also counted
 validation batches, so this is the bar position, not strictly the optimizer step; the CSV
 logger's ``step`` column is the optimizer step when available.
 
+RichProgressBar (Lightning's default bar whenever ``rich`` is installed)::
+
+    Epoch 39/39 ━━━━━━━━━━━━━━━ 4/4 0:00:00 • 0:00:00 801.66it/s v_num: 0.000
+                                                               train_loss: 0.000
+                                                               val_loss: 1.994
+
+Columns as ``RichProgressBar.configure_columns`` and ``MetricsTextColumn`` render them
+(lightning/pytorch/callbacks/progress/rich_progress.py): description, bar, ``n/total`` (``--`` when
+unknown), ``elapsed • remaining``, ``it/s``, then ``name: value`` items (``.3f``) that Rich wraps
+onto indented lines at the console width (80 columns when stdout is not a terminal). Written to
+a file, Rich's live display only prints its last state when it stops, so ``python train.py >
+out.log`` holds one bar, at the end of the fit; a terminal capture holds every redraw. The step
+is derived as for the TQDM bar.
+
 CSVLogger (reader ``lightning_csv``): ``epoch,step,train_loss,val_loss`` with sparse rows (empty
 cell = not logged; train and val rows share a step) and either a sorted (2.x) or insertion-order
 (older) header. Every column except ``step`` becomes a metric; ``epoch`` is kept as a metric.
@@ -28,7 +42,7 @@ import math
 import re
 
 from trainaudit.errors import InputError
-from trainaudit.ingest.base import LineReader, Reader, Sample
+from trainaudit.ingest.base import LineReader, Reader, Sample, fallback_format
 from trainaudit.ingest.sink import Sink
 from trainaudit.ingest.sources import InputFile
 from trainaudit.ingest.text import Line, parse_number
@@ -50,6 +64,14 @@ NONFINITE_RES = [
 ]
 FIT_STOPPED_RE = re.compile(r"`Trainer\.fit` stopped: (.*)$")
 META_ITEMS = {"v_num"}
+RICH_BAR_RE = re.compile(
+    r"^\s*+Epoch (?P<epoch>\d{1,9})(?:/\d{1,9})? [━╸╺\- ]*+(?P<n>\d{1,12})/(?P<total>\d{1,12}|--) "
+    r"++(?:-|\d{1,9} days?, )?[\d:-]{4,12} • (?:-|\d{1,9} days?, )?[\d:-]{4,12}(?: ++[\d.]{1,20}it/s)?(?P<metrics>.*)$"
+)
+RICH_ITEM_RE = re.compile(r"(?<!\S)([^\s:]++): ++(\S++)")
+# Lightning's banner and model summary (ModelSummary / RichModelSummary): printed at the start of
+# every fit, whatever the bar; their numbers are no training metrics.
+SUMMARY_RE = re.compile(r"^(?:GPU available: |TPU available: |HPU available: |Total estimated model params size \(MB\))")
 
 
 def parse_bar_number(text: str) -> float | None:
@@ -70,20 +92,50 @@ class LightningReader(LineReader):
     description = "PyTorch Lightning TQDM progress bar stdout ('Epoch 0:  92%|...| 932/1016 [..., loss=0.223]')"
 
     def sniff(self, sample: Sample) -> float:
-        n = 0
+        n = summary = 0
         for ln in sample.lines:
+            if "Epoch" in ln and RICH_BAR_RE.match(ln):
+                n += 1
+                continue
             m = BAR_RE.search(ln)
             if m and EPOCH_DESC_RE.match(m.group("desc")):
                 n += 1
-        if n == 0:
-            return 0.0
-        return 0.85
+            elif SUMMARY_RE.match(ln):
+                summary += 1
+        if n:
+            return 0.85
+        # The Rich bar is printed once, when the fit ends: the head of a long log may only hold
+        # Lightning's banner and model summary.
+        return 0.5 if summary >= 2 else 0.0
+
+    def read(self, inp: InputFile, sink: Sink) -> None:
+        before = sink.n_values
+        super().read(inp, sink)
+        if sink.n_values == before:
+            # claimed by its banner, but no bar held a value (enable_progress_bar=False, or a run
+            # that died before its first batch): what the script printed itself is read as any log
+            fallback_format().read_numbers(inp, sink)
 
     def new_state(self) -> dict:
-        return {"epoch": None, "offset": 0, "last_n": 0, "total": None, "framework": False}
+        return {"epoch": None, "offset": 0, "last_n": 0, "total": None, "framework": False, "rich": None}
 
     def feed(self, line: Line, sink: Sink, state: dict) -> None:
         text = line.text
+        rich = state["rich"]
+        if rich is not None:
+            if text[:1].isspace() and text.strip() and "Epoch" not in text:
+                rich[3].append(text)  # the bar's metrics, wrapped by Rich onto an indented line
+                return
+            self._rich_metrics(rich, sink)
+            state["rich"] = None
+        if "Epoch" in text and "•" in text:
+            rm = RICH_BAR_RE.match(text)
+            if rm is not None:
+                step = self._at(int(rm.group("epoch")), int(rm.group("n")),
+                                int(rm.group("total")) if rm.group("total") != "--" else None, line, sink, state)
+                if step is not None:
+                    state["rich"] = (step, line.no, line.rank, [rm.group("metrics")])
+                return
         if "%" in text:
             m = BAR_RE.search(text)
             if m is not None:
@@ -91,17 +143,48 @@ class LightningReader(LineReader):
                 return
         self._message(line, sink, state)
 
+    def finish(self, sink: Sink, state: dict) -> None:
+        if state["rich"] is not None:
+            self._rich_metrics(state["rich"], sink)
+            state["rich"] = None
+
+    @staticmethod
+    def _rich_metrics(rich: tuple[int, int, int | None, list[str]], sink: Sink) -> None:
+        step, no, rank, parts = rich
+        for key, raw in RICH_ITEM_RE.findall(" ".join(p.strip() for p in parts)):
+            if key in META_ITEMS:
+                sink.meta(f"lightning.{key}", raw)
+                continue
+            v = parse_bar_number(raw)
+            if v is not None:
+                sink.add(key, step, v, no, rank)
+
     def _bar(self, m: re.Match[str], line: Line, sink: Sink, state: dict) -> None:
         desc = m.group("desc")
         em = EPOCH_DESC_RE.match(desc)
         if em is None:
             return  # validation / sanity / test bars: progress only, no training metrics
+        total = int(m.group("total")) if m.group("total") != "?" else None
+        step = self._at(int(em.group(1)), int(m.group("n")), total, line, sink, state)
+        if step is None:
+            return
+        postfix = m.group("postfix")
+        if not postfix:
+            return
+        for key, raw in POSTFIX_ITEM_RE.findall(postfix):
+            if key in META_ITEMS:
+                sink.meta(f"lightning.{key}", raw.strip())
+                continue
+            v = parse_bar_number(raw)
+            if v is not None:
+                sink.add(key, step, v, line.no, line.rank)
+
+    @staticmethod
+    def _at(epoch: int, n: int, total: int | None, line: Line, sink: Sink, state: dict) -> int | None:
+        """The step of an epoch bar at batch ``n`` (None before the epoch's first batch); records the epoch."""
         if not state["framework"]:
             state["framework"] = True
             sink.meta("framework", "lightning")
-        epoch = int(em.group(1))
-        n = int(m.group("n"))
-        total = int(m.group("total")) if m.group("total") != "?" else None
         if epoch != state["epoch"]:
             if total is not None:
                 state["offset"] = epoch * total
@@ -116,19 +199,10 @@ class LightningReader(LineReader):
         if n == 0:
             # no batch of this epoch has run: at the start, or when Lightning 2.x resets the bar
             # after an epoch (still "Epoch k: 0/N" with the epoch's last postfix values)
-            return
-        step = state["offset"] + n
+            return None
+        step: int = state["offset"] + n
         sink.add("epoch", step, float(epoch), line.no, line.rank)
-        postfix = m.group("postfix")
-        if not postfix:
-            return
-        for key, raw in POSTFIX_ITEM_RE.findall(postfix):
-            if key in META_ITEMS:
-                sink.meta(f"lightning.{key}", raw.strip())
-                continue
-            v = parse_bar_number(raw)
-            if v is not None:
-                sink.add(key, step, v, line.no, line.rank)
+        return step
 
     def _message(self, line: Line, sink: Sink, state: dict) -> None:
         text = line.text

@@ -64,8 +64,35 @@ class TextLogReader(LineReader):
         in, or could not parse (its events are that format's)."""
         read_metrics(inp, sink)
 
+    # Line by line, for a log that is still growing (``watch``): ``read`` is the path for a whole
+    # file. The caller scans the lines for events itself; the state's own scanner only says which
+    # lines belong to a traceback or carry an error, which are not fed to the extractor (as in
+    # ``read_metrics``). A live log cannot wait for ``Extractor.decide_after`` records before its
+    # first value shows, so the step counter is decided after the first ``LIVE_DECIDE_AFTER``.
+    def new_state(self) -> dict:
+        ex = Extractor()
+        ex.decide_after = LIVE_DECIDE_AFTER
+        return {"ex": ex, "scanner": SignatureScanner("")}
+
     def feed(self, line: Line, sink: Sink, state: dict) -> None:
-        raise NotImplementedError("read() drives the extractor and the signature scanner together")
+        scanner: SignatureScanner = state["scanner"]
+        events = scanner.feed(line)
+        if scanner.busy or events:
+            return
+        for step, rec in state["ex"].feed(line.text, line.no, line.rank):
+            for k, v in rec.metrics.items():
+                sink.add(k, step, v, rec.line, rec.rank)
+
+    def finish(self, sink: Sink, state: dict) -> None:
+        ex: Extractor = state["ex"]
+        for step, rec in ex.finish():
+            for k, v in rec.metrics.items():
+                sink.add(k, step, v, rec.line, rec.rank)
+        if ex.texts:
+            sink.meta("step_text", ex.texts)
+
+
+LIVE_DECIDE_AFTER = 20  # records: enough to tell a step counter from an epoch or a batch counter
 
 
 @functools.cache
