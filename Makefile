@@ -44,9 +44,12 @@ bench: $(VENV)/.installed-dev
 accuracy: $(VENV)/.installed-dev
 	$(BIN)/python tools/accuracy.py
 
-# Refit the diagnosis decision (src/trainaudit/diagnosis/model.json) on every labelled case; then `make accuracy`.
+# Refit the fitted decisions on every labelled case: the diagnosis decision
+# (src/trainaudit/diagnosis/model.json) and the commit ranking (src/trainaudit/history/ranking.json);
+# then `make accuracy`.
 fit: $(VENV)/.installed-dev
 	$(BIN)/python tools/fit_diagnosis.py
+	$(BIN)/python tools/fit_ranking.py
 
 clean:
 	rm -rf $(VENV) trainaudit-out
