@@ -78,9 +78,12 @@ class _Sanitised:
 
     def __init__(self, inner: TextIO) -> None:
         self._inner = inner
+        self._line_start = True
 
     def write(self, text: str) -> int:
-        self._inner.write(terminal_text(text))
+        if text:
+            self._inner.write(terminal_text(text, self._line_start))
+            self._line_start = text.endswith("\n")
         return len(text)
 
     def __getattr__(self, name: str) -> Any:

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from trainaudit.errors import UsageError
 from trainaudit.render.markdown import render_markdown
-from trainaudit.redact import mask_secrets
+from trainaudit.redact import mask_secrets, workflow_line
 from trainaudit.answer.locate import Location, locate
 from trainaudit.answer.schema import Answer
 from trainaudit.outdir import write_file
@@ -73,7 +73,7 @@ def workflow_command(a: Annotation) -> str:
         if a.location.line:
             props.append(f"line={a.location.line}")
     props.append(f"title={_esc_prop(a.title)}")
-    return mask_secrets(f"::{a.level} {','.join(props)}::{_esc_data(a.message)}")
+    return workflow_line(f"::{a.level} {','.join(props)}::{_esc_data(a.message)}")
 
 
 def summary_markdown(answer: Answer, html_name: str | None = None) -> str:

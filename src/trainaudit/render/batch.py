@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 from trainaudit.batch import BatchResult, compare_members
 from trainaudit.outdir import OutDir
+from trainaudit.redact import json_text
 
 
 def render_batch_markdown(cmp: dict[str, Any]) -> str:
@@ -42,6 +42,6 @@ def render_batch_markdown(cmp: dict[str, Any]) -> str:
 def write_batch(result: BatchResult, out: Path) -> tuple[Path, Path, dict[str, Any]]:
     cmp = compare_members(result)
     with OutDir.open(out) as folder:
-        jp = folder.write_text("batch.json", json.dumps(cmp, indent=2) + "\n")
+        jp = folder.write_text("batch.json", json_text(cmp, indent=2) + "\n")
         mp = folder.write_text("batch.md", render_batch_markdown(cmp))
     return jp, mp, cmp

@@ -11,11 +11,10 @@ click scrolls to the quoted line even with scripts disabled.
 from __future__ import annotations
 
 import json
-from html import escape
 from importlib.resources import files
 from typing import Any
 
-from trainaudit.redact import mask_secrets
+from trainaudit.redact import anchor_id, html_text, mask_secrets
 from trainaudit.render.numbers import number, percent
 from trainaudit.answer.schema import SEVERITY_ORDER, Answer, ExtractedFact
 
@@ -31,7 +30,7 @@ def _asset(name: str) -> str:
 
 
 def _e(v: object) -> str:
-    return escape("" if v is None else str(v), quote=True)
+    return html_text(v)
 
 
 def _fmt(v: float | str | None) -> str:
@@ -43,7 +42,7 @@ def _pct(v: float | None) -> str:
 
 
 def _anchor(i: str) -> str:
-    return f"ev-{i.lower()}"
+    return f"ev-{anchor_id(i)}"
 
 
 def _ids(ids: list[str], known: set[str]) -> str:
