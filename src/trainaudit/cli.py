@@ -81,8 +81,10 @@ class _Sanitised:
         self._line_start = True
 
     def write(self, text: str) -> int:
+        if not isinstance(text, str):  # click probes with b"" whether a stream takes bytes: it does not
+            raise TypeError("write() argument must be str")
+        self._inner.write(terminal_text(text, self._line_start))
         if text:
-            self._inner.write(terminal_text(text, self._line_start))
             self._line_start = text.endswith("\n")
         return len(text)
 
