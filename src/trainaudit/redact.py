@@ -292,6 +292,11 @@ def json_clean(value: Any) -> Any:
     return value
 
 
+def json_model(model: Any, indent: int | None = 2) -> str:
+    """A pydantic model (an answer, an MCP result) as JSON through :func:`json_text`."""
+    return json_text(json.loads(model.model_dump_json()), indent=indent, ensure_ascii=False)
+
+
 def json_text(value: Any, **dumps: Any) -> str:
     """The JSON encoder of every JSON output (answer.json, charts.json, batch.json, parse -o .jsonl,
     MCP results, LLM requests): strings masked first, then serialised."""

@@ -92,7 +92,7 @@ def test_terminal_strips_bidi_controls() -> None:
 
 
 def _jsonl(path: Path, names: list[str]) -> None:
-    rows = [{"step": i, **{n: 1.0 - 0.01 * i for n in names}} for i in range(1, 30)]
+    rows = [{"step": i, **dict.fromkeys(names, 1.0 - 0.01 * i)} for i in range(1, 30)]
     rows.append({"step": 30, **{n: float("nan") for n in names}})
     path.write_text("".join(json.dumps(r) + "\n" for r in rows).replace("NaN", "NaN"))
 
@@ -121,7 +121,7 @@ def test_backslash_pipe_forges_no_table_column(tmp_path: Path) -> None:
     for row in rows:
         # GFM: a cell ends at a "|" not preceded by an odd number of backslashes
         cells = re.split(r"(?<!\\)(?:\\\\)*\|", row)
-        assert len([c for c in cells]) == 9, row  # 7 columns, plus the empty ends
+        assert len(list(cells)) == 9, row  # 7 columns, plus the empty ends
 
 
 # -- hostile answer.json into report / post ---------------------------------------------------------
@@ -172,7 +172,7 @@ def test_posts_neutralise_slack_and_github_markup(tmp_path: Path) -> None:
 def test_parse_csv_cells_run_no_formula(tmp_path: Path) -> None:
     gh = "gh" + "p_" + "Wq2" * 12
     names = ['=HYPERLINK("http://evil.example","x")', "+1+cmd|' /C calc'!A0", "@SUM(1)", f"tok {gh}"]
-    rows = [{"step": i, **{n: -1.5 for n in names}} for i in range(1, 4)]
+    rows = [{"step": i, **dict.fromkeys(names, -1.5)} for i in range(1, 4)]
     (tmp_path / "t.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     o = run(["parse", "t.jsonl", "-o", "x.csv"], tmp_path)
     assert o.code == 0, o.stderr

@@ -11,7 +11,6 @@ the same fingerprint is the one to update.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from collections.abc import Mapping
@@ -24,7 +23,7 @@ from trainaudit import __version__
 from trainaudit.errors import InputError
 from trainaudit.answer.fingerprint import fingerprint, marker
 from trainaudit.render.markdown import render_markdown
-from trainaudit.redact import github_body, md_inline, mask_secrets, slack_link, slack_text
+from trainaudit.redact import github_body, json_text, md_inline, mask_secrets, slack_link, slack_text
 from trainaudit.answer.schema import Answer
 
 GITHUB_API = "https://api.github.com"
@@ -49,7 +48,7 @@ class Request:
         head = f"{self.method} {url}" + (f"  ({self.note})" if self.note else "")
         if self.body is None:
             return head
-        return head + "\n" + json.dumps(self.body, indent=2, ensure_ascii=False)
+        return head + "\n" + json_text(self.body, indent=2, ensure_ascii=False)
 
 
 @dataclass
