@@ -79,7 +79,8 @@ _PATTERNS: list[tuple[re.Pattern[str], str]] = [
     # `wandb login KEY`: a W&B API key is 40 hex characters (https://docs.wandb.ai/ref/cli/wandb-login/).
     (re.compile(r"(?i)(?P<pre>\bwandb\s++login\s++(?:--?[\w-]++\s++)*+)[0-9a-f]{40}(?![0-9a-f])"), r"\g<pre>***"),
     # Credentials in a percent-encoded URL (a URL inside a query string): scheme%3A%2F%2Fuser%3Apassword%40host.
-    (re.compile(r"(?i)(?P<pre>%3A%2F%2F[A-Za-z0-9._~\-]*+%3A)[^\s&@/%]*+(?:%(?!40)[^\s&@/%]*+)*+(?=%40)"),
+    # The password is bounded (256), so a line of "%3A%2F%2Fa%3A" repeated costs linear time.
+    (re.compile(r"(?i)(?P<pre>%3A%2F%2F[A-Za-z0-9._~\-]{0,256}+%3A)(?:[^\s&@/%]|%(?!40)){1,256}+(?=%40)"),
      r"\g<pre>***"),
     # Authorization / Proxy-Authorization headers: whatever scheme, the credentials.
     (re.compile(r"(?i)(?P<pre>(?<![\w-])(?:proxy-)?authorization\s*+[:=]\s*+['\"]?(?:[A-Za-z]++\s++)?)[^\s'\",;]++"),
