@@ -89,9 +89,10 @@ _PATTERNS: list[tuple[re.Pattern[str], str]] = [
 
 # NAME=value / "name": "value" / name: value where the name looks like a secret's. The name is a
 # whole run (lookbehind + possessive), so each character is looked at a bounded number of times.
-# The quotes may come escaped (JSON ``\"``, HTML ``&quot;`` / ``&#39;``) when a value was encoded once already.
+# The quotes may come escaped, once or more (JSON ``\"`` or ``\\\"``, HTML ``&quot;`` / ``&#39;``): a value
+# encoded once already.
 _NAMED = re.compile(r"(?<![\w\-])(?P<name>[\w\-]{1,100}+)"
-                    r"(?P<sep>(?:\\?['\"]|&quot;|&#0?39;|&#x27;)?\s*+[:=]\s*+(?:\\?['\"]|&quot;|&#0?39;|&#x27;)?)"
+                    r"(?P<sep>(?:\\{0,8}+['\"]|&quot;|&#0?39;|&#x27;)?\s*+[:=]\s*+(?:\\{0,8}+['\"]|&quot;|&#0?39;|&#x27;)?)"
                     r"(?P<val>[^\s'\",;\\]{6,}+)")
 # ``--token VALUE`` / ``password VALUE``: a key-like word, blanks, then a value that looks random.
 _WORD_VALUE = re.compile(r"(?<![\w\-])(?P<name>--?[\w\-]{1,60}+|[\w\-]{1,60}+)(?P<sep>[ \t]++)"
