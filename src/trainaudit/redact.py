@@ -31,6 +31,9 @@ _CONTROLS = re.compile(
     r"|\x1b[ -/]*+[0-~]?"
     r"|\x9b[0-?]*+[ -/]*+[@-~]?"
     r"|[\x9d\x90\x98\x9e\x9f][^\x07\x1b\x9c]*+(?:\x07|\x1b\\|\x9c)?"
+    # A CSI written as an escape in JSON or source text ("\u001b[31m", "\x1b[", "\033["): a token a
+    # JSON log stores split by a colour code is whole again once it goes.
+    r"|\\(?:u001[bB]|x1[bB]|033)\[[0-?]{0,32}+[ -/]{0,8}+[@-~]?"
     r"|[\x00-\x08\x0b-\x1f\x7f-\x9f]"
     # Bidirectional controls (embeddings, overrides, isolates, marks): they reorder what a reader sees
     # against what the bytes say, https://trojansource.codes/ (CVE-2021-42574).
@@ -125,7 +128,7 @@ def _word_value(m: re.Match[str]) -> str:
 
 def strip_controls(text: str) -> str:
     """``text`` without terminal escape sequences or control characters (tab and newline kept)."""
-    return text if text.isprintable() else _CONTROLS.sub("", text)
+    return text if text.isprintable() and "\\" not in text else _CONTROLS.sub("", text)
 
 
 _SGR = re.compile(r"\x1b\[[0-9;:]{0,64}+m")
