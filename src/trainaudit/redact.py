@@ -251,20 +251,13 @@ def slack_link(url: str, label: str) -> str:
     return f"<{url}|{slack_text(label)}>"
 
 
-# -- HTML ------------------------------------------------------------------------------------------
 _HTTP_URL = re.compile(r"https?://[^\s<>|\"'`\\]++")
 
 
+# -- HTML (report.html links only to its own anchors, see anchor_id) -------------------------------------
 def html_text(value: object) -> str:
     """A value from input in HTML text or a quoted attribute: masked, then ``& < > " '`` escaped."""
     return html.escape(mask_secrets("" if value is None else str(value)), quote=True)
-
-
-def html_url(url: str) -> str:
-    """A URL from input for ``href``/``src``: only http(s) (no ``javascript:``/``data:``), escaped;
-    anything else becomes ``#``."""
-    url = mask_secrets(url).strip()
-    return html.escape(url, quote=True) if _HTTP_URL.fullmatch(url) else "#"
 
 
 # -- CSV -------------------------------------------------------------------------------------------

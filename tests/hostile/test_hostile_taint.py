@@ -191,6 +191,6 @@ def test_no_writer_bypasses_the_encoders() -> None:
                 offenders.append(f"{rel}:{fn} json")
         if re.search(r"^from html import|html\.escape\(", text, re.M):
             offenders.append(f"{rel}: html escaping outside redact")
-        if re.search(r"^\s*import csv|^from csv import", text, re.M) and "csv_cell" not in text:
+        if re.search(r"csv\.(?:Dict)?[Ww]riter\(", text) and "csv_cell" not in text:  # readers may import csv
             offenders.append(f"{rel}: CSV written without csv_cell")
     assert offenders == []
