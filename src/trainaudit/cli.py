@@ -78,9 +78,14 @@ class _Sanitised:
 
     def __init__(self, inner: TextIO) -> None:
         self._inner = inner
+        self._line_start = True
 
     def write(self, text: str) -> int:
-        self._inner.write(terminal_text(text))
+        if not isinstance(text, str):  # click probes with b"" whether a stream takes bytes: it does not
+            raise TypeError("write() argument must be str")
+        self._inner.write(terminal_text(text, self._line_start))
+        if text:
+            self._line_start = text.endswith("\n")
         return len(text)
 
     def __getattr__(self, name: str) -> Any:

@@ -17,7 +17,11 @@ starts (a negative lookbehind), and quantifiers that must not give back are poss
 
 from __future__ import annotations
 
+import html
+import json
+import math
 import re
+from typing import Any
 
 # ECMA-48: CSI ESC [ params intermediates final; OSC ESC ] ... (BEL | ESC \); DCS/SOS/PM/APC ESC P/X/^/_
 # ... ST; other two-byte escapes; the 8-bit C1 forms; then any remaining control character.
@@ -27,10 +31,16 @@ _CONTROLS = re.compile(
     r"|\x1b[ -/]*+[0-~]?"
     r"|\x9b[0-?]*+[ -/]*+[@-~]?"
     r"|[\x9d\x90\x98\x9e\x9f][^\x07\x1b\x9c]*+(?:\x07|\x1b\\|\x9c)?"
-    r"|[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+    # A CSI written as an escape in JSON or source text ("\u001b[31m", "\x1b[", "\033["): a token a
+    # JSON log stores split by a colour code is whole again once it goes.
+    r"|\\(?:u001[bB]|x1[bB]|033)\[[0-?]{0,32}+[ -/]{0,8}+[@-~]?"
+    r"|[\x00-\x08\x0b-\x1f\x7f-\x9f]"
+    # Bidirectional controls (embeddings, overrides, isolates, marks): they reorder what a reader sees
+    # against what the bytes say, https://trojansource.codes/ (CVE-2021-42574).
+    r"|[\u202a-\u202e\u2066-\u2069\u200e\u200f\u061c]")
 
 _KEY_NAME = re.compile(r"(?i)api[_-]?key|access[_-]?key|secret|token|passw(?:or)?d|\bpwd|auth|credential|"
-                       r"private[_-]?key|webhook|session[_-]?id|cookie")
+                       r"private[_-]?key|webhook|session[_-]?id|cookie|account[_-]?key|(?:^|[_-])sig$")
 
 _PATTERNS: list[tuple[re.Pattern[str], str]] = [
     # PEM private keys: the whole block when it is there, else the header and what follows on its line.
@@ -57,6 +67,24 @@ _PATTERNS: list[tuple[re.Pattern[str], str]] = [
     # (a git sha is 40 lowercase hex, so it never matches).
     (re.compile(r"(?<![A-Za-z0-9/+=])(?=[A-Za-z0-9/+]{0,39}[A-Z])(?=[A-Za-z0-9/+]{0,39}[a-z])"
                 r"(?=[A-Za-z0-9/+]{0,39}[0-9/+])[A-Za-z0-9/+]{40}(?![A-Za-z0-9/+=])"), "***"),
+    # Shapes from maintained rule sets: gitleaks (https://github.com/gitleaks/gitleaks/blob/master/config/gitleaks.toml,
+    # rules sendgrid-api-token, grafana-cloud-api-token, grafana-service-account-token) and detect-secrets
+    # (https://github.com/Yelp/detect-secrets/tree/master/detect_secrets/plugins, azure_storage_key.py).
+    (re.compile(r"(?<![A-Za-z0-9_])SG\.[A-Za-z0-9_\-]{16,}+\.[A-Za-z0-9_\-]{16,}+"), "***"),  # SendGrid
+    (re.compile(r"(?<![A-Za-z0-9_])(?:glsa_[A-Za-z0-9]{20,}+_[A-Fa-f0-9]{8}|glc_[A-Za-z0-9+/]{32,}+={0,2})"), "***"),
+    (re.compile(r"(?<![A-Za-z0-9_])dckr_pat_[A-Za-z0-9_\-]{20,}+"), "***"),  # Docker Hub personal access token
+    # Azure storage connection strings and shared access signatures: AccountKey=, SharedAccessKey=, sig=.
+    (re.compile(r"(?i)(?P<pre>(?<![A-Za-z0-9_])(?:AccountKey|SharedAccessKey|sig)=)[A-Za-z0-9+/%=]{8,}+"), r"\g<pre>***"),
+    # A DER private key in base64 without its PEM lines (a GCP service-account "private_key" pasted
+    # bare): PKCS#1 and PKCS#8 both start SEQUENCE, INTEGER 0 ("MII...IBA"), certificates do not.
+    (re.compile(r"(?<![A-Za-z0-9+/])MII[A-Za-z0-9+/]{3}IBA[A-Za-z0-9+/]{16,}+(?:(?:\\n|\n)[A-Za-z0-9+/]++)*+=*+"),
+     "***PRIVATE KEY***"),
+    # `wandb login KEY`: a W&B API key is 40 hex characters (https://docs.wandb.ai/ref/cli/wandb-login/).
+    (re.compile(r"(?i)(?P<pre>\bwandb\s++login\s++(?:--?[\w-]++\s++)*+)[0-9a-f]{40}(?![0-9a-f])"), r"\g<pre>***"),
+    # Credentials in a percent-encoded URL (a URL inside a query string): scheme%3A%2F%2Fuser%3Apassword%40host.
+    # The password is bounded (256), so a line of "%3A%2F%2Fa%3A" repeated costs linear time.
+    (re.compile(r"(?i)(?P<pre>%3A%2F%2F[A-Za-z0-9._~\-]{0,256}+%3A)(?:[^\s&@/%]|%(?!40)){1,256}+(?=%40)"),
+     r"\g<pre>***"),
     # Authorization / Proxy-Authorization headers: whatever scheme, the credentials.
     (re.compile(r"(?i)(?P<pre>(?<![\w-])(?:proxy-)?authorization\s*+[:=]\s*+['\"]?(?:[A-Za-z]++\s++)?)[^\s'\",;]++"),
      r"\g<pre>***"),
@@ -64,7 +92,26 @@ _PATTERNS: list[tuple[re.Pattern[str], str]] = [
 
 # NAME=value / "name": "value" / name: value where the name looks like a secret's. The name is a
 # whole run (lookbehind + possessive), so each character is looked at a bounded number of times.
-_NAMED = re.compile(r"(?<![\w\-])(?P<name>[\w\-]{1,100}+)(?P<sep>['\"]?\s*+[:=]\s*+['\"]?)(?P<val>[^\s'\",;]{6,}+)")
+# The quotes may come escaped, once or more (JSON ``\"`` or ``\\\"``, HTML ``&quot;`` / ``&#39;``): a value
+# encoded once already.
+_NAMED = re.compile(r"(?<![\w\-])(?P<name>[\w\-]{1,100}+)"
+                    r"(?P<sep>(?:\\{0,8}+['\"]|&quot;|&#0?39;|&#x27;)?\s*+[:=]\s*+(?:\\{0,8}+['\"]|&quot;|&#0?39;|&#x27;)?)"
+                    r"(?P<val>[^\s'\",;\\]{6,}+)")
+# ``--token VALUE`` / ``password VALUE``: a key-like word, blanks, then a value that looks random.
+_WORD_VALUE = re.compile(r"(?<![\w\-])(?P<name>--?[\w\-]{1,60}+|[\w\-]{1,60}+)(?P<sep>[ \t]++)"
+                         r"(?P<val>[^\s'\",;\\]{16,}+)")
+
+
+def entropic(value: str) -> bool:
+    """Whether ``value`` looks random (a key, not a word or a path): 16 characters or more with
+    digits and letters, and at least 3 bits of Shannon entropy per character."""
+    if len(value) < 16 or not any(c.isdigit() for c in value) or not any(c.isalpha() for c in value):
+        return False
+    counts: dict[str, int] = {}
+    for c in value:
+        counts[c] = counts.get(c, 0) + 1
+    n = len(value)
+    return -sum(k / n * math.log2(k / n) for k in counts.values()) >= 3.0
 
 
 def _named(m: re.Match[str]) -> str:
@@ -73,24 +120,66 @@ def _named(m: re.Match[str]) -> str:
     return m.group(0)
 
 
+def _word_value(m: re.Match[str]) -> str:
+    if _KEY_NAME.search(m.group("name")) and entropic(m.group("val")):
+        return f"{m.group('name')}{m.group('sep')}***"
+    return m.group(0)
+
+
 def strip_controls(text: str) -> str:
     """``text`` without terminal escape sequences or control characters (tab and newline kept)."""
-    return text if text.isprintable() else _CONTROLS.sub("", text)
+    return text if text.isprintable() and "\\" not in text else _CONTROLS.sub("", text)
 
 
 _SGR = re.compile(r"\x1b\[[0-9;:]{0,64}+m")
+# A line that GitHub Actions reads as a workflow command: "::name ...::" (after leading white space,
+# which the runner trims) or the older "##[name]" form,
+# https://docs.github.com/en/actions/reference/workflow-commands-for-github-actions.
+_COMMAND_START = re.compile(r"(?m)^(?P<pre>[^\S\n]*+(?:\x1b\[[0-9;:]{0,64}+m[^\S\n]*+)*+)(?=::|##\[)")
+_OWN_COMMANDS: set[str] = set()  # workflow command lines this program built itself (``workflow_line``)
 
 
-def terminal_text(text: str) -> str:
-    """Text for a terminal: colours (SGR) kept, every other control stripped, secrets masked."""
+def workflow_line(command: str) -> str:
+    """A workflow command built by this program (its parts already escaped for the runner): the one
+    kind of line :func:`terminal_text` lets start with ``::``."""
+    line = mask_secrets(command).replace("\n", "%0A")
+    _OWN_COMMANDS.add(line)
+    return line
+
+
+def _no_command(m: re.Match[str]) -> str:
+    end = m.string.find("\n", m.end())
+    if m.string[m.end():None if end < 0 else end] in _OWN_COMMANDS:
+        return m.group(0)
+    return m.group("pre") + "\\"
+
+
+def terminal_text(text: str, line_start: bool = True) -> str:
+    """Text for a terminal (the one encoder of stdout and stderr): colours (SGR) kept, every other
+    control and bidirectional control stripped, secrets masked, and no line starts a GitHub Actions
+    workflow command unless this program built it (``workflow_line``). ``line_start``: whether
+    ``text`` begins a line (a writer that got part of a line before says False)."""
     if "\x1b[" not in text:
-        return mask_secrets(text)
-    pieces = _SGR.split(text)
-    colours = _SGR.findall(text)
-    out = [mask_secrets(pieces[0])]
-    for colour, piece in zip(colours, pieces[1:]):
-        out += [colour, mask_secrets(piece)]
-    return "".join(out)
+        out = mask_secrets(text)
+    else:
+        pieces = _SGR.split(text)
+        colours = _SGR.findall(text)
+        parts = [mask_secrets(pieces[0])]
+        for colour, piece in zip(colours, pieces[1:]):
+            parts += [colour, mask_secrets(piece)]
+        out = "".join(parts)
+    if "::" not in out and "##[" not in out:
+        return out
+    if line_start:
+        return _COMMAND_START.sub(_no_command, out)
+    first, sep, rest = out.partition("\n")
+    return first + sep + _COMMAND_START.sub(_no_command, rest) if sep else out
+
+
+def terminal_value(text: str) -> str:
+    """A value from input placed into a terminal line: :func:`terminal_text` rules, on one line
+    (line breaks shown as ``\\n``), so it can never begin a line of its own."""
+    return mask_secrets(text).replace("\r", "\\r").replace("\n", "\\n")
 
 
 def mask_secrets(text: str) -> str:
@@ -98,19 +187,32 @@ def mask_secrets(text: str) -> str:
     text = strip_controls(text)
     for pat, repl in _PATTERNS:
         text = pat.sub(repl, text)
-    return _NAMED.sub(_named, text)
+    return _WORD_VALUE.sub(_word_value, _NAMED.sub(_named, text))
 
 
 # Markdown: raw HTML (a tag, a comment, an autolink) needs "<"; images and links need "[" (and
 # reference definitions "[x]: url"). Escaped, they show as the characters they are (CommonMark
 # 0.31, "Backslash escapes" and "Entity and numeric character references").
 BACKTICKS = re.compile(r"`++")  # a run of backticks (the fences around text must be longer)
-_MD_SPECIAL = str.maketrans({"<": "&lt;", ">": "&gt;", "[": "\\[", "]": "\\]", "\n": " ", "\r": " "})
+# A backslash is escaped too, so "\\|" from input cannot turn the escape of "|" into a literal backslash
+# and a live column separator (GFM tables, https://github.github.com/gfm/#tables-extension-).
+_MD_SPECIAL = str.maketrans({"\\": "\\\\", "|": "\\|", "<": "&lt;", ">": "&gt;", "[": "\\[", "]": "\\]",
+                             "\n": " ", "\r": " "})
 
 
 def md_inline(text: str) -> str:
-    """Text from input placed into Markdown: masked, on one line, without HTML or images/links."""
+    """Text from input placed into Markdown (answer.md, job summaries, post bodies, table cells):
+    masked, on one line, without HTML, images/links or table separators."""
     return mask_secrets(text).translate(_MD_SPECIAL)
+
+
+_ID_UNSAFE = re.compile(r"[^a-z0-9_.\-]++")
+
+
+def anchor_id(text: str) -> str:
+    """An id from input used as an HTML id or a link fragment (Markdown and HTML): only
+    ``[a-z0-9_.-]``, so it can end no attribute and start no URL scheme."""
+    return _ID_UNSAFE.sub("_", mask_secrets(text).lower())[:80] or "_"
 
 
 def md_code_block(text: str) -> str:
@@ -120,3 +222,90 @@ def md_code_block(text: str) -> str:
     longest = max((len(r) for r in BACKTICKS.findall(body)), default=0)
     fence = "`" * max(3, longest + 1)
     return f"{fence}\n{body}\n{fence}"
+
+
+# -- GitHub issue bodies ----------------------------------------------------------------------------
+# "@name" notifies that user or team when the issue is created; a zero-width space after "@" keeps the
+# text and drops the mention (an e-mail address, "a@b", is not a mention and is left alone).
+_MENTION = re.compile(r"(?<![\w`/.\-])@(?=[A-Za-z0-9])")
+
+
+def github_body(markdown: str) -> str:
+    """Markdown for a GitHub issue or comment: masked, and no ``@mention`` from input notifies anyone."""
+    return _MENTION.sub("@\u200b", mask_secrets(markdown))
+
+
+# -- Slack mrkdwn ---------------------------------------------------------------------------------
+def slack_text(text: str) -> str:
+    """Text from input in a Slack mrkdwn message: masked, with ``&``, ``<`` and ``>`` escaped as Slack
+    documents (https://api.slack.com/reference/surfaces/formatting#escaping), so ``<!channel>``,
+    ``<!here>``, ``<@U123>`` and ``<url|text>`` from input show as text."""
+    return mask_secrets(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def slack_link(url: str, label: str) -> str:
+    """A Slack link ``<url|label>`` with a URL that is http(s) and holds none of ``<>|`` or blanks."""
+    url = mask_secrets(url)
+    if not _HTTP_URL.fullmatch(url):
+        return slack_text(url)
+    return f"<{url}|{slack_text(label)}>"
+
+
+_HTTP_URL = re.compile(r"https?://[^\s<>|\"'`\\]++")
+
+
+# -- HTML (report.html links only to its own anchors, see anchor_id) -------------------------------------
+def html_text(value: object) -> str:
+    """A value from input in HTML text or a quoted attribute: masked, then ``& < > " '`` escaped."""
+    return html.escape(mask_secrets("" if value is None else str(value)), quote=True)
+
+
+# -- CSV -------------------------------------------------------------------------------------------
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+def csv_cell(text: str) -> str:
+    """A text cell of a CSV file: masked, and a cell a spreadsheet would run as a formula (starting
+    with = + - @ tab or CR) prefixed with a single quote, https://owasp.org/www-community/attacks/CSV_Injection.
+    A plain number (``-1.5``) stays as it is."""
+    text = mask_secrets(text)
+    if text.startswith(_FORMULA_START):
+        try:
+            float(text)
+        except ValueError:
+            return "'" + text
+    return text
+
+
+# -- JSON ------------------------------------------------------------------------------------------
+def json_clean(value: Any) -> Any:
+    """``value`` (dicts, lists, strings, numbers) with every string, keys included, masked: done on
+    the decoded strings, before ``json.dumps`` escapes them."""
+    if isinstance(value, str):
+        return mask_secrets(value)
+    if isinstance(value, dict):
+        return {json_clean(k): json_clean(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_clean(v) for v in value]
+    return value
+
+
+def json_model(model: Any, indent: int | None = 2) -> str:
+    """A pydantic model (an answer, an MCP result) as JSON through :func:`json_text`."""
+    return json_text(json.loads(model.model_dump_json()), indent=indent, ensure_ascii=False)
+
+
+def json_text(value: Any, **dumps: Any) -> str:
+    """The JSON encoder of every JSON output (answer.json, charts.json, batch.json, parse -o .jsonl,
+    MCP results, LLM requests): strings masked first, then serialised."""
+    return json.dumps(json_clean(value), **dumps)
+
+
+# -- file names ------------------------------------------------------------------------------------
+_NAME_UNSAFE = re.compile(r"[^A-Za-z0-9_.\-]++")
+
+
+def file_name(text: str, limit: int = 80) -> str:
+    """A file name part derived from input (plot names): masked, only ``[A-Za-z0-9._-]``, not starting
+    with a dot or a dash, at most ``limit`` characters."""
+    return _NAME_UNSAFE.sub("_", mask_secrets(text)).strip("_").lstrip(".-")[:limit] or "_"

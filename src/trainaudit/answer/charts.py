@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
+from trainaudit.redact import file_name
 
 
 @dataclass
@@ -46,7 +47,7 @@ class PlotSpec:
 
     def filename(self) -> str:
         base = self.stem or self.metric
-        return _UNSAFE_RUN.sub("_", base).strip("_")[:80] + ".png"
+        return file_name(base) + ".png"
 
 
 _UNSAFE_RUN = re.compile(r"[^A-Za-z0-9_.-]+")  # characters not kept in a file name

@@ -18,6 +18,7 @@ from trainaudit.ingest import format_names
 from trainaudit.render.write import write_report
 from trainaudit.llm.options import llm_options, narrate_if_requested
 from trainaudit.post.delivery import delivery_options
+from trainaudit.redact import json_model
 
 
 @delivery_options  # --html, --github-summary, --gitlab-codequality
@@ -105,7 +106,7 @@ def audit(ctx: click.Context, inputs: tuple[str, ...], passing: tuple[str, ...],
     answer = narrate_if_requested(answer)  # wording only, verified; never changes the verdict
     paths = write_report(answer, out, plots)
     if as_json:
-        click.echo(answer.model_dump_json(indent=2))
+        click.echo(json_model(answer))
     else:
         head = []
         named = answer.final_answer.culprit

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import click
@@ -13,6 +12,7 @@ from trainaudit.commands.common import exit_code, fail_on_option, out_option
 from trainaudit.render.batch import write_batch
 from trainaudit.render.page import HTML_NAME, write_html
 from trainaudit.render.write import write_report
+from trainaudit.redact import json_text
 
 
 @click.command()
@@ -51,7 +51,7 @@ def batch(roots: tuple[Path, ...], repo: str | None, good: str | None, bad: str 
     done = [m.answer for m in result.members if m.answer is not None]
     failing = len(result.members) - sum(1 for a in done if a.final_answer.verdict == "pass")
     if as_json:
-        click.echo(json.dumps(cmp, indent=2))
+        click.echo(json_text(cmp, indent=2))
     else:
         if not quiet:
             click.echo(mp.read_text(encoding="utf-8"))

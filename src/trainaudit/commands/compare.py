@@ -15,6 +15,7 @@ from trainaudit.post.delivery import delivery_options
 from trainaudit.render.write import write_report
 from trainaudit.compare.runs import compare_runs
 from trainaudit.compare.pipeline import run_golden
+from trainaudit.redact import json_model
 
 
 @delivery_options  # --html, --github-summary, --gitlab-codequality
@@ -80,7 +81,7 @@ def compare(inputs: tuple[str, ...], golden: str | None, baselines: tuple[str, .
     answer = narrate_if_requested(answer)  # wording only, verified; never changes `passed`
     paths = write_report(answer, out, plots)
     if as_json:
-        click.echo(answer.model_dump_json(indent=2))
+        click.echo(json_model(answer))
     else:
         print_summary(answer, paths, quiet=quiet, verbose=verbose)
     report_notes(paths, quiet)

@@ -16,6 +16,7 @@ from trainaudit.llm.options import llm_options, narrate_if_requested
 from trainaudit.render.write import write_report
 from trainaudit.rules import load_config
 from trainaudit.post.delivery import delivery_options
+from trainaudit.redact import json_model
 
 
 @delivery_options  # --html, --github-summary, --gitlab-codequality
@@ -51,7 +52,7 @@ def diagnose(inputs: tuple[str, ...], out: Path, fmt: str | None, as_json: bool,
     answer = narrate_if_requested(answer)  # wording only, verified; no-op without --llm
     paths = write_report(answer, out, plot_specs(run, result))
     if as_json:
-        click.echo(answer.model_dump_json(indent=2))
+        click.echo(json_model(answer))
     else:
         print_summary(answer, paths, quiet=quiet, verbose=verbose)
     report_notes(paths, quiet, problems)

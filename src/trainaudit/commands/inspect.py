@@ -3,12 +3,12 @@ with ``--sample-batch`` one forward+backward pass to check gradient flow and mem
 
 from __future__ import annotations
 
-import json
 
 import click
 
 from trainaudit.commands.common import exit_code, fail_on_option
 from trainaudit.errors import InputError
+from trainaudit.redact import json_text
 
 
 def _n(x: int) -> str:
@@ -38,7 +38,7 @@ def inspect(model: str, sample_batch: str | None, as_json: bool, unsafe_load: bo
         raise InputError("inspect needs torch: pip install trainaudit[torch]") from None
     ins = inspect_target(model, sample_batch, unsafe_load=unsafe_load)
     if as_json:
-        click.echo(json.dumps(ins.to_dict(), indent=2))
+        click.echo(json_text(ins.to_dict(), indent=2))
     else:
         total = ins.total_params or 1
         click.echo(f"{ins.target}: {_n(ins.total_params)} parameters, {_n(ins.trainable_params)} trainable "

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 
 import click
 from rich.text import Text
@@ -13,6 +12,7 @@ from trainaudit.render.terminal import SEVERITY_STYLE
 from trainaudit.rules import rule_class
 from trainaudit.rules.docs import rule_doc, rule_info, thresholds
 from trainaudit.rules.registry import ALL_RULES
+from trainaudit.redact import json_text
 
 
 @click.command("rules")
@@ -34,12 +34,12 @@ def rules(rule_id: str | None, as_json: bool, verbose: bool) -> int:
         if cls is None:
             raise UsageError(f"{rule_id}: unknown rule (see `trainaudit rules`)")
         if as_json:
-            click.echo(json.dumps(rule_info(cls, doc=True), indent=2))
+            click.echo(json_text(rule_info(cls, doc=True), indent=2))
         else:
             console().print(Text(rule_doc(cls)))  # wrapped at the terminal's width
         return 0
     if as_json:
-        click.echo(json.dumps([rule_info(cls) for cls in ALL_RULES], indent=2))
+        click.echo(json_text([rule_info(cls) for cls in ALL_RULES], indent=2))
         return 0
     con = console()
     for cls in ALL_RULES:

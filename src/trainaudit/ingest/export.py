@@ -17,6 +17,7 @@ from typing import IO, Any
 import numpy as np
 
 from trainaudit.answer.paths import printable_name
+from trainaudit.redact import csv_cell, json_text, mask_secrets
 from trainaudit.errors import InputError
 from trainaudit.ingest.sink import Sink
 from trainaudit.model import Event, Source
@@ -74,6 +75,10 @@ class RowWriter(Sink):
     def write_values(self, metric: str, steps: np.ndarray, values: np.ndarray, lines: np.ndarray) -> None:
         assert self.source is not None
         src, fmt = printable_name(self.source.path), self.source.format
+        if self.kind == "csv":
+            src, fmt, metric = csv_cell(src), csv_cell(fmt), csv_cell(metric)
+        else:
+            src, fmt, metric = mask_secrets(src), mask_secrets(fmt), mask_secrets(metric)
         if self.kind == "parquet":
             n = steps.shape[0]
             pa = self._pa
@@ -95,7 +100,7 @@ class RowWriter(Sink):
         if self.kind == "jsonl" and self._fh is not None:
             row = {"event": ev.kind.value, "source": printable_name(ev.source), "format": self.source.format if self.source else "",
                    "line": ev.line, "step": ev.step, "rank": ev.rank, "message": ev.message, "data": ev.data}
-            self._fh.write(json.dumps(row, default=str) + "\n")
+            self._fh.write(json_text(json.loads(json.dumps(row, default=str))) + "\n")
 
     def close(self) -> None:
         if self._pq is not None:

@@ -10,10 +10,9 @@ in a log line can at most produce text that gets dropped.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
-from trainaudit.redact import mask_secrets
+from trainaudit.redact import json_text, mask_secrets
 from trainaudit.answer.schema import Answer
 
 MAX_FACTS = 80
@@ -97,7 +96,7 @@ def build_bundle(answer: Answer) -> dict[str, Any]:
 
 def build_prompt(answer: Answer) -> tuple[str, str]:
     """(system, user) messages. The user message is the masked bundle inside data markers."""
-    data = mask_secrets(json.dumps(build_bundle(answer), ensure_ascii=False, indent=1))
+    data = json_text(build_bundle(answer), ensure_ascii=False, indent=1)
     data = data.replace("_EVIDENCE", "-EVIDENCE")  # a log line cannot close the data block early
     data = data.translate(_HTML_SAFE)
     user = ("Rewrite the summary and the root-cause wording of this report, and suggest extra hypotheses if the "

@@ -11,7 +11,6 @@ the merge request widget. GitLab has no step summary; the HTML report as an arti
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -19,7 +18,7 @@ from pathlib import Path
 
 from trainaudit.errors import UsageError
 from trainaudit.render.markdown import render_markdown
-from trainaudit.redact import mask_secrets
+from trainaudit.redact import json_text, mask_secrets, workflow_line
 from trainaudit.answer.locate import Location, locate
 from trainaudit.answer.schema import Answer
 from trainaudit.outdir import write_file
@@ -73,7 +72,7 @@ def workflow_command(a: Annotation) -> str:
         if a.location.line:
             props.append(f"line={a.location.line}")
     props.append(f"title={_esc_prop(a.title)}")
-    return mask_secrets(f"::{a.level} {','.join(props)}::{_esc_data(a.message)}")
+    return workflow_line(f"::{a.level} {','.join(props)}::{_esc_data(a.message)}")
 
 
 def summary_markdown(answer: Answer, html_name: str | None = None) -> str:
@@ -113,4 +112,4 @@ def gitlab_codequality(answer: Answer) -> list[dict[str, object]]:
 
 
 def write_gitlab_codequality(answer: Answer, path: Path) -> Path:
-    return write_file(path, (json.dumps(gitlab_codequality(answer), indent=2) + "\n").encode("utf-8"))
+    return write_file(path, (json_text(gitlab_codequality(answer), indent=2) + "\n").encode("utf-8"))

@@ -11,7 +11,6 @@ the same fingerprint is the one to update.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from collections.abc import Mapping
@@ -24,7 +23,7 @@ from trainaudit import __version__
 from trainaudit.errors import InputError
 from trainaudit.answer.fingerprint import fingerprint, marker
 from trainaudit.render.markdown import render_markdown
-from trainaudit.redact import mask_secrets
+from trainaudit.redact import github_body, json_text, md_inline, mask_secrets, slack_link, slack_text
 from trainaudit.answer.schema import Answer
 
 GITHUB_API = "https://api.github.com"
@@ -49,7 +48,7 @@ class Request:
         head = f"{self.method} {url}" + (f"  ({self.note})" if self.note else "")
         if self.body is None:
             return head
-        return head + "\n" + json.dumps(self.body, indent=2, ensure_ascii=False)
+        return head + "\n" + json_text(self.body, indent=2, ensure_ascii=False)
 
 
 @dataclass
@@ -93,7 +92,7 @@ def issue_title(answer: Answer) -> str:
 def issue_body(answer: Answer, fp: str, link: str | None) -> str:
     head = f"Report from [the CI run]({link}).\n\n" if link else ""
     tail = f"\n\n---\n_trainaudit {__version__}, failure fingerprint `{fp}`_\n{marker(fp)}\n"
-    md = mask_secrets(render_markdown(answer, None))
+    md = github_body(render_markdown(answer, None))
     room = ISSUE_BODY_LIMIT - len(head) - len(tail) - 80
     if len(md) > room:
         md = md[:room] + "\n\n(truncated: the full report is in the run's answer.md)"
@@ -106,8 +105,8 @@ def plan_issue(answer: Answer, repo: str, *, api: str | None = None, label: str 
         raise PostError(f"--github-issue {repo}: expected OWNER/REPO")
     fp = fingerprint(answer)
     fa = answer.final_answer
-    comment = mask_secrets(f"Seen again{f' in [this run]({link})' if link else ''}: **{fa.verdict}** "
-                           f"({fa.category}) {fa.summary}\n\n{marker(fp)}")
+    comment = github_body(f"Seen again{f' in [this run]({link})' if link else ''}: **{fa.verdict}** "
+                          f"({md_inline(fa.category)}) {md_inline(fa.summary)}\n\n{marker(fp)}")
     return IssuePlan(repo=repo, api=(api or os.environ.get("GITHUB_API_URL") or GITHUB_API).rstrip("/"),
                      fingerprint=fp, label=label, title=issue_title(answer), body=issue_body(answer, fp, link),
                      comment=comment)
@@ -185,14 +184,15 @@ def slack_payload(answer: Answer, link: str | None) -> dict[str, Any]:
     fa = answer.final_answer
     icon = {"healthy": ":white_check_mark:", "pass": ":white_check_mark:"}.get(fa.verdict, ":rotating_light:")
     step = f" from step {fa.first_bad_step}" if fa.first_bad_step is not None else ""
-    head = f"{icon} *trainaudit {answer.task}: {fa.verdict.replace('_', ' ')}* ({fa.category}{step})"
-    lines = [head, fa.summary]
+    head = (f"{icon} *trainaudit {slack_text(answer.task)}: {slack_text(fa.verdict.replace('_', ' '))}* "
+            f"({slack_text(fa.category)}{step})")
+    lines = [head, slack_text(fa.summary)]
     if fa.root_causes:
         rc = fa.root_causes[0]
-        lines.append(f"*Root cause:* {rc.issue} (confidence {rc.confidence:.2f})\n*Fix:* {rc.fix}")
+        lines.append(f"*Root cause:* {slack_text(rc.issue)} (confidence {rc.confidence:.2f})\n*Fix:* {slack_text(rc.fix)}")
     if link:
-        lines.append(f"<{link}|Full report>")
-    text = mask_secrets("\n".join(lines))
+        lines.append(slack_link(link, "Full report"))
+    text = "\n".join(lines)
     return {"text": text[:3000], "blocks": [{"type": "section", "text": {"type": "mrkdwn", "text": text[:3000]}}]}
 
 

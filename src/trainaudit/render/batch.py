@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 from trainaudit.batch import BatchResult, compare_members
 from trainaudit.outdir import OutDir
+from trainaudit.redact import json_text, md_inline
 
 
 def render_batch_markdown(cmp: dict[str, Any]) -> str:
@@ -27,24 +27,24 @@ def render_batch_markdown(cmp: dict[str, Any]) -> str:
     label = {g["cause"]: f"G{i}" for i, g in enumerate(cmp["groups"], 1)}
     for r in cmp["sets"]:
         if "error" in r:
-            out.append(f"| {r['name']} | (not audited) | – | – | – | {r['error'].replace('|', '/')} |")
+            out.append(f"| {md_inline(r['name'])} | (not audited) | – | – | – | {md_inline(r['error'])} |")
             continue
         top = r["top_commit"]
         tc = f"`{top['sha'][:10]}` {top['role']}" if top else "–"
-        out.append(f"| {r['name']} | {r['verdict']} | {r['category']} | "
+        out.append(f"| {md_inline(r['name'])} | {md_inline(r['verdict'])} | {md_inline(r['category'])} | "
                    f"{'–' if r['first_bad_step'] is None else r['first_bad_step']} | {label[r['cause']]} | {tc} |")
     out += ["", "## Shared root causes"]
     for i, g in enumerate(cmp["groups"], 1):
         n = len(g["members"])
-        out.append(f"- **G{i}** {g['label']}: {n} failure{'s' if n > 1 else ''} ({', '.join(g['members'])})")
+        out.append(f"- **G{i}** {md_inline(g['label'])}: {n} failure{'s' if n > 1 else ''} ({md_inline(', '.join(g['members']))})")
         for c in g["shared_commits"]:
-            out.append(f"  - in common: `{c['sha'][:10]}` {c['role'].replace('_', ' ')}: {c['title']} "
-                       f"({', '.join(c['members'])})")
+            out.append(f"  - in common: `{c['sha'][:10]}` {c['role'].replace('_', ' ')}: {md_inline(c['title'])} "
+                       f"({md_inline(', '.join(c['members']))})")
     if cmp["shared_commits"]:
         out += ["", "## Commits several failures have in common",
                 "| commit | role | title | failures |", "|---|---|---|---|"]
         for c in cmp["shared_commits"]:
-            out.append(f"| `{c['sha'][:10]}` | {c['role']} | {c['title'].replace('|', '/')} | {', '.join(c['members'])} |")
+            out.append(f"| `{c['sha'][:10]}` | {c['role']} | {md_inline(c['title'])} | {md_inline(', '.join(c['members']))} |")
     out.append("")
     return "\n".join(out)
 
@@ -52,6 +52,6 @@ def render_batch_markdown(cmp: dict[str, Any]) -> str:
 def write_batch(result: BatchResult, out: Path) -> tuple[Path, Path, dict[str, Any]]:
     cmp = compare_members(result)
     with OutDir.open(out) as folder:
-        jp = folder.write_text("batch.json", json.dumps(cmp, indent=2) + "\n")
+        jp = folder.write_text("batch.json", json_text(cmp, indent=2) + "\n")
         mp = folder.write_text("batch.md", render_batch_markdown(cmp))
     return jp, mp, cmp

@@ -10,7 +10,6 @@ survives, so the chart shows what the full series shows.
 from __future__ import annotations
 
 import itertools
-import json
 import math
 from collections.abc import Sequence
 from pathlib import Path
@@ -22,6 +21,7 @@ from trainaudit.answer.charts import PlotSpec, focus_range
 from trainaudit.answer.schema import Answer
 from trainaudit.errors import InputError
 from trainaudit.safeio import load_json, read_text
+from trainaudit.redact import json_text
 
 CHARTS_SCHEMA = "trainaudit-charts/1"
 CHARTS_NAME = "charts.json"  # the sidecar's name beside answer.json
@@ -96,7 +96,7 @@ def spec_to_dict(spec: PlotSpec, max_points: int = MAX_POINTS) -> dict[str, Any]
 
 def charts_json(plots: Sequence[PlotSpec], max_points: int = MAX_POINTS) -> str:
     payload = {"schema": CHARTS_SCHEMA, "charts": [spec_to_dict(p, max_points) for p in plots]}
-    return json.dumps(payload, separators=(",", ":")) + "\n"
+    return json_text(payload, separators=(",", ":")) + "\n"
 
 
 def load_charts(path: Path) -> list[dict[str, Any]]:

@@ -10,12 +10,10 @@ click scrolls to the quoted line even with scripts disabled.
 
 from __future__ import annotations
 
-import json
-from html import escape
 from importlib.resources import files
 from typing import Any
 
-from trainaudit.redact import mask_secrets
+from trainaudit.redact import anchor_id, html_text, json_text, mask_secrets
 from trainaudit.render.numbers import number, percent
 from trainaudit.answer.schema import SEVERITY_ORDER, Answer, ExtractedFact
 
@@ -31,7 +29,7 @@ def _asset(name: str) -> str:
 
 
 def _e(v: object) -> str:
-    return escape("" if v is None else str(v), quote=True)
+    return html_text(v)
 
 
 def _fmt(v: float | str | None) -> str:
@@ -43,7 +41,7 @@ def _pct(v: float | None) -> str:
 
 
 def _anchor(i: str) -> str:
-    return f"ev-{i.lower()}"
+    return f"ev-{anchor_id(i)}"
 
 
 def _ids(ids: list[str], known: set[str]) -> str:
@@ -60,7 +58,7 @@ def _ids(ids: list[str], known: set[str]) -> str:
 
 def _json_script(data: Any) -> str:
     # "<" escaped so no "</script>" or "<!--" inside the data can end the block
-    text = json.dumps(data, separators=(",", ":"), allow_nan=False).replace("<", "\\u003c")
+    text = json_text(data, separators=(",", ":"), allow_nan=False).replace("<", "\\u003c")
     return f'<script type="application/json" id="ta-data">{text}</script>'
 
 

@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from trainaudit.answer.schema import Answer, Commit, Comparison, ExtractedFact
 from trainaudit.compare.build import check_in_words
 from trainaudit.render.numbers import coverage_line, number, percent
-from trainaudit.redact import BACKTICKS, mask_secrets, md_code_block, md_inline
+from trainaudit.redact import BACKTICKS, anchor_id, mask_secrets, md_code_block, md_inline
 
 MAX_ROWS = 25
 TOP_LINES = 20
@@ -23,7 +23,7 @@ NOTE = "note: "
 
 
 def _cell(text: str) -> str:
-    return md_inline(text).replace("|", "\\|")
+    return md_inline(text)  # "|" and "\\" escaped there
 
 
 def _code(text: str) -> str:
@@ -37,7 +37,7 @@ def _code(text: str) -> str:
 
 def _ids(ids: Iterable[str]) -> str:
     ids = list(ids)
-    return " ".join(f"[{i}](#{i.lower()})" for i in ids) if ids else "-"
+    return " ".join(f"[{md_inline(i)}](#{anchor_id(i)})" for i in ids) if ids else "-"
 
 
 def _cited(answer: Answer) -> list[str]:
@@ -125,7 +125,7 @@ def render_markdown(answer: Answer, plot_files: list[str] | None = None) -> str:
         out.append("| id | rule | severity | metric | first bad step | message | evidence |")
         out.append("|---|---|---|---|---|---|---|")
         for d in answer.findings[:MAX_ROWS]:
-            out.append(f"| {d.id} | {d.rule} | {d.severity} | {_cell(d.metric or '-')} | {number(d.first_bad_step)} | "
+            out.append(f"| {_cell(d.id)} | {_cell(d.rule)} | {d.severity} | {_cell(d.metric or '-')} | {number(d.first_bad_step)} | "
                        f"{_cell(d.message)} | {_ids(d.evidence)} |")
         if len(answer.findings) > MAX_ROWS:
             out.append(f"\n({len(answer.findings) - MAX_ROWS} more findings in answer.json)")
@@ -157,7 +157,7 @@ def render_markdown(answer: Answer, plot_files: list[str] | None = None) -> str:
             out.append("")
             out.append("Calculations (recomputed by validation):")
             for calc in answer.calculations[:MAX_ROWS]:
-                out.append(f"- <a id=\"{calc.id.lower()}\"></a>**{calc.id}** {md_inline(calc.description)}: "
+                out.append(f"- <a id=\"{anchor_id(calc.id)}\"></a>**{md_inline(calc.id)}** {md_inline(calc.description)}: "
                            f"{_code(calc.formula)} = **{number(calc.result, 6)}**"
                            f"{(' ' + md_inline(calc.unit)) if calc.unit else ''} (inputs {', '.join(calc.inputs)})")
         out.append("")
@@ -189,7 +189,7 @@ def _fact_md(f: ExtractedFact, path: str) -> str:
     elif f.values is not None:
         value = f" ({len(f.values)} values)"
     step = f" at step {f.step}" if f.step is not None and f"step {f.step}" not in f.statement else ""
-    text = f"- <a id=\"{f.id.lower()}\"></a>**{f.id}** {md_inline(f.statement)}{step}{value} — {_code(where)}"
+    text = f"- <a id=\"{anchor_id(f.id)}\"></a>**{md_inline(f.id)}** {md_inline(f.statement)}{step}{value} — {_code(where)}"
     if f.quote:
         q = f.quote if len(f.quote) <= 300 else f.quote[:297] + "..."
         text += "\n" + "\n".join("  " + ln for ln in md_code_block(q.replace("\n", " ")).split("\n"))
@@ -302,7 +302,7 @@ def render_audit(answer: Answer, plot_files: list[str] | None = None) -> str:
                         + (f", {len(fixes)} later fix(es)" if fixes else "") + ")", rows)
     if answer.findings:
         rows = ["| id | rule | severity | metric | first bad step | message | evidence |", "|---|---|---|---|---|---|---|"]
-        rows += [f"| {d.id} | {d.rule} | {d.severity} | {_cell(d.metric or '-')} | {number(d.first_bad_step)} | "
+        rows += [f"| {_cell(d.id)} | {_cell(d.rule)} | {d.severity} | {_cell(d.metric or '-')} | {number(d.first_bad_step)} | "
                  f"{_cell(d.message)} | {_ids(d.evidence)} |" for d in answer.findings[:MAX_ROWS]]
         out += _details(f"Findings ({len(answer.findings)})", rows)
     cited = _cited(answer)
@@ -320,7 +320,7 @@ def render_audit(answer: Answer, plot_files: list[str] | None = None) -> str:
     if lines:
         out += _details(f"Evidence ({len(lines)} facts)", lines[:MAX_ROWS * 4])
     if answer.calculations:
-        rows = [f"- <a id=\"{c.id.lower()}\"></a>**{c.id}** {md_inline(c.description)}: {_code(c.formula)} = "
+        rows = [f"- <a id=\"{anchor_id(c.id)}\"></a>**{md_inline(c.id)}** {md_inline(c.description)}: {_code(c.formula)} = "
                 f"**{number(c.result, 6)}**{(' ' + md_inline(c.unit)) if c.unit else ''} (inputs {', '.join(c.inputs)})"
                 for c in answer.calculations[:MAX_ROWS * 2]]
         out += _details(f"Calculations ({len(answer.calculations)}, recomputed by validation)", rows)

@@ -7,6 +7,7 @@ folder that holds none, so two runs of a command never mix or silently overwrite
 
 from __future__ import annotations
 
+
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -16,7 +17,7 @@ from trainaudit.render.page import HTML_NAME
 from trainaudit.answer.charts import PlotSpec
 from trainaudit.render.plots import PLOTS_EXTRA, png_available, render
 from trainaudit.outdir import OutDir
-from trainaudit.redact import mask_secrets
+from trainaudit.redact import json_model, mask_secrets
 from trainaudit.answer.schema import Answer
 
 ANSWER_NAME = "answer.json"
@@ -100,7 +101,7 @@ def write_report(answer: Answer, out: Path | OutDir, plots: list[PlotSpec] | tup
                 render(spec, fh)
             plot_paths.append(out_dir / PLOTS_DIR / name)
         plots_dir.close()
-    json_path = out.write_text(ANSWER_NAME, mask_secrets(answer.model_dump_json(indent=2)) + "\n")
+    json_path = out.write_text(ANSWER_NAME, json_model(answer) + "\n")
     rel_plots = [p.relative_to(out_dir).as_posix() for p in plot_paths]
     md_path = out.write_text(MARKDOWN_NAME, mask_secrets(render_markdown(answer, rel_plots)))
     charts_path = out.write_text(CHARTS_NAME, charts_json(list(plots))) if charts and plots else None
