@@ -111,20 +111,20 @@ def print_summary(answer: Answer, paths: ReportPaths, *, quiet: bool, verbose: b
     if not quiet:
         for c in answer.comparisons:
             if verbose or not c.passed:  # the closing line counts the passing ones
-                con.print(comparison_line(c), no_wrap=True, overflow="ellipsis")
+                con.print(comparison_line(c), soft_wrap=True)
         findings = ordered_findings(answer)
         shown = findings if verbose else findings[:DEFAULT_FINDINGS]
         for d in shown:
-            con.print(finding_line(answer, d), no_wrap=True, overflow="ellipsis")
+            con.print(finding_line(answer, d), soft_wrap=True)
         if len(shown) < len(findings):
             con.print(f"... {len(findings) - len(shown)} more findings (-v shows all; answer.md has every one)",
-                      style="dim", no_wrap=True, overflow="ellipsis")
+                      style="dim", soft_wrap=True)
         if answer.comparisons or findings:
             con.print()
         fa = answer.final_answer
-        con.print(verdict_line(answer))
+        con.print(verdict_line(answer), soft_wrap=True)  # one line: the headline
         for head_line in head:
-            con.print(Text(mask_secrets(head_line.plain), style=head_line.style), no_wrap=True, overflow="ellipsis")
+            con.print(Text(mask_secrets(head_line.plain), style=head_line.style), soft_wrap=True)
         lines = [fa.summary]
         causes = fa.root_causes if verbose else fa.root_causes[:1]
         for k, rc in enumerate(causes, 1):

@@ -281,8 +281,8 @@ _CATEGORY_WORDS = {"nan_inf": "NaN/Inf values", "oom": "out of memory", "grad_ex
                    "distributed_failure": "distributed failure", "data_pipeline": "data-pipeline problem"}
 
 
-def _sentence(text: str, limit: int = 300) -> str:
+def _sentence(text: str) -> str:
+    """The issue as a sentence, whole (a summary that stops mid-sentence hides the number it was
+    about to give)."""
     text = text.strip()
-    if len(text) > limit:
-        text = text[:limit].rsplit(" ", 1)[0] + " ..."
-    return text[0].upper() + text[1:] + ("" if text.endswith((".", "...")) else ".")
+    return text[0].upper() + text[1:] + ("" if text.endswith(".") else ".")

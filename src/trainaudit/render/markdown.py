@@ -16,6 +16,7 @@ from trainaudit.render.numbers import number, percent
 from trainaudit.redact import BACKTICKS, mask_secrets, md_code_block, md_inline
 
 MAX_ROWS = 25
+MAX_QUOTE = 2000  # a source line quoted whole (a Megatron iteration line is about 400 characters); bounded for hostile input
 TOP_LINES = 20
 TOP_COMMITS = 5
 DECIDES = "decides the verdict: "
@@ -188,15 +189,15 @@ def _fact_md(f: ExtractedFact, path: str) -> str:
     step = f" at step {f.step}" if f.step is not None and f"step {f.step}" not in f.statement else ""
     text = f"- <a id=\"{f.id.lower()}\"></a>**{f.id}** {md_inline(f.statement)}{step}{value} — {_code(where)}"
     if f.quote:
-        q = f.quote if len(f.quote) <= 300 else f.quote[:297] + "..."
+        q = f.quote if len(f.quote) <= MAX_QUOTE else f.quote[:MAX_QUOTE - 3] + "..."
         text += "\n" + "\n".join("  " + ln for ln in md_code_block(q.replace("\n", " ")).split("\n"))
     return text
 
 
 # -- the audit page ------------------------------------------------------------------------------
-def _cut(text: str, n: int = 400) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= n else text[: n - 3] + "..."
+def _cut(text: str) -> str:
+    """Text on one line, whole (never cut: a cut sentence loses the number it ends with)."""
+    return " ".join(text.split())
 
 
 def culprit(answer: Answer) -> Commit | None:
@@ -237,21 +238,21 @@ def audit_top(answer: Answer) -> list[str]:
            if i in facts and facts[i].statement.startswith(DECIDES)]
     if why:
         out.append(f"**Why {fa.verdict}:**")
-        out += [f"- {md_inline(_cut(w, 300))}" for w in list(dict.fromkeys(why))[:4]]
+        out += [f"- {md_inline(_cut(w))}" for w in list(dict.fromkeys(why))[:4]]
     elif rc is not None:
-        out.append(f"**Why {fa.verdict}:** {md_inline(_cut(rc.issue, 400))}")
+        out.append(f"**Why {fa.verdict}:** {md_inline(_cut(rc.issue))}")
     c = culprit(answer)
     if c is not None:
-        out.append(f"**Culprit:** `{c.sha[:10]}` {md_inline(_cut(c.title, 100))} ({c.role}, relevance "
-                   f"{c.relevance:.2f}): {md_inline(_cut(c.reason, 300))}")
+        out.append(f"**Culprit:** `{c.sha[:10]}` {md_inline(_cut(c.title))} ({c.role}, relevance "
+                   f"{c.relevance:.2f}): {md_inline(_cut(c.reason))}")
     elif answer.commits and fa.verdict != "pass":
         out.append("**Culprit:** none of the commits between --good and --bad explains it.")
     if rc is not None:
-        out.append(f"**What to do:** {md_inline(_cut(rc.fix, 500))}")
+        out.append(f"**What to do:** {md_inline(_cut(rc.fix))}")
         if rc.verify:
-            out.append(f"**How to verify:** {md_inline(_cut(rc.verify, 300))}")
+            out.append(f"**How to verify:** {md_inline(_cut(rc.verify))}")
     if fa.needs_more_data:
-        out.append(f"**Would raise the confidence:** {md_inline(_cut('; '.join(fa.needs_more_data), 300))}")
+        out.append(f"**Would raise the confidence:** {md_inline(_cut('; '.join(fa.needs_more_data)))}")
     return out[:TOP_LINES]
 
 
