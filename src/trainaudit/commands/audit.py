@@ -14,6 +14,7 @@ from trainaudit.commands.batch import batch
 from trainaudit.commands.common import default_out, exit_code, fail_on_option, out_option, print_summary, \
     report_notes, verbosity_options
 from trainaudit.errors import UsageError
+from trainaudit.redact import mask_secrets
 from trainaudit.ingest import format_names
 from trainaudit.render.write import write_report
 from trainaudit.llm.options import llm_options, narrate_if_requested
@@ -91,13 +92,17 @@ def audit(ctx: click.Context, inputs: tuple[str, ...], passing: tuple[str, ...],
                         github_api_url=github_api_url, find_fix=find_fix, fmt=fmt, policy=policy)
     show = not quiet and not as_json and sys.stderr.isatty()
     if show:
-        console = Console(stderr=True)
+        # the interpreter's own stderr: the spinner redraws its line with "\r" and erase-line, which the
+        # sanitising wrapper around sys.stderr (cli.main) rightly strips from text that may come from
+        # input; the spinner's text is ours, and what it quotes from input is masked here
+        console = Console(file=sys.__stderr__ or sys.stderr)
         with console.status("auditing") as status:
             def step(msg: str) -> None:
-                status.update(msg)
+                status.update(mask_secrets(msg))
 
             def fetched(name: str, size: int, total: int | None) -> None:
-                status.update(f"downloading {name}: {size / 1e6:.1f}" + (f"/{total / 1e6:.1f}" if total else "") + " MB")
+                status.update(mask_secrets(f"downloading {name}: {size / 1e6:.1f}"
+                                           + (f"/{total / 1e6:.1f}" if total else "") + " MB"))
 
             answer, plots, info = run_audit(opts, step=step, fetch_progress=fetched)
     else:
