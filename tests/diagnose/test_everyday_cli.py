@@ -260,3 +260,22 @@ def test_the_audit_spinner_redraws_one_line_on_a_terminal(tmp_path: Path) -> Non
     assert frames and all(re.fullmatch(rb"\S+ [a-z][a-z ',:./0-9-]*", f) for f in frames), frames
     assert report.startswith(b"\r\x1b[1A\x1b[2K")  # the spinner's line is erased before the report
     assert b"FAIL lm loss approximate" in report and b" checks failed in o" in report
+
+
+def test_the_demo_prints_commands_that_run_as_printed(tmp_path: Path) -> None:
+    """`make demo` installs trainaudit into a virtual environment that is not on PATH: each command
+    the demo prints must run as printed from a shell whose PATH does not hold it."""
+    r = subprocess.run([sys.executable, str(REPO / "examples" / "run_demo.py"), "--out", str(tmp_path / "demo")],
+                       capture_output=True, text=True, timeout=600, cwd=REPO)
+    assert r.returncode == 0, r.stderr
+    shown = [ln[2:] for ln in r.stdout.splitlines() if ln.startswith("$ ") and "trainaudit" in ln
+             and "make_audit_demo" not in ln]
+    assert len(shown) == 2 and not any(c.startswith("trainaudit ") for c in shown), shown
+    bare_path = {**os.environ, "PATH": "/usr/bin:/bin"}
+    assert subprocess.run(["sh", "-c", "command -v trainaudit"], env=bare_path).returncode != 0
+    for cmd in shown:
+        again = subprocess.run(["sh", "-c", cmd + " -q"], capture_output=True, text=True, timeout=600, cwd=REPO,
+                               env=bare_path)
+        assert again.returncode in (0, 1) and "findings" in again.stdout, (cmd, again.stderr)
+    if not shutil.which("trainaudit", path="/usr/bin:/bin"):
+        assert "not on PATH" in r.stdout and "bin/activate" in r.stdout

@@ -20,7 +20,6 @@ from rich.console import Console
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.text import Text
 
-from trainaudit.answer.paths import display_path
 from trainaudit.answer.schema import SEVERITY_ORDER, Answer
 from trainaudit.ingest import Position
 from trainaudit.redact import mask_secrets
@@ -96,7 +95,7 @@ def report_notes(paths: ReportPaths, quiet: bool, extra: Iterable[object] = ()) 
     """What a user should know about the report folder, on stderr; with -q only that an earlier
     report was replaced (never silently)."""
     if paths.replaced:
-        note(f"replaced the earlier report in {display_path(paths.out_dir)}")
+        note(f"replaced the earlier report in {paths.out_dir}")
     if not quiet:
         for n in [*paths.notes, *extra]:
             note(str(n))
@@ -107,7 +106,7 @@ def print_summary(answer: Answer, paths: ReportPaths, *, quiet: bool, verbose: b
     """Checks and findings one line each, the verdict with its summary and fix, the closing line.
     ``head``: command-specific lines printed before the verdict (e.g. the commit an audit names)."""
     con = console()
-    report = display_path(paths.out_dir)
+    report = str(paths.out_dir)  # as the user gave it: on their own terminal, whole (a path to open)
     if not quiet:
         for c in answer.comparisons:
             if verbose or not c.passed:  # the closing line counts the passing ones
