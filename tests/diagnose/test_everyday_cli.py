@@ -141,7 +141,7 @@ def test_a_failing_gate_says_what_decided_it_first(tmp_path: Path) -> None:
     lines = r.stdout.splitlines()
     assert lines[0].startswith("FAIL iteration-time approximate: median +14.5% over steps 30-45")
     assert not [ln for ln in lines if ln.startswith("PASS ")]  # passing checks: counted, shown with -v
-    assert lines[-1].startswith("gating_policy_issue: 1 finding (1 medium), 1/7 checks failed in ")
+    assert lines[-1].startswith("gating_policy_issue: 1 medium finding, 1/7 checks failed in ")
     assert lines[0].endswith("(0.90419 vs 0.78978, rtol 0.05)")  # whole, not cut at 80 columns
     verbose = run_cli("compare", "--golden", str(MIMO / "history" / "golden_values_dev_dgx_h100.at_4e85d74ae9.json"),
                       str(MIMO / "history" / "golden_values_dev_dgx_h100.at_5fe3f06658.json"),

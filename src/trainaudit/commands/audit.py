@@ -11,7 +11,7 @@ from rich.text import Text
 
 from trainaudit.audit import AuditOptions, run_audit
 from trainaudit.commands.batch import batch
-from trainaudit.commands.common import default_out, exit_code, fail_on_option, out_option, print_summary, \
+from trainaudit.commands.common import no_plots_option, default_out, exit_code, fail_on_option, out_option, print_summary, \
     report_notes, verbosity_options
 from trainaudit.errors import UsageError
 from trainaudit.redact import mask_secrets
@@ -54,6 +54,7 @@ from trainaudit.post.delivery import delivery_options
                    "or archive); writes one answer per failure plus batch.md / batch.json grouping shared root "
                    "causes, commits and environment changes (default -o trainaudit-out/batch). Same as "
                    "`trainaudit batch`.")
+@no_plots_option
 @llm_options  # --llm, --llm-base-url, --llm-timeout
 @click.pass_context
 def audit(ctx: click.Context, inputs: tuple[str, ...], passing: tuple[str, ...], repo: str | None, good: str | None,
@@ -61,7 +62,7 @@ def audit(ctx: click.Context, inputs: tuple[str, ...], passing: tuple[str, ...],
           gitlab: tuple[str, ...], github_api_url: str | None, find_fix: bool, policy: str | None, out: Path,
           as_json: bool,
           quiet: bool, verbose: bool, fail_on: str | None, fmt: str | None, batch_mode: bool = False,
-          batch_html: bool = False) -> int:
+          batch_html: bool = False, no_plots: bool = False) -> int:
     """The whole CI-failure audit: reproduce the gate, diagnose the runs, trace the git history
     between --good and --bad, and decide: real_regression, numerical_drift, gating_policy_issue,
     infrastructure_failure, crash, pass or inconclusive. INPUT: the failing run's artifacts (files,
@@ -108,7 +109,7 @@ def audit(ctx: click.Context, inputs: tuple[str, ...], passing: tuple[str, ...],
     else:
         answer, plots, info = run_audit(opts)
     answer = narrate_if_requested(answer)  # wording only, verified; never changes the verdict
-    paths = write_report(answer, out, plots)
+    paths = write_report(answer, out, () if no_plots else plots)
     if as_json:
         click.echo(answer.model_dump_json(indent=2))
     else:

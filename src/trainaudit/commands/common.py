@@ -8,6 +8,7 @@ Exit codes, the same for every command: 0 done and nothing wrong (healthy, the c
 
 from __future__ import annotations
 
+import difflib
 import sys
 import threading
 from collections.abc import Callable, Iterable, Iterator
@@ -31,6 +32,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 OUT_ROOT = Path("trainaudit-out")
 FAIL_ON = ("critical", "high", "medium", "low", "never")
+FILE_SUFFIXES = (".md", ".json", ".html", ".htm", ".txt", ".csv", ".png", ".log")
 PROGRESS_MIN_BYTES = 4 * 2**20  # smaller inputs are read in well under a second: no bar
 
 
@@ -47,7 +49,10 @@ def default_out(command: str) -> Path:
 
 
 def out_option(command: str) -> Callable[[F], F]:
-    def resolve(_ctx: click.Context, _param: click.Parameter, value: Path | None) -> Path:
+    def resolve(_ctx: click.Context, param: click.Parameter, value: Path | None) -> Path:
+        if value is not None and value.suffix.lower() in FILE_SUFFIXES and not value.is_dir():
+            raise click.BadParameter(f"{value} looks like a file, but -o names the report folder (answer.json, "
+                                     f"answer.md and plots/ go in it): e.g. -o {value.with_suffix('')}", param=param)
         return value if value is not None else default_out(command)
 
     return click.option(
@@ -55,6 +60,36 @@ def out_option(command: str) -> Callable[[F], F]:
         help=f"Report folder: answer.json, answer.md, plots/. Default: {OUT_ROOT}/{command}, or {command}-2, "
              f"{command}-3... beside it when that one already holds a report. An earlier report in the folder "
              "is replaced whole (said on stderr).")
+
+
+def no_plots_option(f: F) -> F:
+    return click.option("--no-plots", "no_plots", is_flag=True,
+                        help="No PNG plots (answer.json, answer.md and the chart data are still written).")(f)
+
+
+def _rule_ids(_ctx: click.Context, param: click.Parameter, value: str | None) -> list[str]:
+    """``TA1,TA204``: rule ids or prefixes, each of which names at least one rule."""
+    from trainaudit.rules.registry import ALL_RULES  # the rules import numpy: only when a flag is given
+
+    ids = [x.strip().upper() for x in (value or "").split(",") if x.strip()]
+    known = [cls.id for cls in ALL_RULES]
+    for x in ids:
+        if not any(k.startswith(x) for k in known):
+            close = difflib.get_close_matches(x, known, n=1)
+            hint = f" (did you mean {close[0]}?)" if close else " (see `trainaudit rules`)"
+            raise click.BadParameter(f"{x} is no rule id nor the prefix of one{hint}", param=param)
+    return ids
+
+
+def rule_selection_options(f: F) -> F:
+    """``--select``/``--ignore`` as Ruff's: comma-separated rule ids or prefixes; ``--select``
+    replaces the configuration's ``select``, ``--ignore`` adds to its ``ignore``."""
+    f = click.option("--ignore", "ignore", metavar="IDS", callback=_rule_ids,
+                     help="Rules not to run, added to [tool.trainaudit] ignore: ids or prefixes, comma-separated "
+                          "(e.g. TA405,TA6).")(f)
+    return click.option("--select", "select", metavar="IDS", callback=_rule_ids,
+                        help="Only these rules (replaces [tool.trainaudit] select): ids or prefixes, comma-separated "
+                             "(e.g. TA1,TA204).")(f)
 
 
 def fail_on_option(problem: str) -> Callable[[F], F]:

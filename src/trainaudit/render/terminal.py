@@ -82,11 +82,13 @@ def verdict_line(answer: Answer) -> Text:
 
 
 def counts(answer: Answer) -> str:
-    """``4 findings (2 critical, 1 medium, 1 low)`` or ``no findings``."""
+    """``4 findings (2 critical, 1 medium, 1 low)``, ``2 high findings`` or ``no findings``."""
     n = len(answer.findings)
     if not n:
         return "no findings"
     by = Counter(d.severity for d in answer.findings)
+    if len(by) == 1:  # one severity: said once, so a closing line with a folder still fits 80 columns
+        return f"{n} {next(iter(by))} finding{'s' if n != 1 else ''}"
     parts = ", ".join(f"{by[s]} {s}" for s in sorted(by, key=lambda s: -SEVERITY_ORDER[s]))
     return f"{n} finding{'s' if n != 1 else ''} ({parts})"
 

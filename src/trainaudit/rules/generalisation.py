@@ -44,6 +44,7 @@ class Overfitting(Rule):
     name = "overfitting"
     category = Category.OVERFITTING
     severity = Severity.MEDIUM
+    also = (Severity.HIGH,)
     guidance = Guidance(
         fix="Stop at the validation minimum (early stopping, keep that checkpoint); add data or augmentation, weight "
             "decay or dropout, or train fewer epochs.",

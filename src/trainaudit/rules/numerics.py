@@ -38,6 +38,7 @@ class NonFiniteMetric(Rule):
     name = "non-finite-metric"
     category = Category.NAN_INF
     severity = Severity.CRITICAL
+    also = (Severity.HIGH,)
     guidance = Guidance(
         fix="Find what happened just before (grad-norm spike, lr jump, bad batch); lower the peak learning rate or "
             "lengthen warm-up, clip gradients (e.g. max norm 1.0), prefer bf16 over fp16, and resume from the last "
@@ -168,6 +169,7 @@ class LossSpike(Rule):
     name = "loss-spike"
     category = Category.LOSS_SPIKE
     severity = Severity.MEDIUM
+    also = (Severity.LOW,)
     guidance = Guidance(
         fix="Clip gradients, lower the peak lr, inspect or skip the batch at the spike step; for LLMs consider "
             "z-loss / QK-norm.",
@@ -264,6 +266,7 @@ class GradNormSpike(Rule):
     name = "grad-norm-spike"
     category = Category.GRAD_EXPLOSION
     severity = Severity.LOW
+    also = (Severity.INFO, Severity.MEDIUM)
     role = Role.PRECURSOR
     guidance = Guidance(
         fix="Clip the gradient norm near its typical value and lower the learning rate; for Adam, a larger eps or "

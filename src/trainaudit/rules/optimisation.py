@@ -99,6 +99,7 @@ class Divergence(Rule):
     name = "divergence"
     category = Category.DIVERGENCE
     severity = Severity.HIGH
+    also = (Severity.CRITICAL,)
     guidance = Guidance(
         fix="Lower the learning rate (or undo the lr change that preceded the rise), lengthen warm-up, clip "
             "gradients; restart from the checkpoint at the loss minimum.",
@@ -226,6 +227,7 @@ class NotLearning(Rule):
     name = "not-learning"
     category = Category.PLATEAU
     severity = Severity.HIGH
+    also = (Severity.MEDIUM,)
     guidance = NOT_LEARNING
 
     class Params(Thresholds):
