@@ -105,12 +105,15 @@ def mask_secrets(text: str) -> str:
 # reference definitions "[x]: url"). Escaped, they show as the characters they are (CommonMark
 # 0.31, "Backslash escapes" and "Entity and numeric character references").
 BACKTICKS = re.compile(r"`++")  # a run of backticks (the fences around text must be longer)
-_MD_SPECIAL = str.maketrans({"<": "&lt;", ">": "&gt;", "[": "\\[", "]": "\\]", "\n": " ", "\r": " "})
+# ">" starts nothing inline (only a block quote at the start of a line, escaped there), so
+# "0.05 -> 50" stays readable in the raw file instead of showing "-&gt;".
+_MD_SPECIAL = str.maketrans({"<": "&lt;", "[": "\\[", "]": "\\]", "\n": " ", "\r": " "})
 
 
 def md_inline(text: str) -> str:
     """Text from input placed into Markdown: masked, on one line, without HTML or images/links."""
-    return mask_secrets(text).translate(_MD_SPECIAL)
+    out = mask_secrets(text).translate(_MD_SPECIAL)
+    return "\\" + out if out.lstrip().startswith(">") else out
 
 
 def md_code_block(text: str) -> str:

@@ -279,3 +279,29 @@ def test_the_demo_prints_commands_that_run_as_printed(tmp_path: Path) -> None:
         assert again.returncode in (0, 1) and "findings" in again.stdout, (cmd, again.stderr)
     if not shutil.which("trainaudit", path="/usr/bin:/bin"):
         assert "not on PATH" in r.stdout and "bin/activate" in r.stdout
+
+
+def test_answer_md_has_one_shape_for_diagnose_compare_and_audit(tmp_path: Path) -> None:
+    """A short top (what happened or failed, the evidence, what to do), then collapsible sections;
+    no HTML entities in prose; a fact over many values lists them rather than quoting one line
+    under a count."""
+    demo = REPO / "examples" / "audit-demo"
+    runs = {"diagnose": ["diagnose", str(EXAMPLE)],
+            "compare": ["compare", str(demo / "passing" / "train.log"), str(demo / "failing" / "train.log")],
+            "audit": ["audit", str(demo / "failing"), "--passing", str(demo / "passing")]}
+    for task, args in runs.items():
+        assert run_cli(*args, "-o", task, "-q", cwd=tmp_path).returncode == 1
+        md = (tmp_path / task / "answer.md").read_text(encoding="utf-8")
+        top = md.split("<details>")[0].strip().splitlines()
+        assert top[0].startswith(f"# trainaudit {task}: **") and 3 <= len(top) <= 12, top
+        assert any(ln.startswith("**What to do:** ") for ln in top), top
+        assert md.count("<details>") >= 3 and "&gt;" not in md and "&amp;" not in md
+    md = (tmp_path / "diagnose" / "answer.md").read_text(encoding="utf-8")
+    assert "**What happened:** The run is unhealthy" in md and "0.05 -> 50" in md
+    answer = json.loads((tmp_path / "diagnose" / "answer.json").read_text())
+    many = [f for f in answer["extracted_facts"] if f.get("values") and len(f["values"]) > 1 and f.get("quote")]
+    assert many
+    for f in many:
+        entry = next(ln for ln in md.splitlines() if ln.startswith(f'- <a id="{f["id"].lower()}"></a>'))
+        assert f": {len(f['values'])} values" in entry and entry.count(", ") >= min(len(f["values"]), 12) - 1, entry
+        assert f"(the line quoted: step {f['step']})" in entry

@@ -1,24 +1,27 @@
 """answer.md: the page a human reads in a minute. Every claim carries its evidence ids, and the
 evidence section quotes the source lines (``path:line``) those ids rest on.
 
-An audit opens with at most :data:`TOP_LINES` lines: the verdict, what failed by how much, why
-this verdict (the statements that decided it), the commit that explains it and why, what to do
-and how to verify. Everything else (all checks, the evidence, calculations, the commits, findings,
+Every page (diagnose, compare, audit) opens with at most :data:`TOP_LINES` lines: the verdict,
+what failed by how much or what happened, why this verdict (the statements that decided it), the
+commit that explains it and why, what to do and how to verify. Everything else (all checks, the evidence, calculations, the commits, findings,
 plots, sources) follows in collapsible sections, each fact listed once."""
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable
 
-from trainaudit.answer.schema import Answer, Commit, Comparison, ExtractedFact
+from trainaudit.answer.schema import SEVERITY_ORDER, Answer, Commit, Comparison, ExtractedFact
 from trainaudit.compare.build import check_in_words
 from trainaudit.render.numbers import number, percent
 from trainaudit.redact import BACKTICKS, mask_secrets, md_code_block, md_inline
 
 MAX_ROWS = 25
+MAX_VALUES = 12  # values of a fact listed inline; answer.json has all
 MAX_QUOTE = 2000  # a source line quoted whole (a Megatron iteration line is about 400 characters); bounded for hostile input
-TOP_LINES = 20
+TOP_LINES = 12
 TOP_COMMITS = 5
+TOP_EVIDENCE = 6  # evidence ids at the top; the Root causes section has them all
 DECIDES = "decides the verdict: "
 NOTE = "note: "
 
@@ -84,99 +87,9 @@ def _checks_table(comparisons: list[Comparison]) -> list[str]:
 
 
 def render_markdown(answer: Answer, plot_files: list[str] | None = None) -> str:
-    if answer.task == "audit":
-        return render_audit(answer, plot_files)
-    fa = answer.final_answer
-    src = {s.id: s for s in answer.source_refs}
-    facts = {f.id: f for f in answer.extracted_facts}
-    out: list[str] = []
-    conf = max((rc.confidence for rc in fa.root_causes), default=None)
-    out.append(f"# trainaudit {answer.task}: **{fa.verdict}**")
-    out.append("")
-    line = f"Category: `{fa.category}`"
-    if fa.first_bad_step is not None:
-        line += f" · first bad step: **{fa.first_bad_step}**"
-    if conf is not None:
-        line += f" · confidence {conf:.2f}"
-    out += [line, "", md_inline(fa.summary), ""]
-
-    if fa.root_causes:
-        out.append("## Root cause" + ("s" if len(fa.root_causes) > 1 else ""))
-        for k, rc in enumerate(fa.root_causes, 1):
-            out.append(f"{k}. **{md_inline(rc.issue)}** (`{rc.category}`, {rc.severity}, confidence "
-                       f"{rc.confidence:.2f}; evidence {_ids(rc.evidence)})")
-            out.append(f"   - Fix: {md_inline(rc.fix)}")
-            out.append(f"   - Expected impact: {md_inline(rc.expected_impact)}")
-            out.append(f"   - Verify: {md_inline(rc.verify)}")
-        out.append("")
-    if fa.quick_fixes:
-        out.append("## Quick fixes")
-        out += [f"- {md_inline(q)}" for q in fa.quick_fixes] + [""]
-
-    if answer.comparisons:
-        out.append("## Checks")
-        out += _checks_table(answer.comparisons)
-        out.append("")
-
-    if answer.findings:
-        out.append("## Findings")
-        out.append("| id | rule | severity | metric | first bad step | message | evidence |")
-        out.append("|---|---|---|---|---|---|---|")
-        for d in answer.findings[:MAX_ROWS]:
-            out.append(f"| {d.id} | {d.rule} | {d.severity} | {_cell(d.metric or '-')} | {number(d.first_bad_step)} | "
-                       f"{_cell(d.message)} | {_ids(d.evidence)} |")
-        if len(answer.findings) > MAX_ROWS:
-            out.append(f"\n({len(answer.findings) - MAX_ROWS} more findings in answer.json)")
-        out.append("")
-
-    if answer.commits:
-        out.append("## Commits")
-        out.append("| commit | role | relevance | title | reason |")
-        out.append("|---|---|---|---|---|")
-        for cm in answer.commits[:MAX_ROWS]:
-            out.append(f"| `{cm.sha[:10]}` | {cm.role} | {cm.relevance:.2f} | {_cell(cm.title)} | {_cell(cm.reason)} |")
-        out.append("")
-
-    if plot_files:
-        out.append("## Plots")
-        out += [f"![{p}]({p})" for p in plot_files] + [""]
-
-    cited = _cited(answer)
-    if cited:
-        out.append("## Evidence")
-        for fid in cited[:MAX_ROWS * 2]:
-            f = facts.get(fid)
-            if f is None:
-                continue
-            out.append(_fact_md(f, src[f.source_ref].path if f.source_ref in src else f.source_ref))
-        if len(cited) > MAX_ROWS * 2:
-            out.append(f"- ({len(cited) - MAX_ROWS * 2} more facts in answer.json)")
-        if answer.calculations:
-            out.append("")
-            out.append("Calculations (recomputed by validation):")
-            for calc in answer.calculations[:MAX_ROWS]:
-                out.append(f"- <a id=\"{calc.id.lower()}\"></a>**{calc.id}** {md_inline(calc.description)}: "
-                           f"{_code(calc.formula)} = **{number(calc.result, 6)}**"
-                           f"{(' ' + md_inline(calc.unit)) if calc.unit else ''} (inputs {', '.join(calc.inputs)})")
-        out.append("")
-
-    if fa.needs_more_data:
-        out.append("## What would raise the confidence")
-        out += [f"- {md_inline(n)}" for n in fa.needs_more_data] + [""]
-
-    out.append("## Sources")
-    for s in answer.source_refs:
-        extra = f" @ `{s.commit[:12]}`" if s.commit else ""
-        sha = f" (sha256 `{s.sha256[:12]}`)" if s.sha256 else ""
-        out.append(f"- **{s.id}** {s.kind}: {_code(s.path)}{extra}{sha} {md_inline(s.description)}".rstrip())
-    out.append("")
-    v = answer.validation
-    failed = [c for c in v.checks if not c.passed]
-    out.append(f"Validation: {'all checks passed' if v.all_passed else 'FAILED'} "
-               f"({', '.join(c.name for c in v.checks)})"
-               + ("".join(f"\n- {c.name}: {md_inline(c.detail)}" for c in failed)))
-    out.append("")
-    return "\n".join(out)
+    """The same page for every task: at most :data:`TOP_LINES` lines that say what happened, why
+    and what to do, then everything else in collapsible sections."""
+    return render_audit(answer, plot_files)
 
 
 def _fact_md(f: ExtractedFact, path: str) -> str:
@@ -185,9 +98,13 @@ def _fact_md(f: ExtractedFact, path: str) -> str:
     if f.value is not None:
         value = f" = {number(f.value)}{(' ' + md_inline(f.unit)) if f.unit else ''}"
     elif f.values is not None:
-        value = f" ({len(f.values)} values)"
+        shown = ", ".join(number(v) if isinstance(v, float | int) else str(v) for v in f.values[:MAX_VALUES])
+        more = f", … {len(f.values) - MAX_VALUES} more" if len(f.values) > MAX_VALUES else ""
+        at = f" at steps {f.steps[0]}–{f.steps[-1]}" if f.steps else ""
+        value = f": {len(f.values)} values{at}: {md_inline(shown)}{more}"
     step = f" at step {f.step}" if f.step is not None and f"step {f.step}" not in f.statement else ""
-    text = f"- <a id=\"{f.id.lower()}\"></a>**{f.id}** {md_inline(f.statement)}{step}{value} — {_code(where)}"
+    line_of = f" (the line quoted: step {f.step})" if f.values is not None and f.quote and f.step is not None else ""
+    text = f"- <a id=\"{f.id.lower()}\"></a>**{f.id}** {md_inline(f.statement)}{step}{value} — {_code(where)}{line_of}"
     if f.quote:
         q = f.quote if len(f.quote) <= MAX_QUOTE else f.quote[:MAX_QUOTE - 3] + "..."
         text += "\n" + "\n".join("  " + ln for ln in md_code_block(q.replace("\n", " ")).split("\n"))
@@ -211,14 +128,27 @@ def culprit(answer: Answer) -> Commit | None:
     return next((c for c in answer.commits if c.sha in shas and c.role != "fix"), None)
 
 
+def counts_in_words(answer: Answer) -> str:
+    by = Counter(d.severity for d in answer.findings)
+    return ", ".join(f"{by[k]} {k}" for k in sorted(by, key=lambda k: -SEVERITY_ORDER[k]))
+
+
 def audit_top(answer: Answer) -> list[str]:
-    """The first lines of an audit's answer.md (at most TOP_LINES)."""
+    """The first lines of answer.md (at most TOP_LINES): the verdict, what failed or happened,
+    why, the culprit commit, what to do and how to verify."""
     fa = answer.final_answer
     facts = {f.id: f for f in answer.extracted_facts}
     rc = fa.root_causes[0] if fa.root_causes else None
     conf = f" · confidence {rc.confidence:.2f}" if rc else ""
     step = f" · first bad step {fa.first_bad_step}" if fa.first_bad_step is not None else ""
-    out = [f"# trainaudit audit: **{fa.verdict}** (`{fa.category}`{step}{conf})", ""]
+    out = [f"# trainaudit {answer.task}: **{fa.verdict}** (`{fa.category}`{step}{conf})", ""]
+    if not answer.comparisons:  # a run on its own: what happened, with the evidence it rests on
+        out.append(f"**What happened:** {md_inline(_cut(fa.summary))}")
+        if rc is not None and rc.evidence:
+            more = f" and {len(rc.evidence) - TOP_EVIDENCE} more below" if len(rc.evidence) > TOP_EVIDENCE else ""
+            out.append(f"**Evidence:** {_ids(rc.evidence[:TOP_EVIDENCE])}{more}")
+        if answer.findings:
+            out.append(f"**Findings:** {counts_in_words(answer)} (all in Findings below)")
     failed = [c for c in answer.comparisons if not c.passed]
     passed = list(dict.fromkeys(c.metric for c in answer.comparisons if c.passed
                                 and c.metric not in {f.metric for f in failed}))
@@ -239,7 +169,7 @@ def audit_top(answer: Answer) -> list[str]:
     if why:
         out.append(f"**Why {fa.verdict}:**")
         out += [f"- {md_inline(_cut(w))}" for w in list(dict.fromkeys(why))[:4]]
-    elif rc is not None:
+    elif rc is not None and answer.comparisons:
         out.append(f"**Why {fa.verdict}:** {md_inline(_cut(rc.issue))}")
     c = culprit(answer)
     if c is not None:
@@ -292,7 +222,7 @@ def render_audit(answer: Answer, plot_files: list[str] | None = None) -> str:
                         + (f", {len(fixes)} later fix(es)" if fixes else "") + ")", rows)
     if answer.findings:
         rows = ["| id | rule | severity | metric | first bad step | message | evidence |", "|---|---|---|---|---|---|---|"]
-        rows += [f"| {d.id} | {d.rule} | {d.severity} | {_cell(d.metric or '-')} | {number(d.first_bad_step)} | "
+        rows += [f"| <a id=\"{d.id.lower()}\"></a>{d.id} | {d.rule} | {d.severity} | {_cell(d.metric or '-')} | {number(d.first_bad_step)} | "
                  f"{_cell(d.message)} | {_ids(d.evidence)} |" for d in answer.findings[:MAX_ROWS]]
         out += _details(f"Findings ({len(answer.findings)})", rows)
     cited = _cited(answer)
