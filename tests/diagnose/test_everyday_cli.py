@@ -110,7 +110,12 @@ def test_finding_lines_are_whole_and_prose_wraps_at_80_columns(tmp_path: Path) -
         for d in report["findings"]:
             facts = {f["id"]: f for f in report["extracted_facts"]}
             cited = [facts[i] for i in d["evidence"] if i in facts]
-            where = paths[cited[0]["source_ref"]] + (f":{cited[0]['line']}" if cited[0].get("line") else "")
+            # the line of the finding's own step when its evidence quotes it, else its first quoted line
+            at_step = [f for f in cited if f.get("step") == d["first_bad_step"] and f.get("line")]
+            quoted = at_step or [f for f in cited if f.get("line")] or cited
+            where = paths[quoted[0]["source_ref"]] + (f":{quoted[0]['line']}" if quoted[0].get("line") else "")
+            if d["rule"] == "TA204":  # "grad_norm jumps 76.9x at step 121": the line of step 121, not 120's
+                assert where.endswith("metrics.jsonl:121"), where
             whole = f"{where}: {d['rule']} [{d['severity']}] {d['message']}"
             assert whole in findings, (whole, findings)
         assert any(len(ln) > int(cols) for ln in findings)  # a long one is not cut to the width
@@ -305,3 +310,15 @@ def test_answer_md_has_one_shape_for_diagnose_compare_and_audit(tmp_path: Path) 
         entry = next(ln for ln in md.splitlines() if ln.startswith(f'- <a id="{f["id"].lower()}"></a>'))
         assert f": {len(f['values'])} values" in entry and entry.count(", ") >= min(len(f["values"]), 12) - 1, entry
         assert f"(the line quoted: step {f['step']})" in entry
+
+
+def test_every_chart_marks_the_headline_first_bad_step(tmp_path: Path) -> None:
+    """The red line of each chart (PNG and HTML read charts.json) is the step the headline gives;
+    a finding that starts later keeps its own marker."""
+    assert run_cli("diagnose", str(EXAMPLE), "-o", "o", "-q", cwd=tmp_path).returncode == 1
+    answer = json.loads((tmp_path / "o" / "answer.json").read_text())
+    charts = json.loads((tmp_path / "o" / "charts.json").read_text())["charts"]
+    first = answer["final_answer"]["first_bad_step"]
+    assert first == 121 and charts and all(c["first_bad_step"] == first for c in charts)
+    loss = next(c for c in charts if c["metric"] == "lm loss")
+    assert [124, "TA101 from step 124"] in loss["markers"]

@@ -6,11 +6,16 @@ shell accepts, the severity `rules` lists against the one findings carry, closin
 from __future__ import annotations
 
 import json
+import math
 import re
 import shlex
+import statistics
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from shared_data import REPO, run_cli
 
@@ -89,7 +94,20 @@ def test_report_help_example_points_where_diagnose_writes(tmp_path: Path) -> Non
     assert run_cli("report", example.group(1), "-o", "report.html", cwd=tmp_path).returncode == 0
 
 
-def test_rules_lists_every_severity_its_findings_carry(tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def corpus_answers(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
+    """answer.json of `diagnose` on every run of the labelled log corpus (as a user runs it)."""
+    tmp = tmp_path_factory.mktemp("corpus")
+    out: dict[str, dict[str, Any]] = {}
+    for case in sorted(p for p in CORPUS.iterdir() if p.is_dir()):
+        r = run_cli("diagnose", str(case), "-o", str(tmp / case.name), "-q", "--no-plots")
+        if r.returncode in (0, 1):  # 2: an input the corpus keeps for its error message
+            out[case.name] = json.loads((tmp / case.name / "answer.json").read_text())
+    assert len(out) >= 150
+    return out
+
+
+def test_rules_lists_every_severity_its_findings_carry(corpus_answers: dict[str, dict[str, Any]]) -> None:
     listed = {r["id"]: r["severities"] for r in json.loads(run_cli("rules", "--json").stdout)}
     order = ["info", "low", "medium", "high", "critical"]
 
@@ -98,20 +116,114 @@ def test_rules_lists_every_severity_its_findings_carry(tmp_path: Path) -> None:
         return order.index(lo) <= order.index(sev) <= order.index(hi or lo)
 
     seen: dict[tuple[str, str], str] = {}
-    runs = sorted(p for p in CORPUS.iterdir() if p.is_dir())
-    for k, case in enumerate(runs):
-        r = run_cli("diagnose", str(case), "-o", str(tmp_path / f"o{k}"), "-q", "--no-plots")
-        if r.returncode not in (0, 1):
-            continue  # an input the corpus keeps for its error message
-        for d in json.loads((tmp_path / f"o{k}" / "answer.json").read_text())["findings"]:
-            seen.setdefault((d["rule"], d["severity"]), case.name)
-    assert any(sev != "info" and span.count("-") for (rid, sev), span in
-               ((k, listed.get(k[0], "")) for k in seen))  # the corpus exercises the ranges
+    for name, answer in corpus_answers.items():
+        for d in answer["findings"]:
+            seen.setdefault((d["rule"], d["severity"]), name)
+    assert any("-" in listed.get(rid, "") and sev != listed[rid].split("-")[0] for rid, sev in seen)
     wrong = {k: (listed.get(k[0]), case) for k, case in seen.items()
              if k[0] in listed and not within(k[1], listed[k[0]])}
     assert not wrong, wrong
     assert listed["TA301"] == "medium-high"
     assert re.search(r"^TA301  medium-high ", run_cli("rules").stdout, re.M)
+
+
+# A number in prose: 1.306, 7.538e+18, 76.9x, +45%; not one inside a word, a path or a date.
+PROSE_NUMBER = re.compile(r"(?<![\w.:/-])(\d+(?:\.\d+)?(?:e[-+]?\d+)?)(x|%)?(?![\w.:/-]*\w)")
+ANY_NUMBER = re.compile(r"\d+(?:\.\d+)?(?:[eE][-+]?\d+)?")
+
+
+def _evidence_numbers(ids: list[str], answer: dict[str, Any]) -> list[float]:
+    """Every number the cited evidence holds: facts (value, step, line, the values and steps of an
+    excerpt and their median, the numbers of the quoted line), calculations (result and inputs)."""
+    facts = {f["id"]: f for f in answer["extracted_facts"]}
+    calcs = {c["id"]: c for c in answer["calculations"]}
+    finds = {d["id"]: d["evidence"] for d in answer["findings"]}
+    out: list[float] = []
+    stack, seen = list(ids), set()
+    while stack:
+        i = stack.pop()
+        if i in seen:
+            continue
+        seen.add(i)
+        if i in facts:
+            f = facts[i]
+            nums = [f.get(k) for k in ("value", "step", "line")] + (f.get("steps") or [])
+            vals = [v for v in f.get("values") or [] if isinstance(v, int | float)]
+            if vals:
+                nums += vals + [statistics.median(vals)]
+            out += [float(v) for v in nums if isinstance(v, int | float) and not isinstance(v, bool)]
+            out += [float(t) for t in ANY_NUMBER.findall(f"{f.get('quote') or ''} {f['statement']}")]
+        if i in calcs:
+            if isinstance(calcs[i]["result"], int | float):
+                out.append(float(calcs[i]["result"]))
+            stack += calcs[i]["inputs"]
+        stack += finds.get(i, [])
+    return [x for x in out if math.isfinite(x)]
+
+
+def _shown_as(token: str, x: float, candidates: list[float]) -> bool:
+    """``token`` is one of ``candidates`` as prose rounds it (its decimals, or 3-4 significant digits)."""
+    decimals = len(token.split(".")[1].split("e")[0]) if "." in token else 0
+    tol = max(0.5 * 10 ** -decimals * 1.0001, abs(x) * 5e-3 if "e" in token or abs(x) >= 1000 else 0)
+    return any(abs(c - x) <= tol for c in candidates)
+
+
+# numbers the prose computes and shows with their formula: "ln(1000) = 6.908" (and its 1000 classes),
+# "28 of 28 logged values"
+SHOWN_WORK = re.compile(r"= ln\(\d+\)|ln\(\d+\) = [\d.]+|\d+ of \d+ logged values|\d+ being |guess over \d+ classes")
+
+
+def _number_agrees(token: str, suffix: str, candidates: list[float]) -> bool:
+    x = float(token)
+    if not suffix and token.isdigit() and x < 20:
+        return True  # small counts ("3 spikes", "2 of 2 values"): said by the finding, not quoted
+    if _shown_as(token, x, candidates):
+        return True
+    ratios = [a / b for a in candidates for b in candidates if b]
+    if suffix == "%":
+        ratios = [100 * (r - 1) for r in ratios] + [100 * r for r in ratios]
+    return bool(suffix) and _shown_as(token, x, ratios)
+
+
+def test_every_number_in_the_prose_is_the_number_of_its_evidence(corpus_answers: dict[str, dict[str, Any]]) -> None:
+    """Each finding's message, the root causes and the summary: every number they give is the
+    value, step, ratio or calculation of the evidence they cite (as displayed, rounded)."""
+    wrong: list[str] = []
+    checked = 0
+    for name, answer in corpus_answers.items():
+        texts = [(d["message"], d["evidence"]) for d in answer["findings"]]
+        fa = answer["final_answer"]
+        cited = [i for rc in fa["root_causes"] for i in rc["evidence"]]
+        texts += [(rc["issue"], rc["evidence"]) for rc in fa["root_causes"]]
+        if fa["root_causes"]:
+            texts.append((fa["summary"].split(" further problem(s): ")[0], cited))
+        for text, ids in texts:
+            numbers = _evidence_numbers(ids, answer)
+            for token, suffix in PROSE_NUMBER.findall(SHOWN_WORK.sub(" ", text)):
+                checked += 1
+                if not _number_agrees(token, suffix, numbers):
+                    wrong.append(f"{name}: {token}{suffix} in {text[:160]!r}")
+    assert checked > 500
+    assert not wrong, "\n".join(wrong[:40])
+
+
+def test_the_summary_step_is_the_step_of_its_category(corpus_answers: dict[str, dict[str, Any]]) -> None:
+    """"NaN/Inf values from step N": N is where the category's own findings start (the first NaN),
+    an earlier first sign is named as such."""
+    checked = 0
+    for name, answer in corpus_answers.items():
+        fa = answer["final_answer"]
+        m = re.match(r"The run (?:is unhealthy|crashed): [^.]*? from step (\d+)( \(first sign at step (\d+)\))?\.",
+                     fa["summary"])
+        if m is None or not fa["root_causes"]:
+            continue
+        own = [d["first_bad_step"] for d in answer["findings"] if d["category"] == fa["category"]
+               and d["first_bad_step"] is not None and d["id"] in fa["root_causes"][0]["evidence"]]
+        if own:
+            checked += 1
+            assert int(m.group(1)) == min(own), (name, fa["summary"][:200], own)
+            assert m.group(3) is None or int(m.group(3)) == fa["first_bad_step"] < int(m.group(1)), name
+    assert checked >= 30
 
 
 def test_closing_lines_fit_80_columns(tmp_path: Path) -> None:

@@ -14,9 +14,11 @@ class Location:
     line: int | None
 
 
-def locate(answer: Answer, evidence: list[str]) -> Location:
-    """The first quoted source line behind a list of evidence ids (through calculations and
-    findings), else the first source file they rest on."""
+def locate(answer: Answer, evidence: list[str], step: int | None = None) -> Location:
+    """The quoted source line behind a list of evidence ids (through calculations and findings):
+    the line of ``step`` when one of them quotes it (a finding "at step 121" points at step 121's
+    line, not at the value before it that its evidence also quotes), else the first quoted line,
+    else the first source file they rest on."""
     facts = {f.id: f for f in answer.extracted_facts}
     calcs = {c.id: c.inputs for c in answer.calculations}
     finds = {d.id: d.evidence for d in answer.findings}
@@ -32,6 +34,12 @@ def locate(answer: Answer, evidence: list[str]) -> Location:
         if i in facts:
             order.append(i)
         stack.extend(reversed(calcs.get(i, []) + finds.get(i, [])))
+    if step is not None:
+        for i in order:
+            f = facts[i]
+            s = src.get(f.source_ref)
+            if f.step == step and f.line and s is not None and s.kind not in ("commit", "repo"):
+                return Location(s.path, f.line)
     fallback: Location | None = None
     for i in order:
         f = facts[i]

@@ -257,7 +257,13 @@ def diagnose(hits: list[Hit], *, n_loss_points: int = 0, has: set[str] | None = 
         p = stories[0]
         verdict = "crash" if fatal else "unhealthy"
         category, first = p.category, p.first_bad_step
-        where = f" from step {first}" if first is not None else ""
+        # the step the category's own evidence shows first (NaN values from the first NaN, not from
+        # the grad-norm spike that preceded them), and the story's earlier first sign beside it
+        own = [h.first_bad_step for h in p.hits if h.category == category and h.first_bad_step is not None]
+        shown = min(own) if own else first
+        where = f" from step {shown}" if shown is not None else ""
+        if shown is not None and first is not None and first < shown:
+            where += f" (first sign at step {first})"
         summary = f"{'The run crashed' if fatal else 'The run is unhealthy'}: {_CATEGORY_WORDS.get(category, category.replace('_', ' '))}{where}. {_sentence(p.issue)}"
         if len(stories) > 1:
             summary += f" {len(stories) - 1} further problem(s): " + ", ".join(s.category for s in stories[1:4]) + "."

@@ -13,11 +13,10 @@ from collections.abc import Iterable
 
 from trainaudit.answer.schema import SEVERITY_ORDER, Answer, Commit, Comparison, ExtractedFact
 from trainaudit.compare.build import check_in_words
-from trainaudit.render.numbers import number, percent
+from trainaudit.render.numbers import number, percent, values_in_words
 from trainaudit.redact import BACKTICKS, mask_secrets, md_code_block, md_inline
 
 MAX_ROWS = 25
-MAX_VALUES = 12  # values of a fact listed inline; answer.json has all
 MAX_QUOTE = 2000  # a source line quoted whole (a Megatron iteration line is about 400 characters); bounded for hostile input
 TOP_LINES = 12
 TOP_COMMITS = 5
@@ -98,10 +97,7 @@ def _fact_md(f: ExtractedFact, path: str) -> str:
     if f.value is not None:
         value = f" = {number(f.value)}{(' ' + md_inline(f.unit)) if f.unit else ''}"
     elif f.values is not None:
-        shown = ", ".join(number(v) if isinstance(v, float | int) else str(v) for v in f.values[:MAX_VALUES])
-        more = f", … {len(f.values) - MAX_VALUES} more" if len(f.values) > MAX_VALUES else ""
-        at = f" at steps {f.steps[0]}–{f.steps[-1]}" if f.steps else ""
-        value = f": {len(f.values)} values{at}: {md_inline(shown)}{more}"
+        value = f": {md_inline(values_in_words(f.values, f.steps))}"
     step = f" at step {f.step}" if f.step is not None and f"step {f.step}" not in f.statement else ""
     line_of = f" (the line quoted: step {f.step})" if f.values is not None and f.quote and f.step is not None else ""
     text = f"- <a id=\"{f.id.lower()}\"></a>**{f.id}** {md_inline(f.statement)}{step}{value} — {_code(where)}{line_of}"

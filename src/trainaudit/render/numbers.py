@@ -23,3 +23,15 @@ def number(v: float | str | None, digits: int = 4, missing: str = "-") -> str:
 def percent(v: float | None, missing: str = "-") -> str:
     """A ratio as a percentage with 3 significant digits (0.145 -> ``14.5 %``)."""
     return missing if v is None else f"{v * 100:.3g} %"
+
+
+MAX_VALUES = 12  # values of an excerpt listed inline; answer.json has all
+
+
+def values_in_words(values: list[float | str | None], steps: list[int] | None) -> str:
+    """``10 values at steps 119–128: 2.636, 2.188, nan, ...``: an excerpt said with its values (its
+    quote is one line; a bare count beside it would read as if that line held them all)."""
+    shown = ", ".join(number(v) if isinstance(v, float | int) else str(v) for v in values[:MAX_VALUES])
+    more = f" and {len(values) - MAX_VALUES} more (in answer.json)" if len(values) > MAX_VALUES else ""
+    at = f" at steps {steps[0]}–{steps[-1]}" if steps else ""
+    return f"{len(values)} values{at}: {shown}{more}"

@@ -45,7 +45,7 @@ def rated(where: str, rule: str, severity: str, message: str) -> Text:
 
 
 def finding_line(answer: Answer, d: Finding) -> Text:
-    loc = locate(answer, d.evidence)
+    loc = locate(answer, d.evidence, d.first_bad_step)
     where = loc.path or "-"
     if loc.line:
         where += f":{loc.line}"

@@ -91,6 +91,9 @@ class NonFiniteMetric(Rule):
                          severity="critical" if role != "val_loss" else "high",
                          category=Category.DATA_PIPELINE if from_start else self.category)
             h.point("bad", s, i, f"first non-finite {s.name} ({what}) at step {int(s.steps[i])}")
+            if named is not None:  # the step the message gives is the one this check names: quote it
+                h.ev("named", next(e for e in checks if e.step == named and e.data.get("known")),
+                     "the NaN check that names the iteration")
             if i > 0:
                 h.point("prev", s, i - 1, f"last value of {s.name} before it, step {int(s.steps[i - 1])}")
             lo = max(0, i - 5)

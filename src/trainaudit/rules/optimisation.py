@@ -320,6 +320,8 @@ class NotLearning(Rule):
                      category=Category.MODE_COLLAPSE if c in SSL_SIZES else self.category)
         h.point("flat", s, len(s) - 1, f"{s.name} over the flat points", indices=np.arange(start, len(s)))
         h.calc("median", f"median {s.name} over the flat points", "median({flat})")
+        if not c and acc is not None:  # the accuracy the message quotes, at its highest
+            h.point("acc", acc, int(np.argmax(acc.values)), f"highest {acc.name}")
         return [h]
 
 
