@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from trainaudit.answer.schema import Answer
+from trainaudit.answer.schema import Answer, Commit
 
 
 @dataclass(frozen=True)
@@ -50,3 +50,20 @@ def locate(answer: Answer, evidence: list[str], step: int | None = None) -> Loca
             return Location(s.path, f.line)
         fallback = fallback or Location(s.path, None)
     return fallback or Location(None, None)
+
+
+def culprit(answer: Answer) -> Commit | None:
+    """The commit the first root cause cites (the one that explains the failure): the one answer.md
+    names and the batch table shows."""
+    if not answer.final_answer.root_causes:
+        return None
+    cited = set(answer.final_answer.root_causes[0].evidence)
+    src = {s.id: s for s in answer.source_refs}
+    shas = {src[f.source_ref].commit for f in answer.extracted_facts
+            if f.id in cited and f.source_ref in src and src[f.source_ref].kind == "commit"}
+    return next((c for c in answer.commits if c.sha in shas and c.role != "fix"), None)
+
+
+def nothing_failed(answer: Answer) -> bool:
+    """The verdict is pass, or nothing failed that the artifacts show (category healthy)."""
+    return answer.final_answer.verdict in ("pass", "healthy") or answer.final_answer.category == "healthy"

@@ -27,6 +27,7 @@ from trainaudit.redact import mask_secrets
 from trainaudit.render.terminal import (DEFAULT_FINDINGS, closing_line, comparison_line, finding_line,
                                         ordered_findings, verdict_line)
 from trainaudit.render.write import ReportPaths, fresh_dir
+from trainaudit.rules.registry import ALL_RULES
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -69,8 +70,6 @@ def no_plots_option(f: F) -> F:
 
 def _rule_ids(_ctx: click.Context, param: click.Parameter, value: str | None) -> list[str]:
     """``TA1,TA204``: rule ids or prefixes, each of which names at least one rule."""
-    from trainaudit.rules.registry import ALL_RULES  # the rules import numpy: only when a flag is given
-
     ids = [x.strip().upper() for x in (value or "").split(",") if x.strip()]
     known = [cls.id for cls in ALL_RULES]
     for x in ids:

@@ -11,7 +11,8 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable
 
-from trainaudit.answer.schema import SEVERITY_ORDER, Answer, Commit, Comparison, ExtractedFact
+from trainaudit.answer.locate import culprit
+from trainaudit.answer.schema import SEVERITY_ORDER, Answer, Comparison, ExtractedFact
 from trainaudit.compare.build import check_in_words
 from trainaudit.render.numbers import number, percent, values_in_words
 from trainaudit.redact import BACKTICKS, mask_secrets, md_code_block, md_inline
@@ -111,17 +112,6 @@ def _fact_md(f: ExtractedFact, path: str) -> str:
 def _cut(text: str) -> str:
     """Text on one line, whole (never cut: a cut sentence loses the number it ends with)."""
     return " ".join(text.split())
-
-
-def culprit(answer: Answer) -> Commit | None:
-    """The commit the first root cause cites (the one that explains the failure)."""
-    if not answer.final_answer.root_causes:
-        return None
-    cited = set(answer.final_answer.root_causes[0].evidence)
-    src = {s.id: s for s in answer.source_refs}
-    shas = {src[f.source_ref].commit for f in answer.extracted_facts
-            if f.id in cited and f.source_ref in src and src[f.source_ref].kind == "commit"}
-    return next((c for c in answer.commits if c.sha in shas and c.role != "fix"), None)
 
 
 def counts_in_words(answer: Answer) -> str:
