@@ -20,6 +20,7 @@ import argparse
 import json
 import math
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -138,6 +139,19 @@ def build_repo(repo: Path) -> dict[str, str]:
     return shas
 
 
+def trainaudit_command(cwd: Path) -> list[str]:
+    """How to run this interpreter's trainaudit from ``cwd``, as a user can copy it: the console
+    script installed beside the interpreter (``.venv/bin/trainaudit`` after ``make demo``, which
+    is not on PATH until the venv is activated), else ``python -m trainaudit``."""
+    here = Path(sys.executable).parent
+    script = here / ("trainaudit.exe" if os.name == "nt" else "trainaudit")
+    target = script if script.is_file() else Path(sys.executable)
+    shown = os.path.relpath(target, cwd) if target.is_relative_to(Path.cwd()) else str(target)
+    if os.sep not in shown:
+        shown = os.path.join(".", shown)
+    return [shown] if target == script else [shown, "-m", "trainaudit"]
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", type=Path, default=Path("trainaudit-out/audit-demo"), help="where to build and audit")
@@ -161,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
         write_artifacts(art)
     cmd = ["audit", "artifacts/failing", "--passing", "artifacts/passing", "--repo", "repo",
            "--good", shas["good"], "--bad", shas["bad"], "-o", "report"]
-    print("trainaudit " + " ".join(cmd) + f"   (in {out})")
+    print(f"$ cd {shlex.quote(str(out))} && {shlex.join([*trainaudit_command(out), *cmd])}", flush=True)
     if not args.run:
         return 0
     proc = subprocess.run([sys.executable, "-m", "trainaudit", *cmd], cwd=out)

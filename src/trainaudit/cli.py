@@ -12,6 +12,7 @@ with one line.
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import os
 import sys
@@ -53,6 +54,16 @@ class LazyGroup(click.Group):
         cmd = getattr(module, cmd_name)
         assert isinstance(cmd, click.Command)
         return cmd
+
+    def resolve_command(self, ctx: click.Context, args: list[str]) -> tuple[str | None, click.Command | None,
+                                                                             list[str]]:
+        """An unknown command says which one was probably meant (as git's "did you mean")."""
+        name = args[0] if args else ""
+        if name and not name.startswith("-") and name not in COMMANDS:
+            close = difflib.get_close_matches(name, list(COMMANDS), n=1, cutoff=0.6)
+            hint = f" Did you mean '{close[0]}'?" if close else " See `trainaudit --help`."
+            raise click.UsageError(f"No such command '{name}'.{hint}", ctx)
+        return super().resolve_command(ctx, args)
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         with formatter.section("Commands"):

@@ -17,3 +17,8 @@ class UsageError(InputError):
 
 class PathRefused(InputError):
     """A path outside the allowed roots (or leading there through a link)."""
+
+
+# The next step after an input that held nothing to analyse (appended to those errors).
+READABLE_HINT = ("give a training log, a metrics file (CSV, JSONL, Parquet) or TensorBoard event files; "
+                 "`trainaudit parse FILE` shows what is read, --format NAME forces a reader")

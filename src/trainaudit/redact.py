@@ -195,15 +195,18 @@ def mask_secrets(text: str) -> str:
 # 0.31, "Backslash escapes" and "Entity and numeric character references").
 BACKTICKS = re.compile(r"`++")  # a run of backticks (the fences around text must be longer)
 # A backslash is escaped too, so "\\|" from input cannot turn the escape of "|" into a literal backslash
-# and a live column separator (GFM tables, https://github.github.com/gfm/#tables-extension-).
-_MD_SPECIAL = str.maketrans({"\\": "\\\\", "|": "\\|", "<": "&lt;", ">": "&gt;", "[": "\\[", "]": "\\]",
+# and a live column separator (GFM tables, https://github.github.com/gfm/#tables-extension-). ">"
+# starts nothing inline (only a block quote at the start of a line, escaped there), so "0.05 -> 50"
+# stays readable in the raw file instead of showing "-&gt;".
+_MD_SPECIAL = str.maketrans({"\\": "\\\\", "|": "\\|", "<": "&lt;", "[": "\\[", "]": "\\]",
                              "\n": " ", "\r": " "})
 
 
 def md_inline(text: str) -> str:
     """Text from input placed into Markdown (answer.md, job summaries, post bodies, table cells):
     masked, on one line, without HTML, images/links or table separators."""
-    return mask_secrets(text).translate(_MD_SPECIAL)
+    out = mask_secrets(text).translate(_MD_SPECIAL)
+    return "\\" + out if out.lstrip().startswith(">") else out
 
 
 _ID_UNSAFE = re.compile(r"[^a-z0-9_.\-]++")

@@ -149,3 +149,19 @@ def test_batch_input_errors(tmp_path: Path) -> None:
     assert res.returncode == 2 and "empty: no artifact sets" in res.stderr
     res = run_cli("batch", "nope", cwd=tmp_path)
     assert res.returncode == 2 and "nope: no such file or directory" in res.stderr and "Traceback" not in res.stderr
+
+
+def test_a_healthy_set_is_not_counted_as_a_failure(tmp_path: Path) -> None:
+    sets = tmp_path / "sets"
+    nan_run(sets / "job-sick", 150)
+    nan_run(sets / "job-fine", 10_000)  # never NaN: a healthy run
+    res = run_cli("batch", "sets", "-o", "out", "--json", cwd=tmp_path)
+    assert res.returncode == 1, res.stderr
+    rows = {r["name"]: r for r in json.loads(res.stdout)["sets"]}
+    assert rows["job-fine"]["failed"] is False and rows["job-sick"]["failed"] is True
+    md = (tmp_path / "out" / "batch.md").read_text()
+    assert md.startswith("# trainaudit batch: 1 failure, 1 distinct root cause (1 set(s) with nothing failing)")
+    failures = md.split("## Failures")[1].split("## Shared")[0]
+    assert "| job-sick |" in failures and "| job-fine |" not in failures and "Nothing failing: job-fine." in failures
+    for name, r in rows.items():  # the top commit is the one the set's own answer.md names (none here)
+        assert r["top_commit"] is None and "**Culprit:** `" not in (tmp_path / "out" / name / "answer.md").read_text()

@@ -8,6 +8,7 @@ import json
 import os
 import pty
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -90,22 +91,46 @@ def test_exit_codes_are_the_same_on_every_command(tmp_path: Path) -> None:
         assert r.returncode == 2 and r.stderr.count("\n") == 1 and "Traceback" not in r.stderr, (args, r.stderr)
 
 
-def test_terminal_output_fits_80_columns_one_line_per_finding(tmp_path: Path) -> None:
-    env_cols = {**os.environ, "COLUMNS": "80"}
-    r = subprocess.run([sys.executable, "-m", "trainaudit", "diagnose", str(EXAMPLE), "-o", "o"],
-                       capture_output=True, text=True, env=env_cols, timeout=300, cwd=tmp_path)
-    assert r.returncode == 1, r.stderr
-    lines = r.stdout.splitlines()
-    assert ANSI not in r.stdout  # colour only on a terminal
-    assert all(len(ln) <= 80 for ln in lines), [ln for ln in lines if len(ln) > 80]
-    findings = [ln for ln in lines if FINDING.match(ln)]
-    report = json.loads((tmp_path / "o" / "answer.json").read_text())
-    assert len(findings) == len(report["findings"]) >= 4
-    assert re.match(r"\S*nan-after-lr-jump/train\.log:\d+: TA101 \[critical\] lm loss is NaN", findings[0]), findings
-    assert not re.search(r"\w-$", "\n".join(lines), re.M)  # no word split across lines
-    assert re.match(r"UNHEALTHY nan_inf from step \d+ \(confidence 0\.\d\d\)$", lines[lines.index(findings[-1]) + 2])
-    n = len(report["findings"])
-    assert lines[-1].startswith(f"unhealthy: {n} findings (2 critical, ") and lines[-1].endswith(" in o")
+def test_finding_lines_are_whole_and_prose_wraps_at_80_columns(tmp_path: Path) -> None:
+    """As Ruff: ``path:line: CODE [severity] message`` with the full path and the full message,
+    never cut, on a pipe and at any width (the terminal wraps it); the prose wraps at words."""
+    run = tmp_path / "some" / "deeply" / "nested" / "experiment-folder" / "nan-after-lr-jump"
+    shutil.copytree(EXAMPLE, run)
+    for cols in ("40", "80"):
+        r = subprocess.run([sys.executable, "-m", "trainaudit", "diagnose", str(run.relative_to(tmp_path)), "-o", "o"],
+                           capture_output=True, text=True, env={**os.environ, "COLUMNS": cols}, timeout=300,
+                           cwd=tmp_path)
+        assert r.returncode == 1, r.stderr
+        lines = r.stdout.splitlines()
+        assert ANSI not in r.stdout and "…" not in r.stdout and " ..." not in r.stdout  # colour only on a terminal
+        report = json.loads((tmp_path / "o" / "answer.json").read_text())
+        paths = {s["id"]: s["path"] for s in report["source_refs"]}
+        findings = [ln for ln in lines if FINDING.match(ln)]
+        assert len(findings) == len(report["findings"]) >= 4
+        for d in report["findings"]:
+            facts = {f["id"]: f for f in report["extracted_facts"]}
+            cited = [facts[i] for i in d["evidence"] if i in facts]
+            # the line of the finding's own step when its evidence quotes it, else its first quoted line
+            at_step = [f for f in cited if f.get("step") == d["first_bad_step"] and f.get("line")]
+            quoted = at_step or [f for f in cited if f.get("line")] or cited
+            where = paths[quoted[0]["source_ref"]] + (f":{quoted[0]['line']}" if quoted[0].get("line") else "")
+            if d["rule"] == "TA204":  # "grad_norm jumps 76.9x at step 121": the line of step 121, not 120's
+                assert where.endswith("metrics.jsonl:121"), where
+            whole = f"{where}: {d['rule']} [{d['severity']}] {d['message']}"
+            assert whole in findings, (whole, findings)
+        assert any(len(ln) > int(cols) for ln in findings)  # a long one is not cut to the width
+        assert findings[0].startswith("some/deeply/nested/experiment-folder/nan-after-lr-jump/train.log:")
+        prose = [ln for ln in lines if ln not in findings and not ln.startswith(("unhealthy: ", "UNHEALTHY "))]
+        assert all(len(ln) <= int(cols) for ln in prose), [ln for ln in prose if len(ln) > int(cols)]
+        assert not re.search(r"\w-$", "\n".join(prose), re.M)  # no word split across lines
+        assert re.match(r"UNHEALTHY nan_inf from step \d+ \(confidence 0\.\d\d\)$", lines[lines.index(findings[-1]) + 2])
+        n = len(report["findings"])
+        assert lines[-1] == f"unhealthy: {n} findings (2 critical, 1 high, 1 medium, 1 low) in o"
+        # the summary is the whole sentence of answer.json, wrapped, never shortened
+        summary = " ".join(lines[lines.index(findings[-1]) + 3:]).split(" fix: ")[0]
+        assert " ".join(report["final_answer"]["summary"].split()) in " ".join(summary.split())
+    md = (tmp_path / "o" / "answer.md").read_text(encoding="utf-8")
+    assert "…" not in md and " ..." not in md.split("<details>")[0]
     quiet = run_cli("diagnose", str(EXAMPLE), "-o", str(tmp_path / "o"), "-q")
     assert quiet.stdout.count("\n") == 1 and quiet.stdout.startswith(f"unhealthy: {n} findings")
     verbose = run_cli("diagnose", str(EXAMPLE), "-o", str(tmp_path / "o"), "-v").stdout
@@ -121,8 +146,8 @@ def test_a_failing_gate_says_what_decided_it_first(tmp_path: Path) -> None:
     lines = r.stdout.splitlines()
     assert lines[0].startswith("FAIL iteration-time approximate: median +14.5% over steps 30-45")
     assert not [ln for ln in lines if ln.startswith("PASS ")]  # passing checks: counted, shown with -v
-    assert lines[-1].startswith("gating_policy_issue: 1 finding (1 medium), 1/7 checks failed in ")
-    assert all(len(ln) <= 80 for ln in lines)
+    assert lines[-1].startswith("gating_policy_issue: 1 medium finding, 1/7 checks failed in ")
+    assert lines[0].endswith("(0.90419 vs 0.78978, rtol 0.05)")  # whole, not cut at 80 columns
     verbose = run_cli("compare", "--golden", str(MIMO / "history" / "golden_values_dev_dgx_h100.at_4e85d74ae9.json"),
                       str(MIMO / "history" / "golden_values_dev_dgx_h100.at_5fe3f06658.json"),
                       "--model-config", str(MIMO / "model_config.yaml"), "-o", "o", "-v", cwd=tmp_path).stdout
@@ -224,3 +249,76 @@ def test_a_finding_quotes_the_file_its_step_comes_from(tmp_path: Path) -> None:
     quoted = {src[facts[e]["source_ref"]].rsplit("/", 1)[-1]: facts[e] for e in oom["evidence"] if e in facts}
     assert oom["first_bad_step"] == 60 and set(quoted) == {"stderr.log", "metrics.jsonl"}
     assert quoted["metrics.jsonl"]["line"] == 60 and '"step": 60' in quoted["metrics.jsonl"]["quote"]
+
+
+def test_the_audit_spinner_redraws_one_line_on_a_terminal(tmp_path: Path) -> None:
+    """Each frame of the spinner starts with "\\r" and erase-line and the last one is erased before
+    the report, so a real terminal shows one moving line and then the report (not frames run
+    together or left on screen)."""
+    demo = REPO / "examples" / "audit-demo"
+    code, shown = _pty(["audit", str(demo / "failing"), "--passing", str(demo / "passing"), "-o", "o"], tmp_path)
+    assert code == 1, shown[-400:]
+    hide, unhide = b"\x1b[?25l", b"\x1b[?25h"  # rich hides the cursor while the spinner runs
+    assert shown.startswith(hide) and unhide in shown
+    spinner, report = shown[len(hide):].split(unhide, 1)
+    frames = [re.sub(rb"\x1b\[[0-9;]*m", b"", f) for f in spinner.rstrip(b"\r\n").split(b"\r\x1b[2K")]
+    assert frames and all(re.fullmatch(rb"\S+ [a-z][a-z ',:./0-9-]*", f) for f in frames), frames
+    assert report.startswith(b"\r\x1b[1A\x1b[2K")  # the spinner's line is erased before the report
+    assert b"FAIL lm loss approximate" in report and b" checks failed in o" in report
+
+
+def test_the_demo_prints_commands_that_run_as_printed(tmp_path: Path) -> None:
+    """`make demo` installs trainaudit into a virtual environment that is not on PATH: each command
+    the demo prints must run as printed from a shell whose PATH does not hold it."""
+    r = subprocess.run([sys.executable, str(REPO / "examples" / "run_demo.py"), "--out", str(tmp_path / "demo")],
+                       capture_output=True, text=True, timeout=600, cwd=REPO)
+    assert r.returncode == 0, r.stderr
+    shown = [ln[2:] for ln in r.stdout.splitlines() if ln.startswith("$ ") and "trainaudit" in ln
+             and "make_audit_demo" not in ln]
+    assert len(shown) == 2 and not any(c.startswith("trainaudit ") for c in shown), shown
+    bare_path = {**os.environ, "PATH": "/usr/bin:/bin"}
+    assert subprocess.run(["sh", "-c", "command -v trainaudit"], env=bare_path).returncode != 0
+    for cmd in shown:
+        again = subprocess.run(["sh", "-c", cmd + " -q"], capture_output=True, text=True, timeout=600, cwd=REPO,
+                               env=bare_path)
+        assert again.returncode in (0, 1) and "findings" in again.stdout, (cmd, again.stderr)
+    if not shutil.which("trainaudit", path="/usr/bin:/bin"):
+        assert "not on PATH" in r.stdout and "bin/activate" in r.stdout
+
+
+def test_answer_md_has_one_shape_for_diagnose_compare_and_audit(tmp_path: Path) -> None:
+    """A short top (what happened or failed, the evidence, what to do), then collapsible sections;
+    no HTML entities in prose; a fact over many values lists them rather than quoting one line
+    under a count."""
+    demo = REPO / "examples" / "audit-demo"
+    runs = {"diagnose": ["diagnose", str(EXAMPLE)],
+            "compare": ["compare", str(demo / "passing" / "train.log"), str(demo / "failing" / "train.log")],
+            "audit": ["audit", str(demo / "failing"), "--passing", str(demo / "passing")]}
+    for task, args in runs.items():
+        assert run_cli(*args, "-o", task, "-q", cwd=tmp_path).returncode == 1
+        md = (tmp_path / task / "answer.md").read_text(encoding="utf-8")
+        top = md.split("<details>")[0].strip().splitlines()
+        assert top[0].startswith(f"# trainaudit {task}: **") and 3 <= len(top) <= 12, top
+        assert any(ln.startswith("**What to do:** ") for ln in top), top
+        assert md.count("<details>") >= 3 and "&gt;" not in md and "&amp;" not in md
+    md = (tmp_path / "diagnose" / "answer.md").read_text(encoding="utf-8")
+    assert "**What happened:** The run is unhealthy" in md and "0.05 -> 50" in md
+    answer = json.loads((tmp_path / "diagnose" / "answer.json").read_text())
+    many = [f for f in answer["extracted_facts"] if f.get("values") and len(f["values"]) > 1 and f.get("quote")]
+    assert many
+    for f in many:
+        entry = next(ln for ln in md.splitlines() if ln.startswith(f'- <a id="{f["id"].lower()}"></a>'))
+        assert f": {len(f['values'])} values" in entry and entry.count(", ") >= min(len(f["values"]), 12) - 1, entry
+        assert f"(the line quoted: step {f['step']})" in entry
+
+
+def test_every_chart_marks_the_headline_first_bad_step(tmp_path: Path) -> None:
+    """The red line of each chart (PNG and HTML read charts.json) is the step the headline gives;
+    a finding that starts later keeps its own marker."""
+    assert run_cli("diagnose", str(EXAMPLE), "-o", "o", "-q", cwd=tmp_path).returncode == 1
+    answer = json.loads((tmp_path / "o" / "answer.json").read_text())
+    charts = json.loads((tmp_path / "o" / "charts.json").read_text())["charts"]
+    first = answer["final_answer"]["first_bad_step"]
+    assert first == 121 and charts and all(c["first_bad_step"] == first for c in charts)
+    loss = next(c for c in charts if c["metric"] == "lm loss")
+    assert [124, "TA101 from step 124"] in loss["markers"]

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.post.fakeservice import FakeService
+from trainaudit.post.send import plan_issue
 from trainaudit.render.page import load_answer
 from trainaudit.answer.fingerprint import fingerprint, marker
 
@@ -114,3 +115,15 @@ def test_bad_token_and_bad_webhook_are_one_clear_line(answers: tuple[Path, Path]
         assert res.returncode == 2 and "needs a token in $GITHUB_TOKEN" in res.stderr
         res = cli("post", str(answers[0].parent / "missing.json"), "--github-issue", REPO)
         assert res.returncode == 2 and "missing.json: no such file" in res.stderr
+
+
+def test_dry_run_flag_is_accepted_and_the_issue_body_is_printed_once(answers: tuple[Path, Path]) -> None:
+    default = cli("post", str(answers[0]), "--github-issue", REPO)
+    explicit = cli("post", str(answers[0]), "--github-issue", REPO, "--dry-run")
+    assert explicit.returncode == 0, explicit.stderr
+    assert explicit.stdout == default.stdout and explicit.stdout.startswith("DRY RUN: nothing is sent")
+    body = plan_issue(load_answer(answers[0]), REPO, api=None, label="trainaudit", link=None).body
+    first_line = body.splitlines()[0]
+    assert explicit.stdout.count(first_line) == 1  # readable Markdown, once; not JSON-escaped in each request
+    assert json.dumps(body) not in explicit.stdout
+    assert explicit.stdout.count(f'"body": "<the issue body below: {len(body)} characters>"') == 2

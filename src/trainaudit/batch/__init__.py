@@ -27,6 +27,7 @@ from typing import Any
 from trainaudit.answer.charts import PlotSpec
 from trainaudit.answer.fingerprint import cause_key, fingerprint
 from trainaudit.answer.load import load_answer
+from trainaudit.answer.locate import culprit, nothing_failed
 from trainaudit.answer.schema import SEVERITY_ORDER, Answer, Commit
 from trainaudit.audit import AuditOptions, run_audit
 from trainaudit.errors import InputError
@@ -209,9 +210,9 @@ def compare_members(result: BatchResult) -> dict[str, Any]:
             rows.append({"name": m.name, "error": m.error})
             continue
         fa = m.answer.final_answer
-        top = _named(m.answer) or next((c for c in m.answer.commits if c.role == "suspect"), None) or \
-            next((c for c in m.answer.commits if c.role == "environment_change"), None)
+        top = culprit(m.answer)  # the commit its answer.md names, never another one
         rows.append({"name": m.name, "verdict": fa.verdict, "category": fa.category,
+                     "failed": not nothing_failed(m.answer),
                      "first_bad_step": fa.first_bad_step, "cause": cause_key(m.answer),
                      "fingerprint": fingerprint(m.answer), "summary": fa.summary,
                      "top_commit": None if top is None else {"sha": top.sha, "role": top.role, "title": top.title},

@@ -11,9 +11,10 @@ from rich.text import Text
 
 from trainaudit.audit import AuditOptions, run_audit
 from trainaudit.commands.batch import batch
-from trainaudit.commands.common import default_out, exit_code, fail_on_option, out_option, print_summary, \
+from trainaudit.commands.common import no_plots_option, default_out, exit_code, fail_on_option, out_option, print_summary, \
     report_notes, verbosity_options
 from trainaudit.errors import UsageError
+from trainaudit.redact import mask_secrets
 from trainaudit.ingest import format_names
 from trainaudit.render.write import write_report
 from trainaudit.llm.options import llm_options, narrate_if_requested
@@ -54,6 +55,7 @@ from trainaudit.redact import json_model
                    "or archive); writes one answer per failure plus batch.md / batch.json grouping shared root "
                    "causes, commits and environment changes (default -o trainaudit-out/batch). Same as "
                    "`trainaudit batch`.")
+@no_plots_option
 @llm_options  # --llm, --llm-base-url, --llm-timeout
 @click.pass_context
 def audit(ctx: click.Context, inputs: tuple[str, ...], passing: tuple[str, ...], repo: str | None, good: str | None,
@@ -61,7 +63,7 @@ def audit(ctx: click.Context, inputs: tuple[str, ...], passing: tuple[str, ...],
           gitlab: tuple[str, ...], github_api_url: str | None, find_fix: bool, policy: str | None, out: Path,
           as_json: bool,
           quiet: bool, verbose: bool, fail_on: str | None, fmt: str | None, batch_mode: bool = False,
-          batch_html: bool = False) -> int:
+          batch_html: bool = False, no_plots: bool = False) -> int:
     """The whole CI-failure audit: reproduce the gate, diagnose the runs, trace the git history
     between --good and --bad, and decide: real_regression, numerical_drift, gating_policy_issue,
     infrastructure_failure, crash, pass or inconclusive. INPUT: the failing run's artifacts (files,
@@ -92,19 +94,23 @@ def audit(ctx: click.Context, inputs: tuple[str, ...], passing: tuple[str, ...],
                         github_api_url=github_api_url, find_fix=find_fix, fmt=fmt, policy=policy)
     show = not quiet and not as_json and sys.stderr.isatty()
     if show:
-        console = Console(stderr=True)
+        # the interpreter's own stderr: the spinner redraws its line with "\r" and erase-line, which the
+        # sanitising wrapper around sys.stderr (cli.main) rightly strips from text that may come from
+        # input; the spinner's text is ours, and what it quotes from input is masked here
+        console = Console(file=sys.__stderr__ or sys.stderr)
         with console.status("auditing") as status:
             def step(msg: str) -> None:
-                status.update(msg)
+                status.update(mask_secrets(msg))
 
             def fetched(name: str, size: int, total: int | None) -> None:
-                status.update(f"downloading {name}: {size / 1e6:.1f}" + (f"/{total / 1e6:.1f}" if total else "") + " MB")
+                status.update(mask_secrets(f"downloading {name}: {size / 1e6:.1f}"
+                                           + (f"/{total / 1e6:.1f}" if total else "") + " MB"))
 
             answer, plots, info = run_audit(opts, step=step, fetch_progress=fetched)
     else:
         answer, plots, info = run_audit(opts)
     answer = narrate_if_requested(answer)  # wording only, verified; never changes the verdict
-    paths = write_report(answer, out, plots)
+    paths = write_report(answer, out, () if no_plots else plots)
     if as_json:
         click.echo(json_model(answer))
     else:

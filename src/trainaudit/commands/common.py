@@ -8,6 +8,7 @@ Exit codes, the same for every command: 0 done and nothing wrong (healthy, the c
 
 from __future__ import annotations
 
+import difflib
 import sys
 import threading
 from collections.abc import Callable, Iterable, Iterator
@@ -20,7 +21,6 @@ from rich.console import Console
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.text import Text
 
-from trainaudit.answer.paths import display_path
 from trainaudit.answer.schema import SEVERITY_ORDER, Answer
 from trainaudit.ingest import Position
 from trainaudit.redact import mask_secrets
@@ -28,11 +28,13 @@ from trainaudit.render.terminal import (DEFAULT_FINDINGS, closing_line, comparis
                                         ordered_findings, verdict_line)
 from trainaudit.render.numbers import coverage_line
 from trainaudit.render.write import ReportPaths, fresh_dir
+from trainaudit.rules.registry import ALL_RULES
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 OUT_ROOT = Path("trainaudit-out")
 FAIL_ON = ("critical", "high", "medium", "low", "never")
+FILE_SUFFIXES = (".md", ".json", ".html", ".htm", ".txt", ".csv", ".png", ".log")
 PROGRESS_MIN_BYTES = 4 * 2**20  # smaller inputs are read in well under a second: no bar
 
 
@@ -49,7 +51,10 @@ def default_out(command: str) -> Path:
 
 
 def out_option(command: str) -> Callable[[F], F]:
-    def resolve(_ctx: click.Context, _param: click.Parameter, value: Path | None) -> Path:
+    def resolve(_ctx: click.Context, param: click.Parameter, value: Path | None) -> Path:
+        if value is not None and value.suffix.lower() in FILE_SUFFIXES and not value.is_dir():
+            raise click.BadParameter(f"{value} looks like a file, but -o names the report folder (answer.json, "
+                                     f"answer.md and plots/ go in it): e.g. -o {value.with_suffix('')}", param=param)
         return value if value is not None else default_out(command)
 
     return click.option(
@@ -57,6 +62,34 @@ def out_option(command: str) -> Callable[[F], F]:
         help=f"Report folder: answer.json, answer.md, plots/. Default: {OUT_ROOT}/{command}, or {command}-2, "
              f"{command}-3... beside it when that one already holds a report. An earlier report in the folder "
              "is replaced whole (said on stderr).")
+
+
+def no_plots_option(f: F) -> F:
+    return click.option("--no-plots", "no_plots", is_flag=True,
+                        help="No PNG plots (answer.json, answer.md and the chart data are still written).")(f)
+
+
+def _rule_ids(_ctx: click.Context, param: click.Parameter, value: str | None) -> list[str]:
+    """``TA1,TA204``: rule ids or prefixes, each of which names at least one rule."""
+    ids = [x.strip().upper() for x in (value or "").split(",") if x.strip()]
+    known = [cls.id for cls in ALL_RULES]
+    for x in ids:
+        if not any(k.startswith(x) for k in known):
+            close = difflib.get_close_matches(x, known, n=1)
+            hint = f" (did you mean {close[0]}?)" if close else " (see `trainaudit rules`)"
+            raise click.BadParameter(f"{x} is no rule id nor the prefix of one{hint}", param=param)
+    return ids
+
+
+def rule_selection_options(f: F) -> F:
+    """``--select``/``--ignore`` as Ruff's: comma-separated rule ids or prefixes; ``--select``
+    replaces the configuration's ``select``, ``--ignore`` adds to its ``ignore``."""
+    f = click.option("--ignore", "ignore", metavar="IDS", callback=_rule_ids,
+                     help="Rules not to run, added to [tool.trainaudit] ignore: ids or prefixes, comma-separated "
+                          "(e.g. TA405,TA6).")(f)
+    return click.option("--select", "select", metavar="IDS", callback=_rule_ids,
+                        help="Only these rules (replaces [tool.trainaudit] select): ids or prefixes, comma-separated "
+                             "(e.g. TA1,TA204).")(f)
 
 
 def fail_on_option(problem: str) -> Callable[[F], F]:
@@ -97,7 +130,7 @@ def report_notes(paths: ReportPaths, quiet: bool, extra: Iterable[object] = ()) 
     """What a user should know about the report folder, on stderr; with -q only that an earlier
     report was replaced (never silently)."""
     if paths.replaced:
-        note(f"replaced the earlier report in {display_path(paths.out_dir)}")
+        note(f"replaced the earlier report in {paths.out_dir}")
     if not quiet:
         for n in [*paths.notes, *extra]:
             note(str(n))
@@ -108,24 +141,24 @@ def print_summary(answer: Answer, paths: ReportPaths, *, quiet: bool, verbose: b
     """Checks and findings one line each, the verdict with its summary and fix, the closing line.
     ``head``: command-specific lines printed before the verdict (e.g. the commit an audit names)."""
     con = console()
-    report = display_path(paths.out_dir)
+    report = str(paths.out_dir)  # as the user gave it: on their own terminal, whole (a path to open)
     if not quiet:
         for c in answer.comparisons:
             if verbose or not c.passed:  # the closing line counts the passing ones
-                con.print(comparison_line(c), no_wrap=True, overflow="ellipsis")
+                con.print(comparison_line(c), soft_wrap=True)
         findings = ordered_findings(answer)
         shown = findings if verbose else findings[:DEFAULT_FINDINGS]
         for d in shown:
-            con.print(finding_line(answer, d), no_wrap=True, overflow="ellipsis")
+            con.print(finding_line(answer, d), soft_wrap=True)
         if len(shown) < len(findings):
             con.print(f"... {len(findings) - len(shown)} more findings (-v shows all; answer.md has every one)",
-                      style="dim", no_wrap=True, overflow="ellipsis")
+                      style="dim", soft_wrap=True)
         if answer.comparisons or findings:
             con.print()
         fa = answer.final_answer
-        con.print(verdict_line(answer))
+        con.print(verdict_line(answer), soft_wrap=True)  # one line: the headline
         for head_line in head:
-            con.print(Text(mask_secrets(head_line.plain), style=head_line.style), no_wrap=True, overflow="ellipsis")
+            con.print(Text(mask_secrets(head_line.plain), style=head_line.style), soft_wrap=True)
         lines = [fa.summary]
         checked = coverage_line(fa.coverage)
         if checked:

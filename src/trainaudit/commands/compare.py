@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from trainaudit.commands.common import exit_code, fail_on_option, out_option, print_summary, report_notes, \
+from trainaudit.commands.common import no_plots_option, exit_code, fail_on_option, out_option, print_summary, report_notes, \
     verbosity_options
 from trainaudit.errors import UsageError
 from trainaudit.ingest import format_names
@@ -48,11 +48,12 @@ from trainaudit.redact import json_model
 @verbosity_options
 @fail_on_option("the check fails")
 @click.option("--format", "fmt", metavar="NAME", help="Force the input format (see below).")
+@no_plots_option
 @llm_options  # --llm, --llm-base-url, --llm-timeout
 def compare(inputs: tuple[str, ...], golden: str | None, baselines: tuple[str, ...], model_config: str | None,
             deterministic: bool | None, pipeline: str | None, train_iters: int | None, policy: str,
             ci_logs: tuple[str, ...], out: Path, as_json: bool, quiet: bool, verbose: bool, fail_on: str | None,
-            fmt: str | None) -> int:
+            fmt: str | None, no_plots: bool = False) -> int:
     """Golden-value check (reproduces Megatron-LM's gate and explains each failing check) or run vs
     run. Exit 0: the check passes; 1: it fails (see --fail-on); 2: unreadable input.
 
@@ -79,7 +80,7 @@ def compare(inputs: tuple[str, ...], golden: str | None, baselines: tuple[str, .
 
         answer, plots, passed = compare_runs([inputs[0], *baselines], inputs[1], fmt)
     answer = narrate_if_requested(answer)  # wording only, verified; never changes `passed`
-    paths = write_report(answer, out, plots)
+    paths = write_report(answer, out, () if no_plots else plots)
     if as_json:
         click.echo(json_model(answer))
     else:

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import click
 
-from trainaudit.commands.common import exit_code, fail_on_option, out_option, print_summary, reading_progress, \
-    report_notes, verbosity_options
+from trainaudit.commands.common import exit_code, fail_on_option, no_plots_option, out_option, print_summary, \
+    reading_progress, report_notes, rule_selection_options, verbosity_options
 from trainaudit.diagnosis import build_answer, diagnose_run, plot_specs
-from trainaudit.errors import InputError
+from trainaudit.errors import READABLE_HINT, InputError
 from trainaudit.ingest import format_names, load_run
 from trainaudit.ingest.sources import reading_stdin
 from trainaudit.llm.options import llm_options, narrate_if_requested
@@ -30,9 +31,11 @@ from trainaudit.redact import json_model
 @click.option("--config", "config", type=click.Path(dir_okay=False, path_type=Path),
               help="A pyproject.toml / trainaudit.toml with [tool.trainaudit] rule settings "
                    "(default: the nearest pyproject.toml).")
+@rule_selection_options
+@no_plots_option
 @llm_options  # --llm, --llm-base-url, --llm-timeout
 def diagnose(inputs: tuple[str, ...], out: Path, fmt: str | None, as_json: bool, quiet: bool, verbose: bool,
-             fail_on: str | None, config: Path | None) -> int:
+             fail_on: str | None, config: Path | None, select: list[str], ignore: list[str], no_plots: bool) -> int:
     """Diagnose one training run: logs, metric files, TensorBoard files, stderr, archives.
     ``-`` reads standard input. Exit 0: healthy; 1: a problem was found (see --fail-on); 2: unreadable input.
 
@@ -40,17 +43,19 @@ def diagnose(inputs: tuple[str, ...], out: Path, fmt: str | None, as_json: bool,
     Example:
       trainaudit diagnose train.log
       trainaudit diagnose run/ stderr.txt -o report/ --fail-on high
+      trainaudit diagnose train.log --select TA1,TA2 --ignore TA206 --no-plots
     """
     cfg = load_config(config)
+    cfg = replace(cfg, select=select or cfg.select, ignore=[*cfg.ignore, *ignore])
     with reading_stdin():  # "-": the evidence lines are read again from the same copy
         with reading_progress(quiet or as_json) as position:
             run, problems = load_run(list(inputs), fmt, position)
         if not run.series and not run.events:
-            raise InputError(f"{', '.join(inputs)}: no metrics or events found")
+            raise InputError(f"{', '.join(inputs)}: no metrics or events found: {READABLE_HINT}")
         result = diagnose_run(run, cfg)
         answer = build_answer(list(inputs), run, result)
     answer = narrate_if_requested(answer)  # wording only, verified; no-op without --llm
-    paths = write_report(answer, out, plot_specs(run, result))
+    paths = write_report(answer, out, () if no_plots else plot_specs(run, result))
     if as_json:
         click.echo(json_model(answer))
     else:

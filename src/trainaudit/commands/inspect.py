@@ -35,7 +35,7 @@ def inspect(model: str, sample_batch: str | None, as_json: bool, unsafe_load: bo
     try:
         from trainaudit.inspect.model import inspect_target
     except ImportError:
-        raise InputError("inspect needs torch: pip install trainaudit[torch]") from None
+        raise InputError("inspect needs torch: pip install 'trainaudit[torch]'") from None
     ins = inspect_target(model, sample_batch, unsafe_load=unsafe_load)
     if as_json:
         click.echo(json_text(ins.to_dict(), indent=2))

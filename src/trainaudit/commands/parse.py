@@ -13,7 +13,6 @@ from trainaudit.ingest.export import RowWriter
 from trainaudit.ingest.sink import SourceStats, StatsSink
 from trainaudit.ingest.sources import reading_stdin
 from trainaudit.redact import terminal_value
-from trainaudit.render.terminal import short_path
 
 
 class _Both(StatsSink):
@@ -93,9 +92,9 @@ def _print_summary(stats: list[SourceStats], out: Path | None) -> None:
         hi = max((m.max_step for m in st.metrics.values() if m.max_step is not None), default=None)
         n = sum(m.count for m in st.metrics.values())
         total += n
-        line = Text(f"{terminal_value(short_path(st.source.path))}: ", style="bold")
+        line = Text(f"{terminal_value(st.source.path)}: ", style="bold")
         line.append(f"{st.source.format or 'unknown'}, {n} values" + (f", steps {lo}..{hi}" if lo is not None else ""))
-        con.print(line, no_wrap=True, overflow="ellipsis")
+        con.print(line, soft_wrap=True)
         if st.events:
             con.print(Text("  events: " + ", ".join(f"{terminal_value(k)}={v}" for k, v in sorted(st.events.items()))))
         if st.metrics:

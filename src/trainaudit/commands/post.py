@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from pathlib import Path
 
 import click
@@ -26,15 +27,15 @@ TOKEN_VARS = ("GITHUB_TOKEN", "GH_TOKEN")
               "Actions / GitLab CI environment; with --github-issue --send, the issue).")
 @click.option("--label", default="trainaudit", show_default=True, help="Label of the issues trainaudit manages.")
 @click.option("--api-url", metavar="URL", help="GitHub API base (default: $GITHUB_API_URL or https://api.github.com).")
-@click.option("--send", is_flag=True, help="Really send. Without it nothing leaves the machine: the requests "
-              "that would be made are printed.")
+@click.option("--send/--dry-run", "send", default=False, help="--send really sends. --dry-run (the default) "
+              "sends nothing: the requests that would be made are printed, the issue body once as Markdown.")
 def post(answer: Path, repo: str | None, slack: str | None, link: str | None, label: str, api_url: str | None,
          send: bool) -> int:
     """Post ANSWER_JSON as a GitHub issue and/or a Slack message (dry run unless --send).
 
     \b
     Example:
-      trainaudit post trainaudit-out/answer.json --github-issue acme/llm-train
+      trainaudit post trainaudit-out/diagnose/answer.json --github-issue acme/llm-train
       GITHUB_TOKEN=... trainaudit post answer.json --github-issue acme/llm-train --send
       trainaudit post answer.json --slack-webhook "$SLACK_WEBHOOK_URL" --send
     """
@@ -49,8 +50,12 @@ def post(answer: Path, repo: str | None, slack: str | None, link: str | None, la
         if plan is not None:
             click.echo(f"\n# GitHub issue in {plan.repo} (fingerprint {plan.fingerprint}; token "
                        f"{'found in $' + next(v for v in TOKEN_VARS if os.environ.get(v)) if token else 'NOT SET'})")
-            for r in describe_issue(plan):
+            placeholder = f"<the issue body below: {len(plan.body)} characters>"
+            for r in describe_issue(plan):  # the body once, readable, not JSON-escaped in every request
+                if r.body is not None and r.body.get("body") == plan.body:
+                    r = replace(r, body={**r.body, "body": placeholder})
                 click.echo(r.show())
+            click.echo(f"\n## the issue body ({len(plan.body)} characters, Markdown)\n{plan.body}")
         if slack:
             click.echo("\n# Slack webhook")
             click.echo(Request("POST", slack, slack_payload(model, link)).show(secret_url=True))

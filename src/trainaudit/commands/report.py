@@ -32,7 +32,7 @@ def report(answer: Path, out: Path | None, charts: Path | None, github_summary: 
 
     \b
     Example:
-      trainaudit report trainaudit-out/answer.json -o report.html
+      trainaudit report trainaudit-out/diagnose/answer.json -o report.html
       trainaudit report answer.json --no-html --github-summary --gitlab gl-code-quality-report.json
     """
     model = load_answer(answer)

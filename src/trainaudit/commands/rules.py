@@ -44,9 +44,9 @@ def rules(rule_id: str | None, as_json: bool, verbose: bool) -> int:
     con = console()
     for cls in ALL_RULES:
         line = Text(f"{cls.id:<7}", style="bold")
-        line.append(f"{cls.severity:<9}", style=SEVERITY_STYLE[cls.severity])
+        line.append(f"{cls.severity_range():<16}", style=SEVERITY_STYLE[cls.severity])
         line.append(f"{cls.category:<22}{cls.name}")
-        con.print(line, no_wrap=True, overflow="ellipsis")
+        con.print(line, soft_wrap=True)
         if verbose:
             con.print(Text(f"       {thresholds(cls)}", style="dim"))
     con.print(f"{len(ALL_RULES)} rules; `trainaudit rules ID` shows one rule's docs and thresholds")

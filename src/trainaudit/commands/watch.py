@@ -35,7 +35,7 @@ def _line(where: str, a: Alert) -> Text:
 
 
 def _echo(a: Alert) -> None:
-    console().print(_line(f"step {a.step}", a), no_wrap=True, overflow="ellipsis")
+    console().print(_line(f"step {a.step}", a), soft_wrap=True)
 
 
 @click.command()
@@ -116,4 +116,4 @@ def _summary(w: Watcher, status: str) -> None:
     worst = max(alerts, key=lambda a: SEVERITY_ORDER[a.severity])
     con.print(f"-- {len(alerts)} alert(s), worst {worst.severity}:")
     for a in sorted(alerts, key=lambda a: (-SEVERITY_ORDER[a.severity], a.since if a.since is not None else a.step)):
-        con.print(_line(f"   step {a.step}", a), no_wrap=True, overflow="ellipsis")
+        con.print(_line(f"   step {a.step}", a), soft_wrap=True)

@@ -176,6 +176,10 @@ def plot_specs(run: Run, diag: Diagnosis, max_points: int = 20000) -> list[PlotS
             if t is not None:
                 curves.append(Curve(t.name, t.steps, t.values, style="dashed"))
         markers = [(st, lab) for st, lab in markers_all if lab != h.rule]
+        # every chart marks the first bad step the headline gives; the finding's own start beside it
+        first = diag.first_bad_step if diag.first_bad_step is not None else h.first_bad_step
+        if h.first_bad_step is not None and h.first_bad_step != first:
+            markers.append((int(h.first_bad_step), f"{h.rule} from step {h.first_bad_step}"))
         specs.append(PlotSpec(metric=metric, title=f"{metric}: {h.category.replace('_', ' ')} ({h.rule})", curves=curves,
-                              first_bad_step=h.first_bad_step, markers=markers, logy=logy))
+                              first_bad_step=first, markers=markers, logy=logy))
     return specs

@@ -268,7 +268,13 @@ def conclude(stories: list[Story], hits: list[Hit]) -> Diagnosis:
         p = stories[0]
         verdict = "crash" if fatal else "unhealthy"
         category, first = p.category, p.first_bad_step
-        where = f" from step {first}" if first is not None else ""
+        # the step the category's own evidence shows first (NaN values from the first NaN, not from
+        # the grad-norm spike that preceded them), and the story's earlier first sign beside it
+        own = [h.first_bad_step for h in p.hits if h.category == category and h.first_bad_step is not None]
+        shown = min(own) if own else first
+        where = f" from step {shown}" if shown is not None else ""
+        if shown is not None and first is not None and first < shown:
+            where += f" (first sign at step {first})"
         summary = f"{'The run crashed' if fatal else 'The run is unhealthy'}: {_CATEGORY_WORDS.get(category, category.replace('_', ' '))}{where}. {_sentence(p.issue)}"
         if len(stories) > 1:
             summary += f" {len(stories) - 1} further problem(s): " + ", ".join(s.category for s in stories[1:4]) + "."
@@ -292,8 +298,8 @@ _CATEGORY_WORDS = {"nan_inf": "NaN/Inf values", "oom": "out of memory", "grad_ex
                    "distributed_failure": "distributed failure", "data_pipeline": "data-pipeline problem"}
 
 
-def _sentence(text: str, limit: int = 300) -> str:
+def _sentence(text: str) -> str:
+    """The issue as a sentence, whole (a summary that stops mid-sentence hides the number it was
+    about to give)."""
     text = text.strip()
-    if len(text) > limit:
-        text = text[:limit].rsplit(" ", 1)[0] + " ..."
-    return text[0].upper() + text[1:] + ("" if text.endswith((".", "...")) else ".")
+    return text[0].upper() + text[1:] + ("" if text.endswith(".") else ".")

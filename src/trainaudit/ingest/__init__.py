@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from trainaudit.errors import InputError
+from trainaudit.errors import READABLE_HINT, InputError
 from trainaudit.ingest.base import LineReader, Reader, Sample, fallback_format, looks_like_text
 from trainaudit.ingest.formats import all_readers, best_reader, format_names, reader_by_name
 from trainaudit.ingest.sink import RunBuilder, Sink
@@ -176,7 +176,7 @@ def scan(paths: list[str], sink: Sink, fmt: str | None = None, position: Positio
                                                    f"{LIMITS.line_bytes >> 20} MiB cut to their first "
                                                    f"{LIMITS.line_bytes >> 20} MiB", fatal=False))
     if useful == 0:
-        raise InputError(problems[0].__str__() if problems else f"{', '.join(paths)}: nothing readable")
+        raise InputError(f"{problems[0] if problems else ', '.join(paths) + ': nothing readable'}: {READABLE_HINT}")
     return problems
 
 

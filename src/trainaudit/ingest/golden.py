@@ -36,6 +36,9 @@ _STEP_KEY = re.compile(r'"(-?\d+)"\s*:')
 _INT_TEXT = re.compile(r"(?<!\s)\s*+([+-]?[0-9](?:_?[0-9])*+)(?:\.0+)?\s*", re.ASCII)
 _OPENS_OBJECT = re.compile(r"(?<!\s)\s*+:\s*+\{")  # after a metric's name: its object
 REJECTED = "Megatron-LM's comparator rejects the file: pydantic ValidationError"
+# What a golden-values file looks like (Megatron-LM's tests/functional_tests golden_values_*.json)
+SHAPE = ('a golden-values file maps each metric to {"start_step": 1, "end_step": 100, "step_interval": 5, '
+         '"values": {"1": 10.84, "6": 10.83, ...}}')
 
 
 @dataclass(slots=True)
@@ -100,7 +103,7 @@ def load_golden(path: str, text: str | None = None, *, strict: bool = False) -> 
     for name, body in data.items():
         if not isinstance(body, dict):
             if strict:
-                raise InputError(f"{path}: {name!r} is {json.dumps(body)[:40]}, not a metric object ({REJECTED})")
+                raise InputError(f"{path}: {name!r} is {json.dumps(body)[:40]}, not a metric object ({REJECTED}; {SHAPE})")
             extras[name] = body  # e.g. "iteration_timing_avg": 0.7 in 2024 files
             continue
         metrics[name] = _metric(path, name, body, strict)

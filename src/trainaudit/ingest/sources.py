@@ -141,7 +141,8 @@ def expand_inputs(paths: list[str]) -> list[InputFile]:
         if p.is_dir():
             files = sorted(f for f in p.rglob("*") if f.is_file() and not _hidden(f.relative_to(p)))
             if not files:
-                raise InputError(f"{given}: directory contains no files")
+                raise InputError(f"{given}: directory contains no files (hidden ones are skipped): give the folder "
+                                 "the run wrote its logs, metrics or TensorBoard events to")
             for f in files:
                 rel = f.relative_to(p).as_posix()
                 out.extend(_expand_file(f, f"{given.rstrip('/')}/{rel}", in_directory=True))

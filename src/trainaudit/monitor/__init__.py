@@ -2,7 +2,7 @@
 statistics, the first NaN's origin, and the diagnose rules evaluated online with alerts and actions.
 
 ``trainaudit.monitor(model, optimizer, log_dir="runs/x")`` attaches a :class:`Monitor`. This package
-imports torch (``pip install trainaudit[torch]``); ``import trainaudit`` alone does not.
+imports torch (``pip install 'trainaudit[torch]'``); ``import trainaudit`` alone does not.
 """
 
 from __future__ import annotations

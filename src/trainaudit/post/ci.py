@@ -43,7 +43,7 @@ def annotations_of(answer: Answer) -> list[Annotation]:
     for d in answer.findings:
         title = f"{d.rule} {d.category}" + (f" ({d.metric})" if d.metric else "")
         step = f" [first bad step {d.first_bad_step}]" if d.first_bad_step is not None else ""
-        out.append(Annotation(_GH_LEVEL[d.severity], title, d.message + step, locate(answer, d.evidence), d.severity))
+        out.append(Annotation(_GH_LEVEL[d.severity], title, d.message + step, locate(answer, d.evidence, d.first_bad_step), d.severity))
     for c in answer.comparisons:
         if not c.passed:
             msg = (f"{c.check} check of {c.metric} failed ({c.policy}, rtol {c.rtol:g}): {c.n_failing}/{c.n_steps} "

@@ -11,7 +11,12 @@ from trainaudit.redact import json_text, md_inline
 
 
 def render_batch_markdown(cmp: dict[str, Any]) -> str:
-    out = [f"# trainaudit batch: {len(cmp['sets'])} failures, {len(cmp['groups'])} distinct root causes", ""]
+    failing = [r for r in cmp["sets"] if r.get("failed", True)]  # a set not audited counts as failing
+    fine = [r["name"] for r in cmp["sets"] if not r.get("failed", True)]
+    causes = {r["cause"] for r in failing if "cause" in r}
+    out = [f"# trainaudit batch: {len(failing)} failure{'s' if len(failing) != 1 else ''}, {len(causes)} distinct "
+           f"root cause{'s' if len(causes) != 1 else ''}" + (f" ({len(fine)} set(s) with nothing failing)" if fine else ""),
+           ""]
     h = cmp.get("headline")
     if h:
         what = {"shared_environment_change": "a shared environment change as culprit",
@@ -25,7 +30,7 @@ def render_batch_markdown(cmp: dict[str, Any]) -> str:
     out += ["## Failures", "| set | verdict | category | first bad step | root cause group | top commit |",
             "|---|---|---|---|---|---|"]
     label = {g["cause"]: f"G{i}" for i, g in enumerate(cmp["groups"], 1)}
-    for r in cmp["sets"]:
+    for r in failing:
         if "error" in r:
             out.append(f"| {md_inline(r['name'])} | (not audited) | – | – | – | {md_inline(r['error'])} |")
             continue
@@ -33,8 +38,12 @@ def render_batch_markdown(cmp: dict[str, Any]) -> str:
         tc = f"`{top['sha'][:10]}` {top['role']}" if top else "–"
         out.append(f"| {md_inline(r['name'])} | {md_inline(r['verdict'])} | {md_inline(r['category'])} | "
                    f"{'–' if r['first_bad_step'] is None else r['first_bad_step']} | {label[r['cause']]} | {tc} |")
+    if fine:
+        out += ["", f"Nothing failing: {', '.join(fine)}."]
     out += ["", "## Shared root causes"]
     for i, g in enumerate(cmp["groups"], 1):
+        if g["cause"] not in causes:
+            continue
         n = len(g["members"])
         out.append(f"- **G{i}** {md_inline(g['label'])}: {n} failure{'s' if n > 1 else ''} ({md_inline(', '.join(g['members']))})")
         for c in g["shared_commits"]:

@@ -14,7 +14,7 @@ from importlib.resources import files
 from typing import Any
 
 from trainaudit.redact import anchor_id, html_text, json_text, mask_secrets
-from trainaudit.render.numbers import number, percent
+from trainaudit.render.numbers import number, percent, values_in_words
 from trainaudit.answer.schema import SEVERITY_ORDER, Answer, ExtractedFact
 
 _VERDICT_CLASS = {"healthy": "ok", "pass": "ok", "numerical_drift": "warn", "gating_policy_issue": "warn",
@@ -204,9 +204,11 @@ def _fact_html(f: ExtractedFact, path: str) -> str:
     if f.value is not None:
         value = f" = <b>{_e(_fmt(f.value))}</b>{(' ' + _e(f.unit)) if f.unit else ''}"
     elif f.values is not None:
-        value = f" ({len(f.values)} values)"
+        value = f": {_e(values_in_words(f.values, f.steps))}"
     step = f" at step {f.step}" if f.step is not None else ""
     quote = ""
+    if f.values is not None and f.quote and f.step is not None:
+        step += f" (the line quoted: step {f.step})"
     if f.quote:
         lineno = f'<span class="ln">{f.line}</span>' if f.line else ""
         quote = f'<pre class="quote">{lineno}{_e(f.quote)}</pre>'

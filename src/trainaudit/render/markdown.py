@@ -1,23 +1,27 @@
 """answer.md: the page a human reads in a minute. Every claim carries its evidence ids, and the
 evidence section quotes the source lines (``path:line``) those ids rest on.
 
-An audit opens with at most :data:`TOP_LINES` lines: the verdict, what failed by how much, why
-this verdict (the statements that decided it), the commit that explains it and why, what to do
-and how to verify. Everything else (all checks, the evidence, calculations, the commits, findings,
+Every page (diagnose, compare, audit) opens with at most :data:`TOP_LINES` lines: the verdict,
+what failed by how much or what happened, why this verdict (the statements that decided it), the
+commit that explains it and why, what to do and how to verify. Everything else (all checks, the evidence, calculations, the commits, findings,
 plots, sources) follows in collapsible sections, each fact listed once."""
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable
 
-from trainaudit.answer.schema import Answer, Commit, Comparison, ExtractedFact
+from trainaudit.answer.locate import culprit
+from trainaudit.answer.schema import SEVERITY_ORDER, Answer, Comparison, ExtractedFact
 from trainaudit.compare.build import check_in_words
-from trainaudit.render.numbers import coverage_line, number, percent
+from trainaudit.render.numbers import coverage_line, number, percent, values_in_words
 from trainaudit.redact import BACKTICKS, anchor_id, mask_secrets, md_code_block, md_inline
 
 MAX_ROWS = 25
-TOP_LINES = 20
+MAX_QUOTE = 2000  # a source line quoted whole (a Megatron iteration line is about 400 characters); bounded for hostile input
+TOP_LINES = 12
 TOP_COMMITS = 5
+TOP_EVIDENCE = 6  # evidence ids at the top; the Root causes section has them all
 DECIDES = "decides the verdict: "
 NOTE = "note: "
 
@@ -83,102 +87,9 @@ def _checks_table(comparisons: list[Comparison]) -> list[str]:
 
 
 def render_markdown(answer: Answer, plot_files: list[str] | None = None) -> str:
-    if answer.task == "audit":
-        return render_audit(answer, plot_files)
-    fa = answer.final_answer
-    src = {s.id: s for s in answer.source_refs}
-    facts = {f.id: f for f in answer.extracted_facts}
-    out: list[str] = []
-    conf = max((rc.confidence for rc in fa.root_causes), default=None)
-    out.append(f"# trainaudit {answer.task}: **{fa.verdict}**")
-    out.append("")
-    line = f"Category: `{fa.category}`"
-    if fa.first_bad_step is not None:
-        line += f" · first bad step: **{fa.first_bad_step}**"
-    if conf is not None:
-        line += f" · confidence {conf:.2f}"
-    out += [line, "", md_inline(fa.summary), ""]
-    checked = coverage_line(fa.coverage)
-    if checked:
-        out += [md_inline(checked), ""]
-
-    if fa.root_causes:
-        out.append("## Root cause" + ("s" if len(fa.root_causes) > 1 else ""))
-        for k, rc in enumerate(fa.root_causes, 1):
-            out.append(f"{k}. **{md_inline(rc.issue)}** (`{rc.category}`, {rc.severity}, confidence "
-                       f"{rc.confidence:.2f}; evidence {_ids(rc.evidence)})")
-            out.append(f"   - Fix: {md_inline(rc.fix)}")
-            out.append(f"   - Expected impact: {md_inline(rc.expected_impact)}")
-            out.append(f"   - Verify: {md_inline(rc.verify)}")
-        out.append("")
-    if fa.quick_fixes:
-        out.append("## Quick fixes")
-        out += [f"- {md_inline(q)}" for q in fa.quick_fixes] + [""]
-
-    if answer.comparisons:
-        out.append("## Checks")
-        out += _checks_table(answer.comparisons)
-        out.append("")
-
-    if answer.findings:
-        out.append("## Findings")
-        out.append("| id | rule | severity | metric | first bad step | message | evidence |")
-        out.append("|---|---|---|---|---|---|---|")
-        for d in answer.findings[:MAX_ROWS]:
-            out.append(f"| {_cell(d.id)} | {_cell(d.rule)} | {d.severity} | {_cell(d.metric or '-')} | {number(d.first_bad_step)} | "
-                       f"{_cell(d.message)} | {_ids(d.evidence)} |")
-        if len(answer.findings) > MAX_ROWS:
-            out.append(f"\n({len(answer.findings) - MAX_ROWS} more findings in answer.json)")
-        out.append("")
-
-    if answer.commits:
-        out.append("## Commits")
-        out.append("| commit | role | relevance | title | reason |")
-        out.append("|---|---|---|---|---|")
-        for cm in answer.commits[:MAX_ROWS]:
-            out.append(f"| `{cm.sha[:10]}` | {cm.role} | {cm.relevance:.2f} | {_cell(cm.title)} | {_cell(cm.reason)} |")
-        out.append("")
-
-    if plot_files:
-        out.append("## Plots")
-        out += [f"![{p}]({p})" for p in plot_files] + [""]
-
-    cited = _cited(answer)
-    if cited:
-        out.append("## Evidence")
-        for fid in cited[:MAX_ROWS * 2]:
-            f = facts.get(fid)
-            if f is None:
-                continue
-            out.append(_fact_md(f, src[f.source_ref].path if f.source_ref in src else f.source_ref))
-        if len(cited) > MAX_ROWS * 2:
-            out.append(f"- ({len(cited) - MAX_ROWS * 2} more facts in answer.json)")
-        if answer.calculations:
-            out.append("")
-            out.append("Calculations (recomputed by validation):")
-            for calc in answer.calculations[:MAX_ROWS]:
-                out.append(f"- <a id=\"{anchor_id(calc.id)}\"></a>**{md_inline(calc.id)}** {md_inline(calc.description)}: "
-                           f"{_code(calc.formula)} = **{number(calc.result, 6)}**"
-                           f"{(' ' + md_inline(calc.unit)) if calc.unit else ''} (inputs {', '.join(calc.inputs)})")
-        out.append("")
-
-    if fa.needs_more_data:
-        out.append("## What would raise the confidence")
-        out += [f"- {md_inline(n)}" for n in fa.needs_more_data] + [""]
-
-    out.append("## Sources")
-    for s in answer.source_refs:
-        extra = f" @ `{s.commit[:12]}`" if s.commit else ""
-        sha = f" (sha256 `{s.sha256[:12]}`)" if s.sha256 else ""
-        out.append(f"- **{s.id}** {s.kind}: {_code(s.path)}{extra}{sha} {md_inline(s.description)}".rstrip())
-    out.append("")
-    v = answer.validation
-    failed = [c for c in v.checks if not c.passed]
-    out.append(f"Validation: {'all checks passed' if v.all_passed else 'FAILED'} "
-               f"({', '.join(c.name for c in v.checks)})"
-               + ("".join(f"\n- {c.name}: {md_inline(c.detail)}" for c in failed)))
-    out.append("")
-    return "\n".join(out)
+    """The same page for every task: at most :data:`TOP_LINES` lines that say what happened, why
+    and what to do, then everything else in collapsible sections."""
+    return render_audit(answer, plot_files)
 
 
 def _fact_md(f: ExtractedFact, path: str) -> str:
@@ -187,43 +98,44 @@ def _fact_md(f: ExtractedFact, path: str) -> str:
     if f.value is not None:
         value = f" = {number(f.value)}{(' ' + md_inline(f.unit)) if f.unit else ''}"
     elif f.values is not None:
-        value = f" ({len(f.values)} values)"
+        value = f": {md_inline(values_in_words(f.values, f.steps))}"
     step = f" at step {f.step}" if f.step is not None and f"step {f.step}" not in f.statement else ""
-    text = f"- <a id=\"{anchor_id(f.id)}\"></a>**{md_inline(f.id)}** {md_inline(f.statement)}{step}{value} — {_code(where)}"
+    line_of = f" (the line quoted: step {f.step})" if f.values is not None and f.quote and f.step is not None else ""
+    text = (f"- <a id=\"{anchor_id(f.id)}\"></a>**{md_inline(f.id)}** {md_inline(f.statement)}{step}{value} — "
+            f"{_code(where)}{line_of}")
     if f.quote:
-        q = f.quote if len(f.quote) <= 300 else f.quote[:297] + "..."
+        q = f.quote if len(f.quote) <= MAX_QUOTE else f.quote[:MAX_QUOTE - 3] + "..."
         text += "\n" + "\n".join("  " + ln for ln in md_code_block(q.replace("\n", " ")).split("\n"))
     return text
 
 
 # -- the audit page ------------------------------------------------------------------------------
-def _cut(text: str, n: int = 400) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= n else text[: n - 3] + "..."
+def _cut(text: str) -> str:
+    """Text on one line, whole (never cut: a cut sentence loses the number it ends with)."""
+    return " ".join(text.split())
 
 
-def culprit(answer: Answer) -> Commit | None:
-    """The commit the answer names (final_answer.culprit, else the one the first root cause cites)."""
-    named = answer.final_answer.culprit
-    if named is not None:
-        return next((c for c in answer.commits if c.sha == named.sha and c.role != "fix"), None)
-    if not answer.final_answer.root_causes:
-        return None
-    cited = set(answer.final_answer.root_causes[0].evidence)
-    src = {s.id: s for s in answer.source_refs}
-    shas = {src[f.source_ref].commit for f in answer.extracted_facts
-            if f.id in cited and f.source_ref in src and src[f.source_ref].kind == "commit"}
-    return next((c for c in answer.commits if c.sha in shas and c.role != "fix"), None)
+def counts_in_words(answer: Answer) -> str:
+    by = Counter(d.severity for d in answer.findings)
+    return ", ".join(f"{by[k]} {k}" for k in sorted(by, key=lambda k: -SEVERITY_ORDER[k]))
 
 
 def audit_top(answer: Answer) -> list[str]:
-    """The first lines of an audit's answer.md (at most TOP_LINES)."""
+    """The first lines of answer.md (at most TOP_LINES): the verdict, what failed or happened,
+    why, the culprit commit, what to do and how to verify."""
     fa = answer.final_answer
     facts = {f.id: f for f in answer.extracted_facts}
     rc = fa.root_causes[0] if fa.root_causes else None
     conf = f" · confidence {rc.confidence:.2f}" if rc else ""
     step = f" · first bad step {fa.first_bad_step}" if fa.first_bad_step is not None else ""
-    out = [f"# trainaudit audit: **{fa.verdict}** (`{fa.category}`{step}{conf})", ""]
+    out = [f"# trainaudit {answer.task}: **{fa.verdict}** (`{fa.category}`{step}{conf})", ""]
+    if not answer.comparisons:  # a run on its own: what happened, with the evidence it rests on
+        out.append(f"**What happened:** {md_inline(_cut(fa.summary))}")
+        if rc is not None and rc.evidence:
+            more = f" and {len(rc.evidence) - TOP_EVIDENCE} more below" if len(rc.evidence) > TOP_EVIDENCE else ""
+            out.append(f"**Evidence:** {_ids(rc.evidence[:TOP_EVIDENCE])}{more}")
+        if answer.findings:
+            out.append(f"**Findings:** {counts_in_words(answer)} (all in Findings below)")
     failed = [c for c in answer.comparisons if not c.passed]
     passed = list(dict.fromkeys(c.metric for c in answer.comparisons if c.passed
                                 and c.metric not in {f.metric for f in failed}))
@@ -243,9 +155,9 @@ def audit_top(answer: Answer) -> list[str]:
            if i in facts and facts[i].statement.startswith(DECIDES)]
     if why:
         out.append(f"**Why {fa.verdict}:**")
-        out += [f"- {md_inline(_cut(w, 300))}" for w in list(dict.fromkeys(why))[:4]]
-    elif rc is not None:
-        out.append(f"**Why {fa.verdict}:** {md_inline(_cut(rc.issue, 400))}")
+        out += [f"- {md_inline(_cut(w))}" for w in list(dict.fromkeys(why))[:4]]
+    elif rc is not None and answer.comparisons:
+        out.append(f"**Why {fa.verdict}:** {md_inline(_cut(rc.issue))}")
     c = culprit(answer)
     if c is not None:
         named = fa.culprit
@@ -253,16 +165,16 @@ def audit_top(answer: Answer) -> list[str]:
         if named is not None:
             sure = f"probability {named.confidence:.2f}" + (
                 f" against {named.runner_up.confidence:.2f} for `{named.runner_up.sha[:10]}`" if named.runner_up else "")
-        out.append(f"**Culprit:** `{c.sha[:10]}` {md_inline(_cut(c.title, 100))} ({c.role}, {sure}): "
-                   f"{md_inline(_cut(c.reason, 300))}")
+        out.append(f"**Culprit:** `{c.sha[:10]}` {md_inline(_cut(c.title))} ({c.role}, {sure}): "
+                   f"{md_inline(_cut(c.reason))}")
     elif answer.commits and fa.verdict != "pass":
         out.append("**Culprit:** none of the commits between --good and --bad explains it.")
     if rc is not None:
-        out.append(f"**What to do:** {md_inline(_cut(rc.fix, 500))}")
+        out.append(f"**What to do:** {md_inline(_cut(rc.fix))}")
         if rc.verify:
-            out.append(f"**How to verify:** {md_inline(_cut(rc.verify, 300))}")
+            out.append(f"**How to verify:** {md_inline(_cut(rc.verify))}")
     if fa.needs_more_data:
-        out.append(f"**Would raise the confidence:** {md_inline(_cut('; '.join(fa.needs_more_data), 300))}")
+        out.append(f"**Would raise the confidence:** {md_inline(_cut('; '.join(fa.needs_more_data)))}")
     return out[:TOP_LINES]
 
 
@@ -275,6 +187,9 @@ def render_audit(answer: Answer, plot_files: list[str] | None = None) -> str:
     src = {s.id: s for s in answer.source_refs}
     facts = {f.id: f for f in answer.extracted_facts}
     out = audit_top(answer) + [""]
+    checked = coverage_line(fa.coverage)
+    if checked:
+        out += _details("What was checked", [md_inline(checked)])
     if answer.comparisons:
         rows = _checks_table(answer.comparisons)
         out += _details(f"All checks ({len(answer.comparisons)}, {sum(not c.passed for c in answer.comparisons)} "
@@ -302,7 +217,7 @@ def render_audit(answer: Answer, plot_files: list[str] | None = None) -> str:
                         + (f", {len(fixes)} later fix(es)" if fixes else "") + ")", rows)
     if answer.findings:
         rows = ["| id | rule | severity | metric | first bad step | message | evidence |", "|---|---|---|---|---|---|---|"]
-        rows += [f"| {_cell(d.id)} | {_cell(d.rule)} | {d.severity} | {_cell(d.metric or '-')} | {number(d.first_bad_step)} | "
+        rows += [f"| <a id=\"{anchor_id(d.id)}\"></a>{_cell(d.id)} | {_cell(d.rule)} | {d.severity} | {_cell(d.metric or '-')} | {number(d.first_bad_step)} | "
                  f"{_cell(d.message)} | {_ids(d.evidence)} |" for d in answer.findings[:MAX_ROWS]]
         out += _details(f"Findings ({len(answer.findings)})", rows)
     cited = _cited(answer)

@@ -43,3 +43,15 @@ def coverage_line(c: Coverage | None, limit: int = 4) -> str | None:
     more = "; ..." if len(c.rules_skipped) > 3 else ""
     could_not = f", {len(c.rules_skipped)} could not ({skipped}{more})" if c.rules_skipped else ""
     return f"Checked: {seen}; {c.events} event(s); {len(c.rules_run)} rules ran{could_not}."
+
+
+MAX_VALUES = 12  # values of an excerpt listed inline; answer.json has all
+
+
+def values_in_words(values: list[float | str | None], steps: list[int] | None) -> str:
+    """``10 values at steps 119–128: 2.636, 2.188, nan, ...``: an excerpt said with its values (its
+    quote is one line; a bare count beside it would read as if that line held them all)."""
+    shown = ", ".join(number(v) if isinstance(v, float | int) else str(v) for v in values[:MAX_VALUES])
+    more = f" and {len(values) - MAX_VALUES} more (in answer.json)" if len(values) > MAX_VALUES else ""
+    at = f" at steps {steps[0]}–{steps[-1]}" if steps else ""
+    return f"{len(values)} values{at}: {shown}{more}"

@@ -2,7 +2,8 @@
 window shaded, the golden band filled.
 
 Non-finite points are drawn as red markers on the top edge of the axes, so a NaN step is visible
-instead of being a silent gap in the line. The y range is the one :func:`focus_range` picks (a
+instead of being a silent gap in the line; a run that stays non-finite to its end gets an x-axis
+that ends shortly after its last finite value (the steps before are where the cause is). The y range is the one :func:`focus_range` picks (a
 warm-up spike does not set the scale); points beyond it are grey markers on the edge they pass.
 """
 
@@ -11,7 +12,7 @@ from __future__ import annotations
 import importlib.util
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import IO
+from typing import IO, Any
 
 import numpy as np
 
@@ -80,13 +81,16 @@ def render(spec: PlotSpec, dest: IO[bytes]) -> None:
                 if bad.any():
                     # x in data units, y in axes units: markers sit on the top edge whatever the scale
                     ax.plot(s[bad], np.full(int(bad.sum()), 0.98), "v", color="red", markersize=6,
-                            transform=ax.get_xaxis_transform(), clip_on=False,
+                            transform=ax.get_xaxis_transform(), clip_on=True,
                             label=f"{c.label}: NaN/Inf ({int(bad.sum())})")
+            _narrow_nan_tail(ax, spec)
             if spec.first_bad_step is not None:
                 ax.axvline(spec.first_bad_step, color="red", linestyle=":", linewidth=1.5)
+                lo, hi = ax.get_xlim()
+                left = hi > lo and (spec.first_bad_step - lo) / (hi - lo) > 0.75  # near the right edge: text on its left
                 ax.annotate(f"first bad step {spec.first_bad_step}", xy=(spec.first_bad_step, 0.92),
-                            xycoords=("data", "axes fraction"), xytext=(4, 0), textcoords="offset points",
-                            color="red", fontsize=8)
+                            xycoords=("data", "axes fraction"), xytext=(-4 if left else 4, 0), textcoords="offset points",
+                            color="red", fontsize=8, ha="right" if left else "left")
             for step, label in spec.markers:
                 ax.axvline(step, color="grey", linestyle="--", linewidth=0.8)
                 ax.annotate(label, xy=(step, 0.04), xycoords=("data", "axes fraction"), xytext=(3, 0),
@@ -102,7 +106,7 @@ def render(spec: PlotSpec, dest: IO[bytes]) -> None:
                 for steps, edge, mark in ((up, 0.98, "^"), (down, 0.02, "v")):
                     if steps.size:
                         ax.plot(steps, np.full(steps.size, edge), mark, color="dimgrey", markersize=5,
-                                transform=ax.get_xaxis_transform(), clip_on=False,
+                                transform=ax.get_xaxis_transform(), clip_on=True,
                                 label=f"off scale ({steps.size})" if mark == "^" else None)
             ax.set_title(spec.title, fontsize=10)
             ax.set_xlabel(spec.xlabel)
@@ -114,3 +118,34 @@ def render(spec: PlotSpec, dest: IO[bytes]) -> None:
             fig.savefig(dest, format="png")
         finally:
             plt.close(fig)
+
+
+NAN_TAIL_SHARE = 0.2  # a non-finite tail wider than this share of the x-axis is cut short
+
+
+def _narrow_nan_tail(ax: Any, spec: PlotSpec) -> None:
+    """When the run is non-finite to its end, the steps after the last finite value would take most
+    of the x-axis and squeeze the part that shows the cause: the axis ends a little after the last
+    finite value, and a note at the right edge says to which step the NaN/Inf continue."""
+    first, last_finite, last = None, None, None
+    for c in spec.curves:
+        s = np.asarray(c.steps, dtype=float)
+        v = np.asarray(c.values, dtype=float)
+        if not s.size:
+            continue
+        ok = np.isfinite(v)
+        first = float(s.min()) if first is None else min(first, float(s.min()))
+        last = float(s.max()) if last is None else max(last, float(s.max()))
+        if ok.any():
+            lf = float(s[ok].max())
+            last_finite = lf if last_finite is None else max(last_finite, lf)
+    if first is None or last_finite is None or last is None or last <= first:
+        return
+    if (last - last_finite) / (last - first) <= NAN_TAIL_SHARE:
+        return
+    right = last_finite + max(3.0, 0.08 * (last_finite - first))
+    if spec.first_bad_step is not None:
+        right = max(right, spec.first_bad_step + max(3.0, 0.08 * (last_finite - first)))
+    ax.set_xlim(first - 0.02 * (right - first), right)
+    ax.annotate(f"NaN/Inf continue to step {last:g} \u2192", xy=(0.99, 0.8), xycoords="axes fraction",
+                ha="right", color="red", fontsize=8)

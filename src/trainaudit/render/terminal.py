@@ -1,10 +1,11 @@
 """A report on a terminal, in the style of Ruff and pytest: one line per finding
-(``path:line: RULE [severity] message``, cut to the terminal's width), the verdict with its
-summary and fix, and one closing line that says what was found and where the report is.
+(``path:line: RULE [severity] message``, whole: the full path and the full message, so the
+location can be clicked and the line grepped), the verdict with its summary and fix, and one
+closing line that says what was found and where the report is.
 
 Lines are :class:`rich.text.Text`; the caller prints them on a console that colours them only on
-a terminal (rich's own detection; ``NO_COLOR`` is honoured) and cuts finding lines at its width
-(80 columns when the output is not a terminal).
+a terminal (rich's own detection; ``NO_COLOR`` is honoured). Finding lines are never cut nor
+broken by us: the terminal wraps a long one, as it does Ruff's.
 """
 
 from __future__ import annotations
@@ -22,24 +23,7 @@ SEVERITY_STYLE = {"critical": "bold red", "high": "red", "medium": "yellow", "lo
 VERDICT_STYLE = {"healthy": "bold green", "pass": "bold green", "unhealthy": "bold yellow", "crash": "bold red",
                  "real_regression": "bold red", "infrastructure_failure": "bold red", "numerical_drift": "bold yellow",
                  "gating_policy_issue": "bold yellow", "inconclusive": "bold yellow"}
-MAX_PATH = 36  # a longer source path keeps its last components, so the message still fits 80 columns
 DEFAULT_FINDINGS = 15  # findings shown without -v
-
-
-def short_path(path: str, limit: int = MAX_PATH) -> str:
-    """``path`` as given, or ``.../last/components`` when it is longer than ``limit``."""
-    if len(path) <= limit:
-        return path
-    parts = path.replace("\\", "/").split("/")
-    out = parts[-1]
-    if len(out) > limit - 4:  # a long file name keeps its start and its end
-        keep = (limit - 5) // 2
-        return f".../{out[:keep]}~{out[-keep:]}"
-    for p in reversed(parts[:-1]):
-        if len(out) + len(p) + 5 > limit:
-            break
-        out = f"{p}/{out}"
-    return f".../{out}"
 
 
 def ordered_findings(answer: Answer) -> list[Finding]:
@@ -61,8 +45,8 @@ def rated(where: str, rule: str, severity: str, message: str) -> Text:
 
 
 def finding_line(answer: Answer, d: Finding) -> Text:
-    loc = locate(answer, d.evidence)
-    where = short_path(loc.path) if loc.path else "-"
+    loc = locate(answer, d.evidence, d.first_bad_step)
+    where = loc.path or "-"
     if loc.line:
         where += f":{loc.line}"
     return rated(where, d.rule, d.severity, d.message)
@@ -70,7 +54,7 @@ def finding_line(answer: Answer, d: Finding) -> Text:
 
 def comparison_line(c: Comparison) -> Text:
     """``FAIL iteration-time approximate: median +14.5% over steps 30-45 (...)``: what decided the
-    check first, the detail after (cut first at the terminal's width)."""
+    check first, the detail after."""
     t = Text("PASS " if c.passed else "FAIL ", style="bold green" if c.passed else "bold red")
     if c.window and c.golden_median and c.actual_median is not None:
         what = (f"median {c.actual_median / c.golden_median - 1:+.1%} over steps {c.window[0]}-{c.window[-1]} "
@@ -98,11 +82,13 @@ def verdict_line(answer: Answer) -> Text:
 
 
 def counts(answer: Answer) -> str:
-    """``4 findings (2 critical, 1 medium, 1 low)`` or ``no findings``."""
+    """``4 findings (2 critical, 1 medium, 1 low)``, ``2 high findings`` or ``no findings``."""
     n = len(answer.findings)
     if not n:
         return "no findings"
     by = Counter(d.severity for d in answer.findings)
+    if len(by) == 1:  # one severity: said once, so a closing line with a folder still fits 80 columns
+        return f"{n} {next(iter(by))} finding{'s' if n != 1 else ''}"
     parts = ", ".join(f"{by[s]} {s}" for s in sorted(by, key=lambda s: -SEVERITY_ORDER[s]))
     return f"{n} finding{'s' if n != 1 else ''} ({parts})"
 

@@ -205,6 +205,9 @@ class Rule:
     name: ClassVar[str]
     category: ClassVar[Category]
     severity: ClassVar[Severity]
+    # the other severities a hit can carry (e.g. medium, high when the evidence is stronger): the
+    # listing shows the whole range, so `trainaudit rules` never says medium for what reports high
+    also: ClassVar[tuple[Severity, ...]] = ()
     guidance: ClassVar[Guidance]
     role: ClassVar[Role] = Role.SYMPTOM
     explains: ClassVar[frozenset[Category]] = frozenset()
@@ -238,6 +241,12 @@ class Rule:
             what = f"unknown threshold {where}" if first["type"] == "extra_forbidden" else \
                 f"threshold {where}: {first['msg']}"
             raise ValueError(f"{cls.id}: {what} (known: {known})") from None
+
+    @classmethod
+    def severity_range(cls) -> str:
+        """``medium`` or ``medium-high``: the lowest and highest severity its hits carry."""
+        levels = sorted({cls.severity, *cls.also}, key=lambda s: -list(Severity).index(s))
+        return str(levels[0]) if len(levels) == 1 else f"{levels[0]}-{levels[-1]}"
 
     @classmethod
     def defaults(cls) -> dict[str, Any]:

@@ -20,7 +20,8 @@ def rule_info(cls: type[Rule], *, doc: bool = False) -> dict[str, Any]:
     """A rule as JSON (``trainaudit rules --json``): its metadata and default thresholds; with
     ``doc``, the documentation text ``trainaudit rules ID`` prints."""
     out: dict[str, Any] = {"id": cls.id, "name": cls.name, "category": str(cls.category),
-                           "severity": str(cls.severity), "scope": str(cls.scope), "role": str(cls.role),
+                           "severity": str(cls.severity),
+                           "severities": cls.severity_range(), "scope": str(cls.scope), "role": str(cls.role),
                            "thresholds": cls.defaults(), "summary": inspect.cleandoc(cls.__doc__ or "").split("\n\n")[0]
                            .replace("\n", " ")}
     if doc:
@@ -29,7 +30,8 @@ def rule_info(cls: type[Rule], *, doc: bool = False) -> dict[str, Any]:
 
 
 def _facts(cls: type[Rule]) -> list[str]:
-    out = [f"category: {cls.category}   default severity: {cls.severity}   reported by: {_SCOPE[cls.scope]}"]
+    sev = f"default severity: {cls.severity}" + (f" ({cls.severity_range()} by the evidence)" if cls.also else "")
+    out = [f"category: {cls.category}   {sev}   reported by: {_SCOPE[cls.scope]}"]
     if cls.role is Role.PRECURSOR:
         out.append("role: precursor (a likely cause of the symptoms that follow it, never a root cause alone)")
     if cls.explains:

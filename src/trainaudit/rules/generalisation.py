@@ -44,6 +44,7 @@ class Overfitting(Rule):
     name = "overfitting"
     category = Category.OVERFITTING
     severity = Severity.MEDIUM
+    also = (Severity.HIGH,)
     guidance = Guidance(
         fix="Stop at the validation minimum (early stopping, keep that checkpoint); add data or augmentation, weight "
             "decay or dropout, or train fewer epochs.",
@@ -107,7 +108,8 @@ class Overfitting(Rule):
         h.point("vmin", v, jmin, f"minimum of {v.name}")
         h.point("vend", v, len(v) - 1, f"{v.name} at the end (median of the last points)",
                 indices=np.arange(len(v) - tail.size, len(v)))
-        h.point("t_at", t, ti, f"{t.name} at the step of the validation minimum")
+        h.point("t_at", t, ti, f"{t.name} at the step of the validation minimum (median of the points up to it)",
+                indices=np.arange(max(0, ti - k + 1), ti + 1))
         h.point("t_end", t, len(t) - 1, f"{t.name} at the end (median of the last points)",
                 indices=np.arange(len(t) - k, len(t)))
         h.calc("rise", "relative rise of the validation loss above its minimum", "(median({vend}) - {vmin}) / abs({vmin})",
@@ -133,7 +135,10 @@ class Overfitting(Rule):
                 if drop >= self.p.train_drop:
                     msg = (f"{v.name} rises from {x[j]:.4g} at step {int(v.steps[j])} to {x[-1]:.4g} (+{rise:.0%}) "
                            f"while {t.name} falls from {t0:.4g} to {t1:.4g} (few evaluation points)")
-                    return [self._hit(msg, 0.6, v, j, rise)]
+                    h = self._hit(msg, 0.6, v, j, rise)
+                    h.point("t0", t, max(ti, 0), f"{t.name} at the step the validation loss starts to rise")
+                    h.point("t1", t, len(t) - 1, f"last {t.name}")
+                    return [h]
             elif rises >= self.p.min_after + 1:
                 msg = (f"{v.name} rises for {rises} evaluations in a row after its minimum {x[j]:.4g} at step "
                        f"{int(v.steps[j])}, to {x[-1]:.4g} (+{rise:.0%}); the training loss is not logged")
@@ -145,7 +150,11 @@ class Overfitting(Rule):
             if tl > 0 and vl / tl >= self.p.gap_ratio and tacc / scale >= self.p.memorised_acc and vacc < tacc:
                 msg = (f"the training set is memorised: {ta.name} {tacc:.4g} with {t.name} {tl:.3g}, while {v.name} is "
                        f"{vl:.3g} ({vl / tl:.0f}x) and {va.name} {vacc:.4g}")
-                return [self._hit(msg, 0.65, v, 0, vl / tl - 1)]
+                h = self._hit(msg, 0.65, v, 0, vl / tl - 1)
+                h.point("tl", t, len(t) - 1, f"last {t.name}")
+                h.point("tacc", ta, len(ta) - 1, f"last {ta.name}")
+                h.point("vacc", va, len(va) - 1, f"last {va.name}")
+                return [h]
         return []
 
     def _hit(self, msg: str, conf: float, v: Series, j: int, rise: float) -> Hit:

@@ -29,6 +29,7 @@ class KnownMessage(Rule):
     name = "known-message"
     category = Category.PLATEAU
     severity = Severity.MEDIUM
+    also = (Severity.INFO, Severity.CRITICAL)  # the catalogue entry of the message decides
     guidance = Guidance(
         fix="Act on what the message means (in the finding): it names the mechanism, e.g. enable input gradients "
             "for gradient checkpointing, match the loss's input and target shapes.",

@@ -39,6 +39,7 @@ class NonFiniteMetric(Rule):
     name = "non-finite-metric"
     category = Category.NAN_INF
     severity = Severity.CRITICAL
+    also = (Severity.HIGH,)
     guidance = Guidance(
         fix="Find what happened just before (grad-norm spike, lr jump, bad batch); lower the peak learning rate or "
             "lengthen warm-up, clip gradients (e.g. max norm 1.0), prefer bf16 over fp16, and resume from the last "
@@ -91,6 +92,9 @@ class NonFiniteMetric(Rule):
                          severity="critical" if role != "val_loss" else "high",
                          category=Category.DATA_PIPELINE if from_start else self.category)
             h.point("bad", s, i, f"first non-finite {s.name} ({what}) at step {int(s.steps[i])}")
+            if named is not None:  # the step the message gives is the one this check names: quote it
+                h.ev("named", next(e for e in checks if e.step == named and e.data.get("known")),
+                     "the NaN check that names the iteration")
             if i > 0:
                 h.point("prev", s, i - 1, f"last value of {s.name} before it, step {int(s.steps[i - 1])}")
             lo = max(0, i - 5)
@@ -169,6 +173,7 @@ class LossSpike(Rule):
     name = "loss-spike"
     category = Category.LOSS_SPIKE
     severity = Severity.MEDIUM
+    also = (Severity.LOW,)
     guidance = Guidance(
         fix="Clip gradients, lower the peak lr, inspect or skip the batch at the spike step; for LLMs consider "
             "z-loss / QK-norm.",
@@ -265,6 +270,7 @@ class GradNormSpike(Rule):
     name = "grad-norm-spike"
     category = Category.GRAD_EXPLOSION
     severity = Severity.LOW
+    also = (Severity.INFO, Severity.MEDIUM)
     role = Role.PRECURSOR
     guidance = Guidance(
         fix="Clip the gradient norm near its typical value and lower the learning rate; for Adam, a larger eps or "

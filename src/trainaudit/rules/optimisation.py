@@ -99,6 +99,7 @@ class Divergence(Rule):
     name = "divergence"
     category = Category.DIVERGENCE
     severity = Severity.HIGH
+    also = (Severity.CRITICAL,)
     guidance = Guidance(
         fix="Lower the learning rate (or undo the lr change that preceded the rise), lengthen warm-up, clip "
             "gradients; restart from the checkpoint at the loss minimum.",
@@ -226,6 +227,7 @@ class NotLearning(Rule):
     name = "not-learning"
     category = Category.PLATEAU
     severity = Severity.HIGH
+    also = (Severity.MEDIUM,)
     guidance = NOT_LEARNING
 
     class Params(Thresholds):
@@ -318,6 +320,8 @@ class NotLearning(Rule):
                      category=Category.MODE_COLLAPSE if c in SSL_SIZES else self.category)
         h.point("flat", s, len(s) - 1, f"{s.name} over the flat points", indices=np.arange(start, len(s)))
         h.calc("median", f"median {s.name} over the flat points", "median({flat})")
+        if not c and acc is not None:  # the accuracy the message quotes, at its highest
+            h.point("acc", acc, int(np.argmax(acc.values)), f"highest {acc.name}")
         return [h]
 
 

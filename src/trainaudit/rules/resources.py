@@ -351,6 +351,7 @@ class IncompleteRun(Rule):
     name = "incomplete-run"
     category = Category.DISTRIBUTED_FAILURE
     severity = Severity.LOW
+    also = (Severity.INFO,)
     end_of_run = True  # every live run "stops without a completion marker"
     guidance = DISTRIBUTED_GUIDANCE
     needs_more_data = ("the end of the log and the scheduler's job record (time limit, preemption)",)
@@ -437,6 +438,7 @@ class ThroughputRegression(Rule):
     name = "throughput-regression"
     category = Category.THROUGHPUT_REGRESSION
     severity = Severity.MEDIUM
+    also = (Severity.HIGH,)
     guidance = Guidance(
         fix="Compare nodes and GPUs around the step where it slowed (clocks, thermals, dmesg, other processes), the "
             "data source, and any checkpoint or eval activity starting there.",
