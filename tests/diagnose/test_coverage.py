@@ -53,9 +53,12 @@ def test_a_long_healthy_log_is_healthy_with_its_coverage(tmp_path: Path) -> None
 
 def test_a_fault_names_its_decision(tmp_path: Path) -> None:
     lines = "".join(f"step {i} loss {2.0 - i * 0.01:.3f}\n" for i in range(1, 60)) + "step 60 loss nan\nstep 61 loss nan\n"
-    code, answer, _ = _diagnose(tmp_path, lines)
+    code, answer, text = _diagnose(tmp_path, lines)
     fa = answer["final_answer"]
     assert code == 1 and fa["verdict"] == "unhealthy" and fa["category"] == "nan_inf"
     rc = fa["root_causes"][0]
-    assert "Fitted decision: nan_inf" in rc["issue"]
+    dec = fa["decision"]
+    assert dec["category"] == "nan_inf" and dec["probability"] > dec["runner_up_probability"]
+    assert dec["confidence"] == rc["confidence"] and dec["reasons"]
+    assert f"Decided by the fitted model: nan_inf {dec['probability']:.2f} over {dec['runner_up']}" in text
     assert 0 < rc["confidence"] <= 1

@@ -35,17 +35,18 @@ def test_an_unsure_answer_says_what_would_decide_it(tmp_path: Path) -> None:
 def test_the_shipped_model_explains_its_choice(tmp_path: Path) -> None:
     d = decide(_analysis(tmp_path, NAN), shipped())
     assert d.category == "nan_inf" and d.verdict == "unhealthy" and d.first_bad_step == 60
-    issue = d.stories[0].issue
-    assert "Fitted decision: nan_inf" in issue and "log-odds from" in issue
+    assert d.runner_up and d.runner_up != "nan_inf" and d.reasons and all(v > 0 for _, v in d.reasons)
+    assert d.probabilities["nan_inf"] > d.probabilities[d.runner_up]
     assert abs(sum(d.probabilities.values()) - 1.0) < 1e-3
     assert d.stories[0].confidence == d.confidence
 
 
 def test_deciding_again_does_not_change_the_analysis(tmp_path: Path) -> None:
     a = _analysis(tmp_path, NAN)
-    first = decide(a, shipped()).stories[0].issue
-    again = decide(a, shipped()).stories[0].issue
-    assert first == again and "Fitted decision" not in a.engine.stories[0].issue
+    first = decide(a, shipped())
+    again = decide(a, shipped())
+    assert (first.stories[0].issue, first.reasons) == (again.stories[0].issue, again.reasons)
+    assert first.stories[0].issue == a.engine.stories[0].issue  # the decision is data, not appended prose
 
 
 def test_fit_learns_a_separable_rule() -> None:

@@ -30,6 +30,7 @@ from shared_data import CORPUS_LOGS
 from trainaudit.answer.schema import Severity
 from trainaudit.compare.pipeline import run_golden
 from trainaudit.compare.runs import compare_runs
+from trainaudit.errors import InputError
 from trainaudit.ingest import load_run
 from trainaudit.model import Run
 from trainaudit.rules import ALL_RULES, Context, Rule, run_rules
@@ -155,12 +156,39 @@ def test_rule_is_silent_on_its_fixture(cls: type[Rule], entry: dict[str, Any]) -
     assert not through_engine(cls, entry)
 
 
+# Healthy pasted logs on which a rule is known to fire (the false alarms docs/accuracy.md counts; "unread":
+# the reader finds no metric in the log): pinned, so that a new false alarm fails here and a fixed one must
+# leave this list.
+KNOWN_LOUD: dict[str, tuple[str, ...]] = {
+    "corpus/logs/accelerate-huggingface-accelerate-docs-notebook-launcher/log.txt": ("unread",),
+    "corpus/logs/deepspeed-SeekPoint-DeepSpeedExamples-hellodeepspeed-fp16/log.txt": ("TA104", "TA403",),
+    "corpus/logs/deit-yuhuan-wu-P2T-13/log.jsonl": ("TA202",),
+    "corpus/logs/keras-keras-team-keras-io-conditional-gan/log.txt": ("TA201",),
+    "corpus/logs/keras-keras-team-keras-io-dcgan-celeba/log.txt": ("TA201",),
+    "corpus/logs/keras-keras-team-keras-io-gan-ada/log.txt": ("TA201",),
+    "corpus/logs/keras-keras-team-keras-io-text-classification-imdb/log.txt": ("TA301",),
+    "corpus/logs/lightning-Lightning-AI-pytorch-lightning-3866/log.txt": ("TA202",),
+    "corpus/logs/paddle-NQ-lovecpp-paddle_detection_mouse-yolov3-tail/log.txt": ("TA202",),
+    "corpus/logs/tf1-kujason-avod-28/log.txt": ("TA102",),
+}
+
+
 @pytest.mark.parametrize("cls", RUN_RULES)
 def test_rule_is_silent_on_every_healthy_run(cls: type[Rule]) -> None:
     assert len(HEALTHY) >= 50
     loud = {}
     for path in HEALTHY + HEALTHY_RECORDED:
-        found = [f for f in alone(cls, [str(path.relative_to(TESTS))]) if f.severity != Severity.INFO]
+        rel = str(path.relative_to(TESTS))
+        if KNOWN_LOUD.get(rel) == ("unread",):
+            continue
+        found = [f for f in alone(cls, [rel]) if f.severity != Severity.INFO]
         if found:
-            loud[str(path.relative_to(TESTS))] = found[0].message
-    assert not loud, loud
+            loud[rel] = found[0].message
+    assert set(loud) == {p for p, rules in KNOWN_LOUD.items() if cls.id in rules}, loud
+
+
+def test_the_known_unread_healthy_logs_are_still_unread() -> None:
+    for rel, rules in KNOWN_LOUD.items():
+        if rules == ("unread",):
+            with pytest.raises(InputError, match="no metrics or events found"):
+                load_run([str(TESTS / rel)])

@@ -188,6 +188,23 @@ class Coverage(_Model):
     rules_skipped: dict[str, str] = Field(default_factory=dict)
 
 
+class DecisionReason(_Model):
+    feature: str  # in words
+    log_odds: float  # how much it moved the chosen category above the runner-up
+
+
+class Decision(_Model):
+    """How ``diagnose`` chose its category: the fitted model's probability of the chosen category
+    and of the runner-up, the features that weighed most, and how sure it is of the answer."""
+
+    category: str
+    probability: float = Field(ge=0.0, le=1.0)
+    runner_up: str
+    runner_up_probability: float = Field(ge=0.0, le=1.0)
+    reasons: list[DecisionReason] = Field(default_factory=list)
+    confidence: float = Field(ge=0.0, le=1.0)
+
+
 class RunnerUp(_Model):
     sha: str
     confidence: float = Field(ge=0.0, le=1.0)
@@ -212,6 +229,7 @@ class FinalAnswer(_Model):
     quick_fixes: list[str] = Field(default_factory=list)
     needs_more_data: list[str] = Field(default_factory=list)
     coverage: Coverage | None = None
+    decision: Decision | None = None
     culprit: Culprit | None = None
 
 

@@ -13,7 +13,7 @@ from trainaudit.model import Run, SourceKind
 from trainaudit.rules.base import Hit, PointRef
 from trainaudit.answer.builder import AnswerBuilder, sha256_of
 from trainaudit.answer.charts import Curve, PlotSpec
-from trainaudit.answer.schema import Answer, Coverage, FinalAnswer, MetricCoverage, RootCause
+from trainaudit.answer.schema import Answer, Coverage, Decision, DecisionReason, FinalAnswer, MetricCoverage, RootCause
 from trainaudit.answer.paths import display_path
 
 MAX_EXCERPT = 200  # values quoted in one fact; longer windows are evenly thinned
@@ -123,8 +123,18 @@ def build_answer(paths: list[str], run: Run, diag: Diagnosis, *, hash_sources: b
                                confidence=st.confidence))
     final = FinalAnswer(verdict=diag.verdict, category=diag.category, first_bad_step=diag.first_bad_step,  # type: ignore[arg-type]
                         summary=diag.summary, root_causes=roots, quick_fixes=diag.quick_fixes,
-                        needs_more_data=diag.needs_more_data, coverage=_coverage(diag))
+                        needs_more_data=diag.needs_more_data, coverage=_coverage(diag), decision=_decision(diag))
     return b.build(final)
+
+
+def _decision(diag: Diagnosis) -> Decision | None:
+    if not diag.probabilities or not diag.runner_up:
+        return None
+    p = diag.probabilities
+    return Decision(category=diag.category, probability=min(max(p.get(diag.category, 0.0), 0.0), 1.0),
+                    runner_up=diag.runner_up, runner_up_probability=min(max(p.get(diag.runner_up, 0.0), 0.0), 1.0),
+                    reasons=[DecisionReason(feature=f, log_odds=v) for f, v in diag.reasons],
+                    confidence=diag.confidence)
 
 
 def _coverage(diag: Diagnosis) -> Coverage | None:

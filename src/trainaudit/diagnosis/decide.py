@@ -117,9 +117,7 @@ def decide(a: Analysis, model: Model | None = None) -> Diagnosis:
     runner = max((c for c in CLASSES if c != best), key=lambda c: prob[c])
     i, j = CLASSES.index(best), CLASSES.index(runner)
     sure = model.sureness(confidence_vector(a.x, p, i, j), prob[best])
-    why = ", ".join(f"{_word(f)} {v:+.1f}" for f, v in model.reasons(a.x, i, j))
-    reasoning = (f"Fitted decision: {best} {prob[best]:.2f} over {runner} {prob[runner]:.2f}"
-                 + (f" (log-odds from {why})" if why else "") + f"; confidence {sure:.2f}.")
+    reasons = [(_word(f), round(v, 3)) for f, v in model.reasons(a.x, i, j)]
     unsure = [f"what would decide between {best} and {runner}: {DECIDES[runner]}"] if sure < CONFIDENT else []
 
     if best == HEALTHY:
@@ -130,7 +128,7 @@ def decide(a: Analysis, model: Model | None = None) -> Diagnosis:
         d = conclude([], hits)
         if engine.stories:
             d.summary += (f" The rules' {len(engine.stories)} finding(s) ("
-                          + ", ".join(st.category for st in engine.stories[:3]) + f") are weighed as normal. {reasoning}")
+                          + ", ".join(st.category for st in engine.stories[:3]) + ") are weighed as normal.")
         missing = _not_enough(a.coverage)
         if missing:
             sure = min(sure, CONFIDENT / 2)  # too little evidence to stand on, whatever the model says
@@ -148,11 +146,11 @@ def decide(a: Analysis, model: Model | None = None) -> Diagnosis:
         for s in stories:
             s.confidence = round(min(max(prob[s.category], 0.01), 0.99), 3)
         primary.confidence = round(min(max(sure, 0.01), 0.99), 3)
-        primary.issue = primary.issue.rstrip() + (" " if primary.issue.rstrip().endswith(".") else ". ") + reasoning
         d = conclude(stories, engine.hits)
         d.needs_more_data = [*unsure, *(n for n in d.needs_more_data if n not in unsure)]
     d.coverage = a.coverage
     d.probabilities = {c: round(v, 4) for c, v in prob.items()}
     d.confidence = round(min(max(sure, 0.01), 0.99), 3)
-    d.reasoning = reasoning
+    d.runner_up = runner
+    d.reasons = reasons
     return d

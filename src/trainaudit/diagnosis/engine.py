@@ -66,7 +66,8 @@ class Diagnosis:
     # and why it chose what it chose
     probabilities: dict[str, float] = field(default_factory=dict)
     confidence: float = 0.0
-    reasoning: str = ""
+    runner_up: str = ""
+    reasons: list[tuple[str, float]] = field(default_factory=list)  # (feature in words, log-odds)
 
 
 def _sev(h: Hit | Story) -> int:

@@ -211,8 +211,8 @@ class FailureShape:
     def track(self) -> str | None:
         """The image track the failing golden belongs to (Megatron-LM names goldens
         golden_values_{dev|lts}_<platform>.json): "dev", "lts", or None when unknown."""
-        names = " ".join(PurePosixPath(g).name.lower() for g in self.golden_paths)
-        tracks = {t for t in ("dev", "lts") if re.search(rf"(?:^|_){t}(?:_|\.|$)", names)}
+        words = {w for g in self.golden_paths for w in _GOLDEN_WORDS.split(PurePosixPath(g).name.lower())}
+        tracks = {t for t in ("dev", "lts") if t in words}
         return tracks.pop() if len(tracks) == 1 else None
 
 
@@ -376,14 +376,15 @@ def evidence_of(c: CommitInfo, ctx: FailureShape, diff: str) -> Evidence:
     return ev
 
 
+_GOLDEN_WORDS = re.compile(r"[_.]")  # golden_values_dev_dgx_h100.json -> golden, values, dev, ...
+_FILE_WORDS = re.compile(r"[._-]")  # Dockerfile.ci.lts -> dockerfile, ci, lts
+
+
 def _track(path: str) -> str:
     """The image track an environment file builds: Megatron-LM keeps Dockerfile.ci.lts /
     .ngc_version.lts beside their dev twins; any other file serves both."""
-    name = PurePosixPath(path).name.lower()
-    for t in ("lts", "dev"):
-        if re.search(rf"(?:^|[._-]){t}(?:[._-]|$)", name):
-            return t
-    return "both"
+    words = set(_FILE_WORDS.split(PurePosixPath(path).name.lower()))
+    return next((t for t in ("lts", "dev") if t in words), "both")
 
 
 def _diff_of(diff: str, paths: list[str]) -> str:

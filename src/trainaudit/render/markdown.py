@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from trainaudit.answer.locate import culprit
 from trainaudit.answer.schema import SEVERITY_ORDER, Answer, Comparison, ExtractedFact
 from trainaudit.compare.build import check_in_words
-from trainaudit.render.numbers import coverage_line, number, percent, values_in_words
+from trainaudit.render.numbers import coverage_line, decision_line, number, percent, values_in_words
 from trainaudit.redact import BACKTICKS, anchor_id, mask_secrets, md_code_block, md_inline
 
 MAX_ROWS = 25
@@ -187,9 +187,9 @@ def render_audit(answer: Answer, plot_files: list[str] | None = None) -> str:
     src = {s.id: s for s in answer.source_refs}
     facts = {f.id: f for f in answer.extracted_facts}
     out = audit_top(answer) + [""]
-    checked = coverage_line(fa.coverage)
+    checked = [line for line in (coverage_line(fa.coverage), decision_line(fa.decision)) if line]
     if checked:
-        out += _details("What was checked", [md_inline(checked)])
+        out += _details("What was checked, and how it was decided", [md_inline(line) + "  " for line in checked])
     if answer.comparisons:
         rows = _checks_table(answer.comparisons)
         out += _details(f"All checks ({len(answer.comparisons)}, {sum(not c.passed for c in answer.comparisons)} "

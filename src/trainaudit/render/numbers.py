@@ -3,7 +3,7 @@ value reads the same everywhere."""
 
 from __future__ import annotations
 
-from trainaudit.answer.schema import Coverage
+from trainaudit.answer.schema import Coverage, Decision
 
 
 def number(v: float | str | None, digits: int = 4, missing: str = "-") -> str:
@@ -25,6 +25,16 @@ def number(v: float | str | None, digits: int = 4, missing: str = "-") -> str:
 def percent(v: float | None, missing: str = "-") -> str:
     """A ratio as a percentage with 3 significant digits (0.145 -> ``14.5 %``)."""
     return missing if v is None else f"{v * 100:.3g} %"
+
+
+def decision_line(d: Decision | None) -> str | None:
+    """``Decided by the fitted model: nan_inf 0.93 over loss_spike 0.03 (from ...); confidence 0.91.``"""
+    if d is None:
+        return None
+    why = ", ".join(f"{r.feature} {r.log_odds:+.1f}" for r in d.reasons)
+    return (f"Decided by the fitted model: {d.category} {d.probability:.2f} over {d.runner_up} "
+            f"{d.runner_up_probability:.2f}" + (f" (log-odds from {why})" if why else "")
+            + f"; confidence {d.confidence:.2f}.")
 
 
 def coverage_line(c: Coverage | None, limit: int = 4) -> str | None:
