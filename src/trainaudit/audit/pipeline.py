@@ -17,6 +17,7 @@ from trainaudit.audit.testcase import TestProfile, profile
 from trainaudit.errors import InputError
 from trainaudit.history.classify import Classified, FailureShape
 from trainaudit.history.features import is_code, path_features
+from trainaudit.answer.verdicts import verdict_info
 from trainaudit.answer.builder import AnswerBuilder
 from trainaudit.answer.charts import PlotSpec
 from trainaudit.answer.schema import Answer, Culprit, FinalAnswer, RootCause, RunnerUp
@@ -433,7 +434,7 @@ def _final(b: AnswerBuilder, v: Verdict, cmp_answer: Answer | None, cmp_causes: 
                      f"{_against(info.ranked)}): \"{c.commit.title}\".")
     if info.fix is not None:
         parts.append(f"Later commit {info.fix.commit.sha[:10]} \"{info.fix.commit.title}\" {info.fix.reason}.")
-    summary = f"{HEADS.get(v.verdict, v.verdict)} ({v.category}). " + " ".join(parts)
+    summary = f"{verdict_info(v.verdict).label} ({v.category}). " + " ".join(parts)
     conf = v.confidence
     if causes:
         rc = causes[0]
@@ -458,9 +459,6 @@ def _final(b: AnswerBuilder, v: Verdict, cmp_answer: Answer | None, cmp_causes: 
                        needs_more_data=needs)
 
 
-HEADS = {"real_regression": "Real regression", "numerical_drift": "Numerical drift",
-         "gating_policy_issue": "Gating-policy issue", "infrastructure_failure": "Infrastructure failure",
-         "crash": "Crash", "pass": "Pass", "inconclusive": "Inconclusive"}
 
 
 def _fix_for(v: Verdict, info: AuditInfo) -> str:

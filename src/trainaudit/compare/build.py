@@ -21,8 +21,6 @@ from trainaudit.answer.charts import Band, Curve, PlotSpec
 from trainaudit.answer.schema import Answer, Category, Comparison, FinalAnswer, RootCause, Severity
 from trainaudit.answer.paths import display_path
 
-SEVERITY_OF = {"crash": "critical", "infrastructure_failure": "critical", "real_regression": "high",
-               "inconclusive": "medium", "numerical_drift": "low", "gating_policy_issue": "medium"}
 RULE_OF: dict[str, type[Rule]] = {"exact": ExactCheck, "approximate": ApproximateCheck,
                                   "iteration-time": IterationTimeCheck, "abort": GateAborted}
 

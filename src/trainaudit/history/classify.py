@@ -38,6 +38,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 
+from trainaudit.answer.verdicts import VERDICT_INFO
 from trainaudit.history.features import (ARGUMENTS, DEFINING_ARGS, GENERIC_TRAINING, is_code, message_features,
                                          path_features)
 from trainaudit.history.git import CommitInfo, Repo
@@ -175,12 +176,10 @@ CAN_CAUSE: dict[str | None, tuple[str, ...]] = {
     "crash": ("code", "env", "own_config", "launcher"), "infra": ("env", "launcher", "own_config"),
     None: ("code", "env", "own_config", "comparator", "launcher", "recipe", "golden"),
 }
-# A verdict (and, for gating issues, a category) -> the explanation it implies when the audit does
-# not name one.
-EXPLANATION_OF: dict[str, str] = {"numerical_drift": "drift", "real_regression": "training",
-                                  "real_regression:memory_growth": "memory",
-                                  "gating_policy_issue:throughput_regression": "wall_clock",
-                                  "gating_policy_issue": "golden", "crash": "crash", "infrastructure_failure": "infra"}
+# A verdict and category whose explanation is not the verdict's own (VerdictInfo.change), when the
+# audit does not name one.
+EXPLANATION_BY_CATEGORY: dict[tuple[str, str], str] = {("real_regression", "memory_growth"): "memory",
+                                                       ("gating_policy_issue", "throughput_regression"): "wall_clock"}
 
 
 @dataclass
@@ -199,8 +198,8 @@ class FailureShape:
 
     @property
     def explanation_key(self) -> str | None:
-        key = self.explanation or EXPLANATION_OF.get(f"{self.kind}:{self.category}") or \
-            EXPLANATION_OF.get(self.kind or "")
+        key = self.explanation or EXPLANATION_BY_CATEGORY.get((self.kind or "", self.category or "")) or \
+            (VERDICT_INFO[self.kind].change if self.kind in VERDICT_INFO else None)  # type: ignore[index]
         return key if key in GROUP_OF else None
 
     @property

@@ -21,6 +21,7 @@ import httpx
 
 from trainaudit import __version__
 from trainaudit.errors import InputError
+from trainaudit.answer.verdicts import verdict_info
 from trainaudit.answer.fingerprint import fingerprint, marker
 from trainaudit.render.markdown import render_markdown
 from trainaudit.redact import github_body, json_text, md_inline, mask_secrets, slack_link, slack_text
@@ -182,7 +183,7 @@ def send_issue(plan: IssuePlan, token: str, client: httpx.Client | None = None) 
 def slack_payload(answer: Answer, link: str | None) -> dict[str, Any]:
     """A short message: verdict, first bad step, summary, the top root cause's fix, a link."""
     fa = answer.final_answer
-    icon = {"healthy": ":white_check_mark:", "pass": ":white_check_mark:"}.get(fa.verdict, ":rotating_light:")
+    icon = verdict_info(fa.verdict).icon
     step = f" from step {fa.first_bad_step}" if fa.first_bad_step is not None else ""
     head = (f"{icon} *trainaudit {slack_text(answer.task)}: {slack_text(fa.verdict.replace('_', ' '))}* "
             f"({slack_text(fa.category)}{step})")

@@ -15,11 +15,9 @@ from typing import Any
 
 from trainaudit.redact import anchor_id, html_text, json_text, mask_secrets
 from trainaudit.render.numbers import number, percent, values_in_words
+from trainaudit.answer.verdicts import verdict_info
 from trainaudit.answer.schema import SEVERITY_ORDER, Answer, ExtractedFact
 
-_VERDICT_CLASS = {"healthy": "ok", "pass": "ok", "numerical_drift": "warn", "gating_policy_issue": "warn",
-                  "inconclusive": "warn", "unhealthy": "bad", "real_regression": "bad", "crash": "bad",
-                  "infrastructure_failure": "bad"}
 MAX_FINDINGS = 200
 MAX_FACTS = 400
 
@@ -79,7 +77,7 @@ def render_html(answer: Answer, charts: list[dict[str, Any]] | None = None, *, t
     if conf is not None:
         meta.append(f"confidence <b>{conf:.2f}</b>")
     meta.append(f"task {_e(answer.task)}")
-    body.append(f'<header class="verdict {_VERDICT_CLASS.get(fa.verdict, "warn")}" id="verdict">'
+    body.append(f'<header class="verdict {verdict_info(fa.verdict).tone}" id="verdict">'
                 f'<div class="badge">{_e(fa.verdict.replace("_", " "))}</div>'
                 f'<div class="meta">{" · ".join(meta)}</div>'
                 f'<p class="summary">{_e(fa.summary)}</p></header>')

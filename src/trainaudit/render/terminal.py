@@ -14,15 +14,14 @@ from collections import Counter
 
 from rich.text import Text
 
+from trainaudit.answer.verdicts import verdict_info
 from trainaudit.answer.locate import locate
 from trainaudit.answer.schema import SEVERITY_ORDER, Answer, Comparison, Finding
 from trainaudit.redact import mask_secrets
 from trainaudit.render.numbers import number
 
 SEVERITY_STYLE = {"critical": "bold red", "high": "red", "medium": "yellow", "low": "cyan", "info": "dim"}
-VERDICT_STYLE = {"healthy": "bold green", "pass": "bold green", "unhealthy": "bold yellow", "crash": "bold red",
-                 "real_regression": "bold red", "infrastructure_failure": "bold red", "numerical_drift": "bold yellow",
-                 "gating_policy_issue": "bold yellow", "inconclusive": "bold yellow"}
+TONE_STYLE = {"ok": "bold green", "warn": "bold yellow", "bad": "bold red"}
 DEFAULT_FINDINGS = 15  # findings shown without -v
 
 
@@ -71,7 +70,7 @@ def verdict_line(answer: Answer) -> Text:
     """``UNHEALTHY nan_inf from step 124 (confidence 0.97)``; the category only when it says more
     than the verdict (never ``HEALTHY healthy``)."""
     fa = answer.final_answer
-    t = Text(fa.verdict.upper().replace("_", " "), style=VERDICT_STYLE.get(fa.verdict, "bold"))
+    t = Text(fa.verdict.upper().replace("_", " "), style=TONE_STYLE[verdict_info(fa.verdict).tone])
     if fa.category not in (fa.verdict, "healthy"):
         t.append(f" {fa.category}")
     if fa.first_bad_step is not None:
@@ -96,7 +95,7 @@ def counts(answer: Answer) -> str:
 def closing_line(answer: Answer, report: str) -> Text:
     """pytest's last line: the verdict, what was found, the report folder (never cut)."""
     fa = answer.final_answer
-    t = Text(fa.verdict, style=VERDICT_STYLE.get(fa.verdict, "bold"))
+    t = Text(fa.verdict, style=TONE_STYLE[verdict_info(fa.verdict).tone])
     t.append(f": {counts(answer)}")
     failed = sum(1 for c in answer.comparisons if not c.passed)
     if answer.comparisons:
