@@ -268,7 +268,7 @@ class NotLearning(Rule):
             n_cls = ("classes or tokens", c) if c else None
         uniform = math.log(n_cls[1]) if n_cls else None
         near = uniform is not None and abs(tail - uniform) <= self.p.uniform_tol * uniform
-        msg = f"{s.name} does not decrease: {head:.4g} over the first 10% of logged steps, {tail:.4g} over the last 10%"
+        msg = f"{s.name} does not decrease: {head:.4g} over the first tenth of the logged steps, {tail:.4g} over the last tenth"
         if near and n_cls is not None:
             msg += (f", which is ln({n_cls[1]}) = {uniform:.4g}: the loss of a uniform guess over {n_cls[1]} "
                     f"{n_cls[0].split('.')[-1]}")

@@ -257,7 +257,7 @@ class MemoryGrowth(Rule):
         # where it starts: the first point a tenth of the way from the first value to the last
         i0 = int(np.flatnonzero(m.values > m.values[0] + 0.1 * (m.values[-1] - m.values[0]))[0])
         msg = (f"{m.name} never decreases: {m.values[0]:.4g} -> {m.values[-1]:.4g} (+{growth:.0%}) over {len(m)} logged "
-               f"points, up at {float(np.mean(np.diff(m.values) > 0)):.0%} of them")
+               "points")
         h = self.hit(msg, 0.65 if len(m) < self.p.min_points else 0.75, metric=m.name, first_bad_step=int(m.steps[i0]),
                      last_step=int(m.steps[-1]), data={"monotone": True})
         h.point("start", m, 0, f"first {m.name}")
@@ -280,6 +280,9 @@ def _rank_of_root(ctx: Context) -> tuple[int | None, Event | None, str]:
     if primary:
         return primary[0].rank, primary[0], f"its {primary[0].kind.value} comes before the collective failures"
     return None, None, ""
+
+
+MAX_RANKS_SHOWN = 8  # ranks a collective-failure message names (each quoted where it reports)
 
 
 class CollectiveFailure(Rule):
@@ -312,8 +315,10 @@ class CollectiveFailure(Rule):
         ranks = sorted({x.rank for x in evs if x.rank is not None})
         root, root_ev, why = _rank_of_root(ctx)
         msg = f"distributed failure: {e.message}"
+        shown = ranks[:MAX_RANKS_SHOWN]
         if ranks:
-            msg += f" (ranks reporting: {', '.join(map(str, ranks))})"
+            more = f" and {len(ranks) - len(shown)} more" if len(ranks) > len(shown) else ""
+            msg += f" (ranks reporting: {', '.join(map(str, shown))}{more})"
         ws = ctx.run.meta.get("world_size")
         silent = []
         if root is None and isinstance(ws, int) and ranks and len(ranks) < ws:
@@ -326,6 +331,10 @@ class CollectiveFailure(Rule):
                      data={"root_rank": root, "ranks": ranks, "silent_ranks": silent},
                      needs=[] if root is not None else ["the logs of every rank (to see which rank failed first)"])
         h.ev("first", e, "first collective / distributed failure")
+        for r in shown:  # each rank the message names is quoted where it reports
+            first_of = next(x for x in evs if x.rank == r)
+            if first_of is not e:
+                h.ev(f"rank{r}", first_of, f"rank {r} reports it")
         if root_ev is not None and root_ev is not e:
             h.ev("root", root_ev, f"the root rank's own failure (rank {root})")
         return [h]
@@ -807,8 +816,9 @@ class DataWaitDominates(Rule):
         if hits.size < self.p.min_hits or hits.size / steps.size < self.p.min_frac:
             return []
         i = int(hits[0])
-        msg = (f"{d.name} is {float(np.median(share[hits])):.0%} of {t.name} on {hits.size} of {steps.size} logged steps "
-               f"from step {int(steps[i])}: the steps wait for data")
+        # the share the evidence shows (the first such step); the count says it is not a one-off
+        msg = (f"{d.name} is {float(share[i]):.0%} of {t.name} at step {int(steps[i])}, and a large share on "
+               f"{hits.size} of {steps.size} logged steps from there: the steps wait for data")
         h = self.hit(msg, 0.75, metric=d.name, first_bad_step=int(steps[i]), last_step=int(steps[hits[-1]]))
         h.point("data", d, int(di[i]), f"{d.name} at step {int(steps[i])}")
         h.point("step", t, int(ti[i]), f"{t.name} at step {int(steps[i])}")
