@@ -118,6 +118,8 @@ def test_rules_lists_every_severity_its_findings_carry(corpus_answers: dict[str,
     seen: dict[tuple[str, str], str] = {}
     for name, answer in corpus_answers.items():
         for d in answer["findings"]:
+            if "weighed as within normal" in d["message"]:
+                continue  # the fitted decision's note on a run it calls healthy, not the rule's severity
             seen.setdefault((d["rule"], d["severity"]), name)
     assert any("-" in listed.get(rid, "") and sev != listed[rid].split("-")[0] for rid, sev in seen)
     wrong = {k: (listed.get(k[0]), case) for k, case in seen.items()

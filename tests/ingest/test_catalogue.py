@@ -46,6 +46,15 @@ LINES = {
     "worker-timeout": next(ln for ln in corpus_log("gluonts-awslabs-gluonts-689") if "Worker timed out" in ln),
     # torch/utils/data/dataloader.py, _try_get_data
     "dataloader-timeout": "RuntimeError: DataLoader timed out after 120 seconds",
+    # printed by real torch 2.13 CPU runs (tests/corpus/runs: a tensor too large, a gloo peer killed or stuck)
+    "cpu-alloc-oom": "RuntimeError: [enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: can't allocate "
+                     "memory: you tried to allocate 5497558138880 bytes. Error code 12 (Cannot allocate memory)",
+    "gloo-peer-closed": "RuntimeError: [/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:553] "
+                        "Connection closed by peer [127.0.0.1]:35469",
+    "gloo-peer-reset": "RuntimeError: [/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:537] Read "
+                       "error [127.0.0.1]:721: Connection reset by peer",
+    "gloo-timeout": "RuntimeError: [/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:78] "
+                    "Timed out waiting 5000ms for recv operation to complete",
 }
 
 
