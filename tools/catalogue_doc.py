@@ -8,8 +8,9 @@ not the table of the catalogue in the code.
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
+
+from doc_block import with_block
 
 from trainaudit.ingest.catalogue import CATALOGUE
 
@@ -38,10 +39,7 @@ def render() -> str:
 
 
 def updated(doc: str) -> str:
-    block = f"{START}\n{render()}\n{END}"
-    if START in doc:
-        return re.sub(re.escape(START) + r".*?" + re.escape(END), lambda _m: block, doc, flags=re.S)
-    return doc.rstrip() + "\n\n" + block + "\n"
+    return with_block(doc, START, END, render())
 
 
 def main() -> int:

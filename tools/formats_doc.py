@@ -8,8 +8,9 @@ file does not hold the table of the registry in the code.
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
+
+from doc_block import with_block
 
 from trainaudit.ingest.formats import FORMATS
 
@@ -30,10 +31,7 @@ def render() -> str:
 
 
 def updated(doc: str) -> str:
-    block = f"{START}\n{render()}\n{END}"
-    if START in doc:
-        return re.sub(re.escape(START) + r".*?" + re.escape(END), lambda _m: block, doc, flags=re.S)
-    return doc.rstrip() + "\n\n" + block + "\n"
+    return with_block(doc, START, END, render())
 
 
 def main() -> int:

@@ -222,12 +222,6 @@ def compare_members(result: BatchResult) -> dict[str, Any]:
             "shared_environment_changes": env}
 
 
-def _named(a: Answer) -> Commit | None:
-    """The commit an answer names (final_answer.culprit, which is commits[0])."""
-    cul = a.final_answer.culprit
-    return next((c for c in a.commits if c.sha == cul.sha), None) if cul is not None else None
-
-
 def headline(answers: list[tuple[str, Answer]], env: list[dict[str, Any]]) -> dict[str, Any] | None:
     """What several failures of one pipeline have in common, said first: the commit most of them
     name (a shared environment change when its role says so), else an environment change every
@@ -237,7 +231,7 @@ def headline(answers: list[tuple[str, Answer]], env: list[dict[str, Any]]) -> di
     named: dict[str, list[str]] = {}
     commit: dict[str, Commit] = {}
     for name, a in answers:
-        c = _named(a)
+        c = culprit(a)  # the commit its answer names, as the batch table shows it
         if c is not None:
             named.setdefault(c.sha, []).append(name)
             commit.setdefault(c.sha, c)
