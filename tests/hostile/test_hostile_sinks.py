@@ -213,11 +213,11 @@ def test_charts_json_and_plot_names_hold_no_secret(tmp_path: Path) -> None:
 # -- MCP results -----------------------------------------------------------------------------------
 def test_mcp_results_are_masked_on_every_string() -> None:
     from trainaudit.mcp.server import _masked
-    from trainaudit.mcp.tools import FindingBrief
+    from trainaudit.answer.schema import Finding
 
     gh = "gh" + "p_" + "Mk3" * 12
-    brief = FindingBrief(id="D1", rule="TA101", category="nan_inf", severity="critical", metric=f"loss {gh}",
-                         message="\u202eok", evidence=[f"F1 {gh}"])
+    brief = Finding(id="D1", rule="TA101", category="nan_inf", severity="critical", metric=f"loss {gh}",
+                    message="\u202eok", evidence=[f"F1 {gh}"], confidence=0.9, data={"module": f"net {gh}"})
     out = _masked(brief)
-    assert isinstance(out, FindingBrief)
+    assert isinstance(out, Finding)
     assert gh[4:] not in out.model_dump_json() and "\u202e" not in out.message

@@ -74,9 +74,9 @@ def test_hf_callback_finds_the_nan_batch_and_stops_the_trainer(tmp_path: Path) -
     frameworks.run_hf_nan_batch(tmp_path, callbacks=[cb])
     assert cb.monitor is not None
     origin = [a for a in cb.monitor.alerts if a.rule == "MON101"]
-    assert len(origin) == 1 and origin[0].step == K and origin[0].since == K
+    assert len(origin) == 1 and origin[0].last_step == K and origin[0].first_bad_step == K
     assert origin[0].data["phase"] == "forward" and origin[0].metric == "net.0" and origin[0].data["input_nonfinite"]
-    assert all(a.step >= K for a in cb.monitor.alerts) and [a.rule for a in seen] == [a.rule for a in cb.monitor.alerts]
+    assert all(a.last_step >= K for a in cb.monitor.alerts) and [a.rule for a in seen] == [a.rule for a in cb.monitor.alerts]
     # the true loss is NaN in the monitor's record while HF's own log shows the filtered 0.0
     last = records(tmp_path / "mon")[-1]
     assert last["step"] == K and last["loss"] == "nan" and last["grad_norm"] == "nan"  # the writer's NaN spelling
@@ -119,12 +119,12 @@ def test_lightning_callback_stops_the_fit_at_the_first_nan(tmp_path: Path) -> No
     assert cb.monitor is not None
     alerts = cb.monitor.alerts
     jump = [a for a in alerts if a.rule == "TA206"]
-    assert jump and jump[0].since == K and jump[0].step == K  # evaluated at once on the lr change
+    assert jump and jump[0].first_bad_step == K and jump[0].last_step == K  # evaluated at once on the lr change
     critical = [a for a in alerts if a.severity == "critical"]
     steps = records(tmp_path / "mon")
     first_bad = next(r["step"] for r in steps if not (math.isfinite(float(r["loss"])) and math.isfinite(float(r["grad_norm"]))))
     assert K < first_bad <= K + 10
-    assert critical and min(a.step for a in critical) == first_bad
+    assert critical and min(a.last_step for a in critical) == first_bad
     # trainer.should_stop: the fit ended after that step, far before the 200 planned
     assert steps[-1]["step"] == first_bad and max(csv_rows(tmp_path)) == first_bad
     assert records(tmp_path / "mon", "end")[0]["status"] == "stopped"
@@ -169,7 +169,7 @@ def test_lightning_callback_replays_training_step_to_find_the_nan_batch(tmp_path
     trainer.fit(module, torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, y), batch_size=16))
     assert cb.monitor is not None
     [origin] = [a for a in cb.monitor.alerts if a.rule == "MON101"]
-    assert origin.step == K and origin.metric == "net.0"
+    assert origin.last_step == K and origin.metric == "net.0"
     assert origin.data["phase"] == "forward" and origin.data["input_nonfinite"] and origin.data["micro_batch"] == 1
     assert trainer.global_step == K  # stopped after the update of the NaN batch
     assert module.logged.count("train_loss") == 2 * K  # one per micro-batch: the replay logged nothing

@@ -17,6 +17,7 @@ import torch
 from shared_data import run_cli
 from tinyloop import build, records, train
 
+from trainaudit.answer.schema import Finding
 from trainaudit.ingest import load_run
 from trainaudit.model import EventKind
 from trainaudit.monitor.core import Monitor
@@ -62,17 +63,24 @@ def test_nan_batch_at_step_57_alerts_at_57_and_names_the_input_layer(tmp_path: P
     seen = []
     res = train(tmp_path, steps=80, fault=nan_batch, on_alert=seen.append, save_batch_on="critical", **FAST)
     origin = _by_rule(res, "MON101")
-    assert len(origin) == 1 and origin[0].step == 57 and origin[0].since == 57
+    assert len(origin) == 1 and origin[0].last_step == 57 and origin[0].first_bad_step == 57
     assert origin[0].data["phase"] == "forward" and origin[0].metric == "0" and origin[0].data["input_nonfinite"]
     ta101 = _by_rule(res, "TA101")
-    assert ta101 and all(a.step == 57 and a.since == 57 for a in ta101)
-    assert all(a.step >= 57 for a in res.monitor.alerts)  # nothing before the fault
+    assert ta101 and all(a.last_step == 57 and a.first_bad_step == 57 for a in ta101)
+    assert all(a.last_step >= 57 for a in res.monitor.alerts)  # nothing before the fault
     assert [a.rule for a in seen] == [a.rule for a in res.monitor.alerts]  # the callback saw every alert
     saved = torch.load(tmp_path / "batches" / "step57.pt")
     assert torch.isnan(saved[0][3, 2]) and int(torch.isnan(saved[0]).sum()) == 1
     nonfinite = [r for r in records(tmp_path) if r["type"] == "nonfinite"]
     assert nonfinite == [{"type": "nonfinite", "step": 57, "phase": "forward", "module": "0", "input_nonfinite": True,
                           "call": 0, "detail": "non-finite input entering 0"}]
+    # the file records each alert as the one finding type, and reading it back keeps its steps
+    written = [r for r in records(tmp_path) if r["type"] == "alert"]
+    assert [Finding.model_validate({k: v for k, v in r.items() if k not in ("type", "step")}) for r in written] \
+        == res.monitor.alerts
+    run, _ = load_run([str(tmp_path / "trainaudit-monitor.jsonl")])
+    warned = [e for e in run.events if e.kind == EventKind.WARNING and e.data["rule"] == "MON101"]
+    assert [(e.step, e.data["first_bad_step"]) for e in warned] == [(57, 57)]
 
 
 def test_forward_nan_inside_the_model_is_attributed_and_stop_ends_cleanly(tmp_path: Path) -> None:
@@ -83,7 +91,7 @@ def test_forward_nan_inside_the_model_is_attributed_and_stop_ends_cleanly(tmp_pa
 
     res = train(tmp_path, steps=80, model=build("log"), fault=broken, stop_on="critical", **FAST)
     assert res.steps_run == 33  # the with-block ended right after step 33, no exception escaped
-    assert res.monitor.stopped is not None and res.monitor.stopped.step == 33
+    assert res.monitor.stopped is not None and res.monitor.stopped.last_step == 33
     origin = _by_rule(res, "MON101")[0]
     assert origin.metric == "2" and origin.data["phase"] == "forward" and not origin.data["input_nonfinite"]
     recs = records(tmp_path)
@@ -98,7 +106,7 @@ def test_backward_nan_is_attributed_to_the_module_whose_backward_made_it(tmp_pat
 
     res = train(tmp_path, steps=45, model=build("bomb"), fault=arm, clip=None, **FAST)
     origin = _by_rule(res, "MON101")[0]
-    assert origin.step == 40 and origin.data["phase"] == "backward"
+    assert origin.last_step == 40 and origin.data["phase"] == "backward"
     assert origin.metric == "2" and origin.data["grad_at_output_of"] == "1"
     assert np.isfinite(res.losses[39])  # the forward of step 40 was clean: only gradients were NaN
 
@@ -117,7 +125,7 @@ def test_evaluation_forwards_between_steps_do_not_hide_the_nan_origin(tmp_path: 
 
     res = train(tmp_path, steps=25, fault=eval_then_nan, **FAST)
     origin = _by_rule(res, "MON101")
-    assert len(origin) == 1 and origin[0].step == 21
+    assert len(origin) == 1 and origin[0].last_step == 21
     assert origin[0].data["phase"] == "forward" and origin[0].metric == "0" and origin[0].data["input_nonfinite"]
 
 
@@ -153,7 +161,7 @@ def test_nan_in_an_early_micro_batch_is_found_by_replaying_each_one(tmp_path: Pa
     mon = Monitor(model, torch.optim.SGD(model.parameters(), lr=0.01), tmp_path, **FAST)
     _steps(model, mon, 8, micro=4, fault=bad)
     [origin] = [a for a in mon.alerts if a.rule == "MON101"]
-    assert origin.step == 6 and origin.metric == "0"
+    assert origin.last_step == 6 and origin.metric == "0"
     assert origin.data["phase"] == "forward" and origin.data["input_nonfinite"] and origin.data["micro_batch"] == 1
 
 
@@ -180,7 +188,7 @@ def test_the_replay_draws_the_same_random_numbers_as_the_step(tmp_path: Path) ->
     _steps(model, mon, 60, fault=arm)
     [origin] = [a for a in mon.alerts if a.rule == "MON101"]
     assert origin.metric == "2" and origin.data["phase"] == "forward" and not origin.data["input_nonfinite"]
-    assert origin.step >= 10
+    assert origin.last_step >= 10
 
 
 def test_a_nan_made_by_the_loss_backward_is_not_blamed_on_a_module(tmp_path: Path) -> None:
@@ -198,7 +206,7 @@ def test_a_nan_made_by_the_loss_backward_is_not_blamed_on_a_module(tmp_path: Pat
     mon = Monitor(model, torch.optim.SGD(model.parameters(), lr=0.001), tmp_path, **FAST)
     _steps(model, mon, 6, loss_fn=sqrt_loss, fault=close_gate)
     [origin] = [a for a in mon.alerts if a.rule == "MON101"]
-    assert origin.step == 5 and origin.data["phase"] == "loss" and origin.metric is None
+    assert origin.last_step == 5 and origin.data["phase"] == "loss" and origin.metric is None
     assert "the loss or its backward" in origin.data["detail"]
 
 
@@ -218,7 +226,7 @@ def test_a_nan_loss_with_finite_gradients_is_reported_without_claims_it_cannot_c
     mon = Monitor(model, torch.optim.SGD(model.parameters(), lr=0.001), tmp_path, **FAST)
     _steps(model, mon, 5, loss_fn=log_loss, fault=flip)
     [origin] = [a for a in mon.alerts if a.rule == "MON101"]
-    assert origin.step == 4 and origin.data["phase"] == "loss" and origin.metric is None
+    assert origin.last_step == 4 and origin.data["phase"] == "loss" and origin.metric is None
     assert "could not be replayed" in origin.data["detail"]
 
 
@@ -252,7 +260,7 @@ def test_a_gradient_norm_that_overflows_from_finite_gradients_is_not_a_nan_origi
     mon = Monitor(model, torch.optim.SGD(model.parameters(), lr=0.0), tmp_path, **FAST)
     _steps(model, mon, 4, loss_fn=loss_fn, fault=arm)
     assert [a for a in mon.alerts if a.rule == "MON101"] == []
-    assert any(a.rule == "TA101" and a.step == 3 for a in mon.alerts)  # the inf norm itself is reported
+    assert any(a.rule == "TA101" and a.last_step == 3 for a in mon.alerts)  # the inf norm itself is reported
     assert [r["grad_norm"] for r in records(tmp_path) if r.get("step") == 3 and r["type"] == "step"] == ["inf"]
 
 
@@ -273,7 +281,7 @@ def test_a_forward_that_depends_on_hidden_state_is_not_replayed_into_a_wrong_mod
     mon = Monitor(model, torch.optim.SGD(model.parameters(), lr=0.01), tmp_path, **FAST)
     _steps(model, mon, 8)
     [origin] = [a for a in mon.alerts if a.rule == "MON101"]
-    assert origin.step == 7 and origin.metric is None
+    assert origin.last_step == 7 and origin.metric is None
     assert "state the replay does not restore" in origin.data["detail"]
 
 
@@ -344,15 +352,15 @@ def test_a_copy_of_the_monitored_model_is_not_monitored(tmp_path: Path) -> None:
 def test_lr_jump_alerts_at_the_jump_step(tmp_path: Path) -> None:
     res = train(tmp_path, steps=160, lr_at=lambda s: 3e-3 if s < 120 else 0.5, clip=None, **FAST)
     jump = _by_rule(res, "TA206")
-    assert len(jump) == 1 and jump[0].step == 120 and jump[0].since == 120
+    assert len(jump) == 1 and jump[0].last_step == 120 and jump[0].first_bad_step == 120
     assert "0.003 -> 0.5" in jump[0].message
-    assert all(a.since is None or a.since >= 120 for a in res.monitor.alerts)
+    assert all(a.first_bad_step is None or a.first_bad_step >= 120 for a in res.monitor.alerts)
 
 
 def test_params_left_out_of_the_optimizer_alert_at_step_1(tmp_path: Path) -> None:
     res = train(tmp_path, steps=30, optimizer_params=lambda m: m[4].parameters(), **FAST)
     miss = _by_rule(res, "MON201")
-    assert len(miss) == 1 and miss[0].step == 1 and miss[0].severity == "high"
+    assert len(miss) == 1 and miss[0].last_step == 1 and miss[0].severity == "high"
     assert miss[0].data["params"] == ["0.weight", "0.bias", "2.weight", "2.bias"]
 
 
@@ -362,7 +370,7 @@ def test_frozen_body_is_reported(tmp_path: Path) -> None:
         p.requires_grad_(False)
     res = train(tmp_path, steps=10, model=model, **FAST)
     frozen = _by_rule(res, "MON203")
-    assert len(frozen) == 1 and frozen[0].step == 1 and frozen[0].severity == "medium"
+    assert len(frozen) == 1 and frozen[0].last_step == 1 and frozen[0].severity == "medium"
     assert abs(frozen[0].data["frozen_share"] - (16 * 32 + 32 + 32 * 32 + 32) / (16 * 32 + 32 + 32 * 32 + 32 + 32 * 4 + 4)) < 1e-9
 
 
@@ -465,8 +473,16 @@ def _clocked_run(tmp_path: Path, *, nan_from: int | None, slow_from: int = 60) -
 
 def test_a_slowdown_that_follows_the_first_nan_is_no_throughput_alert(tmp_path: Path) -> None:
     alerts = _clocked_run(tmp_path / "nan", nan_from=60)
-    assert any(a.category == "nan_inf" and a.since == 60 for a in alerts)
+    assert any(a.category == "nan_inf" and a.first_bad_step == 60 for a in alerts)
     assert not [a for a in alerts if a.category == "throughput_regression"], alerts
     # the same slowdown without a NaN is one
     healthy_then_slow = _clocked_run(tmp_path / "slow", nan_from=None)
     assert [a.rule for a in healthy_then_slow if a.category == "throughput_regression"] == ["TA406"]
+
+
+def test_alerts_of_earlier_monitor_files_keep_their_first_bad_step(tmp_path: Path) -> None:
+    # earlier monitors wrote the first bad step as "since" (the sample in tests/fixtures/formats is one)
+    sample = Path(__file__).parents[1] / "fixtures" / "formats" / "trainaudit-monitor" / "trainaudit-monitor.jsonl"
+    run, problems = load_run([str(sample)])
+    warned = [e for e in run.events if e.kind == EventKind.WARNING]
+    assert not problems and warned and all(e.data["first_bad_step"] == 57 for e in warned)

@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 import trainaudit
-from trainaudit.monitor import Alert
+from trainaudit.monitor import Finding
 from trainaudit.monitor.core import Monitor
 
 torch.set_num_threads(1)
@@ -70,7 +70,7 @@ def build(kind: str = "mlp") -> nn.Sequential:
 class Result:
     monitor: Monitor
     steps_run: int
-    alerts: list[Alert] = field(default_factory=list)
+    alerts: list[Finding] = field(default_factory=list)
     losses: list[float] = field(default_factory=list)
 
 

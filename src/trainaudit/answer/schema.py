@@ -119,6 +119,12 @@ class Calculation(_Model):
 
 
 class Finding(_Model):
+    """One problem one rule found, wherever it is reported: an answer's finding (``evidence``: ids
+    of its facts and calculations), an alert of the live monitor or of ``watch`` (``last_step``:
+    the step it was detected at), a check of ``inspect``, an MCP result. ``data``: what the check
+    measured, when it has more than the message says (e.g. the module where the first NaN/Inf
+    appeared, the parameters it names)."""
+
     id: str
     rule: str
     category: Category
@@ -129,6 +135,15 @@ class Finding(_Model):
     message: str
     evidence: list[str] = Field(default_factory=list)
     confidence: float = Field(ge=0.0, le=1.0)
+    data: dict[str, Any] | None = None
+
+    def text(self) -> str:
+        """``[TA101 critical] nan_inf since step 57: loss is NaN ...``: one line, as logs print it."""
+        since = f" since step {self.first_bad_step}" if self.first_bad_step is not None else ""
+        return f"[{self.rule} {self.severity}] {self.category}{since}: {self.message}"
+
+    def at_least(self, severity: str) -> bool:
+        return SEVERITY_ORDER[str(self.severity)] >= SEVERITY_ORDER[severity]
 
 
 class Comparison(_Model):

@@ -12,8 +12,7 @@ from rich.text import Text
 
 from trainaudit.commands.common import console, exit_code, fail_on_option
 from trainaudit.live.follow import Watcher
-from trainaudit.live.online import Alert
-from trainaudit.answer.schema import SEVERITY_ORDER
+from trainaudit.answer.schema import SEVERITY_ORDER, Finding
 from trainaudit.rules import load_config
 from trainaudit.errors import InputError
 from trainaudit.redact import mask_secrets
@@ -28,14 +27,14 @@ def _on_term(_sig: int, _frame: FrameType | None) -> None:
     raise _Stop
 
 
-def _line(where: str, a: Alert) -> Text:
+def _line(where: str, a: Finding) -> Text:
     """``step 45: TA101 [critical] since step 36: lm loss is NaN ...``, as a finding reads."""
-    since = f"since step {a.since}: " if a.since is not None else ""
+    since = f"since step {a.first_bad_step}: " if a.first_bad_step is not None else ""
     return rated(where, a.rule, a.severity, since + a.message)
 
 
-def _echo(a: Alert) -> None:
-    console().print(_line(f"step {a.step}", a), soft_wrap=True)
+def _echo(a: Finding) -> None:
+    console().print(_line(f"step {a.last_step}", a), soft_wrap=True)
 
 
 @click.command()
@@ -115,5 +114,5 @@ def _summary(w: Watcher, status: str) -> None:
         return
     worst = max(alerts, key=lambda a: SEVERITY_ORDER[a.severity])
     con.print(f"-- {len(alerts)} alert(s), worst {worst.severity}:")
-    for a in sorted(alerts, key=lambda a: (-SEVERITY_ORDER[a.severity], a.since if a.since is not None else a.step)):
-        con.print(_line(f"   step {a.step}", a), soft_wrap=True)
+    for a in sorted(alerts, key=lambda a: (-SEVERITY_ORDER[a.severity], a.first_bad_step if a.first_bad_step is not None else a.last_step)):
+        con.print(_line(f"   step {a.last_step}", a), soft_wrap=True)

@@ -24,8 +24,9 @@ from trainaudit.ingest.formats import all_readers, best_reader, reader_by_name
 from trainaudit.ingest.signatures import SignatureScanner
 from trainaudit.ingest.sources import InputFile
 from trainaudit.ingest.text import split_line
+from trainaudit.answer.schema import Finding
 from trainaudit.model import EventKind, Source
-from trainaudit.live.online import Alert, LiveRun, OnlineRules
+from trainaudit.live.online import LiveRun, OnlineRules
 from trainaudit.rules import Config
 from trainaudit.safeio import LIMITS, LineCutter, open_input
 
@@ -179,7 +180,7 @@ class Watcher:
         assert self.reader is not None
         return Source(str(self.path), self.reader.name, self.reader.kind)
 
-    def poll(self, now: float) -> list[Alert]:
+    def poll(self, now: float) -> list[Finding]:
         lines, restarted = self.follower.poll()
         if self.reader is None:
             self._pending += lines
@@ -244,7 +245,7 @@ class Watcher:
         self._n_events = 0
         self._dirty = True
 
-    def _maybe_evaluate(self, now: float) -> list[Alert]:
+    def _maybe_evaluate(self, now: float) -> list[Finding]:
         events = self.live.recorded[self._n_events:]
         self._n_events = len(self.live.recorded)
         if any(e.data.get("completed") or (e.kind == EventKind.PHASE and e.data.get("status")) for e in events):
@@ -256,7 +257,7 @@ class Watcher:
         self._last_eval = now
         return self.rules.evaluate(self.live.last_step or 0, final=self.completed)
 
-    def finish(self) -> list[Alert]:
+    def finish(self) -> list[Finding]:
         """At exit: flush multi-line state and evaluate once more."""
         self._finish_file()
         self.follower.close()

@@ -15,7 +15,7 @@ from __future__ import annotations
 import time
 from array import array
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -23,7 +23,7 @@ from numpy.typing import ArrayLike
 
 from trainaudit.ingest.sink import Sink
 from trainaudit.model import Event, Run, Series, Source
-from trainaudit.answer.schema import SEVERITY_ORDER, Category
+from trainaudit.answer.schema import Category, Finding, Severity
 from trainaudit.rules import Config, Context, Rule, active_rules
 
 class TrainingStopped(Exception):
@@ -32,33 +32,18 @@ class TrainingStopped(Exception):
     The monitor's context manager swallows it, so ``with trainaudit.monitor(...)`` around the
     loop ends training cleanly; the alert is in ``.alert``."""
 
-    def __init__(self, alert: Alert) -> None:
-        super().__init__(f"training stopped by trainaudit at step {alert.step}: {alert.text()}")
+    def __init__(self, alert: Finding) -> None:
+        super().__init__(f"training stopped by trainaudit at step {alert.last_step}: {alert.text()}")
         self.alert = alert
 
 
-@dataclass(frozen=True, slots=True)
-class Alert:
-    """A problem found while the run was alive: what (rule, message), since when, seen when."""
-
-    rule: str
-    category: str
-    severity: str
-    message: str
-    step: int  # the step at which it was detected
-    since: int | None  # the first bad step, as the rule reports it
-    metric: str | None = None
-    data: dict[str, Any] = field(default_factory=dict)
-
-    def text(self) -> str:
-        since = f" since step {self.since}" if self.since is not None else ""
-        return f"[{self.rule} {self.severity}] {self.category}{since}: {self.message}"
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    def at_least(self, severity: str) -> bool:
-        return SEVERITY_ORDER[self.severity] >= SEVERITY_ORDER[severity]
+def alert(rule: str, category: str, severity: str, message: str, step: int, since: int | None,
+          metric: str | None = None, *, confidence: float = 1.0, data: dict[str, Any] | None = None) -> Finding:
+    """A finding of a run that is still alive: detected at ``step`` (its ``last_step``), bad since
+    ``since`` (its ``first_bad_step``). A (rule, metric) pair alerts once, so it names the alert."""
+    return Finding(id=f"{rule}:{metric}" if metric else rule, rule=rule, category=Category(category),
+                   severity=Severity(severity), metric=metric, first_bad_step=since, last_step=step,
+                   message=message, confidence=confidence, data=data)
 
 
 class _Buf:
@@ -181,7 +166,7 @@ class OnlineRules:
     budget: float = 0.001
     clock: Callable[[], float] = time.perf_counter
     live: LiveRun = field(default_factory=LiveRun)
-    fired: dict[tuple[str, str | None], Alert] = field(default_factory=dict)
+    fired: dict[tuple[str, str | None], Finding] = field(default_factory=dict)
     _rules: list[Rule] = field(default_factory=list)
     _last_eval: int | None = None
     _eval_cost: float = 0.0
@@ -193,7 +178,7 @@ class OnlineRules:
         self._final = [r for r in active_rules(self.config) if r.end_of_run]
 
     @property
-    def alerts(self) -> list[Alert]:
+    def alerts(self) -> list[Finding]:
         return list(self.fired.values())
 
     def due(self, step: int, urgent: bool = False) -> bool:
@@ -205,7 +190,7 @@ class OnlineRules:
             return False
         return self.budget <= 0 or self.clock() - self._eval_end >= self._eval_cost / self.budget
 
-    def evaluate(self, step: int, *, final: bool = False) -> list[Alert]:
+    def evaluate(self, step: int, *, final: bool = False) -> list[Finding]:
         t0 = self.clock()
         try:
             return self._evaluate(step, final)
@@ -213,16 +198,17 @@ class OnlineRules:
             self._eval_end = self.clock()
             self._eval_cost = self._eval_end - t0
 
-    def _evaluate(self, step: int, final: bool) -> list[Alert]:
+    def _evaluate(self, step: int, final: bool) -> list[Finding]:
         self._last_eval = step
         run = self.live.snapshot(self.window)
         if not run.series and not run.events:
             return []
         ctx = Context.of(run)
-        new: list[Alert] = []
+        new: list[Finding] = []
         rules = self._rules + (self._final if final else [])
         hits = [hit for rule in rules for hit in rule.check(ctx)]
-        onsets = [a.since if a.since is not None else a.step for a in self.fired.values() if a.category == NAN]
+        onsets = [s for a in self.fired.values() if a.category == NAN
+                  for s in (a.first_bad_step if a.first_bad_step is not None else a.last_step,) if s is not None]
         onsets += [h.first_bad_step if h.first_bad_step is not None else step for h in hits if h.category == NAN]
         nan_since = min(onsets, default=None)
         for hit in hits:
@@ -232,13 +218,13 @@ class OnlineRules:
             key = (hit.rule, hit.metric)
             if key in self.fired:
                 continue
-            a = Alert(hit.rule, hit.category, hit.severity, hit.message, step, hit.first_bad_step, hit.metric,
-                      {"confidence": hit.confidence})
+            a = alert(hit.rule, hit.category, hit.severity, hit.message, step, hit.first_bad_step, hit.metric,
+                      confidence=hit.confidence)
             self.fired[key] = a
             new.append(a)
         return new
 
-    def record(self, alert: Alert) -> bool:
+    def record(self, alert: Finding) -> bool:
         """Add an alert found outside the rules (the monitor's own checks); False if known."""
         key = (alert.rule, alert.metric)
         if key in self.fired:

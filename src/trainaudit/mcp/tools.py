@@ -16,7 +16,7 @@ from pydantic import BaseModel, Field
 from trainaudit.errors import InputError, UsageError
 from trainaudit.mcp.roots import Roots
 from trainaudit.redact import mask_secrets
-from trainaudit.answer.schema import SEVERITY_ORDER, Answer
+from trainaudit.answer.schema import SEVERITY_ORDER, Answer, Finding
 from trainaudit.rules import rule_class
 from trainaudit.rules import load_config
 from trainaudit.rules.registry import ALL_RULES
@@ -52,17 +52,6 @@ def _clip(s: str | None, n: int) -> str | None:
 
 
 # -- results -------------------------------------------------------------------------------------
-class FindingBrief(BaseModel):
-    id: str
-    rule: str
-    category: str
-    severity: str
-    metric: str | None = None
-    first_bad_step: int | None = None
-    message: str
-    evidence: list[str]
-
-
 class RootCauseBrief(BaseModel):
     issue: str
     category: str
@@ -111,7 +100,7 @@ class AnalysisResult(BaseModel):
     summary: str
     passed: bool | None = Field(None, description="compare: did the check pass (CLI exit code 0)")
     root_causes: list[RootCauseBrief]
-    findings: list[FindingBrief]
+    findings: list[Finding]
     findings_total: int
     comparisons: list[ComparisonBrief]
     commits: list[CommitBrief]
@@ -254,9 +243,7 @@ class Toolbox:
                                         confidence=r.confidence, fix=_clip(r.fix, 600) or "",
                                         verify=_clip(r.verify, 400) or "", evidence=r.evidence)
                          for r in fa.root_causes[:5]],
-            findings=[FindingBrief(id=f.id, rule=f.rule, category=f.category, severity=f.severity, metric=f.metric,
-                                   first_bad_step=f.first_bad_step, message=_clip(f.message, 400) or "",
-                                   evidence=f.evidence) for f in findings[:MAX_FINDINGS]],
+            findings=[f.model_copy(update={"message": _clip(f.message, 400) or ""}) for f in findings[:MAX_FINDINGS]],
             findings_total=len(answer.findings),
             comparisons=[ComparisonBrief(metric=c.metric, check=c.check, policy=c.policy, passed=c.passed,
                                          n_steps=c.n_steps, n_failing=c.n_failing, allowed_failing=c.allowed_failing,

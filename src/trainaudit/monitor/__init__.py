@@ -11,7 +11,8 @@ import sys
 import types
 from typing import Any
 
-from trainaudit.live.online import Alert, LiveRun, OnlineRules, TrainingStopped
+from trainaudit.answer.schema import Finding
+from trainaudit.live.online import LiveRun, OnlineRules, TrainingStopped
 from trainaudit.monitor.core import Monitor
 
 
@@ -34,4 +35,4 @@ class _CallableModule(types.ModuleType):
 
 sys.modules[__name__].__class__ = _CallableModule
 
-__all__ = ["Alert", "LiveRun", "Monitor", "OnlineRules", "TrainingStopped", "monitor"]
+__all__ = ["Finding", "LiveRun", "Monitor", "OnlineRules", "TrainingStopped", "monitor"]

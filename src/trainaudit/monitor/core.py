@@ -39,10 +39,10 @@ from typing import Any, NamedTuple, Self
 import torch
 from torch import nn
 
-from trainaudit.live.online import Alert, OnlineRules, TrainingStopped
+from trainaudit.live.online import OnlineRules, TrainingStopped, alert
 from trainaudit.monitor.origin import NanOrigin
 from trainaudit.monitor.writer import JsonlWriter, TensorBoardWriter
-from trainaudit.answer.schema import SEVERITY_ORDER
+from trainaudit.answer.schema import SEVERITY_ORDER, Finding
 from trainaudit.rules import Config
 from trainaudit.rules.monitor import FirstNonFinite, FrozenParams, ParamsNotInOptimizer, ParamsWithoutGrad
 
@@ -107,7 +107,7 @@ class Monitor:
 
     def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer | None = None,
                  log_dir: str | os.PathLike[str] = "trainaudit-monitor", *, every: int = 100, rules_every: int = 25,
-                 window: int = 2000, rules_budget: float = 0.001, mem_every: int = 10, warn: str | None = "low", on_alert: Callable[[Alert], None] | None = None,
+                 window: int = 2000, rules_budget: float = 0.001, mem_every: int = 10, warn: str | None = "low", on_alert: Callable[[Finding], None] | None = None,
                  callback_on: str = "low", save_batch_on: str | None = None, stop_on: str | None = None,
                  nan_origin: bool = True, tensorboard: bool = False, config: Config | None = None,
                  filename: str = "trainaudit-monitor.jsonl", meta: dict[str, Any] | None = None,
@@ -141,7 +141,7 @@ class Monitor:
         self.writer = JsonlWriter(self.path)
         self.tb = TensorBoardWriter(self.log_dir / "tb") if tensorboard else None
         self.step_no = 0
-        self.stopped: Alert | None = None
+        self.stopped: Finding | None = None
         self.closed = False
         self.origin: dict[str, Any] | None = None
         self._handles: list[Any] = []
@@ -354,37 +354,37 @@ class Monitor:
         return {"model": type(self.model).__name__, "params": total, "trainable_params": trainable,
                 "param_dtypes": dtypes}
 
-    def _check_params(self) -> list[Alert]:
+    def _check_params(self) -> list[Finding]:
         """Once, after the first backward: trainable parameters the optimizer does not update,
         parameters that got no gradient, and a mostly frozen model."""
-        out: list[Alert] = []
+        out: list[Finding] = []
         s = self.step_no
         if self.optimizer is not None:
             in_opt = {id(p) for g in self.optimizer.param_groups for p in g["params"]}
             missing = [n for n, p in self._named if p.requires_grad and id(p) not in in_opt]
             if missing:
                 n = sum(p.numel() for nm, p in self._named if nm in set(missing))
-                out.append(Alert(ParamsNotInOptimizer.id, ParamsNotInOptimizer.category, "high",
+                out.append(alert(ParamsNotInOptimizer.id, ParamsNotInOptimizer.category, "high",
                                  f"{len(missing)} trainable parameter tensors ({n} values) are not in the optimizer and "
-                                 f"will never change: {', '.join(missing[:5])}", s, s, None, {"params": missing}))
+                                 f"will never change: {', '.join(missing[:5])}", s, s, data={"params": missing}))
         nograd = [n for n, p in self._named if p.requires_grad and p.grad is None]
         if nograd and len(nograd) < len(self._named):
-            out.append(Alert(ParamsWithoutGrad.id, ParamsWithoutGrad.category, "medium",
+            out.append(alert(ParamsWithoutGrad.id, ParamsWithoutGrad.category, "medium",
                              f"{len(nograd)} trainable parameter tensors received no gradient (unused in the forward, "
-                             f"or the graph was detached): {', '.join(nograd[:5])}", s, s, None, {"params": nograd}))
+                             f"or the graph was detached): {', '.join(nograd[:5])}", s, s, data={"params": nograd}))
         total = sum(p.numel() for _, p in self._named)
         frozen = [n for n, p in self._named if not p.requires_grad]
         share = sum(p.numel() for _, p in self._named if not p.requires_grad) / total if total else 0.0
         if frozen:
             sev = "high" if share >= 0.999 else ("medium" if share >= 0.5 else "info")
-            out.append(Alert(FrozenParams.id, FrozenParams.category, sev,
+            out.append(alert(FrozenParams.id, FrozenParams.category, sev,
                              f"{share:.0%} of the parameters are frozen (requires_grad=False): {', '.join(frozen[:5])}",
-                             s, s, None, {"frozen_share": share, "params": frozen}))
+                             s, s, data={"frozen_share": share, "params": frozen}))
         return out
 
     # -- the per-step call ------------------------------------------------------------------
     def step(self, loss: torch.Tensor | float | None = None, *, batch: Any = None, step: int | None = None,
-             lr: float | None = None, grad_norm: torch.Tensor | float | None = None, **metrics: float) -> list[Alert]:
+             lr: float | None = None, grad_norm: torch.Tensor | float | None = None, **metrics: float) -> list[Finding]:
         """Record one optimizer step (call it after ``optimizer.step()``). ``grad_norm``: pass what
         ``clip_grad_norm_`` returned (the norm before clipping, a tensor or a float); the monitor
         then needs no norm of its own on most steps. Returns new alerts
@@ -428,7 +428,7 @@ class Monitor:
         if sampling:
             ratios, self._ratios = self._ratios, {}
 
-        new: list[Alert] = []
+        new: list[Finding] = []
         if not self._checked_params:
             self._checked_params = True
             new += [a for a in self._check_params() if self.rules.record(a)]
@@ -444,8 +444,8 @@ class Monitor:
             if origin is not None:
                 self.origin = {"step": s, **origin}
                 before = {"type": "nonfinite", "step": s, **origin}
-                a = Alert(FirstNonFinite.id, FirstNonFinite.category, "critical", f"first NaN/Inf at step {s} ({origin['phase']}): "
-                          f"{origin['detail']}", s, s, origin.get("module"), dict(origin))
+                a = alert(FirstNonFinite.id, FirstNonFinite.category, "critical", f"first NaN/Inf at step {s} ({origin['phase']}): "
+                          f"{origin['detail']}", s, s, origin.get("module"), data=dict(origin))
                 if self.rules.record(a):
                     new.append(a)
         prev = self._prev_lr
@@ -464,7 +464,7 @@ class Monitor:
             self._act(new, batch)
         return new
 
-    def _flush(self, urgent: bool = False) -> list[Alert]:
+    def _flush(self, urgent: bool = False) -> list[Finding]:
         """Build, write and feed to the online rules the pending steps' records; evaluate the
         rules when due. Returns their new alerts (the caller acts on them)."""
         pending, self._pending = self._pending, []
@@ -515,21 +515,21 @@ class Monitor:
             return self.rules.evaluate(last)
         return []
 
-    def _act(self, alerts: list[Alert], batch: Any, stop: bool = True) -> None:
-        stopping: Alert | None = None
+    def _act(self, alerts: list[Finding], batch: Any, stop: bool = True) -> None:
+        stopping: Finding | None = None
         for a in alerts:
-            self.writer.write({"type": "alert", **a.to_dict()})
+            self.writer.write({"type": "alert", "step": a.last_step, **a.model_dump(exclude={"evidence"})})
             if self.warn_on is not None and a.at_least(self.warn_on):
-                log.warning("trainaudit: step %d: %s", a.step, a.text())
+                log.warning("trainaudit: step %d: %s", a.last_step, a.text())
             if self.on_alert is not None and a.at_least(self.callback_on):
                 self.on_alert(a)
             if self.save_batch_on is not None and batch is not None and a.at_least(self.save_batch_on):
                 d = self.log_dir / "batches"
                 d.mkdir(exist_ok=True)
-                target = d / f"step{a.step}.pt"
+                target = d / f"step{a.last_step}.pt"
                 if not target.exists():
                     torch.save(batch, target)
-                    self.writer.write({"type": "batch_saved", "step": a.step, "path": f"batches/{target.name}"})
+                    self.writer.write({"type": "batch_saved", "step": a.last_step, "path": f"batches/{target.name}"})
             if stop and stopping is None and self.stop_on is not None and a.at_least(self.stop_on):
                 stopping = a
         if stopping is not None:
@@ -539,7 +539,7 @@ class Monitor:
 
     # -- lifecycle --------------------------------------------------------------------------
     @property
-    def alerts(self) -> list[Alert]:
+    def alerts(self) -> list[Finding]:
         return self.rules.alerts
 
     def close(self, status: str = "completed", error: str | None = None) -> None:

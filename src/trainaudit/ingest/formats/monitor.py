@@ -56,7 +56,10 @@ class MonitorReader(LineReader):
         elif kind == "alert":
             sink.event(Event(EventKind.WARNING, f"{rec.get('rule')}: {rec.get('message')}",
                              sink.source.path if sink.source else "", line.no, line.text, step, line.rank,
-                             {k: rec.get(k) for k in ("rule", "category", "severity", "since", "metric")}))
+                             {"rule": rec.get("rule"), "category": rec.get("category"), "severity": rec.get("severity"),
+                              # files of earlier monitors name the first bad step "since"
+                              "first_bad_step": rec.get("first_bad_step", rec.get("since")),
+                              "metric": rec.get("metric")}))
         elif kind == "end":
             status = str(rec.get("status", ""))
             sink.event(Event(EventKind.PHASE, f"monitor end: {status}", sink.source.path if sink.source else "",
