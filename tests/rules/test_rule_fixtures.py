@@ -13,7 +13,9 @@ Fixture format (paths relative to ``tests/``; what each input is: ``fixtures/SOU
 The rules the golden-value gate or a run-vs-run comparison reports (scope ``gate``) are run by
 their producer: an entry says ``"compare": "golden"`` (``input``: the golden file, then the
 actual values; ``config``: the test's model_config.yaml) or ``"compare": "runs"`` (``input``:
-the baseline runs, then the candidate).
+the baseline runs, then the candidate). So are the rules of ``inspect`` (scope ``inspect``): an
+entry names the models file as ``input``, its ``model`` function and, for the checks that need
+one, its ``batch`` function.
 """
 
 from __future__ import annotations
@@ -32,13 +34,14 @@ from trainaudit.compare.pipeline import run_golden
 from trainaudit.compare.runs import compare_runs
 from trainaudit.errors import InputError
 from trainaudit.ingest import load_run
+from trainaudit.inspect.model import inspect_target
 from trainaudit.model import Run
 from trainaudit.rules import ALL_RULES, Context, Rule, run_rules
 from trainaudit.rules.base import Scope
 
 TESTS = Path(__file__).resolve().parents[1]
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
-ENTRY_KEYS = {"input", "first_bad_step", "category", "message", "compare", "config"}
+ENTRY_KEYS = {"input", "first_bad_step", "category", "message", "compare", "config", "model", "batch"}
 
 
 @dataclass(frozen=True)
@@ -71,10 +74,19 @@ def alone(cls: type[Rule], inputs: list[str]) -> list[Found]:
     return _found(cls().check(Context.of(_run(tuple(inputs)))))
 
 
+def inspected(cls: type[Rule], entry: dict[str, Any]) -> list[Found]:
+    """The rule's findings as ``inspect`` reports them on the entry's model (and batch)."""
+    models = str(TESTS / entry["input"][0])
+    batch = f"{models}:{entry['batch']}" if "batch" in entry else None
+    return _found([f for f in inspect_target(f"{models}:{entry['model']}", batch).findings if f.rule == cls.id])
+
+
 def through_engine(cls: type[Rule], entry: dict[str, Any]) -> list[Found]:
     """The rule's findings as the engine reports them: every rule on the run, or the comparison
     that produces a gate rule's findings."""
     paths = [str(TESTS / p) for p in entry["input"]]
+    if cls.scope is Scope.INSPECT:
+        return inspected(cls, entry)
     if cls.scope is not Scope.GATE:
         return _found([h for h in run_rules(_run(tuple(entry["input"]))) if h.rule == cls.id])
     if entry["compare"] == "golden":
@@ -130,6 +142,7 @@ def test_every_rule_has_its_fixture(cls: type[Rule]) -> None:
         assert all(f"`{p}`" in sources for p in e["input"]), f"{e['input']}: say where it comes from in SOURCES.md"
         assert all((TESTS / p).exists() for p in e["input"] + ([e["config"]] if "config" in e else [])), e
         assert ("compare" in e) is (cls.scope is Scope.GATE), f"{cls.id}: 'compare' is for gate rules only"
+        assert ("model" in e) is (cls.scope is Scope.INSPECT), f"{cls.id}: 'model' is for inspect rules only"
     for e in doc["fires"]:
         assert {"first_bad_step", "category", "message"} <= set(e) and e["message"], e
 
@@ -141,7 +154,7 @@ def test_no_fixture_without_a_rule() -> None:
 
 @pytest.mark.parametrize("cls,entry", _entries("fires"))
 def test_rule_fires_on_its_fixture(cls: type[Rule], entry: dict[str, Any]) -> None:
-    if cls.scope is not Scope.GATE:
+    if cls.scope not in (Scope.GATE, Scope.INSPECT):
         found = alone(cls, entry["input"])
         assert _matches(found, entry), (entry, found)
         assert found[0].category == entry["category"]  # its first finding is the one the fixture names
@@ -151,7 +164,7 @@ def test_rule_fires_on_its_fixture(cls: type[Rule], entry: dict[str, Any]) -> No
 
 @pytest.mark.parametrize("cls,entry", _entries("silent"))
 def test_rule_is_silent_on_its_fixture(cls: type[Rule], entry: dict[str, Any]) -> None:
-    if cls.scope is not Scope.GATE:
+    if cls.scope not in (Scope.GATE, Scope.INSPECT):
         assert not alone(cls, entry["input"])
     assert not through_engine(cls, entry)
 

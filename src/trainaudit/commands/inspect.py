@@ -55,8 +55,9 @@ def inspect(model: str, sample_batch: str | None, as_json: bool, unsafe_load: bo
         if ins.findings:
             click.echo("findings:")
             for f in ins.findings:
-                where = f" [{', '.join(f.where[:5])}{', ...' if len(f.where) > 5 else ''}]" if f.where else ""
-                click.echo(f"  {f.severity:7s} {f.check}: {f.message}{where}")
+                named = (f.data or {}).get("where") or []
+                where = f" [{', '.join(named[:5])}{', ...' if len(named) > 5 else ''}]" if named else ""
+                click.echo(f"  {f.rule} [{f.severity}] {f.message}{where}")
         else:
             click.echo("findings: none")
     return exit_code(ins.findings, fail_on, any(f.severity != "info" for f in ins.findings))

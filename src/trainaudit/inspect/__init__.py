@@ -3,6 +3,6 @@ sample batch, whether gradients flow. torch is imported lazily by :mod:`.model`.
 
 from __future__ import annotations
 
-from trainaudit.inspect.result import Observation, Inspection
+from trainaudit.inspect.result import Inspection, observed
 
-__all__ = ["Inspection", "Observation"]
+__all__ = ["Inspection", "observed"]

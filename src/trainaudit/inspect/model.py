@@ -22,7 +22,10 @@ import torch
 from torch import nn
 
 from trainaudit.errors import InputError
-from trainaudit.inspect.result import Observation, Inspection
+from trainaudit.inspect.result import Inspection, observed
+from trainaudit.rules.inspection import (DeadReLU, EmbeddingHeavy, MixedParameterDtypes, NonFiniteGradients,
+                                         SaturatedActivations, ZeroGradients)
+from trainaudit.rules.monitor import FrozenParams, ParamsWithoutGrad
 
 EMBED_RE = re.compile(r"(^|[._])(embed\w*|wte|wpe|tok_emb\w*|word_embeddings|position_embeddings)([._]|$)", re.I)
 # Names come from state dicts too (a checkpoint from anyone), so these are linear forms of
@@ -36,9 +39,6 @@ HEAD_RE = re.compile(r"(?<!\w)(?:^|(?<=\.)|(?>[^\W_]*+_))(?>\w*?head)(?:\w*?_|\w
                      r"|(?:^|[._])(?:classifier|fc_out|output|out_proj_final|score)(?:[._]|$)", re.I)
 BLOCK_RE = re.compile(r"(^|[._])(layers?|blocks?|h|encoder|decoder|transformer)[._]\d+", re.I)
 NORM_TYPES = (nn.LayerNorm, nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d, nn.GroupNorm)
-IMBALANCE_SHARE = 0.5  # embeddings above this share of all parameters are flagged
-DEAD_SHARE = 0.5  # a ReLU with more than this share of units never active is flagged
-SATURATED_SHARE = 0.5
 
 
 def _import_file(path: Path) -> Any:
@@ -148,19 +148,18 @@ def inspect_params(target: nn.Module | dict[str, torch.Tensor], label: str) -> I
         top = name.split(".")[0] if "." in name else "(root)"
         ins.by_module[top] = ins.by_module.get(top, 0) + n
     emb = ins.share("embedding")
-    if emb > IMBALANCE_SHARE:
-        ins.findings.append(Observation("imbalance", "medium",
-                                    f"embeddings hold {emb:.0%} of the parameters: most of the model is a lookup table "
-                                    "(for a small model: a smaller vocabulary, tied input/output embeddings, or a "
-                                    "larger hidden size / more layers)", [], round(emb, 4)))
+    if emb > EmbeddingHeavy.Params().share:
+        ins.findings.append(observed(EmbeddingHeavy, f"embeddings hold {emb:.0%} of the parameters: most of the model "
+                                     "is a lookup table (for a small model: a smaller vocabulary, tied input/output "
+                                     "embeddings, or a larger hidden size / more layers)", value=round(emb, 4)))
     if frozen and isinstance(target, nn.Module):
         share = 1 - ins.trainable_params / ins.total_params
-        ins.findings.append(Observation("frozen", "high" if share >= 0.999 else "info",
-                                    f"{share:.0%} of the parameters are frozen (requires_grad=False)", frozen[:20],
-                                    round(share, 4)))
+        ins.findings.append(observed(FrozenParams, f"{share:.0%} of the parameters are frozen (requires_grad=False)",
+                                     severity=FrozenParams().severity_for(share), where=frozen[:20],
+                                     value=round(share, 4)))
     if len(ins.dtypes) > 1:
-        ins.findings.append(Observation("dtype_mix", "low", "parameters in several dtypes: " +
-                                    ", ".join(f"{k} {v}" for k, v in ins.dtypes.items()), []))
+        ins.findings.append(observed(MixedParameterDtypes, "parameters in several dtypes: " +
+                                     ", ".join(f"{k} {v}" for k, v in ins.dtypes.items())))
     return ins
 
 
@@ -258,21 +257,22 @@ def gradient_flow(model: nn.Module, batch: Any, ins: Inspection) -> None:
         elif norm == 0.0:
             zero.append(name)
     if bad:
-        ins.findings.append(Observation("nonfinite_grad", "high", f"{len(bad)} parameters have NaN/Inf gradients", bad))
+        ins.findings.append(observed(NonFiniteGradients, f"{len(bad)} parameters have NaN/Inf gradients", where=bad))
     if nograd:
-        ins.findings.append(Observation("no_grad", "high", f"{len(nograd)} trainable parameters got no gradient (unused "
-                                    "in the forward, or the graph is detached)", nograd))
+        ins.findings.append(observed(ParamsWithoutGrad, f"{len(nograd)} trainable parameters got no gradient (unused "
+                                     "in the forward, or the graph is detached)", where=nograd))
     if zero:
-        ins.findings.append(Observation("zero_grad", "medium", f"{len(zero)} parameters have exactly zero gradient", zero))
+        ins.findings.append(observed(ZeroGradients, f"{len(zero)} parameters have exactly zero gradient", where=zero))
     ins.activations = stats
-    dead = [(n, s["dead_share"]) for n, s in stats.items() if s.get("dead_share", 0) > DEAD_SHARE]
+    dead = [(n, s["dead_share"]) for n, s in stats.items() if s.get("dead_share", 0) > DeadReLU.Params().share]
     for n, share in dead:
-        ins.findings.append(Observation("dead_relu", "medium", f"{n}: {share:.0%} of the units are never active on the "
-                                    "sample batch (dead ReLU)", [n], round(share, 4)))
+        ins.findings.append(observed(DeadReLU, f"{n}: {share:.0%} of the units are never active on the sample batch "
+                                     "(dead ReLU)", where=[n], module=n, value=round(share, 4)))
     for n, s in stats.items():
-        if s.get("saturated_share", 0) > SATURATED_SHARE:
-            ins.findings.append(Observation("saturated", "medium", f"{n}: {s['saturated_share']:.0%} of the outputs are "
-                                        "saturated (gradients vanish there)", [n], round(s["saturated_share"], 4)))
+        if s.get("saturated_share", 0) > SaturatedActivations.Params().share:
+            ins.findings.append(observed(SaturatedActivations, f"{n}: {s['saturated_share']:.0%} of the outputs are "
+                                         "saturated (gradients vanish there)", where=[n], module=n,
+                                         value=round(s["saturated_share"], 4)))
 
 
 def inspect_target(spec: str, sample_batch: str | None = None, *, unsafe_load: bool = False) -> Inspection:

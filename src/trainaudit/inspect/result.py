@@ -5,14 +5,19 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from trainaudit.answer.schema import Finding, Severity
+from trainaudit.rules.base import Rule
 
-@dataclass(slots=True)
-class Observation:
-    check: str  # "imbalance" | "frozen" | "dtype_mix" | "no_grad" | "zero_grad" | "nonfinite_grad" | "dead_relu" | "saturated"
-    severity: str  # "high" | "medium" | "low" | "info"
-    message: str
-    where: list[str] = field(default_factory=list)
-    value: float | None = None
+
+def observed(rule: type[Rule], message: str, *, severity: Severity | None = None, where: list[str] | None = None,
+             module: str | None = None, value: float | None = None) -> Finding:
+    """A finding of ``inspect``: ``rule``'s, about the whole model or one ``module`` (its metric);
+    ``data`` holds the parameters or modules it names (``where``) and the share it measured."""
+    data: dict[str, Any] = {"where": where or []}
+    if value is not None:
+        data["value"] = value
+    return Finding(id=f"{rule.id}:{module}" if module else rule.id, rule=rule.id, category=rule.category,
+                   severity=severity or rule.severity, metric=module, message=message, confidence=1.0, data=data)
 
 
 @dataclass
@@ -28,10 +33,10 @@ class Inspection:
     peak_mem_mb: float | None = None
     peak_mem_kind: str = ""
     loss: float | None = None
-    findings: list[Observation] = field(default_factory=list)
+    findings: list[Finding] = field(default_factory=list)
 
     def share(self, kind: str) -> float:
         return self.by_kind.get(kind, 0) / self.total_params if self.total_params else 0.0
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return {**asdict(self), "findings": [f.model_dump(mode="json") for f in self.findings]}

@@ -376,8 +376,7 @@ class Monitor:
         frozen = [n for n, p in self._named if not p.requires_grad]
         share = sum(p.numel() for _, p in self._named if not p.requires_grad) / total if total else 0.0
         if frozen:
-            sev = "high" if share >= 0.999 else ("medium" if share >= 0.5 else "info")
-            out.append(alert(FrozenParams.id, FrozenParams.category, sev,
+            out.append(alert(FrozenParams.id, FrozenParams.category, FrozenParams().severity_for(share),
                              f"{share:.0%} of the parameters are frozen (requires_grad=False): {', '.join(frozen[:5])}",
                              s, s, data={"frozen_share": share, "params": frozen}))
         return out

@@ -162,6 +162,7 @@ class Scope(StrEnum):
     RUN = "run"  # checks a Run (diagnose, watch, the monitor's online rules)
     GATE = "gate"  # reported by the golden-value gate or a run-vs-run comparison (compare, audit)
     MONITOR = "monitor"  # detected live by the monitor on the model itself (torch)
+    INSPECT = "inspect"  # found by ``inspect`` on a model and one sample batch (torch)
 
 
 @dataclass(frozen=True, slots=True)

@@ -44,7 +44,8 @@ def _facts(cls: type[Rule]) -> list[str]:
 
 
 _SCOPE = {Scope.RUN: "diagnose, watch and the live monitor's online rules", Scope.GATE: "compare and audit",
-          Scope.MONITOR: "the live monitor (trainaudit.monitor); diagnose and watch read its file"}
+          Scope.MONITOR: "the live monitor (trainaudit.monitor); diagnose and watch read its file",
+          Scope.INSPECT: "inspect (a model and one sample batch)"}
 
 
 def _unwrap(doc: str) -> str:

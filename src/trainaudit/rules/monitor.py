@@ -9,7 +9,7 @@ from __future__ import annotations
 from trainaudit.answer.schema import Category, Severity
 from trainaudit.ingest.formats.monitor import MonitorReader
 from trainaudit.model import Event, EventKind
-from trainaudit.rules.base import Context, Guidance, Hit, Rule, Scope
+from trainaudit.rules.base import Context, Guidance, Hit, Rule, Scope, Thresholds
 
 
 def _recorded(ctx: Context, kind: EventKind) -> list[Event]:
@@ -106,7 +106,8 @@ class ParamsNotInOptimizer(_Recorded):
 
 class ParamsWithoutGrad(_Recorded):
     """Trainable parameters that received no gradient after a backward: unused in the forward,
-    or cut off by a ``detach()`` / ``torch.no_grad()`` in the graph.
+    or cut off by a ``detach()`` / ``torch.no_grad()`` in the graph (``inspect`` reports it too,
+    from one sample batch).
 
     Why: those parameters never train; a detached graph can leave whole sub-networks frozen.
 
@@ -129,7 +130,8 @@ class ParamsWithoutGrad(_Recorded):
 
 
 class FrozenParams(_Recorded):
-    """A large share of the parameters is frozen (``requires_grad=False``).
+    """A large share of the parameters is frozen (``requires_grad=False``); ``inspect`` reports it
+    too, with the same thresholds.
 
     Why: intended for fine-tuning with adapters; unintended, the model cannot learn (a
     ``requires_grad_(False)`` left over, a pretrained backbone frozen by default).
@@ -143,8 +145,18 @@ class FrozenParams(_Recorded):
     name = "frozen-params"
     category = Category.PLATEAU
     severity = Severity.MEDIUM
+    also = (Severity.INFO, Severity.HIGH)
     scope = Scope.MONITOR
     guidance = Guidance(
         fix="Unfreeze the parameters that should train (requires_grad_(True)) and rebuild the optimizer.",
         impact="The intended share of parameters trains.",
         verify="Print the trainable share and compare it with the recipe.")
+
+    class Params(Thresholds):
+        medium: float = 0.5  # frozen share from which it is more than an adapter fine-tune's usual
+        high: float = 0.999  # everything frozen: nothing can learn
+
+    def severity_for(self, share: float) -> Severity:
+        """info for a frozen part (adapters, a frozen embedding), medium above ``medium``, high above
+        ``high``."""
+        return Severity.HIGH if share >= self.p.high else Severity.MEDIUM if share >= self.p.medium else Severity.INFO
