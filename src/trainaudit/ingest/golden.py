@@ -79,6 +79,63 @@ class GoldenFile:
         return any(m.legacy_list for m in self.metrics.values())
 
 
+class GoldenRejected(InputError):
+    """A golden file that parses as JSON but that Megatron-LM's comparator refuses to load: the
+    gate breaks before it compares anything. ``nulls``: metric -> the steps whose value is JSON
+    ``null`` (pydantic's ``Union[int, float, str]`` has no None)."""
+
+    def __init__(self, message: str, nulls: dict[str, list[int]]) -> None:
+        super().__init__(message)
+        self.nulls = nulls
+
+
+def nulls_in_words(nulls: dict[str, list[int]], limit: int = 8) -> str:
+    """``lm loss at step 50; num-zeros at steps 3, 7``: the null values where they are."""
+    parts = []
+    for metric, steps in nulls.items():
+        shown = ", ".join(str(s) for s in steps[:limit]) + (f" and {len(steps) - limit} more" if len(steps) > limit else "")
+        parts.append(f"{metric} at step{'s' if len(steps) > 1 else ''} {shown}")
+    return "; ".join(parts)
+
+
+def _null_steps(data: dict[str, object]) -> dict[str, list[int]]:
+    """Every step whose value is null, per metric (one pass over the parsed JSON)."""
+    out: dict[str, list[int]] = {}
+    for name, body in data.items():
+        if not isinstance(body, dict):
+            continue
+        values = body.get("values")
+        if isinstance(values, dict):
+            steps = [s for k, v in values.items() if v is None and (s := _int(k)) is not None]
+        elif isinstance(values, list):
+            start, interval = _int(body.get("start_step")) or 0, max(_int(body.get("step_interval")) or 1, 1)
+            steps = [start + i * interval for i, v in enumerate(values) if v is None]
+        else:
+            continue
+        if steps:
+            out[name] = steps
+    return out
+
+
+def strict_check(golden: GoldenFile) -> None:
+    """What ``load_golden(strict=True)`` rejects beyond a lenient parse, checked on a file already
+    parsed leniently (so the gate need not read it twice)."""
+    for name, body in golden.extras.items():
+        raise InputError(_not_a_metric(golden.path, name, body))
+    for m in golden.metrics.values():
+        if m.legacy_list:
+            raise InputError(_list_values(golden.path, m.name))
+
+
+def _not_a_metric(path: str, name: str, body: object) -> str:
+    return f"{path}: {name!r} is {json.dumps(body)[:40]}, not a metric object ({REJECTED}; {SHAPE})"
+
+
+def _list_values(path: str, name: str) -> str:
+    return (f"{path}: metric {name!r}: values is a list (the 2024 layout); the comparator needs "
+            f"a step -> value mapping ({REJECTED})")
+
+
 def looks_like_golden(text: str) -> bool:
     """Cheap content test used by the reader and by ``compare``: a JSON object whose values carry
     ``start_step`` and ``values``."""
@@ -98,12 +155,16 @@ def load_golden(path: str, text: str | None = None, *, strict: bool = False) -> 
         why = "TypeError" if not isinstance(data, dict) else "pydantic ValidationError"
         raise InputError(f"{path}: not a golden-values file (expected a JSON object of metrics)"
                          + (f" (Megatron-LM's comparator rejects the file: {why})" if strict else ""))
+    nulls = _null_steps(data)
+    if nulls:
+        raise GoldenRejected(f"{path}: null values ({nulls_in_words(nulls)}): {REJECTED} (its values are "
+                             "Union[int, float, str], no null)", nulls)
     metrics: dict[str, GoldenMetric] = {}
     extras: dict[str, object] = {}
     for name, body in data.items():
         if not isinstance(body, dict):
             if strict:
-                raise InputError(f"{path}: {name!r} is {json.dumps(body)[:40]}, not a metric object ({REJECTED}; {SHAPE})")
+                raise InputError(_not_a_metric(path, name, body))
             extras[name] = body  # e.g. "iteration_timing_avg": 0.7 in 2024 files
             continue
         metrics[name] = _metric(path, name, body, strict)
@@ -140,8 +201,7 @@ def _metric(path: str, name: str, body: dict, strict: bool = False) -> GoldenMet
     full = str(body.get("value_precision", "")).lower() == "full"
     if isinstance(values, list):
         if strict:
-            raise InputError(f"{path}: metric {name!r}: values is a list (the 2024 layout); the comparator needs "
-                             f"a step -> value mapping ({REJECTED})")
+            raise InputError(_list_values(path, name))
         # 2024 layout: positional values from start_step every step_interval.
         steps = [start + i * max(interval, 1) for i in range(len(values))]
         raw = [_value(path, name, s, v) for s, v in zip(steps, values)]
