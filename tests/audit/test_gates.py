@@ -129,3 +129,27 @@ def test_the_golden_is_parsed_once_per_audit(world, monkeypatch, tmp_path: Path)
                                           golden=str(golden), model_config=str(root / "model_config.yaml")))
     assert answer.final_answer.gate_disagreement is not None  # three gates ran: dated, today's, passing run
     assert calls.count(golden.name) == 1, calls
+
+
+def test_a_golden_with_null_values_is_the_gate_breaking(world) -> None:
+    """Megatron-LM's comparator cannot load a golden with null values (pydantic ValidationError in
+    read_golden_values_from_json): the audit says the gate itself breaks, and where the nulls are."""
+    root, shas = world
+    golden = json.loads(values_json(GPT_LOSS, GPT_ZEROS, ITER))
+    golden["lm loss"]["values"]["50"] = None
+    golden["iteration-time"]["values"]["7"] = None
+    (root / "golden_null.json").write_text(json.dumps(golden, indent=4), encoding="utf-8")
+    (root / "out-null").mkdir()
+    p = run_cli("audit", "../loss", "--repo", "../repo", "--good", shas["base"], "--bad", shas["bump"],
+                "--golden", "../golden_null.json", "--model-config", "../model_config.yaml", "-o", ".",
+                cwd=root / "out-null")
+    assert p.returncode == 1, p.stderr
+    answer = json.loads((root / "out-null" / "answer.json").read_text())
+    fa = answer["final_answer"]
+    assert (fa["verdict"], fa["category"]) == ("gating_policy_issue", "golden_mismatch")
+    why = next(f["statement"] for f in answer["extracted_facts"] if f["statement"].startswith("decides the verdict"))
+    assert "null values (lm loss at step 50; iteration-time at step 7)" in why and "ValidationError" in why
+    assert "the gate, not the training, is broken" in why
+    assert answer["validation"]["all_passed"]
+    md = (root / "out-null" / "answer.md").read_text()
+    assert "lm loss at step 50" in md.split("<details>")[0]

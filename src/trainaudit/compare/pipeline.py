@@ -9,10 +9,10 @@ from pathlib import Path
 from trainaudit.compare.cilog import CiGateReport, read_ci_log
 from trainaudit.compare.explain import Deviation, describe
 from trainaudit.compare.extract import Actual, complete_from_reports, load_actual
-from trainaudit.ingest.golden import GoldenFile, load_golden, strict_check
+from trainaudit.ingest.golden import GoldenFile, GoldenRejected, load_golden, strict_check
 from trainaudit.compare.megatron import GateResult, Policy, policy_for, run_gate
 from trainaudit.compare.model_config import ModelConfig, load_model_config
-from trainaudit.compare.build import Inputs, build_answer
+from trainaudit.compare.build import Inputs, build_answer, rejected_golden_answer
 from trainaudit.compare.verdict import Decision, decide
 from trainaudit.errors import InputError, UsageError
 from trainaudit.answer.charts import PlotSpec
@@ -131,6 +131,11 @@ def run_golden(golden_path: str | GoldenFile, actual_paths: list[str], *, model_
                deterministic: bool | None = None, pipeline: str | None = None, train_iters: int | None = None,
                policy: str | Policy = "megatron", ci_logs: list[str] | None = None, fmt: str | None = None
                ) -> tuple[Answer, list[PlotSpec], bool]:
-    run = gate_golden(golden_path, actual_paths, model_config=model_config, deterministic=deterministic,
-                      pipeline=pipeline, train_iters=train_iters, policy=policy, fmt=fmt, ci_logs=ci_logs)
+    try:
+        run = gate_golden(golden_path, actual_paths, model_config=model_config, deterministic=deterministic,
+                          pipeline=pipeline, train_iters=train_iters, policy=policy, fmt=fmt, ci_logs=ci_logs)
+    except GoldenRejected as exc:
+        if isinstance(golden_path, GoldenFile) or exc.path != golden_path:
+            raise  # the actual values, not the golden: an input that cannot be compared
+        return rejected_golden_answer(golden_path, exc, actual_paths, model_config), [], False
     return answer_golden(run, deterministic=deterministic)

@@ -84,9 +84,10 @@ class GoldenRejected(InputError):
     gate breaks before it compares anything. ``nulls``: metric -> the steps whose value is JSON
     ``null`` (pydantic's ``Union[int, float, str]`` has no None)."""
 
-    def __init__(self, message: str, nulls: dict[str, list[int]]) -> None:
+    def __init__(self, message: str, nulls: dict[str, list[int]], path: str) -> None:
         super().__init__(message)
         self.nulls = nulls
+        self.path = path  # the file as the caller named it
 
 
 def nulls_in_words(nulls: dict[str, list[int]], limit: int = 8) -> str:
@@ -149,6 +150,10 @@ def load_golden(path: str, text: str | None = None, *, strict: bool = False) -> 
     if text is None:
         text = read_text(path)
     data = load_json(text, path, invalid="not valid JSON (JSONDecodeError)")
+    if data is None:
+        # GoldenValues(**None): "argument after ** must be a mapping, not NoneType".
+        raise GoldenRejected(f"{path}: the golden file is JSON null (Megatron-LM's comparator rejects the file: "
+                             "TypeError, GoldenValues() argument after ** must be a mapping)", {}, path)
     if not isinstance(data, dict) or not data:
         # The comparator loads GoldenValues(**data): a TypeError for anything but an object, a
         # ValidationError for an empty one.
@@ -158,7 +163,7 @@ def load_golden(path: str, text: str | None = None, *, strict: bool = False) -> 
     nulls = _null_steps(data)
     if nulls:
         raise GoldenRejected(f"{path}: null values ({nulls_in_words(nulls)}): {REJECTED} (its values are "
-                             "Union[int, float, str], no null)", nulls)
+                             "Union[int, float, str], no null)", nulls, path)
     metrics: dict[str, GoldenMetric] = {}
     extras: dict[str, object] = {}
     for name, body in data.items():
