@@ -275,7 +275,7 @@ def _run(opts: AuditOptions, tmp: Path, say: Step, fetch_progress) -> tuple[Answ
     if repo is not None:
         say("tracing the git history")
         tr = trace(opts.repo, good_sha, bad_sha, ctx, find_fix=opts.find_fix,  # type: ignore[arg-type]
-                   golden_origin=bool(found.golden))
+                   golden_origin=bool(found.golden), ranked=False)  # ranked below, for the verdict
         info.notes += tr.notes
     evidence = _repo_evidence(gg, legacy, prof, tr)
     evidence.golden_unreadable = golden_unreadable
