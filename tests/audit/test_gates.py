@@ -60,18 +60,18 @@ def world(tmp_path_factory) -> tuple[Path, dict[str, str]]:
     return root, shas
 
 
-def _audit(root: Path, failing: str, shas: dict[str, str], out: str) -> tuple[dict, str]:
+def _audit(root: Path, failing: str, shas: dict[str, str], out: str) -> tuple[dict, str, str]:
     (root / out).mkdir()
     p = run_cli("audit", f"../{failing}", "--passing", "../passing", "--repo", "../repo", "--good", shas["base"],
                 "--bad", shas["bump"], "--golden", "../golden.json", "--model-config", "../model_config.yaml",
                 "-o", ".", cwd=root / out)
     assert p.returncode in (0, 1), p.stderr
-    return json.loads((root / out / "answer.json").read_text()), (root / out / "answer.md").read_text()
+    return json.loads((root / out / "answer.json").read_text()), (root / out / "answer.md").read_text(), p.stdout
 
 
 def test_gates_that_disagree_are_both_shown(world) -> None:
     root, shas = world
-    answer, md = _audit(root, "slow", shas, "out-slow")
+    answer, md, stdout = _audit(root, "slow", shas, "out-slow")
     assert answer["validation"]["all_passed"], answer["validation"]
     # the gate of --bad's date decides (iteration-time median over all steps, +12 %)
     failed = [(c["metric"], c["check"], c["policy"]) for c in answer["comparisons"] if not c["passed"]]
@@ -92,15 +92,16 @@ def test_gates_that_disagree_are_both_shown(world) -> None:
     assert ("under the gate of 2026-05-10 (megatron@2026-05-10) this fails on iteration-time (approximate); "
             "under today's gate (megatron) it passes") in top[line]
     assert any(t.startswith("**How to verify:**") for t in top)  # the line does not push the fix off the page
+    assert "two gates disagree: under the gate of 2026-05-10" in " ".join(stdout.split())  # and the terminal says it
 
 
 def test_gates_that_agree_say_nothing_more(world) -> None:
     root, shas = world
-    answer, md = _audit(root, "loss", shas, "out-loss")
+    answer, md, stdout = _audit(root, "loss", shas, "out-loss")
     assert answer["validation"]["all_passed"], answer["validation"]
     assert {c["metric"] for c in answer["comparisons"] if not c["passed"]} == {"lm loss"}
     assert answer["final_answer"].get("gate_disagreement") is None
-    assert "Two gates disagree" not in md and "today's gate" not in md
+    assert "Two gates disagree" not in md and "today's gate" not in md and "two gates disagree" not in stdout
 
 
 def test_the_golden_is_parsed_once_per_audit(world, monkeypatch, tmp_path: Path) -> None:
