@@ -154,3 +154,22 @@ def test_a_golden_with_null_values_is_the_gate_breaking(world) -> None:
     assert answer["validation"]["all_passed"]
     md = (root / "out-null" / "answer.md").read_text()
     assert "lm loss at step 50" in md.split("<details>")[0]
+
+
+def test_a_list_layout_golden_with_null_values_is_the_old_comparators_type_error(world) -> None:
+    """The 2024 list layout went to np.allclose unvalidated (test_ci_pipeline.py), where a None
+    raises TypeError: the audit names the null at its step and that error."""
+    root, shas = world
+    golden = {m: {"start_step": 0, "end_step": 100, "step_interval": 5,
+                  "values": [vals[s] for s in range(1, 101, 5)]}
+              for m, vals in (("lm loss", GPT_LOSS), ("num-zeros", GPT_ZEROS))}
+    golden["lm loss"]["values"][2] = None  # position 2: step 0 + 2 * 5
+    (root / "golden_list_null.json").write_text(json.dumps(golden), encoding="utf-8")
+    (root / "out-list-null").mkdir()
+    p = run_cli("audit", "../loss", "--repo", "../repo", "--good", shas["base"], "--bad", shas["bump"],
+                "--golden", "../golden_list_null.json", "-o", ".", cwd=root / "out-list-null")
+    assert p.returncode == 1, p.stderr
+    answer = json.loads((root / "out-list-null" / "answer.json").read_text())
+    assert answer["final_answer"]["verdict"] == "gating_policy_issue"
+    why = next(f["statement"] for f in answer["extracted_facts"] if f["statement"].startswith("decides the verdict"))
+    assert "null values (lm loss at step 10)" in why and "TypeError" in why and "ValidationError" not in why

@@ -246,7 +246,7 @@ def rejected_golden_answer(golden_path: str, why: GoldenRejected, actual_paths: 
     ev = [b.fact(sg, f"the golden holds null at step {s} of {m}", metric=m, step=s)
           for m, steps in why.nulls.items() for s in steps[:20]]
     where = nulls_in_words(why.nulls)
-    raised = "TypeError" if not why.nulls else "pydantic ValidationError"
+    raised = why.raised
     what = (f"null values in the golden ({where})" if why.nulls else "the golden file is JSON null")
     ev.append(b.fact(sg, f"decides the verdict: {what}: Megatron-LM's comparator raises {raised} when it loads the "
                          "golden (read_golden_values_from_json), so the gate breaks before it compares any value; "
