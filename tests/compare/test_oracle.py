@@ -99,4 +99,14 @@ def test_the_oracle_covers_what_it_claims() -> None:
     assert {"history", "platform", "resume", "edge", "edge-policy"} <= set(kinds)
     outcomes = {(c["oracle"]["outcome"], c["oracle"]["exception"]) for c in CASES}
     assert {("passed", None), ("failed", "AssertionError"), ("failed", "MissingTensorboardLogsError"),
-            ("error", "ValidationError"), ("error", "KeyError"), ("error", "ValueError")} <= outcomes
+            ("error", "ValidationError"), ("error", "KeyError"), ("error", "ValueError"), ("error", "TypeError")} <= outcomes
+    # every real resume pair in both directions (the comparator's tolerance is relative to the first run)
+    pairs = {(c["golden"]["file"], c["actual"]["file"], c["policy"]) for c in CASES if c["kind"] == "resume"}
+    assert len(pairs) == kinds["resume"] and all((a, g, p) in pairs for g, a, p in pairs)
+    # and edited pairs whose approximate checks pass in one direction only
+    def approx(c: dict[str, Any]) -> dict[str, str]:
+        return {x["metric"]: x["outcome"] for x in c["oracle"]["checks"] if x["check"] == "approximate"}
+    resumed = [approx(c) for c in CASES if c["pipeline"] == "resume" and "reversed" in c["built"]]
+    assert any(r.get("lm loss") == "passed" for r in resumed) and any(r.get("num-zeros") == "passed" for r in resumed)
+    nulls = [c for c in CASES if "null at step" in c["built"] and c["oracle"]["stage"] == "load golden"]
+    assert len({c["policy"] for c in nulls}) >= 3

@@ -96,3 +96,37 @@ def test_policy_2026_04_20_counts_n_from_end_step(tmp_path: Path) -> None:
     code, _, answer = run_cli("edge-004", tmp_path / "newest")
     ap = comparison(answer, "lm loss", "approximate")  # type: ignore[arg-type]
     assert (ap["passed"], ap["n_failing"], ap["allowed_failing"]) == (True, 1, 1)
+
+
+def test_null_values_in_the_golden_break_the_gate_itself(tmp_path: Path) -> None:
+    # lm loss null at steps 50 and 75, num-zeros at step 3: Megatron-LM's comparator raises a pydantic
+    # ValidationError when it loads the golden (values are Union[int, float, str]); the training is
+    # not compared at all, so the answer is the gate's: gating_policy_issue, naming each null.
+    assert CASES["edge-092"]["oracle"]["exception"] == "ValidationError"
+    code, err, answer = run_cli("edge-092", tmp_path)
+    assert code == 1 and answer is not None, err
+    fa = answer["final_answer"]
+    assert (fa["verdict"], fa["category"]) == ("gating_policy_issue", "golden_mismatch")
+    assert "lm loss at steps 50, 75; num-zeros at step 3" in fa["summary"] and "ValidationError" in fa["summary"]
+    nulls = {(f["metric"], f["step"]) for f in answer["extracted_facts"] if "holds null" in f["statement"]}
+    assert nulls == {("lm loss", 50), ("lm loss", 75), ("num-zeros", 3)}
+    assert set(fa["root_causes"][0]["evidence"]) >= {f["id"] for f in answer["extracted_facts"]
+                                                     if "holds null" in f["statement"]}
+    assert answer["validation"]["all_passed"] and answer["comparisons"] == []
+    md = (tmp_path / "out" / "answer.md").read_text()
+    assert "**gating_policy_issue**" in md and "raises pydantic ValidationError" in md
+
+
+def test_a_golden_that_is_json_null_is_the_comparators_type_error(tmp_path: Path) -> None:
+    assert CASES["edge-091"]["oracle"]["exception"] == "TypeError"
+    code, err, answer = run_cli("edge-091", tmp_path)
+    assert code == 1 and answer is not None, err
+    assert answer["final_answer"]["verdict"] == "gating_policy_issue"
+    assert "JSON null" in answer["final_answer"]["summary"] and "TypeError" in answer["final_answer"]["summary"]
+
+
+def test_null_values_in_the_actual_values_stay_an_input_error(tmp_path: Path) -> None:
+    # the run's values, not the gate: nothing to answer about the golden
+    code, err, answer = run_cli("edge-037", tmp_path)
+    assert code == 2 and answer is None
+    assert len(err.strip().splitlines()) == 1 and "ValidationError" in err and "lm loss at step 50" in err

@@ -235,6 +235,26 @@ class Culprit(_Model):
     runner_up: RunnerUp | None = None
 
 
+class GateOutcome(_Model):
+    """The golden-value gate as one comparator version ran it."""
+
+    policy: str  # the comparator replayed (``megatron@YYYY-MM-DD``, or ``megatron`` for today's)
+    date: str | None = None  # the day that comparator is as of; null for today's newest
+    passed: bool
+    failing: list[str] = Field(default_factory=list)  # the failing checks, "metric (exact|approximate)"
+    aborted: str | None = None  # what stopped the test before or between checks, if anything
+    evidence: list[str] = Field(default_factory=list)
+
+
+class GateDisagreement(_Model):
+    """The gate of the failing run's date and today's gate give different outcomes on the same
+    golden and run (present only then)."""
+
+    at_run: GateOutcome
+    today: GateOutcome
+    summary: str
+
+
 class FinalAnswer(_Model):
     verdict: Verdict
     category: Category
@@ -246,6 +266,7 @@ class FinalAnswer(_Model):
     coverage: Coverage | None = None
     decision: Decision | None = None
     culprit: Culprit | None = None
+    gate_disagreement: GateDisagreement | None = None
 
 
 class ValidationCheck(_Model):

@@ -78,6 +78,10 @@ def validate(answer: Answer) -> Validation:
         missing += [f"comparisons[{k}].evidence:{e}" for e in cmp.evidence if e not in ids]
     for k, rc in enumerate(answer.final_answer.root_causes):
         missing += [f"root_causes[{k}].evidence:{e}" for e in rc.evidence if e not in ids]
+    gd = answer.final_answer.gate_disagreement
+    if gd is not None:
+        for side, g in (("at_run", gd.at_run), ("today", gd.today)):
+            missing += [f"gate_disagreement.{side}.evidence:{e}" for e in g.evidence if e not in ids]
     checks.append(ValidationCheck(name="evidence_ids_resolve", passed=not missing,
                                   detail="; ".join(missing[:20]) if missing else f"{len(ids)} ids"))
 

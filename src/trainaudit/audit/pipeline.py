@@ -11,6 +11,7 @@ from pathlib import Path
 
 from trainaudit.audit.combine import RepoEvidence, Verdict, decide, explaining_commit, first_fix, settle
 from trainaudit.audit.discover import Discovered, discover
+from trainaudit.audit.gates import record, replay_today
 from trainaudit.audit.inputs import Item, Side, Staging
 from trainaudit.audit.merge import absorb
 from trainaudit.audit.testcase import TestProfile, profile
@@ -29,7 +30,7 @@ from trainaudit.history.trace import Trace, rank, trace
 from trainaudit.history.git import Repo
 from trainaudit.fetch import acquire
 from trainaudit.diagnosis import build_answer, diagnose_run
-from trainaudit.compare.megatron import BASE_METRICS, EARLIEST, Policy, policy_for
+from trainaudit.compare.megatron import BASE_METRICS, EARLIEST, GateResult, Policy, policy_for
 from trainaudit.compare.runs import compare_runs
 from trainaudit.compare.pipeline import GoldenGate, answer_golden, gate_golden, run_golden
 from trainaudit.compare.build import check_in_words
@@ -177,29 +178,39 @@ def _run(opts: AuditOptions, tmp: Path, say: Step, fetch_progress) -> tuple[Answ
     actual = _actual_paths(failing, opts.fmt)
     legacy = False
     golden_unreadable = ""
+    golden_file: GoldenFile | None = None  # the golden, parsed once for every gate below
+    gates_differ: tuple[GateResult, GateResult] | None = None
     if golden_local and actual:
         say("reproducing the golden-value gate")
-        golden_local, actual, legacy, list_era = _readable(golden_local, actual, tmp / "layout", staging, info)
+        try:
+            golden_file = load_golden(golden_local)
+        except InputError as exc:
+            golden_unreadable = staging.display(str(exc))
+            info.notes.append(f"golden comparison not possible: {golden_unreadable}")
+    if golden_file is not None:
+        golden_file, actual, legacy, list_era = _readable(golden_file, actual, tmp / "layout", staging, info)
+        today = policy_for("megatron")
         if list_era:
             # The comparator of the list layout (test_ci_pipeline.py, 2024) checked every metric of
             # the golden file; METRICS did not exist yet.
             pol = policy if isinstance(policy, Policy) else policy_for(policy)
-            policy = replace(pol, default_metrics=tuple(m for m in load_golden(golden_local).metrics
-                                                        if pol.thresholds(m)))
+            policy = replace(pol, default_metrics=tuple(m for m in golden_file.metrics if pol.thresholds(m)))
+            today = replace(today, default_metrics=tuple(m for m in golden_file.metrics if today.thresholds(m)))
         try:
             # The golden check of every pretraining test is the regular pipeline (run_ci_test.sh runs
             # the resume pipeline only between the two runs of a checkpoint-resume test).
-            gg = gate_golden(golden_local, actual, model_config=config_local, pipeline="regular", policy=policy,
+            gg = gate_golden(golden_file, actual, model_config=config_local, pipeline="regular", policy=policy,
                              fmt=opts.fmt, ci_logs=[str(i.local) for i in ci_items])
             if gg.gate.abort_kind == "comparator_error":
                 raise InputError(f"{golden_display}: {gg.gate.abort}")
             cmp_answer, cplots, _ = answer_golden(gg, substance=True,
                                                   last_step=prof.last_step, last_step_from=prof.last_step_from)
             plots += cplots
+            now = replay_today(gg, today)
+            gates_differ = (gg.gate, now) if now is not None else None
         except InputError as exc:
             gg = None
             info.notes.append(f"golden comparison not possible: {staging.display(str(exc))}")
-            golden_unreadable = _unreadable(golden_local, staging)
     elif passing.items and failing.items and not golden_local:
         base, cand = _actual_paths(passing, opts.fmt, whole=True), _actual_paths(failing, opts.fmt, whole=True)
         if base and cand:
@@ -219,11 +230,11 @@ def _run(opts: AuditOptions, tmp: Path, say: Step, fetch_progress) -> tuple[Answ
         needs.append("the failing run's values (actual-values JSON, TensorBoard event files or the training log)")
 
     # the passing run against the same gate: what did not change
-    if gg is not None and golden_local and passing.items:
+    if gg is not None and golden_file is not None and passing.items:
         pv = _actual_paths(passing, opts.fmt)
         if pv:
             try:
-                pans, _, ppassed = run_golden(golden_local, pv, model_config=config_local, pipeline="regular",
+                pans, _, ppassed = run_golden(golden_file, pv, model_config=config_local, pipeline="regular",
                                               policy=policy, fmt=opts.fmt)
                 src = b.source(", ".join(staging.display(p) for p in pv), _kind(pans), description="passing run")
                 if not ppassed and cmp_answer is not None:
@@ -264,7 +275,7 @@ def _run(opts: AuditOptions, tmp: Path, say: Step, fetch_progress) -> tuple[Answ
     if repo is not None:
         say("tracing the git history")
         tr = trace(opts.repo, good_sha, bad_sha, ctx, find_fix=opts.find_fix,  # type: ignore[arg-type]
-                   golden_origin=bool(found.golden))
+                   golden_origin=bool(found.golden), ranked=False)  # ranked below, for the verdict
         info.notes += tr.notes
     evidence = _repo_evidence(gg, legacy, prof, tr)
     evidence.golden_unreadable = golden_unreadable
@@ -318,6 +329,10 @@ def _run(opts: AuditOptions, tmp: Path, say: Step, fetch_progress) -> tuple[Answ
         if where is not None:
             b.fact(where, f"note: {staging.display(note)}")
     final = _final(b, verdict, cmp_answer, cmp_causes, dv, diag_causes, info, commit_fact, needs, golden_display)
+    if gates_differ is not None:
+        gsrc = next((s.id for s in b.sources if s.kind == "golden_values"), None) or \
+            b.source(golden_display or "golden values", "golden_values", description="golden values")
+        final = final.model_copy(update={"gate_disagreement": record(b, gsrc, *gates_differ)})
     if info.commit is not None:
         runner = info.ranked[1] if len(info.ranked) > 1 else None
         final = final.model_copy(update={"culprit": Culprit(
@@ -346,32 +361,18 @@ def _repo_evidence(gg: GoldenGate | None, legacy: bool, prof: TestProfile, tr: T
     return ev
 
 
-def _unreadable(golden: str, staging: Staging) -> str:
-    """Why the gate cannot read the golden file (empty, not JSON, not golden values), or ""."""
-    try:
-        g = load_golden(golden)
-    except InputError as exc:
-        return staging.display(str(exc))
-    if not g.metrics:
-        return f"{staging.display(golden)} holds no metric"
-    return ""
-
-
-def _readable(golden: str, actual: list[str], dest: Path, staging: Staging,
-              info: AuditInfo) -> tuple[str, list[str], bool, bool]:
+def _readable(g: GoldenFile, actual: list[str], dest: Path, staging: Staging,
+              info: AuditInfo) -> tuple[GoldenFile, list[str], bool, bool]:
     """A golden in the 2024 list layout, as step -> value mappings the gate reads (with the run's
     values when they are in that layout too: the comparator of that time compared by position).
     Returns (golden, actual, the golden is in the list layout while the run's values are not,
     both are in the list layout)."""
-    try:
-        g = load_golden(golden)
-    except InputError:
-        return golden, actual, False, False
     if not g.legacy_list:
-        return golden, actual, False, False
-    dest.mkdir(parents=True, exist_ok=True)
-    g_path = _as_mapping(g, dest / "golden.json")
-    staging.remember(g_path, staging.display(golden))
+        return g, actual, False, False
+    # The same steps and values, as the mapping layout holds them (no top-level extras such as
+    # 2024's "iteration_timing_avg": the comparator's model has no place for them).
+    mapped = GoldenFile(g.path, {n: replace(m, legacy_list=False) for n, m in g.metrics.items()},
+                        single_line=g.single_line)
     a_legacy = False
     if len(actual) == 1:
         try:
@@ -379,12 +380,13 @@ def _readable(golden: str, actual: list[str], dest: Path, staging: Staging,
         except InputError:
             a = None
         if a is not None and a.legacy_list:
+            dest.mkdir(parents=True, exist_ok=True)
             a_path = _as_mapping(a, dest / "actual.json")
             staging.remember(a_path, staging.display(actual[0]))
             actual, a_legacy = [str(a_path)], True
     info.notes.append("the golden is in the 2024 list layout (values by position from start_step, every "
                       "step_interval): read as step -> value mappings" + (", like the run's values" if a_legacy else ""))
-    return str(g_path), actual, not a_legacy, a_legacy
+    return mapped, actual, not a_legacy, a_legacy
 
 
 def _as_mapping(g: GoldenFile, path: Path) -> Path:

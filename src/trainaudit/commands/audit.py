@@ -121,6 +121,9 @@ def audit(ctx: click.Context, inputs: tuple[str, ...], passing: tuple[str, ...],
                       if named.runner_up else "")
             head.append(Text(f"{named.role}: {info.commit.commit.title} ({named.sha[:10]}, probability "
                              f"{named.confidence:.2f}{runner})"))
+        gd = answer.final_answer.gate_disagreement
+        if gd is not None:
+            head.append(Text(f"two gates disagree: {gd.summary.split(': the comparator changed', 1)[0]}", style="yellow"))
         head += [Text(f"missing: {m}", style="yellow") for m in info.missing]
         print_summary(answer, paths, quiet=quiet, verbose=verbose, head=head)
     report_notes(paths, quiet)

@@ -11,7 +11,7 @@ import numpy as np
 
 from trainaudit.compare.cilog import CiGateReport
 from trainaudit.compare.explain import Deviation
-from trainaudit.ingest.golden import GoldenFile
+from trainaudit.ingest.golden import GoldenFile, GoldenRejected, nulls_in_words
 from trainaudit.compare.megatron import CheckResult, GateResult
 from trainaudit.compare.verdict import Decision
 from trainaudit.rules.base import Rule
@@ -229,3 +229,37 @@ def _check_facts(b: AnswerBuilder, sg: str, sa: str, inp: Inputs, c: CheckResult
 
 def _opt(v: float) -> float | None:
     return v if v == v and v not in (float("inf"), float("-inf")) else None
+
+
+def rejected_golden_answer(golden_path: str, why: GoldenRejected, actual_paths: list[str],
+                           model_config: str | None = None) -> Answer:
+    """The answer for a golden Megatron-LM's comparator refuses to load (null values, a JSON null):
+    the gate itself breaks before comparing any value, whatever the run did, so the verdict is the
+    gate's (``gating_policy_issue``), not the training's."""
+    b = AnswerBuilder("compare")
+    sg = b.source(display_path(golden_path), "golden_values", sha256=_sha(golden_path), description="golden values")
+    for p in actual_paths:
+        b.source(display_path(p), "metrics", sha256=_sha(p), description="actual values (not compared: the gate "
+                                                                         "stops when it loads the golden)")
+    if model_config:
+        b.source(display_path(model_config), "config", sha256=_sha(model_config), description="model_config.yaml")
+    ev = [b.fact(sg, f"the golden holds null at step {s} of {m}", metric=m, step=s)
+          for m, steps in why.nulls.items() for s in steps[:20]]
+    where = nulls_in_words(why.nulls)
+    raised = why.raised
+    what = (f"null values in the golden ({where})" if why.nulls else "the golden file is JSON null")
+    ev.append(b.fact(sg, f"decides the verdict: {what}: Megatron-LM's comparator raises {raised} when it loads the "
+                         "golden (read_golden_values_from_json), so the gate breaks before it compares any value; "
+                         "the gate, not the training, is broken"))
+    cause = RootCause(
+        issue=f"{what}: Megatron-LM's comparator raises {raised} there and the test fails without comparing anything",
+        category=Category.GOLDEN_MISMATCH, severity=Severity.HIGH, evidence=ev,
+        fix="regenerate the golden values from a run that logged every step (download_golden_values.py), or write "
+            "the values the run logged in place of the nulls (\"nan\" if the step was not logged)",
+        expected_impact="the gate loads the golden and compares the run's values again",
+        verify="rerun `trainaudit compare --golden` on the regenerated golden: the checks run", confidence=0.9)
+    final = FinalAnswer(verdict="gating_policy_issue", category=Category.GOLDEN_MISMATCH,
+                        summary=f"Gating-policy issue (golden_mismatch): {what}; Megatron-LM's comparator raises "
+                                f"{raised} when it loads this golden, so the gate itself breaks before comparing.",
+                        root_causes=[cause], quick_fixes=[cause.fix])
+    return b.build(final)

@@ -9,10 +9,10 @@ from pathlib import Path
 from trainaudit.compare.cilog import CiGateReport, read_ci_log
 from trainaudit.compare.explain import Deviation, describe
 from trainaudit.compare.extract import Actual, complete_from_reports, load_actual
-from trainaudit.ingest.golden import GoldenFile, load_golden
+from trainaudit.ingest.golden import GoldenFile, GoldenRejected, load_golden, strict_check
 from trainaudit.compare.megatron import GateResult, Policy, policy_for, run_gate
 from trainaudit.compare.model_config import ModelConfig, load_model_config
-from trainaudit.compare.build import Inputs, build_answer
+from trainaudit.compare.build import Inputs, build_answer, rejected_golden_answer
 from trainaudit.compare.verdict import Decision, decide
 from trainaudit.errors import InputError, UsageError
 from trainaudit.answer.charts import PlotSpec
@@ -31,6 +31,9 @@ class GoldenGate:
     gate: GateResult
     reports: list[CiGateReport] = field(default_factory=list)  # the comparator's own output, from CI logs
     decision: Decision | None = None  # set by :func:`answer_golden`
+    pipeline: str = "regular"
+    train_iters: int | None = None
+    dropped: list[str] = field(default_factory=list)  # METRICS left out: the CI log says PASSED, no file holds them
 
 
 def explain_checks(gate: GateResult) -> dict[int, Deviation]:
@@ -41,32 +44,51 @@ def explain_checks(gate: GateResult) -> dict[int, Deviation]:
     return out
 
 
-def gate_golden(golden_path: str, actual_paths: list[str], *, model_config: str | None = None,
+def gate_golden(golden_path: str | GoldenFile, actual_paths: list[str], *, model_config: str | None = None,
                 deterministic: bool | None = None, pipeline: str | None = None, train_iters: int | None = None,
                 policy: str | Policy = "megatron", fmt: str | None = None,
                 ci_logs: list[str] | None = None) -> GoldenGate:
-    """Load the golden file, the actual run and the model config, and run the gate; what the
-    actual run's files lack is completed from the comparator's output in ``ci_logs``. Unreadable
-    inputs raise :class:`InputError`; a comparison Megatron's comparator itself cannot carry out
-    is returned as ``gate.abort_kind == "comparator_error"``."""
+    """Load the golden file (or take one already parsed: it is checked as the comparator would
+    load it), the actual run and the model config, and run the gate; what the actual run's files
+    lack is completed from the comparator's output in ``ci_logs``. Unreadable inputs raise
+    :class:`InputError` (:class:`~trainaudit.ingest.golden.GoldenRejected` for a golden the
+    comparator refuses to load); a comparison Megatron's comparator itself cannot carry out is
+    returned as ``gate.abort_kind == "comparator_error"``."""
     pol = policy if isinstance(policy, Policy) else policy_for(policy)
     if not actual_paths:
         raise UsageError("compare --golden GOLDEN needs the ACTUAL run as input")
-    if not Path(golden_path).exists():
-        raise InputError(f"{golden_path}: no such file")
-    golden = load_golden(golden_path, strict=True)
+    if isinstance(golden_path, GoldenFile):
+        golden = golden_path
+        strict_check(golden)
+    else:
+        if not Path(golden_path).exists():
+            raise InputError(f"{golden_path}: no such file")
+        golden = load_golden(golden_path, strict=True)
     cfg = load_model_config(model_config) if model_config else ModelConfig()
     nondet = cfg.nondeterministic if deterministic is None else not deterministic
     pipe = pipeline or ("resume" if cfg.is_resume else "regular")
     iters = train_iters or cfg.train_iters or max((max(m.steps) for m in golden.metrics.values() if m.steps), default=None)
     actual = load_actual(actual_paths, golden, iters, fmt)
-    metrics = cfg.effective_metrics(pol.default_metrics)
+    wanted = cfg.effective_metrics(pol.default_metrics)
     reports = [read_ci_log(p) for p in ci_logs or []]
-    if reports:
-        metrics = complete_from_reports(actual, golden, metrics, reports)
+    metrics = complete_from_reports(actual, golden, wanted, reports) if reports else wanted
     gate = run_gate(golden, actual.values, metrics, nondeterministic=nondet, policy=pol,
                     pipeline=pipe, train_iters=iters)  # type: ignore[arg-type]
-    return GoldenGate(golden, actual, list(actual_paths), cfg, nondet, gate, reports)
+    return GoldenGate(golden, actual, list(actual_paths), cfg, nondet, gate, reports, pipeline=pipe,
+                      train_iters=iters, dropped=[m for m in wanted if m not in metrics])
+
+
+def regate(run: GoldenGate, policy: Policy) -> GateResult:
+    """The same golden and run through the gate of another comparator version (its METRICS
+    default and thresholds), without reading anything again."""
+    wanted = run.config.effective_metrics(policy.default_metrics)
+    fresh = [m for m in wanted if m not in run.gate.metrics and m not in run.dropped]
+    if fresh and run.reports:
+        kept = complete_from_reports(run.actual, run.golden, fresh, run.reports)
+        wanted = [m for m in wanted if m not in fresh or m in kept]
+    metrics = [m for m in wanted if m not in run.dropped]
+    return run_gate(run.golden, run.actual.values, metrics, nondeterministic=run.nondeterministic, policy=policy,
+                    pipeline=run.pipeline, train_iters=run.train_iters)  # type: ignore[arg-type]
 
 
 def answer_golden(run: GoldenGate, *, deterministic: bool | None = None, substance: bool = False, last_step: int | None = None, last_step_from: str = ""
@@ -105,10 +127,15 @@ def _fatal_nans(run: GoldenGate, reports: list[CiGateReport]) -> dict[str, int]:
     return out
 
 
-def run_golden(golden_path: str, actual_paths: list[str], *, model_config: str | None = None,
+def run_golden(golden_path: str | GoldenFile, actual_paths: list[str], *, model_config: str | None = None,
                deterministic: bool | None = None, pipeline: str | None = None, train_iters: int | None = None,
                policy: str | Policy = "megatron", ci_logs: list[str] | None = None, fmt: str | None = None
                ) -> tuple[Answer, list[PlotSpec], bool]:
-    run = gate_golden(golden_path, actual_paths, model_config=model_config, deterministic=deterministic,
-                      pipeline=pipeline, train_iters=train_iters, policy=policy, fmt=fmt, ci_logs=ci_logs)
+    try:
+        run = gate_golden(golden_path, actual_paths, model_config=model_config, deterministic=deterministic,
+                          pipeline=pipeline, train_iters=train_iters, policy=policy, fmt=fmt, ci_logs=ci_logs)
+    except GoldenRejected as exc:
+        if isinstance(golden_path, GoldenFile) or exc.path != golden_path:
+            raise  # the actual values, not the golden: an input that cannot be compared
+        return rejected_golden_answer(golden_path, exc, actual_paths, model_config), [], False
     return answer_golden(run, deterministic=deterministic)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from functools import lru_cache
 from pathlib import PurePosixPath
 from typing import Any
 
@@ -89,9 +90,12 @@ def message_features(text: str) -> set[str]:
     return {k for k, rx in _MESSAGE_RE.items() if rx.search(text)}
 
 
-def path_features(path: str) -> set[str]:
+@lru_cache(maxsize=8192)
+def path_features(path: str) -> frozenset[str]:
+    """Feature tags of a file path. Cached: a range touches the same files again and again, and
+    every commit is classified for each explanation the audit ranks it for."""
     p = path.lower()
-    return {k for k, rx in _PATH_RE.items() if rx.search(p)}
+    return frozenset(k for k, rx in _PATH_RE.items() if rx.search(p))
 
 
 def is_code(path: str) -> bool:

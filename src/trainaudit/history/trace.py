@@ -37,9 +37,10 @@ def rank(tr: Trace, ctx: FailureShape) -> list[Classified]:
 
 
 def trace(repo_path: str, good: str | None, bad: str | None, ctx: FailureShape, *, find_fix: bool = False,
-          max_commits: int = MAX_COMMITS, golden_origin: bool = False) -> Trace:
+          max_commits: int = MAX_COMMITS, golden_origin: bool = False, ranked: bool = True) -> Trace:
     """``golden_origin``: also offer the commit that wrote the failing golden when it lies at or
-    before --good (for a golden that is itself at fault)."""
+    before --good (for a golden that is itself at fault). ``ranked=False`` leaves ``commits``
+    empty, for a caller that ranks the trace itself (:func:`rank`) once it knows the explanation."""
     repo = Repo(repo_path)
     bad_sha = repo.resolve(bad, "--bad") if bad else repo.resolve("HEAD", "--bad (HEAD)")
     good_sha = repo.resolve(good, "--good") if good else None
@@ -76,7 +77,7 @@ def trace(repo_path: str, good: str | None, bad: str | None, ctx: FailureShape, 
         after.reverse()  # oldest first: the first fix is the earliest one
     out.raw, out.diffs, out.after = commits, diffs, after
     out.extra = _golden_origin(repo, bad_sha, {c.sha for c in commits}, ctx) if golden_origin else []
-    out.commits = rank(out, ctx)
+    out.commits = rank(out, ctx) if ranked else []
     return out
 
 

@@ -79,6 +79,68 @@ class GoldenFile:
         return any(m.legacy_list for m in self.metrics.values())
 
 
+class GoldenRejected(InputError):
+    """A golden file that parses as JSON but on which Megatron-LM's comparator breaks: the gate
+    fails before it compares anything. ``nulls``: metric -> the steps whose value is JSON ``null``;
+    ``raised``: what the comparator raises there (pydantic's ``Union[int, float, str]`` has no None:
+    ValidationError when the step -> value mapping is loaded; the 2024 list layout went straight to
+    ``np.allclose``, where a None is a TypeError)."""
+
+    def __init__(self, message: str, nulls: dict[str, list[int]], path: str, raised: str) -> None:
+        super().__init__(message)
+        self.nulls = nulls
+        self.path = path  # the file as the caller named it
+        self.raised = raised
+
+
+def nulls_in_words(nulls: dict[str, list[int]], limit: int = 8) -> str:
+    """``lm loss at step 50; num-zeros at steps 3, 7``: the null values where they are."""
+    parts = []
+    for metric, steps in nulls.items():
+        shown = ", ".join(str(s) for s in steps[:limit]) + (f" and {len(steps) - limit} more" if len(steps) > limit else "")
+        parts.append(f"{metric} at step{'s' if len(steps) > 1 else ''} {shown}")
+    return "; ".join(parts)
+
+
+def _null_steps(data: dict[str, object]) -> dict[str, list[int]]:
+    """Every step whose value is null, per metric (one pass over the parsed JSON)."""
+    out: dict[str, list[int]] = {}
+    for name, body in data.items():
+        if not isinstance(body, dict):
+            continue
+        values = body.get("values")
+        if isinstance(values, dict):
+            steps = [s for k, v in values.items() if v is None and (s := _int(k)) is not None]
+        elif isinstance(values, list):
+            start, interval = _int(body.get("start_step")) or 0, max(_int(body.get("step_interval")) or 1, 1)
+            steps = [start + i * interval for i, v in enumerate(values) if v is None]
+        else:
+            continue
+        if steps:
+            out[name] = steps
+    return out
+
+
+def strict_check(golden: GoldenFile) -> None:
+    """What ``load_golden(strict=True)`` rejects beyond a lenient parse, checked on a file already
+    parsed leniently (so the gate need not read it twice)."""
+    if golden.extras:
+        name, body = next(iter(golden.extras.items()))
+        raise InputError(_not_a_metric(golden.path, name, body))
+    listed = next((m for m in golden.metrics.values() if m.legacy_list), None)
+    if listed is not None:
+        raise InputError(_list_values(golden.path, listed.name))
+
+
+def _not_a_metric(path: str, name: str, body: object) -> str:
+    return f"{path}: {name!r} is {json.dumps(body)[:40]}, not a metric object ({REJECTED}; {SHAPE})"
+
+
+def _list_values(path: str, name: str) -> str:
+    return (f"{path}: metric {name!r}: values is a list (the 2024 layout); the comparator needs "
+            f"a step -> value mapping ({REJECTED})")
+
+
 def looks_like_golden(text: str) -> bool:
     """Cheap content test used by the reader and by ``compare``: a JSON object whose values carry
     ``start_step`` and ``values``."""
@@ -92,18 +154,31 @@ def load_golden(path: str, text: str | None = None, *, strict: bool = False) -> 
     if text is None:
         text = read_text(path)
     data = load_json(text, path, invalid="not valid JSON (JSONDecodeError)")
+    if data is None:
+        # GoldenValues(**None): "argument after ** must be a mapping, not NoneType".
+        raise GoldenRejected(f"{path}: the golden file is JSON null (Megatron-LM's comparator rejects the file: "
+                             "TypeError, GoldenValues() argument after ** must be a mapping)", {}, path, "TypeError")
     if not isinstance(data, dict) or not data:
         # The comparator loads GoldenValues(**data): a TypeError for anything but an object, a
         # ValidationError for an empty one.
         why = "TypeError" if not isinstance(data, dict) else "pydantic ValidationError"
         raise InputError(f"{path}: not a golden-values file (expected a JSON object of metrics)"
                          + (f" (Megatron-LM's comparator rejects the file: {why})" if strict else ""))
+    nulls = _null_steps(data)
+    listed = all(isinstance(data[m].get("values"), list) for m in nulls)
+    if nulls and not (listed and strict):  # today's comparator rejects a list of values before its nulls
+        if listed:
+            raise GoldenRejected(f"{path}: null values ({nulls_in_words(nulls)}): the comparator of the list layout "
+                                 "(test_ci_pipeline.py, 2024) raises TypeError in np.allclose on a None", nulls, path,
+                                 "TypeError")
+        raise GoldenRejected(f"{path}: null values ({nulls_in_words(nulls)}): {REJECTED} (its values are "
+                             "Union[int, float, str], no null)", nulls, path, "pydantic ValidationError")
     metrics: dict[str, GoldenMetric] = {}
     extras: dict[str, object] = {}
     for name, body in data.items():
         if not isinstance(body, dict):
             if strict:
-                raise InputError(f"{path}: {name!r} is {json.dumps(body)[:40]}, not a metric object ({REJECTED}; {SHAPE})")
+                raise InputError(_not_a_metric(path, name, body))
             extras[name] = body  # e.g. "iteration_timing_avg": 0.7 in 2024 files
             continue
         metrics[name] = _metric(path, name, body, strict)
@@ -140,8 +215,7 @@ def _metric(path: str, name: str, body: dict, strict: bool = False) -> GoldenMet
     full = str(body.get("value_precision", "")).lower() == "full"
     if isinstance(values, list):
         if strict:
-            raise InputError(f"{path}: metric {name!r}: values is a list (the 2024 layout); the comparator needs "
-                             f"a step -> value mapping ({REJECTED})")
+            raise InputError(_list_values(path, name))
         # 2024 layout: positional values from start_step every step_interval.
         steps = [start + i * max(interval, 1) for i in range(len(values))]
         raw = [_value(path, name, s, v) for s, v in zip(steps, values)]

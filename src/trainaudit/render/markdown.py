@@ -129,6 +129,10 @@ def audit_top(answer: Answer) -> list[str]:
     conf = f" · confidence {rc.confidence:.2f}" if rc else ""
     step = f" · first bad step {fa.first_bad_step}" if fa.first_bad_step is not None else ""
     out = [f"# trainaudit {answer.task}: **{fa.verdict}** (`{fa.category}`{step}{conf})", ""]
+    gd = fa.gate_disagreement
+    if gd is not None:  # one line more than TOP_LINES: it adds to the page, it does not push the fix off it
+        out.append(f"**Two gates disagree:** {md_inline(_cut(gd.summary))} "
+                   f"{_ids(gd.at_run.evidence + gd.today.evidence)}")
     if not answer.comparisons:  # a run on its own: what happened, with the evidence it rests on
         out.append(f"**What happened:** {md_inline(_cut(fa.summary))}")
         if rc is not None and rc.evidence:
@@ -175,7 +179,7 @@ def audit_top(answer: Answer) -> list[str]:
             out.append(f"**How to verify:** {md_inline(_cut(rc.verify))}")
     if fa.needs_more_data:
         out.append(f"**Would raise the confidence:** {md_inline(_cut('; '.join(fa.needs_more_data)))}")
-    return out[:TOP_LINES]
+    return out[:TOP_LINES + (1 if gd is not None else 0)]
 
 
 def _details(summary: str, body: list[str]) -> list[str]:
