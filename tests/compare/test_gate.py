@@ -331,6 +331,11 @@ def test_legacy_list_golden_cannot_be_read_by_the_current_gate(tmp_path: Path) -
               "iteration_timing_avg": 0.79}
     path = dump(legacy, tmp_path / "legacy.json")
     # Megatron-LM's GoldenValueMetric (values: Dict[int, ...]) cannot load it: a pydantic
-    # ValidationError before any comparison, so an input error here, not a gate verdict.
+    # ValidationError before any comparison. The gate, not the training, is broken (a malformed
+    # golden); as the actual values, the same file is an input that cannot be compared.
+    answer, passed = compare(path, MIMO_GOLDEN, None)
+    fa = answer.final_answer
+    assert not passed and fa.verdict == "gating_policy_issue" and not answer.comparisons
+    assert "values is a list (the 2024 layout)" in fa.summary and "ValidationError" in fa.summary
     with pytest.raises(InputError, match="ValidationError"):
-        compare(path, MIMO_GOLDEN, None)
+        compare(MIMO_GOLDEN, path, None)

@@ -55,12 +55,15 @@ def test_mimo_dev_vs_dgx_h100_fails_like_megatron_instead_of_crashing(tmp_path: 
     assert (nz["passed"], nz["n_failing"]) == (False, 21)
 
 
-def test_a_null_metric_in_the_golden_is_an_input_error(tmp_path: Path) -> None:
+def test_a_null_metric_in_the_golden_breaks_the_gate(tmp_path: Path) -> None:
     # "iteration-time": null, not in METRICS: Megatron's GoldenValues model raises a pydantic
-    # ValidationError when the file is read; trainaudit used to skip the entry and pass.
+    # ValidationError when the file is read (trainaudit once skipped the entry and passed). A golden
+    # the comparator cannot load is the gate's failure, not the training's: gating_policy_issue.
     code, err, answer = run_cli("edge-038", tmp_path)
-    assert code == 2 and answer is None
-    assert len(err.strip().splitlines()) == 1 and "ValidationError" in err and "'iteration-time'" in err
+    assert code == 1 and answer is not None, err
+    fa = answer["final_answer"]
+    assert fa["verdict"] == "gating_policy_issue" and not answer["comparisons"]
+    assert "'iteration-time' is null, not a metric object" in fa["summary"] and "ValidationError" in fa["summary"]
 
 
 def test_a_step_written_twice_counts_once(tmp_path: Path) -> None:
@@ -130,3 +133,13 @@ def test_null_values_in_the_actual_values_stay_an_input_error(tmp_path: Path) ->
     code, err, answer = run_cli("edge-037", tmp_path)
     assert code == 2 and answer is None
     assert len(err.strip().splitlines()) == 1 and "ValidationError" in err and "lm loss at step 50" in err
+
+
+def test_an_empty_golden_breaks_the_gate(tmp_path: Path) -> None:
+    # "{}": GoldenValues() has no metric, a ValidationError when the golden is loaded. An empty golden
+    # is the gate's failure (SPEC: a stale, empty, malformed or step-mismatched golden file).
+    code, err, answer = run_cli("edge-076", tmp_path)
+    assert code == 1 and answer is not None, err
+    fa = answer["final_answer"]
+    assert fa["verdict"] == "gating_policy_issue" and "the golden file is an empty object" in fa["summary"]
+    assert "download_golden_values.py" in fa["root_causes"][0]["fix"]

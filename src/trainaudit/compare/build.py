@@ -11,7 +11,7 @@ import numpy as np
 
 from trainaudit.compare.cilog import CiGateReport
 from trainaudit.compare.explain import Deviation
-from trainaudit.ingest.golden import GoldenFile, GoldenRejected, nulls_in_words
+from trainaudit.ingest.golden import SHAPE, GoldenFile, GoldenRejected, nulls_in_words
 from trainaudit.compare.megatron import CheckResult, GateResult
 from trainaudit.compare.verdict import Decision
 from trainaudit.rules.base import Rule
@@ -247,7 +247,7 @@ def rejected_golden_answer(golden_path: str, why: GoldenRejected, actual_paths: 
           for m, steps in why.nulls.items() for s in steps[:20]]
     where = nulls_in_words(why.nulls)
     raised = why.raised
-    what = (f"null values in the golden ({where})" if why.nulls else "the golden file is JSON null")
+    what = f"null values in the golden ({where})" if why.nulls else why.what
     ev.append(b.fact(sg, f"decides the verdict: {what}: Megatron-LM's comparator raises {raised} when it loads the "
                          "golden (read_golden_values_from_json), so the gate breaks before it compares any value; "
                          "the gate, not the training, is broken"))
@@ -255,7 +255,8 @@ def rejected_golden_answer(golden_path: str, why: GoldenRejected, actual_paths: 
         issue=f"{what}: Megatron-LM's comparator raises {raised} there and the test fails without comparing anything",
         category=Category.GOLDEN_MISMATCH, severity=Severity.HIGH, evidence=ev,
         fix="regenerate the golden values from a run that logged every step (download_golden_values.py), or write "
-            "the values the run logged in place of the nulls (\"nan\" if the step was not logged)",
+            "the values the run logged in place of the nulls (\"nan\" if the step was not logged)" if why.nulls else
+            "regenerate the golden values from the reference run (download_golden_values.py): " + SHAPE,
         expected_impact="the gate loads the golden and compares the run's values again",
         verify="rerun `trainaudit compare --golden` on the regenerated golden: the checks run", confidence=0.9)
     final = FinalAnswer(verdict="gating_policy_issue", category=Category.GOLDEN_MISMATCH,

@@ -86,11 +86,14 @@ class GoldenRejected(InputError):
     ValidationError when the step -> value mapping is loaded; the 2024 list layout went straight to
     ``np.allclose``, where a None is a TypeError)."""
 
-    def __init__(self, message: str, nulls: dict[str, list[int]], path: str, raised: str) -> None:
+    def __init__(self, message: str, nulls: dict[str, list[int]], path: str, raised: str, what: str | None = None
+                 ) -> None:
         super().__init__(message)
         self.nulls = nulls
         self.path = path  # the file as the caller named it
         self.raised = raised
+        # what is wrong with the file, in a few words (the message without its path and its reason)
+        self.what = what or message.removeprefix(f"{path}: ").split(" (Megatron-LM's comparator", 1)[0]
 
 
 def nulls_in_words(nulls: dict[str, list[int]], limit: int = 8) -> str:
@@ -126,10 +129,10 @@ def strict_check(golden: GoldenFile) -> None:
     parsed leniently (so the gate need not read it twice)."""
     if golden.extras:
         name, body = next(iter(golden.extras.items()))
-        raise InputError(_not_a_metric(golden.path, name, body))
+        raise GoldenRejected(_not_a_metric(golden.path, name, body), {}, golden.path, "pydantic ValidationError")
     listed = next((m for m in golden.metrics.values() if m.legacy_list), None)
     if listed is not None:
-        raise InputError(_list_values(golden.path, listed.name))
+        raise GoldenRejected(_list_values(golden.path, listed.name), {}, golden.path, "pydantic ValidationError")
 
 
 def _not_a_metric(path: str, name: str, body: object) -> str:
@@ -157,8 +160,32 @@ def load_golden(path: str, text: str | None = None, *, strict: bool = False) -> 
     if data is None:
         # GoldenValues(**None): "argument after ** must be a mapping, not NoneType".
         raise GoldenRejected(f"{path}: the golden file is JSON null (Megatron-LM's comparator rejects the file: "
-                             "TypeError, GoldenValues() argument after ** must be a mapping)", {}, path, "TypeError")
-    if not isinstance(data, dict) or not data:
+                             "TypeError, GoldenValues() argument after ** must be a mapping)", {}, path, "TypeError",
+                             "the golden file is JSON null")
+    try:
+        return _parsed(path, text, data, strict)
+    except GoldenRejected:
+        raise
+    except InputError as exc:
+        if not _golden_shaped(data):
+            raise  # not a golden at all (another JSON file): an input that cannot be read
+        # a golden the comparator cannot load (empty, a metric that is not one, fields missing or of the
+        # wrong type): the gate breaks before it compares anything
+        raise GoldenRejected(str(exc), {}, path, "pydantic ValidationError") from None
+
+
+def _golden_shaped(data: object) -> bool:
+    """An object of metrics as a golden file holds them, however broken: empty, or a metric with
+    ``values`` or ``start_step``."""
+    return isinstance(data, dict) and (not data or any(
+        isinstance(b, dict) and ("values" in b or "start_step" in b) for b in data.values()))
+
+
+def _parsed(path: str, text: str, data: object, strict: bool) -> GoldenFile:
+    if data == {}:
+        raise InputError(f"{path}: the golden file is an empty object, no metric"
+                         + (" (Megatron-LM's comparator rejects the file: pydantic ValidationError)" if strict else ""))
+    if not isinstance(data, dict):
         # The comparator loads GoldenValues(**data): a TypeError for anything but an object, a
         # ValidationError for an empty one.
         why = "TypeError" if not isinstance(data, dict) else "pydantic ValidationError"
