@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from trainaudit.answer.paths import display_path
 from trainaudit.errors import InputError
 from trainaudit.ingest.sources import STREAM_ERRORS, InputFile, context_file, expand_inputs
 from trainaudit.model import EventKind, Run
@@ -252,7 +253,8 @@ def _config_file(inp: InputFile) -> list[Setting]:
             continue
         no = next((i for i, ln in enumerate(lines[:HEAD_LINES * 4], 1)
                    if f'"{last}"' in ln or ln.lstrip().startswith((f"{last}:", f"{last} :"))), 0)
-        out.append(Setting(name, _value(str(value)), inp.display, no, _quote(lines[no - 1]) if no else ""))
+        out.append(Setting(name, _value(str(value)), display_path(inp.display), no,
+                           _quote(lines[no - 1]) if no else ""))
     return out
 
 
@@ -293,11 +295,11 @@ def read_settings(run: Run, paths: list[str]) -> dict[str, Setting]:
             if bar is None and "%|" in text:
                 m = TQDM_RE.search(text)
                 if m:
-                    bar = Setting("max_steps", int(m.group(1)), inp.display, no, _quote(text[:m.end()]))
+                    bar = Setting("max_steps", int(m.group(1)), display_path(inp.display), no, _quote(text[:m.end()]))
             if TRAINING_COMPLETED_RE.search(text) and ended is None:
-                ended = Setting("finished", True, inp.display, no, _quote(text))
+                ended = Setting("finished", True, display_path(inp.display), no, _quote(text))
             for name, value in settings_of_line(text):
-                found.setdefault(name, Setting(name, value, inp.display, no, _quote(text)))
+                found.setdefault(name, Setting(name, value, display_path(inp.display), no, _quote(text)))
     if ended is not None:
         found.setdefault("finished", ended)
     if bar is not None:
@@ -320,7 +322,7 @@ def plan_of(run: Run, settings: dict[str, Setting], last_step: int | None) -> Pl
             plan.planned = total
     for e in run.events:
         if e.kind is EventKind.PHASE and e.data.get("completed"):
-            plan.finished = Setting("finished", True, e.source, e.line, _quote(e.raw or e.message))
+            plan.finished = Setting("finished", True, display_path(e.source), e.line, _quote(e.raw or e.message))
             break
     if plan.finished is None:
         plan.finished = settings.get("finished")

@@ -220,8 +220,8 @@ def lr_diffs(base: Run, cand: Run) -> list[LrDiff]:
             continue
         k = int(np.argmax(differ))
         out.append(LrDiff(name, int(steps[k]), steps[k:].tolist(), vb[k:].tolist(), vc[k:].tolist(),
-                          int(sb.lines[ia[k]]), int(sc.lines[ib[k]]), base.sources[int(sb.src[ia[k]])].path,
-                          cand.sources[int(sc.src[ib[k]])].path))
+                          int(sb.lines[ia[k]]), int(sc.lines[ib[k]]), display_path(base.sources[int(sb.src[ia[k]])].path),
+                          display_path(cand.sources[int(sc.src[ib[k]])].path)))
     return out
 
 
@@ -421,7 +421,7 @@ def _ending(w: _Writer, sc: str, plan_b: Plan, plan_c: Plan, cand: Run) -> _End:
     event = infra or (fatal[-1] if fatal else None)
     if event is not None:
         ev.append(_event_fact(w, event))
-        why = f": {event.message.strip()[:160]} ({event.source}:{event.line})"
+        why = f": {event.message.strip()[:160]} ({display_path(event.source)}:{event.line})"
     elif plan_c.planned is not None:
         if plan_c.planned_from is not None:
             ev.append(w.setting_fact(plan_c.planned_from, "candidate"))
@@ -439,7 +439,7 @@ def _ending(w: _Writer, sc: str, plan_b: Plan, plan_c: Plan, cand: Run) -> _End:
 
 
 def _event_fact(w: _Writer, e: Event) -> str:
-    sid = w.file_source(e.source, "log", "candidate")
+    sid = w.file_source(display_path(e.source), "log", "candidate")
     return w.b.fact(sid, f"candidate's log: {e.kind.value}", line=e.line or None, quote=(e.raw or e.message)[:300],
                     step=e.step)
 
