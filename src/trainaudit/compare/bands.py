@@ -77,7 +77,7 @@ def metric_kind(name: str) -> str:
         return "progress"
     if LR_RE.search(n):
         return "lr"
-    if "loss" in n and "scale" not in n or "perplexity" in n or n.endswith("ppl"):
+    if ("loss" in n and "scale" not in n) or "perplexity" in n or n.endswith("ppl"):
         return "loss"
     if WALL_CLOCK_RE.search(n):
         return "wall_clock"

@@ -178,10 +178,10 @@ def settings_of_line(text: str) -> list[tuple[str, Any]]:
     if "=" in text or ":" in text or ".." in text:
         for m in KV_RE.finditer(text):
             key = m.group(1).rsplit(".", 1)[-1].lower()
-            name = CANONICAL.get(key)
+            canonical = CANONICAL.get(key)
             value = _value(m.group(2))
-            if name is not None and (name in WORDS or not isinstance(value, str)):
-                out.append((name, value))
+            if canonical is not None and (canonical in WORDS or not isinstance(value, str)):
+                out.append((canonical, value))
     return out
 
 
@@ -224,7 +224,7 @@ def _flatten(data: Any, prefix: str = "", depth: int = 0) -> list[tuple[str, Any
         return out
     for k, v in list(data.items())[:5000]:
         if isinstance(v, dict):
-            if set(v) == {"value"} or "value" in v and "desc" in v:  # W&B config.yaml: {key: {value: ...}}
+            if set(v) == {"value"} or ("value" in v and "desc" in v):  # W&B config.yaml: {key: {value: ...}}
                 out.append((str(k), v["value"]))
             else:
                 out += _flatten(v, f"{prefix}{k}.", depth + 1)
@@ -243,7 +243,7 @@ def _config_file(inp: InputFile) -> list[Setting]:
         data = load_json(text, inp.display) if inp.name.lower().endswith(".json") else load_yaml(text, inp.display)
     except (InputError, OSError, *STREAM_ERRORS):
         return []  # not a readable config: the run's logs decide
-    lines = text.splitlines()
+    lines = text.split("\n")
     out: list[Setting] = []
     for key, value in _flatten(data):
         last = key.rsplit(".", 1)[-1]

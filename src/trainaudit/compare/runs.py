@@ -175,9 +175,9 @@ def diff_runs(baselines: list[Run], cand: Run) -> list[MetricDiff]:
         # Where the curves separate: the first step beyond the band after which most steps are too
         # (isolated steps beyond it are noise). A trailing average crosses the band up to a window
         # late: the step is the first in that window whose own value is beyond the band.
-        for i in np.flatnonzero(bad):
+        for i in np.flatnonzero(bad).tolist():
             if bad[i:].mean() >= 0.5 and bad[i:].sum() >= min(3, bad.size):
-                j = i
+                j: int = i
                 if band.window > 1:
                     raw = _beyond(vb, vc, Band(band.kind, band.tol, band.absolute, band.how))
                     lo = max(0, i - band.window + 1)
