@@ -74,3 +74,28 @@ def train(out: Path, spec: Spec) -> Path:
     with contextlib.suppress(OSError):
         (out / "hf-output").rmdir()
     return out
+
+
+class _Stdout:
+    """A stream that writes to whatever ``sys.stdout`` is at the time (the run's captured console)."""
+
+    def write(self, text: str) -> int:
+        return sys.stdout.write(text)
+
+    def flush(self) -> None:
+        sys.stdout.flush()
+
+
+def train_lightning(out: Path, epochs: int) -> Path:
+    """The synth Lightning classifier (``frameworks.run_pl_classifier``) for ``epochs`` epochs, with
+    Lightning's own info messages on its console as ``python train.py > stdout.log 2>&1`` keeps them
+    (``Trainer.fit`` stopped: ``max_epochs=N`` reached.)."""
+    out.mkdir(parents=True, exist_ok=True)
+    logger = logging.getLogger("lightning.pytorch")
+    handler = logging.StreamHandler(_Stdout())  # type: ignore[arg-type]
+    logger.addHandler(handler)
+    try:
+        frameworks.run_pl_classifier(out, 95, 1e-3, epochs=epochs)
+    finally:
+        logger.removeHandler(handler)
+    return out

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.compare.hf_runs import Spec, train
+from tests.compare.hf_runs import Spec, train, train_lightning
 from trainaudit.compare.bands import metric_kind
 from trainaudit.compare.runs import compare_runs
 
@@ -146,3 +146,18 @@ def test_the_head_and_the_closing_line_fit_80_columns(runs: Path, candidate: str
     assert lines[-1].startswith(f"{answer['final_answer']['verdict']}: ") and len(lines[-1]) <= 80
     # answer.md: a short head, then everything in <details>
     assert "<details>" in md and len(md.split("<details>")[0].strip().splitlines()) <= 12
+
+
+def test_lightning_a_run_of_fewer_epochs_that_reached_them_is_compared(tmp_path: Path) -> None:
+    base, short = train_lightning(tmp_path / "five", 5), train_lightning(tmp_path / "two", 2)
+    answer, _, passed = compare_runs([str(base)], str(short))
+    fa = answer.final_answer
+    assert passed and fa.verdict == "pass", fa.summary
+    assert fa.summary.startswith("The candidate planned 2 epochs and finished them; compared on steps 1..128.")
+    (epochs,) = [d for d in answer.findings if d.rule == "TA811"]
+    assert re.search(r"num_train_epochs 2 in the candidate \(\S+/two/stdout\.log:\d+\) vs 5 in the baseline", epochs.message)
+    # its CSV alone holds no plan and no end line: the answer does not guess a crash, it says what would decide
+    answer, _, passed = compare_runs([str(base / "metrics.csv")], str(short / "metrics.csv"))
+    fa = answer.final_answer
+    assert not passed and fa.verdict == "inconclusive" and not fa.root_causes
+    assert any("planned length" in n for n in fa.needs_more_data)

@@ -140,6 +140,7 @@ class Plan:
     planned_from: Setting | None = None
     finished: Setting | None = None  # the end-of-training line (or the reader's end event)
     last_step: int | None = None
+    epochs: Setting | None = None  # the epochs it planned, when its plan is in epochs
 
 
 def _value(text: str) -> Any:
@@ -168,9 +169,6 @@ def settings_of_line(text: str) -> list[tuple[str, Any]]:
         m = pat.search(text)
         if m:
             out.append((name, _value(m.group(1))))
-    m = FIT_STOPPED_RE.search(text)
-    if m:
-        out.append(("max_steps" if m.group(1) == "max_steps" else "num_train_epochs", int(m.group(2))))
     for m in VERSION_RE.finditer(text):
         lib = m.group(1).lower().replace("-", "_")
         lib = {"pytorch": "torch", "pytorch_lightning": "lightning", "megatron_core": "megatron_core"}.get(lib, lib)
@@ -289,17 +287,24 @@ def read_settings(run: Run, paths: list[str]) -> dict[str, Setting]:
         except (OSError, InputError, *STREAM_ERRORS):
             continue
         skip = metric_lines.get(inp.display, set())
+        shown = display_path(inp.display)
         for no, text in lines:
-            if no in skip:
-                continue
+            # a progress bar's line carries metrics, and may end with the end-of-fit message after a \r
             if bar is None and "%|" in text:
                 m = TQDM_RE.search(text)
                 if m:
-                    bar = Setting("max_steps", int(m.group(1)), display_path(inp.display), no, _quote(text[:m.end()]))
-            if TRAINING_COMPLETED_RE.search(text) and ended is None:
-                ended = Setting("finished", True, display_path(inp.display), no, _quote(text))
+                    bar = Setting("max_steps", int(m.group(1)), shown, no, _quote(text[:m.end()]))
+            if ended is None and ("Training completed" in text or "stopped: `max_" in text):
+                m = TRAINING_COMPLETED_RE.search(text) or FIT_STOPPED_RE.search(text)
+                if m:
+                    ended = Setting("finished", True, shown, no, _quote(text[m.start():]))
+                    if m.re is FIT_STOPPED_RE:
+                        name = "max_steps" if m.group(1) == "max_steps" else "num_train_epochs"
+                        found.setdefault(name, Setting(name, int(m.group(2)), shown, no, _quote(text[m.start():])))
+            if no in skip:
+                continue
             for name, value in settings_of_line(text):
-                found.setdefault(name, Setting(name, value, display_path(inp.display), no, _quote(text)))
+                found.setdefault(name, Setting(name, value, shown, no, _quote(text)))
     if ended is not None:
         found.setdefault("finished", ended)
     if bar is not None:
@@ -312,7 +317,7 @@ def plan_of(run: Run, settings: dict[str, Setting], last_step: int | None) -> Pl
     Lightning's ``max_steps`` reached) and the end-of-training marker: a reader's end event (HF
     ``train_runtime`` summary, ``trainer_state.json`` at ``max_steps``, Lightning's "`Trainer.fit`
     stopped", Megatron's "after training is done") or HF's "Training completed." line."""
-    plan = Plan(last_step=last_step)
+    plan = Plan(last_step=last_step, epochs=settings.get("num_train_epochs"))
     s = settings.get("max_steps")
     if s is not None and isinstance(s.value, int) and s.value > 0:
         plan.planned, plan.planned_from = s.value, s

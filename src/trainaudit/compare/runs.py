@@ -372,8 +372,9 @@ def compare_runs(baseline_paths: list[str], candidate_path: str, fmt: str | None
     elif not diffs and not end.crashed:
         verdict, category = "inconclusive", "healthy"
         needs.append("the two runs share no metric on common steps: give runs in comparable formats")
-    if end.crashed:
-        needs += end.needs
+    elif end.undecided and verdict == "pass":
+        verdict, category = "inconclusive", "healthy"
+    needs += end.needs
 
     summary = _summary(verdict, end, configs, loss_fail, first_bad, diffs, side_notes)
     final = FinalAnswer(verdict=verdict, category=category, first_bad_step=first_bad, summary=summary,  # type: ignore[arg-type]
@@ -390,6 +391,7 @@ class _End:
     cause: RootCause | None = None
     text: str = ""  # a sentence for the summary
     needs: list[str] = field(default_factory=list)
+    undecided: bool = False  # shorter, and nothing tells a finished run from a killed one
 
 
 def _ending(w: _Writer, sc: str, plan_b: Plan, plan_c: Plan, cand: Run) -> _End:
@@ -401,15 +403,28 @@ def _ending(w: _Writer, sc: str, plan_b: Plan, plan_c: Plan, cand: Run) -> _End:
     shorter = last_b is not None and last_c is not None and last_c < last_b
     finished = plan_c.finished is not None or (plan_c.planned is not None and last_c is not None
                                                and last_c >= plan_c.planned)
+    if not fatal and shorter and not finished and plan_c.planned is None:
+        # nothing says how long the candidate meant to run, nor that it died: compared on the steps
+        # both logged, and the answer says what would decide
+        out.text = (f"The candidate ends at step {last_c} (the baseline at {last_b}) with no planned length, "
+                    "end-of-training line or error in its files; compared on the steps both logged.")
+        out.undecided = True
+        out.needs.append("the candidate's planned length (max_steps / train_iters / the console with its "
+                         "end-of-training line), to tell a finished run from a killed one")
+        b.fact(sc, f"note: candidate's last logged step is {last_c}; the baseline's is {last_b}", step=last_c)
+        return out
     if not fatal and (not shorter or finished):
         if shorter and last_c is not None:
-            planned = plan_c.planned if plan_c.planned is not None else last_c
-            ev = [w.setting_fact(plan_c.planned_from, "candidate")] if plan_c.planned_from else []
+            epochs = plan_c.epochs
+            planned = (f"{plan_c.planned} steps" if plan_c.planned is not None
+                       else f"{epochs.shown()} epochs" if epochs is not None else "its run")
+            if plan_c.planned_from is not None:
+                w.setting_fact(plan_c.planned_from, "candidate")
             if plan_c.finished is not None:
-                ev.append(w.setting_fact(plan_c.finished, "candidate"))
-            b.fact(sc, f"note: candidate planned {planned} steps and finished them; the baseline goes to step "
-                       f"{last_b}: compared on the steps both logged", step=last_c)
-            out.text = f"The candidate planned {planned} steps and finished them; compared on steps 1..{last_c}."
+                w.setting_fact(plan_c.finished, "candidate")
+            b.fact(sc, f"note: candidate planned {planned} and finished them at step {last_c}; the baseline goes to "
+                       f"step {last_b}: compared on the steps both logged", step=last_c)
+            out.text = f"The candidate planned {planned} and finished them; compared on steps 1..{last_c}."
         return out
     out.crashed = True
     infra = next((e for e in fatal if e.kind in INFRA), None)
@@ -426,9 +441,8 @@ def _ending(w: _Writer, sc: str, plan_b: Plan, plan_c: Plan, cand: Run) -> _End:
         if plan_c.planned_from is not None:
             ev.append(w.setting_fact(plan_c.planned_from, "candidate"))
         why = f" of the {plan_c.planned} it planned, with no end-of-training line and no error (killed or hung)"
-    else:
-        why = ", shorter than the baseline, with no planned length, end-of-training line or error to tell why"
-        out.needs.append("the candidate's planned length (max_steps / train_iters) or the end of its log")
+    else:  # planned, shorter, no end line
+        why = " before the end of its plan, with no end-of-training line and no error (killed or hung)"
     issue = f"the candidate run stopped at step {last_c}{why}"
     out.cause = RootCause(issue=issue, category=Category(out.category), severity=Severity.CRITICAL, evidence=ev,
                           fix="see why the candidate ended (`trainaudit diagnose` on its log)",
@@ -592,7 +606,7 @@ def _summary(verdict: str, end: _End, configs: list[ConfigDiff], loss_fail: list
         checked = ", ".join(dict.fromkeys(m.metric for m in diffs[:4]))
         parts.append(f"Every checked metric ({checked}) is inside its band." if checked else
                      "Nothing fails.")
-    elif verdict == "inconclusive":
+    elif verdict == "inconclusive" and not diffs:
         parts.append("Nothing to compare.")
     others = [c for c in configs if c.group != "hyper"]
     if others:
