@@ -56,7 +56,8 @@ class MetricDiff:
     band: Band
     noise: float | None
     n_runs: int
-    failing: list[int] = field(default_factory=list)
+    failing: list[int] = field(default_factory=list)  # steps whose (averaged) value is beyond the band
+    first_failing: int | None = None  # where the first of them starts, on the steps' own values
     diverge_step: int | None = None
 
     @property
@@ -141,6 +142,14 @@ def _beyond(md_base: np.ndarray, md_cand: np.ndarray, band: Band) -> np.ndarray:
     return ~(close | (np.isnan(vc) & np.isnan(vb)))
 
 
+def _onset(steps: np.ndarray, raw: np.ndarray, i: int, window: int) -> int:
+    """A trailing average crosses the band up to a window after the values do: the step is the
+    first in that window whose own value (``raw``: beyond the band step by step) is beyond it."""
+    lo = max(0, i - window + 1)
+    near = np.flatnonzero(raw[lo: i + 1])
+    return int(steps[lo + int(near[0])]) if near.size else int(steps[i])
+
+
 def diff_runs(baselines: list[Run], cand: Run) -> list[MetricDiff]:
     """The correctness metrics (loss, accuracy, grad norm, others) both runs logged, each against
     its band; losses first."""
@@ -172,18 +181,15 @@ def diff_runs(baselines: list[Run], cand: Run) -> list[MetricDiff]:
         md = MetricDiff(name, steps.tolist(), vb.tolist(), vc.tolist(), band, noise, len(baselines))
         bad = _beyond(vb, vc, band)
         md.failing = [int(s) for s in steps[bad]]
+        raw = _beyond(vb, vc, Band(band.kind, band.tol, band.absolute, band.how)) if band.window > 1 else bad
+
+        if md.failing:
+            md.first_failing = _onset(steps, raw, int(np.argmax(bad)), band.window)
         # Where the curves separate: the first step beyond the band after which most steps are too
-        # (isolated steps beyond it are noise). A trailing average crosses the band up to a window
-        # late: the step is the first in that window whose own value is beyond the band.
+        # (isolated steps beyond it are noise).
         for i in np.flatnonzero(bad).tolist():
             if bad[i:].mean() >= 0.5 and bad[i:].sum() >= min(3, bad.size):
-                j: int = i
-                if band.window > 1:
-                    raw = _beyond(vb, vc, Band(band.kind, band.tol, band.absolute, band.how))
-                    lo = max(0, i - band.window + 1)
-                    near = np.flatnonzero(raw[lo: i + 1])
-                    j = lo + int(near[0]) if near.size else i
-                md.diverge_step = int(steps[j])
+                md.diverge_step = _onset(steps, raw, i, band.window)
                 break
         out.append(md)
     out.sort(key=lambda m: CORRECTNESS.index(m.band.kind))
@@ -486,7 +492,7 @@ def _comparison(w: _Writer, sb: str, sc: str, md: MetricDiff) -> list[str]:
     b.comparison(metric=md.metric, check="approximate", policy="run-vs-run", passed=passed,
                  rtol=0.0 if md.band.absolute else md.band.tol, atol=md.band.tol if md.band.absolute else 0.0,
                  n_steps=int(b.result(cs)), n_failing=n_fail, allowed_failing=allowed,
-                 first_failing_step=md.failing[0] if md.failing else None,
+                 first_failing_step=md.first_failing,
                  max_rel_err=_opt(b.result(cm)), median_rel_err=_opt(b.result(cd)),
                  deviation=dev.to_dict(), evidence=[cs, cn, cm, cd])
     return [fb, fc, cn, cm]
