@@ -161,3 +161,40 @@ def test_lightning_a_run_of_fewer_epochs_that_reached_them_is_compared(tmp_path:
     fa = answer.final_answer
     assert not passed and fa.verdict == "inconclusive" and not fa.root_causes
     assert any("planned length" in n for n in fa.needs_more_data)
+
+
+def test_a_config_file_beside_each_log_is_read_with_its_lines(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The recorded tiny run (``tests/rules/fixtures/data/tiny/healthy.jsonl``) in two folders, each
+    with the ``config.yaml`` its launcher would leave beside the log; only the batch size differs."""
+    healthy = Path(__file__).resolve().parents[1] / "rules" / "fixtures" / "data" / "tiny" / "healthy.jsonl"
+    for name, batch in (("a", 64), ("b", 32)):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "train.jsonl").write_bytes(healthy.read_bytes())
+        (tmp_path / name / "config.yaml").write_text(f"model: mlp\noptimizer:\n  name: adam\n  lr: 0.003\n"
+                                                      f"data:\n  batch_size: {batch}\nseed: 0\n", encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    answer, _, passed = compare_runs(["a/train.jsonl"], "b/train.jsonl")
+    (batch,) = [d for d in answer.findings if d.rule == "TA811"]
+    assert batch.severity == "medium" and batch.message == (
+        "configuration differs: batch_size 32 in the candidate (b/config.yaml:6) vs 64 in the baseline (a/config.yaml:6)")
+    assert passed and answer.final_answer.verdict == "pass"  # the same numbers: the difference changed nothing
+    assert answer.final_answer.summary.startswith("The runs' configuration differs: batch_size 32 vs 64 in the baseline.")
+
+
+def test_megatron_world_size_and_a_crash_before_train_iters(tmp_path: Path) -> None:
+    """The audit demo's passing Megatron log, and the same log as a job with twice the ranks that
+    was killed after iteration 60 of its 100 (its lines up to there, world size line edited)."""
+    log = Path(__file__).resolve().parents[2] / "examples" / "audit-demo" / "passing" / "train.log"
+    lines = log.read_text(encoding="utf-8").split("\n")
+    cut = next(i for i, ln in enumerate(lines) if "iteration       60/     100" in ln)
+    killed = tmp_path / "killed.log"
+    killed.write_text("\n".join([lines[0].replace("world size: 8,", "world size: 16,"), *lines[1:cut + 1]]) + "\n",
+                      encoding="utf-8")
+    answer, _, passed = compare_runs([str(log)], str(killed))
+    fa = answer.final_answer
+    assert not passed and fa.verdict == "crash" and fa.first_bad_step == 60
+    assert fa.root_causes[0].issue == ("the candidate run stopped at step 60 of the 100 it planned, with no "
+                                       "end-of-training line and no error (killed or hung)")
+    (world,) = [d for d in answer.findings if d.rule == "TA811"]
+    assert re.fullmatch(r"configuration differs: world_size 16 in the candidate \(\S*killed\.log:1\) vs 8 in the "
+                        r"baseline \(\S*train\.log:1\)", world.message), world.message

@@ -198,22 +198,21 @@ def _metric_lines(run: Run) -> dict[str, set[int]]:
     return out
 
 
-def _text_lines(inp: InputFile) -> tuple[list[tuple[int, str]], int]:
-    """The head and tail lines of a text input (numbered from 1), and the number of lines."""
+def _text_lines(inp: InputFile) -> list[tuple[int, str]]:
+    """The head and tail lines of a text input, numbered from 1 by newline (a progress bar's
+    carriage returns stay inside its line, as the readers number lines)."""
     head: list[tuple[int, str]] = []
-    tail: deque[tuple[int, str]] = deque(maxlen=TAIL_LINES)
+    tail: deque[tuple[int, bytes]] = deque(maxlen=TAIL_LINES)
     inp.line_bytes = LIMITS.line_bytes
-    n = 0
     with inp.open() as f:
         for n, raw in enumerate(f, 1):
             if n == 1 and b"\x00" in raw[:4096]:
-                return [], 0  # binary (TensorBoard, parquet): no configuration lines
-            item = (n, raw.decode("utf-8", "replace").rstrip("\r\n"))
+                return []  # binary (TensorBoard, parquet): no configuration lines
             if n <= HEAD_LINES:
-                head.append(item)
+                head.append((n, raw.decode("utf-8", "replace").rstrip("\r\n")))
             else:
-                tail.append(item)
-    return head + list(tail), n
+                tail.append((n, raw))
+    return head + [(n, raw.decode("utf-8", "replace").rstrip("\r\n")) for n, raw in tail]
 
 
 def _flatten(data: Any, prefix: str = "", depth: int = 0) -> list[tuple[str, Any]]:
@@ -264,9 +263,7 @@ def _inputs(paths: list[str]) -> list[InputFile]:
         if p.is_file() and not p.name.lower().endswith(CONFIG_NAMES):
             beside = sorted(f for f in p.parent.iterdir() if f.is_file() and f.name.lower().endswith(CONFIG_NAMES)
                             and not f.name.startswith("."))[:MAX_BESIDE]
-            for f in beside:
-                shown = f.name if str(p.parent) in ("", ".") else f"{p.parent.as_posix().rstrip('/')}/{f.name}"
-                out.extend(i for i in expand_inputs([shown if Path(shown).exists() else str(f)]))
+            out.extend(expand_inputs([str(f) for f in beside]))
     return out
 
 
@@ -283,7 +280,7 @@ def read_settings(run: Run, paths: list[str]) -> dict[str, Setting]:
                 for s in _config_file(inp):
                     found.setdefault(s.name, s)
                 continue
-            lines, _ = _text_lines(inp)
+            lines = _text_lines(inp)
         except (OSError, InputError, *STREAM_ERRORS):
             continue
         skip = metric_lines.get(inp.display, set())
