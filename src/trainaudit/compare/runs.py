@@ -337,7 +337,7 @@ def compare_runs(baseline_paths: list[str], candidate_path: str, fmt: str | None
     loss_fail: list[tuple[MetricDiff, str, str]] = []
     for md in diffs:
         fid = _comparison(w, sb[0], sc, md)
-        if md in diverging:
+        if any(md is x for x in diverging):
             nanstep = _nan_steps(md)
             first = md.diverge_step if md.diverge_step is not None else nanstep[0]
             dev = describe(md.steps, md.base, md.cand, tol=md.rtol)
