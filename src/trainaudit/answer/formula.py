@@ -27,6 +27,23 @@ import numpy as np
 Value = float | np.ndarray
 
 
+def moving_average(values: np.ndarray, window: int) -> np.ndarray:
+    """Trailing moving average over the last ``window`` points, finite values only (the first
+    points average what they have): a value depends on its step and the steps before, never on a
+    later one. A NaN/Inf stays at its own step."""
+    if window <= 1 or values.size < 2:
+        return values.astype(float)
+    ok = np.isfinite(values)
+    num = np.cumsum(np.where(ok, values, 0.0))
+    den = np.cumsum(ok.astype(float))
+    num[window:] = num[window:] - num[:-window].copy()
+    den[window:] = den[window:] - den[:-window].copy()
+    with np.errstate(invalid="ignore", divide="ignore"):
+        out = num / den
+    out[~ok] = values[~ok]
+    return out
+
+
 FUNCTIONS: dict[str, Callable[..., Any]] = {
     "abs": np.abs,
     "max": lambda *a: np.max(np.concatenate([np.atleast_1d(x) for x in a])),
@@ -52,6 +69,7 @@ FUNCTIONS: dict[str, Callable[..., Any]] = {
     "std": lambda *a: np.std(np.concatenate([np.atleast_1d(x) for x in a])),
     "quantile": lambda x, q: np.quantile(x, q),
     "slope": lambda x, y: float(np.polyfit(np.asarray(x, float), np.asarray(y, float), 1)[0]),
+    "movavg": lambda x, w: moving_average(np.atleast_1d(np.asarray(x, float)), int(w)),
     "first": lambda x: np.atleast_1d(x)[0],
     "last": lambda x: np.atleast_1d(x)[-1],
 }

@@ -136,23 +136,41 @@ def report_notes(paths: ReportPaths, quiet: bool, extra: Iterable[object] = ()) 
             note(str(n))
 
 
+FIRST_FINDINGS = 4  # findings_first: lines of findings shown without -v
+FIRST_CHECKS = 3  # and of failing checks
+
+
 def print_summary(answer: Answer, paths: ReportPaths, *, quiet: bool, verbose: bool,
-                  head: Iterable[Text] = ()) -> None:
+                  head: Iterable[Text] = (), findings_first: bool = False) -> None:
     """Checks and findings one line each, the verdict with its summary and fix, the closing line.
-    ``head``: command-specific lines printed before the verdict (e.g. the commit an audit names)."""
+    ``head``: command-specific lines printed before the verdict (e.g. the commit an audit names).
+    ``findings_first``: the findings, in the answer's own order (run vs run: how the runs' configuration
+    differs comes first), then the failing checks, each list cut to a few lines unless verbose."""
     con = console()
     report = str(paths.out_dir)  # as the user gave it: on their own terminal, whole (a path to open)
     if not quiet:
-        for c in answer.comparisons:
-            if verbose or not c.passed:  # the closing line counts the passing ones
-                con.print(comparison_line(c), soft_wrap=True)
-        findings = ordered_findings(answer)
-        shown = findings if verbose else findings[:DEFAULT_FINDINGS]
-        for d in shown:
-            con.print(finding_line(answer, d), soft_wrap=True)
-        if len(shown) < len(findings):
-            con.print(f"... {len(findings) - len(shown)} more findings (-v shows all; answer.md has every one)",
-                      style="dim", soft_wrap=True)
+        checks = [c for c in answer.comparisons if verbose or not c.passed]  # the closing line counts the passing ones
+        findings = list(answer.findings) if findings_first else ordered_findings(answer)
+        limit = FIRST_FINDINGS if findings_first else DEFAULT_FINDINGS
+        shown = findings if verbose else findings[:limit]
+        shown_checks = checks if verbose or not findings_first else checks[:FIRST_CHECKS]
+
+        def print_findings() -> None:
+            for d in shown:
+                con.print(finding_line(answer, d), soft_wrap=True)
+            if len(shown) < len(findings):
+                con.print(f"... {len(findings) - len(shown)} more findings (-v shows all; answer.md has every one)",
+                          style="dim", soft_wrap=True)
+
+        if findings_first:
+            print_findings()
+        for c in shown_checks:
+            con.print(comparison_line(c), soft_wrap=True)
+        if len(shown_checks) < len(checks):
+            con.print(f"... {len(checks) - len(shown_checks)} more failing checks (-v shows all; answer.md has every "
+                      "one)", style="dim", soft_wrap=True)
+        if not findings_first:
+            print_findings()
         if answer.comparisons or findings:
             con.print()
         fa = answer.final_answer

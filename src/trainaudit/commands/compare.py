@@ -84,7 +84,7 @@ def compare(inputs: tuple[str, ...], golden: str | None, baselines: tuple[str, .
     if as_json:
         click.echo(json_model(answer))
     else:
-        print_summary(answer, paths, quiet=quiet, verbose=verbose)
+        print_summary(answer, paths, quiet=quiet, verbose=verbose, findings_first=golden is None)
     report_notes(paths, quiet)
     return exit_code(answer.findings, fail_on, not passed)
 

@@ -14,6 +14,7 @@ from collections.abc import Iterable
 from trainaudit.answer.locate import culprit
 from trainaudit.answer.schema import SEVERITY_ORDER, Answer, Comparison, ExtractedFact
 from trainaudit.compare.build import check_in_words
+from trainaudit.rules.gate import RunConfigDiffers
 from trainaudit.render.numbers import coverage_line, decision_line, number, percent, values_in_words
 from trainaudit.redact import BACKTICKS, anchor_id, mask_secrets, md_code_block, md_inline
 
@@ -140,6 +141,12 @@ def audit_top(answer: Answer) -> list[str]:
             out.append(f"**Evidence:** {_ids(rc.evidence[:TOP_EVIDENCE])}{more}")
         if answer.findings:
             out.append(f"**Findings:** {counts_in_words(answer)} (all in Findings below)")
+    # run vs run: how the runs' own configuration differs explains what follows, so it comes first
+    config = [d for d in answer.findings if d.rule == RunConfigDiffers.id and d.severity not in ("info", "low")]
+    if config:
+        more = f"; and {len(config) - 2} more" if len(config) > 2 else ""
+        out.append("**Configuration differs:** " + md_inline("; ".join(
+            _cut(d.message).removeprefix("configuration differs: ") for d in config[:2]) + more))
     failed = [c for c in answer.comparisons if not c.passed]
     passed = list(dict.fromkeys(c.metric for c in answer.comparisons if c.passed
                                 and c.metric not in {f.metric for f in failed}))

@@ -128,6 +128,33 @@ class RunDivergesFromBaseline(Rule):
         verify="Re-run the candidate: the comparison passes.")
 
 
+class RunConfigDiffers(Rule):
+    """Run vs run: the two runs were not configured alike. A hyper-parameter (learning rate and its
+    schedule, batch size, gradient accumulation, precision, optimizer, world size, planned length)
+    or a library version differs between what each run's own logs and config files say, or the
+    learning rate each run logged differs by a factor from some step.
+
+    Why: a configuration difference explains a metric difference before any code change does; it
+    is the first thing to rule out (a learning rate 2000x larger diverges whatever the code).
+
+    Fix: confirm the difference is intended; if not, give the candidate the baseline's value.
+
+    Example: ``learning_rate=2.0,`` in one run's ``TrainingArguments`` and ``learning_rate=0.001,``
+    in the other's; the logged ``learning_rate`` 2000x larger from step 2.
+    """
+
+    id = "TA811"
+    name = "run-config-differs"
+    category = Category.DIVERGENCE
+    severity = Severity.HIGH
+    also = (Severity.MEDIUM, Severity.LOW, Severity.INFO)
+    scope = Scope.GATE
+    guidance = Guidance(
+        fix="Confirm the configuration difference is intended; if not, run the candidate with the baseline's value.",
+        impact="The runs differ only in what is being tested.",
+        verify="Re-run the comparison: no configuration difference is reported but the intended one.")
+
+
 class ReferenceCheckFailed(Rule):
     """A reference (golden-value) check failed in the log itself: Megatron-LM's comparator output
     in a CI job log (``Exact comparison of lm loss: FAILED``, ``The following metrics failed``), or
