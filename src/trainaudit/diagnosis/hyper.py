@@ -103,6 +103,26 @@ def _where(run: Run, s: Series, i: int) -> str:
     return name if src.kind is SourceKind.TENSORBOARD or not line else f"{name}:{line}"
 
 
+def _readable(run: Run, s: Series) -> Series:
+    """The same metric read from a text file when ``s`` comes from a binary one (a TensorBoard
+    tag ``learning-rate`` next to the log's ``learning rate``): a reader can open that line."""
+    if not len(s) or run.sources[int(s.src[0])].kind is not SourceKind.TENSORBOARD:
+        return s
+    for name, o in run.series.items():
+        if o is not s and "@rank" not in name and len(o) and norm(name) == norm(s.name) and \
+                all(run.sources[int(i)].kind is not SourceKind.TENSORBOARD for i in np.unique(o.src)):
+            return o
+    return s
+
+
+def _same_point(s: Series, p: PointRef) -> PointRef:
+    """``p`` as a point of ``s`` when ``s`` logs the same value at its step (else ``p``)."""
+    i = int(np.searchsorted(s.steps, p.step))
+    if i < len(s) and int(s.steps[i]) == p.step and s.values[i] == p.value:
+        return PointRef(p.key, s, i, p.statement)
+    return p
+
+
 def _g(x: float) -> str:
     return f"{x:.4g}"
 
@@ -122,7 +142,7 @@ def name_lr(run: Run, ctx: Context, story: Story) -> Named | None:
     lr = ctx.roles.get(run, "lr")
     if lr is None:
         return None
-    lr = lr.finite()
+    lr = _readable(run, lr).finite()
     if not len(lr):
         return None
     bad = int(story.first_bad_step)
@@ -140,8 +160,7 @@ def name_lr(run: Run, ctx: Context, story: Story) -> Named | None:
     jump = next((h for h in story.hits if h.rule == JUMP_RULE and h.first_bad_step is not None
                  and h.first_bad_step <= bad + 3), None)
     if jump is not None:
-        before = next(p for p in jump.points if p.key == "before")
-        after = next(p for p in jump.points if p.key == "after")
+        before, after = (_same_point(lr, next(p for p in jump.points if p.key == k)) for k in ("before", "after"))
         j = after.step
         when = "at the first bad step" if j == bad else f"just before {bad_words}"
         return Named("jump", f"the learning rate jumped from {_g(before.value)} to {_g(after.value)} at step {j} "
