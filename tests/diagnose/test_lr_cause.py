@@ -176,6 +176,49 @@ def test_an_lr_jump_is_named_once_with_its_line(synth_runs: SynthRuns, tmp_path:
     assert fact["quote"].strip() == _line(case.file("train.log"), int(m.group(1))).strip()
 
 
+def _batch_cut_run(path: Path, *, lr: float, k: int = 100, steps: int = 200) -> None:
+    """A plain loop (SGD with momentum at ``lr``) whose batch drops from 512 to 2 at step ``k``, the
+    lr left as it was; logs the batch size at every step."""
+    import torch
+    from torch import nn
+
+    from synth import tasks
+
+    gen = tasks.setup(5)
+    data = tasks.mixture(4096, 5)
+    model = tasks.perturb(tasks.mlp(20, 64, data.num_classes, depth=2))
+    opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
+    with path.open("w", encoding="utf-8") as fh:
+        for step in range(1, steps + 1):
+            batch = 512 if step < k else 2
+            x, y = data.batch(gen, batch)
+            opt.zero_grad()
+            loss = nn.functional.cross_entropy(model(x), y)
+            loss.backward()
+            gn = float(nn.utils.clip_grad_norm_(model.parameters(), float("inf")))
+            opt.step()
+            fh.write(json.dumps({"step": step, "loss": loss.item(), "grad_norm": gn, "lr": lr,
+                                 "batch_size": batch}) + "\n")
+
+
+def test_a_batch_cut_under_the_same_lr_is_named(tmp_path: Path) -> None:
+    path = tmp_path / "metrics.jsonl"
+    _batch_cut_run(path, lr=0.3)
+    answer = _diagnose([path], tmp_path / "out")
+    fa = answer["final_answer"]
+    assert fa["category"] in NUMERIC and fa["first_bad_step"] >= 100
+    m = re.match(r"likely cause: the batch size dropped from 512 to 2 at step 100 \(metrics\.jsonl:100\), shortly "
+                 r"before the first bad step, with the learning rate still 0\.3 \(metrics\.jsonl:100\)[.;] ",
+                 fa["root_causes"][0]["issue"])
+    assert m is not None, fa["root_causes"][0]["issue"]
+    facts = {f["id"]: f for f in answer["extracted_facts"]}
+    cited = [facts[i] for i in fa["root_causes"][0]["evidence"] if i in facts]
+    assert {(f["metric"], f["step"], f["value"]) for f in cited} >= {("batch_size", 99, 512), ("batch_size", 100, 2),
+                                                                    ("lr", 100, 0.3)}
+    assert fa["quick_fixes"][0].startswith("Scale the learning rate with the batch (the linear scaling rule: 512 -> 2 "
+                                           "calls for 0.001172 instead of 0.3)")
+
+
 # -- the corpora: how often the lr is named, with the lr as the labelled cause and without --------
 LR = re.compile(r"\b(lr|learning[ -]?rates?|warm-?up)\b", re.I)
 # Pasted logs whose label (from the thread) says the learning rate caused the failure; each one was
@@ -251,8 +294,8 @@ def test_the_lr_is_named_where_it_is_the_cause_and_not_elsewhere(corpus_names: l
         assert len(named_caused) >= NAMED_LR_CAUSED_FLOOR[sub], (sub, len(named_caused), len(caused))
         assert len(named_other) <= NAMED_OTHER_CEILING[sub], named_other
     # every named cause says the value where the issue starts
-    assert all(r["issue"].startswith("likely cause: the learning rate ") or
-               r["issue"].startswith("likely cause: the warm-up ") for r in corpus_names if r["named"])
+    assert all(r["issue"].startswith(("likely cause: the learning rate ", "likely cause: the warm-up ",
+                                      "likely cause: the batch size ")) for r in corpus_names if r["named"])
 
 
 def test_naming_the_lr_changes_no_verdict_category_or_first_bad_step(corpus_names: list[dict[str, Any]]) -> None:

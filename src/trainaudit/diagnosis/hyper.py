@@ -11,7 +11,8 @@ it with its value, its step and the line it was read from:
 - warm-up: the first bad step comes while a warm-up raises the lr, or right after it reached its
   peak, and that peak is at or above the usual value for the optimizer;
 - too low: a flat loss under an lr a thousand times below Adam's default (a mistyped exponent);
-- zero: a flat loss under an lr of 0 (the lr-zero rule's finding), said with its step and line.
+- zero: a flat loss under an lr of 0 (the lr-zero rule's finding), said with its step and line;
+- a batch size cut to half or less just before a blow-up, the lr left as it was.
 
 Usual values, from the libraries' own defaults: Adam's default lr is 1e-3 (Kingma & Ba,
 https://arxiv.org/abs/1412.6980, section 2; torch.optim.Adam,
@@ -75,7 +76,7 @@ class Named:
     """The learning rate as a story's cause: the sentence that names it, the fix it calls for, and
     the logged values it cites."""
 
-    kind: str  # jump | too_high | warmup | too_low
+    kind: str  # jump | too_high | warmup | too_low | zero | batch
     sentence: str
     fix: str
     points: list[PointRef] = field(default_factory=list)
@@ -229,10 +230,56 @@ def name_lr(run: Run, ctx: Context, story: Story) -> Named | None:
                               f"{opt.fix}.", pts)
 
 
+def _batch_series(run: Run) -> Series | None:
+    """The logged batch size (``batch_size``, Megatron's ``global batch size``...), if any."""
+    names = sorted((n for n in run.series if "@rank" not in n and norm(n).endswith("batch_size")),
+                   key=lambda n: (not norm(n).startswith("global"), len(n), n))
+    return run.series[names[0]].finite() if names else None
+
+
+def name_batch(run: Run, ctx: Context, story: Story) -> Named | None:
+    """A batch size cut to half or less shortly before the first bad step of a numeric story, the
+    lr unchanged: the same lr on a smaller batch takes larger, noisier steps (the linear scaling
+    rule scales the lr with the batch: Goyal et al., https://arxiv.org/abs/1706.02677)."""
+    if story.category not in EXPLAINED or story.category == Category.PLATEAU or story.first_bad_step is None:
+        return None
+    bs = _batch_series(run)
+    if bs is None or len(bs) < 2:
+        return None
+    bad = int(story.first_bad_step)
+    i = int(np.searchsorted(bs.steps, bad, side="right")) - 1
+    near = max(50.0, 0.05 * bad)  # the window in which the engine takes a precursor as a cause
+    c = next((j for j in range(i, 0, -1) if bs.values[j] != bs.values[j - 1]), None)
+    if c is None or bad - int(bs.steps[c]) > near or bs.values[c] * 2 > bs.values[c - 1]:
+        return None
+    pts = [PointRef("bs_before", bs, c - 1, f"{bs.name} before the change"),
+           PointRef("bs_after", bs, c, f"{bs.name} after the change")]
+    a, b, at_step = float(bs.values[c - 1]), float(bs.values[c]), int(bs.steps[c])
+    s = (f"the batch size dropped from {_g(a)} to {_g(b)} at step {at_step} ({_where(run, bs, c)}), "
+         f"{'at' if at_step == bad else 'shortly before'} the first bad step")
+    fix = f"Scale the learning rate with the batch (the linear scaling rule: {_g(a)} -> {_g(b)} calls for " \
+          f"{_g(b / a)}x the lr), or keep the batch size."
+    lr = ctx.roles.get(run, "lr")
+    if lr is not None:
+        lr = _readable(run, lr).finite()
+        j = int(np.searchsorted(lr.steps, at_step, side="right")) - 1
+        k = int(np.searchsorted(lr.steps, int(bs.steps[c - 1]), side="right")) - 1
+        if j < 0 or k < 0 or lr.values[j] < lr.values[k]:
+            return None  # the lr was lowered with it
+        s += f", with the learning rate still {_g(lr.values[j])} ({_where(run, lr, j)})"
+        fix = f"Scale the learning rate with the batch (the linear scaling rule: {_g(a)} -> {_g(b)} calls for " \
+              f"{_g(lr.values[j] * b / a)} instead of {_g(lr.values[j])}), or keep the batch size."
+        pts.append(PointRef("lr_with_bs", lr, j, f"{lr.name} after the batch-size change"))
+    return Named("batch", s, fix, pts)
+
+
 def name_causes(run: Run, ctx: Context, stories: list[Story]) -> None:
-    """Say in each story that the logged learning rate explains what it names (and cite it)."""
+    """Say in each story that the logged learning rate (or a cut in the batch size under it)
+    explains what it names, and cite it."""
     for st in stories:
         named = name_lr(run, ctx, st)
+        if named is None or named.kind == "warmup":
+            named = name_batch(run, ctx, st) or named
         if named is None:
             continue
         issue, fix = st.issue, st.fix
@@ -246,11 +293,13 @@ def name_causes(run: Run, ctx: Context, stories: list[Story]) -> None:
                     break
         if issue.startswith(CAUSE):  # another cause named already: this one comes first
             issue, joined = issue[len(CAUSE):], "; "
+        elif any(h.cause and issue.startswith(h.cause) for h in st.hits):  # "the gradient norm spiked first"
+            joined = "; "
         issue = f"{CAUSE}{named.sentence}{joined}{issue}"
         if jump is not None and fix.startswith(jump.advice.fix + " Then: "):
             fix = fix[len(jump.advice.fix + " Then: "):]  # the rule's advice, said again by this one
         st.issue = issue
         if not fix.startswith(named.fix):  # the lr-zero rule's advice leads already
             st.fix = f"{named.fix} Then: {fix[0].lower()}{fix[1:]}" if fix else named.fix
-        st.named_cause = f"lr_{named.kind}"
+        st.named_cause = "batch_drop" if named.kind == "batch" else f"lr_{named.kind}"
         st.cause_points = named.points
