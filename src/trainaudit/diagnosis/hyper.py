@@ -158,8 +158,8 @@ def name_lr(run: Run, ctx: Context, story: Story) -> Named | None:
     here = [at(i, f"at step {bad}, the first bad step")] if at_bad else []
     bad_words = f"the first bad step {bad}" if at_bad else "the first bad step"
 
-    jump = next((h for h in story.hits if h.rule == JUMP_RULE and h.first_bad_step is not None
-                 and h.first_bad_step <= bad + 3), None)
+    # the engine took the jump as the cause (its cause sentence leads the issue)
+    jump = next((h for h in story.hits if h.rule == JUMP_RULE and h.cause and h.cause in story.issue), None)
     if jump is not None:
         before, after = (_same_point(lr, next(p for p in jump.points if p.key == k)) for k in ("before", "after"))
         j = after.step
@@ -277,6 +277,8 @@ def name_causes(run: Run, ctx: Context, stories: list[Story]) -> None:
     """Say in each story that the logged learning rate (or a cut in the batch size under it)
     explains what it names, and cite it."""
     for st in stories:
+        if any(h.cause and not h.precursor for h in st.hits):
+            continue  # a symptom traced its own cause (the monitor found the bad input batch)
         named = name_lr(run, ctx, st)
         if named is None or named.kind == "warmup":
             named = name_batch(run, ctx, st) or named
