@@ -100,6 +100,7 @@ def _where(run: Run, s: Series, i: int) -> str:
     file has no line to give)."""
     src = run.sources[int(s.src[i])]
     name = Path(display_path(src.path).split("!")[-1]).name or display_path(src.path)
+    name = "".join(c if c.isprintable() else "?" for c in name)  # a name is data: no line breaks in prose
     line = int(s.lines[i])
     return name if src.kind is SourceKind.TENSORBOARD or not line else f"{name}:{line}"
 
