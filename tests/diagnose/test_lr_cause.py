@@ -42,6 +42,7 @@ def _warmup(peak: float, steps: int) -> Callable[[int], float]:
 PLAIN: dict[str, Callable[[], Any]] = {
     "lr-10": lambda: cases._lm(5, lr=10.0, clip=None),  # Adam at lr 10
     "warmup-to-0.3": lambda: cases._classifier(5, opt="sgdm", lr=0.3, clip=None, lr_at=_warmup(0.3, 30)),
+    "peak-0.5": lambda: cases._classifier(5, opt="sgdm", lr=0.5, clip=None, lr_at=_warmup(0.5, 10)),
     "healthy-1e-3": lambda: cases._classifier(5, lr=1e-3),
     "nan-batch-1e-3": cases.train_nan_batch,  # Adam at 1e-3, one NaN feature in the batch of step 120
 }
@@ -115,6 +116,18 @@ def test_a_warmup_to_0_3_is_named_with_the_lr_at_the_first_bad_step_and_its_peak
     _assert_quotes(answer, path, int(m.group(4)), 0.3)
     assert float(m.group(2)) == pytest.approx(0.3 * step / 30, rel=1e-3)
     assert fa["quick_fixes"][0].startswith("Lower the peak learning rate (0.3 here) or lengthen the warm-up")
+
+
+def test_a_blow_up_shortly_after_the_warmup_peak_names_the_peak(plain_runs: dict[str, Path], tmp_path: Path) -> None:
+    answer = _diagnose([plain_runs["peak-0.5"]], tmp_path / "out")
+    fa = answer["final_answer"]
+    assert fa["category"] in NUMERIC
+    m = re.match(r"likely cause: the warm-up took the learning rate to its peak of 0\.5 at step 10 "
+                 r"\(metrics\.jsonl:10\), shortly before the first bad step (\d+)\. ", fa["root_causes"][0]["issue"])
+    assert m is not None, fa["root_causes"][0]["issue"]
+    assert 10 < int(m.group(1)) == fa["first_bad_step"] <= 20  # within the warm-up's length after its peak
+    _assert_quotes(answer, plain_runs["peak-0.5"] / "metrics.jsonl", 10, 0.5)
+    assert fa["quick_fixes"][0].startswith("Lower the peak learning rate (0.5 here) or lengthen the warm-up")
 
 
 def test_a_healthy_run_at_1e_3_names_nothing(plain_runs: dict[str, Path], tmp_path: Path) -> None:

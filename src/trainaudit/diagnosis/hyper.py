@@ -196,39 +196,35 @@ def name_lr(run: Run, ctx: Context, story: Story) -> Named | None:
                      f"Lower the learning rate ({_g(x[i])} here), {opt.fix}.",
                      here or [at(i, f"at step {int(steps[i])}, the last logged before the first bad step")])
 
-    # warm-up: the lr was rising at the first bad step, or had just stopped rising
-    peak = i
-    while peak + 1 < len(x) and x[peak + 1] > x[peak]:
-        peak += 1  # the warm-up goes on after the first bad step: its peak
-    if peak == i and i > 0 and x[i - 1] >= x[i]:
-        # not rising at the first bad step: was the peak reached just before it?
-        top = i
-        while top > 0 and x[top - 1] >= x[top] and x[top - 1] == x[i]:
-            top -= 1  # a flat stretch at the peak: where it was first reached
-        if top > 0 and x[top - 1] < x[top]:
-            peak = top
-        else:
-            return None
+    # warm-up: the lr rose into the first bad step and goes on rising, or reached its peak shortly before
+    if i == 0:
+        return None  # the first logged lr: nothing rose yet
+    if x[i] > x[i - 1] and i + 1 < len(x) and x[i + 1] > x[i]:
+        peak = i
+        while peak + 1 < len(x) and x[peak + 1] > x[peak]:
+            peak += 1  # the warm-up goes on after the first bad step: its peak
+        start = _rise_start(x, i)
+        if i - start < 2 or x[i] < opt.usual or x[i] < 2 * max(x[start], 0.0):
+            return None  # no warm-up yet, or an lr still ordinary at the first bad step
+        s = f"the warm-up was still raising the learning rate at {bad_words}: {_g(x[i])} at step {int(steps[i])} " \
+            f"({_where(run, lr, i)}), on its way to {_g(x[peak])} at step {int(steps[peak])} ({_where(run, lr, peak)})"
+        return Named("warmup", s, f"Lower the peak learning rate ({_g(x[peak])} here) or lengthen the warm-up, "
+                                  f"{opt.fix}.",
+                     [at(i, f"at step {int(steps[i])}, while the warm-up raised it"), *(p for p in here if p.index != i),
+                      at(peak, "at the end of the warm-up")])
+    peak = int(np.argmax(x[: i + 1]))  # the highest lr so far, where it was first reached
     start = _rise_start(x, peak)
-    rise = peak - start
-    if rise < 2 or x[peak] < opt.usual or x[peak] < 2 * max(x[start], 0.0):
+    if peak - start < 2 or x[peak] < opt.usual or x[peak] < 2 * max(x[start], 0.0):
         return None  # no warm-up, or one to an ordinary peak
     span = int(steps[peak]) - int(steps[start])
-    if peak < i:  # the peak came before the first bad step: only "right after" it explains the step
-        if bad - int(steps[peak]) > max(span // 2, 2 * (int(steps[peak]) - int(steps[peak - 1]))):
-            return None
-        return Named("warmup", f"the warm-up took the learning rate to its peak of {_g(x[peak])} at step "
-                               f"{int(steps[peak])} ({_where(run, lr, peak)}), shortly before {bad_words}",
-                     f"Lower the peak learning rate ({_g(x[peak])} here) or lengthen the warm-up, {opt.fix}.",
-                     [at(peak, "at the end of the warm-up"), *here])
-    s = f"the warm-up was still raising the learning rate at {bad_words}: {_g(x[i])} at step {int(steps[i])} " \
-        f"({_where(run, lr, i)})"
-    pts = [at(i, f"at step {int(steps[i])}, while the warm-up raised it"), *(p for p in here if p.index != i)]
-    if peak > i:
-        s += f", on its way to {_g(x[peak])} at step {int(steps[peak])} ({_where(run, lr, peak)})"
-        pts.append(at(peak, "at the end of the warm-up"))
-    return Named("warmup", s, f"Lower the peak learning rate ({_g(x[peak])} here) or lengthen the warm-up, "
-                              f"{opt.fix}.", pts)
+    interval = int(steps[peak]) - int(steps[peak - 1])
+    if bad - int(steps[peak]) > max(span, 2 * interval):
+        return None  # longer after the peak than the warm-up took: the peak lr ran fine for a while
+    when = "at" if int(steps[peak]) == bad else "shortly before"
+    return Named("warmup", f"the warm-up took the learning rate to its peak of {_g(x[peak])} at step "
+                           f"{int(steps[peak])} ({_where(run, lr, peak)}), {when} {bad_words}",
+                 f"Lower the peak learning rate ({_g(x[peak])} here) or lengthen the warm-up, {opt.fix}.",
+                 [at(peak, "at the end of the warm-up"), *(p for p in here if p.index != peak)])
 
 
 def _batch_series(run: Run) -> Series | None:
