@@ -27,7 +27,9 @@ def test_diagnose_writes_a_valid_report(synth_runs, tmp_path):
     assert quoted and all(f.line for f in quoted)
     assert any("iteration" in f.quote for f in quoted)  # the Megatron line itself
     assert fa.root_causes[0].evidence and fa.root_causes[0].fix
-    assert "learning rate jumps" in fa.root_causes[0].issue  # the cause, found from the lr series
+    # the cause, found from the lr series, named with its values and the line that logs the jump
+    assert fa.root_causes[0].issue.startswith("likely cause: the learning rate jumped from 0.05 to 50 at step 120 "
+                                              "(train.log:")
     assert (out / "answer.md").read_text().strip()
     assert list((out / "plots").glob("*.png"))
 

@@ -62,7 +62,7 @@ def test_lr_jump_is_named_as_the_cause(synth_runs):
     d = diagnose_run(load_run([str(c.file("metrics.jsonl"))])[0])
     assert d.category == "divergence"
     assert {"TA201", "TA206"} <= {h.rule for h in d.stories[0].hits}  # divergence, explained by the jump
-    assert d.stories[0].issue.startswith("likely cause: lr jumps")
+    assert d.stories[0].issue.startswith("likely cause: the learning rate jumped from 0.002 to 0.2 at step ")
     assert d.first_bad_step == c.label["fault_step"]
 
 

@@ -59,8 +59,8 @@ def build_answer(paths: list[str], run: Run, diag: Diagnosis, *, hash_sources: b
     binary = {s.path for s in run.sources if s.kind in BINARY_KINDS}
     points = {id(h): [*h.points, *filter(None, [_backing_point(run, h)])] for h in diag.hits}
     wanted: dict[str, set[int]] = defaultdict(set)
-    for h in diag.hits:
-        for p in points[id(h)]:
+    for ps in [*points.values(), *(st.cause_points for st in diag.stories)]:
+        for p in ps:
             line = int(p.series.lines[p.index])
             path = run.source_path(p.series, p.index)
             if line and path not in binary:
@@ -75,26 +75,29 @@ def build_answer(paths: list[str], run: Run, diag: Diagnosis, *, hash_sources: b
         except OSError:
             quotes[path] = {}
 
+    def point_fact(p: PointRef) -> str:
+        s = p.series
+        path = run.source_path(s, p.index)
+        line = int(s.lines[p.index])
+        src_id = sid.get(path) or b.source(display_path(path), "log")
+        kw: dict = {}
+        if p.indices is not None:
+            idx = _thin(np.asarray(p.indices, dtype=np.int64))
+            kw = {"steps": s.steps[idx].tolist(), "values": s.values[idx].tolist()}
+        statement = p.statement
+        if path in binary:  # described by its record, not quoted: the bytes are not text
+            statement += f" (record {line} of the event file)" if line else ""
+            line = 0
+        return b.fact(src_id, statement, metric=s.name, step=p.step,
+                      value=None if p.indices is not None else p.value, line=line or None,
+                      quote=textual(quotes.get(path, {}).get(line)), **kw)
+
     finding_ids: dict[int, str] = {}
     evidence_of: dict[int, list[str]] = {}
     for h in diag.hits:
         ids: dict[str, str] = {}
         for p in points[id(h)]:
-            s = p.series
-            path = run.source_path(s, p.index)
-            line = int(s.lines[p.index])
-            src_id = sid.get(path) or b.source(display_path(path), "log")
-            kw: dict = {}
-            if p.indices is not None:
-                idx = _thin(np.asarray(p.indices, dtype=np.int64))
-                kw = {"steps": s.steps[idx].tolist(), "values": s.values[idx].tolist()}
-            statement = p.statement
-            if path in binary:  # described by its record, not quoted: the bytes are not text
-                statement += f" (record {line} of the event file)" if line else ""
-                line = 0
-            ids[p.key] = b.fact(src_id, statement, metric=s.name, step=p.step,
-                                value=None if p.indices is not None else p.value, line=line or None,
-                                quote=textual(quotes.get(path, {}).get(line)), **kw)
+            ids[p.key] = point_fact(p)
         for e in h.events:
             event = e.event
             src_id = sid.get(event.source) or b.source(display_path(event.source), "log")
@@ -114,7 +117,7 @@ def build_answer(paths: list[str], run: Run, diag: Diagnosis, *, hash_sources: b
 
     roots = []
     for st in diag.stories:
-        ev: list[str] = []
+        ev: list[str] = [point_fact(p) for p in st.cause_points]  # the hyper-parameter the issue names
         for h in st.hits:
             ev.append(finding_ids[id(h)])
             ev.extend(evidence_of[id(h)][:4])

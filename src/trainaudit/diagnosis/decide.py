@@ -19,6 +19,7 @@ from trainaudit.answer.schema import Severity
 from trainaudit.diagnosis.coverage import Coverage, coverage_of
 from trainaudit.diagnosis.engine import Diagnosis, Story, conclude, diagnose
 from trainaudit.diagnosis.features import CLASSES, HEALTHY, confidence_vector, matrix, patterns
+from trainaudit.diagnosis.hyper import name_causes
 from trainaudit.diagnosis.model import Model, shipped
 from trainaudit.model import EventKind, Run
 from trainaudit.rules import Config, Context, run_rules_covered
@@ -91,7 +92,10 @@ def analyse(run: Run, config: Config | None = None) -> Analysis:
     cov = coverage_of(run, ctx, done.ran, done.skipped)
     engine = diagnose(done.hits, n_loss_points=cov.loss_points, has=set(ctx.roles.names))
     errors = sum(1 for e in run.events if e.kind in (EventKind.ERROR, EventKind.TRACEBACK))
-    return Analysis(engine, matrix(engine, cov, patterns(run, ctx), errors), cov)
+    x = matrix(engine, cov, patterns(run, ctx), errors)
+    # after the features: naming the learning rate changes what a root cause says, not the decision
+    name_causes(run, ctx, engine.stories)
+    return Analysis(engine, x, cov)
 
 
 def _not_enough(cov: Coverage) -> list[str]:

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 from trainaudit.answer.schema import FATAL_CATEGORIES, SEVERITY_ORDER, Category
 from trainaudit.diagnosis.coverage import Coverage
-from trainaudit.rules.base import Hit
+from trainaudit.rules.base import Hit, PointRef
 
 # Stories by kind of category. Within the same step, the numeric category that explains the
 # others comes first; among fatal ones, the hardware explains the rest, an OOM explains the other
@@ -49,6 +49,10 @@ class Story:
     verify: str = ""
     needs_more_data: list[str] = field(default_factory=list)
     fatal: bool = False
+    # a logged hyper-parameter that explains the story (``lr_jump``, ``lr_too_high``...), and the
+    # logged values its root cause cites for it
+    named_cause: str = ""
+    cause_points: list[PointRef] = field(default_factory=list)
 
 
 @dataclass
