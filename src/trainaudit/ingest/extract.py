@@ -353,6 +353,13 @@ def parse_line_full(text: str, asked: list[int] | None = None) -> Parsed:
             if _next_is(toks, i, "/") and math.isfinite(v) and v == int(v) and v >= 0:
                 # a bare "N/M" counter: the batch of an epoch ("Epoch: [0][14/5005]") or a position
                 inner = "batch" if out.pairs and counter_rank(out.pairs[-1].key) == COUNTER_KEYS["epoch"] else "iter"
+                if len(out.pairs) == 1 and last is out.pairs[0] and last.value == int(last.value) \
+                        and _after_bracketed_counter(toks, i - 1):
+                    # "[0/20][10/32]\tLoss_D: ...", "Train: [0/300][4050/5004]": two bracketed counters
+                    # in a row, the outer one is the epoch (https://github.com/pytorch/examples/blob/main/
+                    # dcgan/main.py, https://github.com/microsoft/Swin-Transformer/blob/main/main.py)
+                    out.pairs[0] = Pair("epoch", last.value, last.unit, last.total)
+                    inner = "batch"
                 last = Pair(inner, v)
                 out.pairs.append(last)
                 continue
@@ -693,6 +700,19 @@ def _prev_is(toks: list[tuple[str, str, str]], i: int, chars: str) -> bool:
     while j >= 0 and toks[j][0] == "space":
         j -= 1
     return j >= 0 and toks[j][0] == "sep" and toks[j][1] in chars
+
+
+def _after_bracketed_counter(toks: list[tuple[str, str, str]], i: int) -> bool:
+    """The tokens before index ``i`` are a bracketed counter and an opening bracket: "[0/20][" """
+    want = ("[", "]", "num", "/", "num", "[")  # read backwards
+    j = i - 1
+    for w in want:
+        while j >= 0 and toks[j][0] == "space":
+            j -= 1
+        if j < 0 or (toks[j][0] != w if w == "num" else toks[j][0] != "sep" or toks[j][1] != w):
+            return False
+        j -= 1
+    return True
 
 
 def _next_number(toks: list[tuple[str, str, str]], i: int) -> bool:
