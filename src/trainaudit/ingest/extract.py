@@ -44,7 +44,7 @@ _PREAMBLES = [
     re.compile(r"[IWEF]\d{4} \d\d:\d\d:\d\d(?:\.\d+)? {1,8}\d{1,20} [\w.\-/]{1,200}:\d{1,8}\] ?"),
     # ISO-like dates with an optional time: 2020-03-02 11:02:10,551 / [2018-11-26 14:47:26,759 INFO]
     re.compile(r"\[?\d{4}[-/.]\d\d[-/.]\d\d(?:[ T_]\d\d:\d\d(?::\d\d)?(?:[.,:]\d{1,9})?(?:Z|[+-]\d\d:?\d\d)?)?"
-               r"(?: {1,4}" + _LEVEL + r")?\]? ?[:|,-]? ?"),
+               r"(?: [\w.\-]{1,120}(?=\]))?(?: {1,4}" + _LEVEL + r")?\]? ?[:|,-]? ?"),
     # syslog (RFC 3164): "Oct 12 10:11:12 host kernel: ", "Oct 12 10:11:13 host sshd[4242]: "
     re.compile(r"(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) [ \d]\d \d\d:\d\d:\d\d [\w.\-]{1,120} "
                r"[\w.\-/]{1,120}(?:\[\d{1,10}\])?: ?"),
@@ -65,6 +65,8 @@ _PREAMBLES = [
     # logger locations: (trainer:581), [logging.py:60:log_dist], mod.func:train:86 -
     re.compile(r"[(\[][\w.\-/]{1,120}(?::\w{1,60}){0,2}:\d{1,8}(?::\w{1,60})?[)\]] ?[-:]? ?"),
     re.compile(r"\| ?[\w.]{1,120}(?::\w{1,60}){1,2}:\d{1,8} ?- ?"),
+    # Swin-Transformer's logger.py: "[%(asctime)s %(name)s] (%(filename)s %(lineno)d): %(levelname)s"
+    re.compile(r"\([\w.\-/]{1,120}\.py \d{1,8}\):? ?"),
     re.compile(r"\[\d{1,5},\d{1,5}\]<std(?:out|err)>: ?"),  # mpirun / horovod rank tags
     re.compile(r"DLL "),  # NVIDIA dllogger
     re.compile(r"> ?"),  # Markdown quote
