@@ -70,7 +70,8 @@ _PREAMBLES = [
     re.compile(r"\[\d{1,5},\d{1,5}\]<std(?:out|err)>: ?"),  # mpirun / horovod rank tags
     re.compile(r"DLL "),  # NVIDIA dllogger
     re.compile(r"> ?"),  # Markdown quote
-    re.compile(r"\[(?:[A-Za-z_][\w.\-]{0,40}|R\d{1,4}|rank ?\d{1,5})\] ?"),  # [deepspeed], [user], [R0]
+    # [deepspeed], [user], [R0]; ESPnet's "[host:rank/world]" (espnet2/tasks/abs_task.py)
+    re.compile(r"\[(?:[A-Za-z_][\w.\-]{0,40}(?::\d{1,5}/\d{1,5})?|R\d{1,4}|rank ?\d{1,5})\] ?"),
     re.compile(r"[|\- ] "),  # separators left between preamble fields
 ]
 _MAX_PREAMBLES = 8
@@ -208,6 +209,9 @@ def _tokens(body: str) -> Iterator[tuple[str, str, str]]:
 
 
 _ABS_RE = re.compile(r"\|(\w{1,40})\|")  # "mean |grad|": an absolute value, not table cells
+# ESPnet2's trainer: "1epoch:train:683-1364batch: loss=..." (the batches of the epoch since the last
+# report, https://github.com/espnet/espnet/blob/master/espnet2/train/trainer.py): epoch 1, batch 1364
+_ESPNET_RE = re.compile(r"(\d{1,9})epoch:train:\d{1,12}-(\d{1,12})batch: ?")
 
 
 def parse_line(text: str) -> Parsed:
@@ -225,6 +229,8 @@ def parse_line_full(text: str, asked: list[int] | None = None) -> Parsed:
         return out
     if "|" in body and _ABS_RE.search(body):
         body = _ABS_RE.sub(r"abs_\1", body)
+    if "epoch:train:" in body and (m := _ESPNET_RE.match(body)) is not None:
+        body = f"epoch {m.group(1)} batch {m.group(2)}, {body[m.end():]}"
     toks = list(_tokens(body))
     words: list[str] = []  # the key being read
     qualifier = ""
@@ -505,7 +511,7 @@ def _number_tokens(text: str) -> tuple[list[tuple[int, int]], dict[int, int], li
     if ".#" in text:
         return None  # "1.#INF": the tokenizer's one literal digit
     body = strip_preamble(text)
-    if "|" in body and _ABS_RE.search(body):
+    if ("|" in body and _ABS_RE.search(body)) or ("epoch:train:" in body and _ESPNET_RE.match(body)):
         return None  # the body is rewritten: offsets would move
     off = len(text) - len(body)
     spans: list[tuple[int, int]] = []
