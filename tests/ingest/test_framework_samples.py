@@ -61,3 +61,20 @@ def test_stable_baselines3_tables_are_one_record_per_dump(tmp_path: Path) -> Non
     assert run.series["train/loss"].steps.tolist() == [3584, 4096, 4608]
     assert run.series["train/loss"].lines.tolist() == [18, 38, 57]
     assert "total_timesteps" not in run.series and "loss" not in run.series
+
+
+def test_ray_tune_results_are_one_record_per_block(tmp_path: Path) -> None:
+    """Three reports of the Ray Train sample's trial (step moved, as the next reports print it), with
+    a progress line between two of them: one record per 'Result for' block, at its step."""
+    block = (SAMPLES / "ray-train" / "log.txt").read_text().splitlines()
+    lines: list[str] = []
+    for k, step in enumerate((800, 1600, 2400)):
+        lines += [ln.replace("  step: 800", f"  step: {step}") for ln in block]
+        if k == 0:
+            lines.append("== Status ==")
+    log = tmp_path / "tune.log"
+    log.write_text("\n".join(lines) + "\n")
+    run, _ = load_run([str(log)])
+    assert run.series["train/loss"].steps.tolist() == [800, 1600, 2400]
+    assert run.series["val/loss"].lines.tolist() == [19, 39, 58]
+    assert "step" not in run.series and "timestamp" not in run.series and "== Status ==" not in run.series

@@ -125,6 +125,8 @@ COUNTER_KEYS = {
     "batch": 6, "sample": 6, "samples": 6, "epoch": 7, "ep": 7, "e": 8,
     # stable-baselines3 dumps its logger at the environment steps done so far (logger.dump(step=num_timesteps))
     "total_timesteps": 1, "num_timesteps": 1,
+    # Ray Tune's result of one report (ray/tune/result.py: TRAINING_ITERATION, TIMESTEPS_TOTAL)
+    "training_iteration": 2, "timesteps_total": 1,
 }
 # keys whose number is an identifier or a size, never a metric of the run
 _IGNORED_KEYS = frozenset({
@@ -1037,11 +1039,20 @@ class Extractor:
         self.block: Record | None = None  # the vertical key/value table being read (_block_row)
         self.block_section = ""
         self.vertical = False  # such a table was read: its rows are one record, never placed in bulk
+        self.block_sections: list[str] = []  # the nested keys open in a Ray Tune result block (_result_row)
+        self.in_result = False  # reading the "  key: value" lines of a "Result for <trial>:" block
 
     def feed(self, text: str, no: int, rank: int | None) -> list[tuple[int, Record]]:
         if "|" in text and self._block_row(text, no, rank):
             return []
-        out = self._feed_block() if self.block is not None else []
+        done: list[tuple[int, Record]] = []
+        if self.in_result or text.startswith("Result for "):
+            # the next trial result right after the last one's lines closes it
+            if self.in_result and text.startswith("Result for "):
+                done = self._feed_block()
+            if self._result_row(text, no, rank):
+                return done
+        out = done + (self._feed_block() if self.block is not None else [])
         rec = record_of(text, no, rank, self.table)
         if rec is None:
             return out
@@ -1089,8 +1100,52 @@ class Extractor:
         self.vertical = True
         return True
 
+    _RESULT_ROW = re.compile(r"( {2,40})([\w/.\-]{1,120}): ?(.{0,60})$")
+    # a result's identifiers and clock, not measurements of the run
+    _RESULT_IGNORED = frozenset({"timestamp", "pid", "iterations_since_restore", "time_since_restore"})
+
+    def _result_row(self, text: str, no: int, rank: int | None) -> bool:
+        """A line of the result Ray Tune prints for each report of a trial (RLlib's and Ray Train's
+        included; ray/tune/progress_reporter.py, _trial_result with verbose=3)::
+
+            Result for PPO_CartPole-v0_120b5_00000:
+              episode_reward_mean: 22.577142857142857
+              info:
+                learner:
+                  default_policy:
+                    learner_stats:
+                      policy_loss: -0.0349934846162796
+              training_iteration: 1
+
+        One record per block; a nested key is its path (``info/learner/default_policy/...``)."""
+        if text.startswith("Result for ") and text.rstrip().endswith(":"):
+            self.block = self.block or Record(no, rank, {}, {}, {})
+            self.block_sections, self.in_result, self.vertical = [], True, True
+            return True
+        m = self._RESULT_ROW.match(text.rstrip())
+        if m is None or self.block is None:
+            self.in_result = False
+            return False
+        depth = len(m.group(1)) // 2 - 1
+        key, value = m.group(2), m.group(3).strip()
+        del self.block_sections[depth:]
+        if not value:
+            self.block_sections.append(key)
+            return True
+        v = number(value)
+        if v is None or key in self._RESULT_IGNORED:
+            return True
+        name = "/".join([*self.block_sections, key])
+        if counter_rank(key) is not None and not self.block_sections and math.isfinite(v) and v >= 0:
+            self.block.counters.setdefault(key.lower(), v)
+        else:
+            self.block.metrics[name] = v
+        self.block.line = no
+        return True
+
     def _feed_block(self) -> list[tuple[int, Record]]:
         rec, self.block, self.block_section = self.block, None, ""
+        self.in_result = False
         if rec is None or not (rec.metrics or rec.counters):
             return []
         return self._feed(rec)
