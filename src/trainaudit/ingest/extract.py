@@ -275,8 +275,9 @@ def parse_line_full(text: str, asked: list[int] | None = None) -> Parsed:
             if depth_after_value:
                 continue
             if last is not None and not words and w.lower() in SPEED_UNITS | {"ms", "s", "sec", "seconds"} \
-                    and not last.unit:
-                last.unit = w  # "Speed: 512.1 samples/sec"
+                    and not last.unit and not _next_is(toks, i, ":="):
+                # "Speed: 512.1 samples/sec"; but "completed step: 1, seconds: 0.631" names a value
+                last.unit = w
                 continue
             if assign and words:
                 words = []  # "key: text value" is not a number pair
