@@ -1044,7 +1044,7 @@ class Extractor:
         self.in_result = False  # reading the "  key: value" lines of a "Result for <trial>:" block
 
     def feed(self, text: str, no: int, rank: int | None) -> list[tuple[int, Record]]:
-        if "|" in text and self._block_row(text, no, rank):
+        if ("|" in text or "\u2502" in text) and self._block_row(text, no, rank):
             return []
         done: list[tuple[int, Record]] = []
         if self.in_result or text.startswith("Result for "):
@@ -1074,9 +1074,21 @@ class Extractor:
         A row with an empty value opens a section whose name prefixes the rows below it
         (``train/loss``, as the logger's own keys read); counters keep their bare names."""
         body = text.strip()
-        if len(body) > 400 or not (body.startswith("|") and body.endswith("|")):
+        if body.startswith("\u2502") and body.endswith("\u2502") and len(body) <= 400:
+            # Ray Train's result box (ray/tune/experimental/output.py): "│ loss      50 │", one
+            # key and its value a row, under a "│ Training result │" title
+            inner = body[1:-1].strip()
+            key, _, value = inner.rpartition(" ")
+            if not key or number(value) is None:
+                if not inner.endswith(" result"):
+                    return False
+                self.block = self.block or Record(no, rank, {}, {}, {})
+                return True
+            cells = ["", key, value, ""]
+        elif len(body) > 400 or not (body.startswith("|") and body.endswith("|")):
             return False
-        cells = body.split("|")
+        else:
+            cells = body.split("|")
         if len(cells) != 4:
             return False
         key, value = cells[1].strip(), cells[2].strip()
