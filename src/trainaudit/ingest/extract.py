@@ -1119,7 +1119,7 @@ class Extractor:
 
     def _result_row(self, text: str, no: int, rank: int | None) -> bool:
         """A line of the result Ray Tune prints for each report of a trial (RLlib's and Ray Train's
-        included; ray/tune/progress_reporter.py, _trial_result with verbose=3)::
+        included; ray/tune/progress_reporter.py, TrialProgressCallback.on_trial_result at verbose=3)::
 
             Result for PPO_CartPole-v0_120b5_00000:
               episode_reward_mean: 22.577142857142857
