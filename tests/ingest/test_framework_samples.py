@@ -61,3 +61,34 @@ def test_stable_baselines3_tables_are_one_record_per_dump(tmp_path: Path) -> Non
     assert run.series["train/loss"].steps.tolist() == [3584, 4096, 4608]
     assert run.series["train/loss"].lines.tolist() == [18, 38, 57]
     assert "total_timesteps" not in run.series and "loss" not in run.series
+
+
+def test_ray_tune_results_are_one_record_per_block(tmp_path: Path) -> None:
+    """Three reports of the Ray Train sample's trial (step moved, as the next reports print it), with
+    a progress line between two of them: one record per 'Result for' block, at its step."""
+    block = (SAMPLES / "ray-train" / "log.txt").read_text().splitlines()
+    lines: list[str] = []
+    for k, step in enumerate((800, 1600, 2400)):
+        lines += [ln.replace("  step: 800", f"  step: {step}") for ln in block]
+        if k == 0:
+            lines.append("== Status ==")
+    log = tmp_path / "tune.log"
+    log.write_text("\n".join(lines) + "\n")
+    run, _ = load_run([str(log)])
+    assert run.series["train/loss"].steps.tolist() == [800, 1600, 2400]
+    assert run.series["val/loss"].lines.tolist() == [19, 39, 58]
+    assert "step" not in run.series and "timestamp" not in run.series and "== Status ==" not in run.series
+
+
+def test_ray_train_result_boxes_are_one_record_per_iteration(tmp_path: Path) -> None:
+    """Two reports of the Ray Train box sample (training_iteration moved, as the next report prints
+    it): one record per box, at its training_iteration, the rows' keys as printed."""
+    box = (SAMPLES / "ray-train-box" / "log.txt").read_text().splitlines()
+    lines = box + [ln.replace("training_iteration                            1",
+                              "training_iteration                            2") for ln in box]
+    log = tmp_path / "train.log"
+    log.write_text("\n".join(lines) + "\n")
+    run, _ = load_run([str(log)])
+    assert run.series["loss"].steps.tolist() == [1, 2]
+    assert run.series["loss"].lines.tolist() == [12, 26]
+    assert "training_iteration" not in run.series and "Training result" not in run.series

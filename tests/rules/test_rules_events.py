@@ -53,6 +53,17 @@ def test_deepspeed_scale_at_one(tmp_path):
     assert d.category == "loss_scale_collapse"
 
 
+def test_apex_overflow_lines_collapse(tmp_path):
+    # apex amp's scaler prints one line per skipped step (apex/amp/scaler.py): 17 halvings to 0.5
+    run, hits, d = _diag(tmp_path, sample_block("error_signatures.txt", "NVIDIA/apex/issues/834"))
+    scales = [e.data["new_scale"] for e in run.events if e.kind.value == "loss_scale"]
+    assert scales[0] == 32768.0 and scales[-1] == 0.5 and len(scales) == 17
+    assert all(e.data["framework"] == "apex" for e in run.events)
+    assert "loss scaler" not in run.series  # the scaler's index is not a metric
+    assert hits["TA104"].category == "loss_scale_collapse"
+    assert d.category == "loss_scale_collapse"
+
+
 def test_minimum_loss_scale_exit(tmp_path):
     # DeepSpeed's exception text (deepspeed/runtime/fp16/loss_scaler.py, raise_error_at_min_scale)
     _, hits, d = _diag(tmp_path, ["Exception: Current loss scale already at minimum - cannot decrease scale anymore. "

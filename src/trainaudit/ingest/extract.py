@@ -44,7 +44,7 @@ _PREAMBLES = [
     re.compile(r"[IWEF]\d{4} \d\d:\d\d:\d\d(?:\.\d+)? {1,8}\d{1,20} [\w.\-/]{1,200}:\d{1,8}\] ?"),
     # ISO-like dates with an optional time: 2020-03-02 11:02:10,551 / [2018-11-26 14:47:26,759 INFO]
     re.compile(r"\[?\d{4}[-/.]\d\d[-/.]\d\d(?:[ T_]\d\d:\d\d(?::\d\d)?(?:[.,:]\d{1,9})?(?:Z|[+-]\d\d:?\d\d)?)?"
-               r"(?: {1,4}" + _LEVEL + r")?\]? ?[:|,-]? ?"),
+               r"(?: [\w.\-]{1,120}(?=\]))?(?: {1,4}" + _LEVEL + r")?\]? ?[:|,-]? ?"),
     # syslog (RFC 3164): "Oct 12 10:11:12 host kernel: ", "Oct 12 10:11:13 host sshd[4242]: "
     re.compile(r"(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) [ \d]\d \d\d:\d\d:\d\d [\w.\-]{1,120} "
                r"[\w.\-/]{1,120}(?:\[\d{1,10}\])?: ?"),
@@ -65,10 +65,13 @@ _PREAMBLES = [
     # logger locations: (trainer:581), [logging.py:60:log_dist], mod.func:train:86 -
     re.compile(r"[(\[][\w.\-/]{1,120}(?::\w{1,60}){0,2}:\d{1,8}(?::\w{1,60})?[)\]] ?[-:]? ?"),
     re.compile(r"\| ?[\w.]{1,120}(?::\w{1,60}){1,2}:\d{1,8} ?- ?"),
+    # Swin-Transformer's logger.py: "[%(asctime)s %(name)s] (%(filename)s %(lineno)d): %(levelname)s"
+    re.compile(r"\([\w.\-/]{1,120}\.py \d{1,8}\):? ?"),
     re.compile(r"\[\d{1,5},\d{1,5}\]<std(?:out|err)>: ?"),  # mpirun / horovod rank tags
     re.compile(r"DLL "),  # NVIDIA dllogger
     re.compile(r"> ?"),  # Markdown quote
-    re.compile(r"\[(?:[A-Za-z_][\w.\-]{0,40}|R\d{1,4}|rank ?\d{1,5})\] ?"),  # [deepspeed], [user], [R0]
+    # [deepspeed], [user], [R0]; ESPnet's "[host:rank/world]" (espnet2/tasks/abs_task.py)
+    re.compile(r"\[(?:[A-Za-z_][\w.\-]{0,40}(?::\d{1,5}/\d{1,5})?|R\d{1,4}|rank ?\d{1,5})\] ?"),
     re.compile(r"[|\- ] "),  # separators left between preamble fields
 ]
 _MAX_PREAMBLES = 8
@@ -122,6 +125,8 @@ COUNTER_KEYS = {
     "batch": 6, "sample": 6, "samples": 6, "epoch": 7, "ep": 7, "e": 8,
     # stable-baselines3 dumps its logger at the environment steps done so far (logger.dump(step=num_timesteps))
     "total_timesteps": 1, "num_timesteps": 1,
+    # Ray Tune's result of one report (ray/tune/result.py: TRAINING_ITERATION, TIMESTEPS_TOTAL)
+    "training_iteration": 2, "timesteps_total": 1,
 }
 # keys whose number is an identifier or a size, never a metric of the run
 _IGNORED_KEYS = frozenset({
@@ -206,6 +211,9 @@ def _tokens(body: str) -> Iterator[tuple[str, str, str]]:
 
 
 _ABS_RE = re.compile(r"\|(\w{1,40})\|")  # "mean |grad|": an absolute value, not table cells
+# ESPnet2's trainer: "1epoch:train:683-1364batch: loss=..." (the batches of the epoch since the last
+# report, https://github.com/espnet/espnet/blob/master/espnet2/train/trainer.py): epoch 1, batch 1364
+_ESPNET_RE = re.compile(r"(\d{1,9})epoch:train:\d{1,12}-(\d{1,12})batch: ?")
 
 
 def parse_line(text: str) -> Parsed:
@@ -223,6 +231,8 @@ def parse_line_full(text: str, asked: list[int] | None = None) -> Parsed:
         return out
     if "|" in body and _ABS_RE.search(body):
         body = _ABS_RE.sub(r"abs_\1", body)
+    if "epoch:train:" in body and (m := _ESPNET_RE.match(body)) is not None:
+        body = f"epoch {m.group(1)} batch {m.group(2)}, {body[m.end():]}"
     toks = list(_tokens(body))
     words: list[str] = []  # the key being read
     qualifier = ""
@@ -265,8 +275,9 @@ def parse_line_full(text: str, asked: list[int] | None = None) -> Parsed:
             if depth_after_value:
                 continue
             if last is not None and not words and w.lower() in SPEED_UNITS | {"ms", "s", "sec", "seconds"} \
-                    and not last.unit:
-                last.unit = w  # "Speed: 512.1 samples/sec"
+                    and not last.unit and not _next_is(toks, i, ":="):
+                # "Speed: 512.1 samples/sec"; but "completed step: 1, seconds: 0.631" names a value
+                last.unit = w
                 continue
             if assign and words:
                 words = []  # "key: text value" is not a number pair
@@ -353,6 +364,13 @@ def parse_line_full(text: str, asked: list[int] | None = None) -> Parsed:
             if _next_is(toks, i, "/") and math.isfinite(v) and v == int(v) and v >= 0:
                 # a bare "N/M" counter: the batch of an epoch ("Epoch: [0][14/5005]") or a position
                 inner = "batch" if out.pairs and counter_rank(out.pairs[-1].key) == COUNTER_KEYS["epoch"] else "iter"
+                if len(out.pairs) == 1 and last is out.pairs[0] and last.value == int(last.value) \
+                        and _after_bracketed_counter(toks, i - 1):
+                    # "[0/20][10/32]\tLoss_D: ...", "Train: [0/300][4050/5004]": two bracketed counters
+                    # in a row, the outer one is the epoch (https://github.com/pytorch/examples/blob/main/
+                    # dcgan/main.py, https://github.com/microsoft/Swin-Transformer/blob/main/main.py)
+                    out.pairs[0] = Pair("epoch", last.value, last.unit, last.total)
+                    inner = "batch"
                 last = Pair(inner, v)
                 out.pairs.append(last)
                 continue
@@ -496,7 +514,7 @@ def _number_tokens(text: str) -> tuple[list[tuple[int, int]], dict[int, int], li
     if ".#" in text:
         return None  # "1.#INF": the tokenizer's one literal digit
     body = strip_preamble(text)
-    if "|" in body and _ABS_RE.search(body):
+    if ("|" in body and _ABS_RE.search(body)) or ("epoch:train:" in body and _ESPNET_RE.match(body)):
         return None  # the body is rewritten: offsets would move
     off = len(text) - len(body)
     spans: list[tuple[int, int]] = []
@@ -693,6 +711,19 @@ def _prev_is(toks: list[tuple[str, str, str]], i: int, chars: str) -> bool:
     while j >= 0 and toks[j][0] == "space":
         j -= 1
     return j >= 0 and toks[j][0] == "sep" and toks[j][1] in chars
+
+
+def _after_bracketed_counter(toks: list[tuple[str, str, str]], i: int) -> bool:
+    """The tokens before index ``i`` are a bracketed counter and an opening bracket: "[0/20][" """
+    want = ("[", "]", "num", "/", "num", "[")  # read backwards
+    j = i - 1
+    for w in want:
+        while j >= 0 and toks[j][0] == "space":
+            j -= 1
+        if j < 0 or (toks[j][0] != w if w == "num" else toks[j][0] != "sep" or toks[j][1] != w):
+            return False
+        j -= 1
+    return True
 
 
 def _next_number(toks: list[tuple[str, str, str]], i: int) -> bool:
@@ -1009,11 +1040,20 @@ class Extractor:
         self.block: Record | None = None  # the vertical key/value table being read (_block_row)
         self.block_section = ""
         self.vertical = False  # such a table was read: its rows are one record, never placed in bulk
+        self.block_sections: list[str] = []  # the nested keys open in a Ray Tune result block (_result_row)
+        self.in_result = False  # reading the "  key: value" lines of a "Result for <trial>:" block
 
     def feed(self, text: str, no: int, rank: int | None) -> list[tuple[int, Record]]:
-        if "|" in text and self._block_row(text, no, rank):
+        if ("|" in text or "\u2502" in text) and self._block_row(text, no, rank):
             return []
-        out = self._feed_block() if self.block is not None else []
+        done: list[tuple[int, Record]] = []
+        if self.in_result or text.startswith("Result for "):
+            # the next trial result right after the last one's lines closes it
+            if self.in_result and text.startswith("Result for "):
+                done = self._feed_block()
+            if self._result_row(text, no, rank):
+                return done
+        out = done + (self._feed_block() if self.block is not None else [])
         rec = record_of(text, no, rank, self.table)
         if rec is None:
             return out
@@ -1034,9 +1074,21 @@ class Extractor:
         A row with an empty value opens a section whose name prefixes the rows below it
         (``train/loss``, as the logger's own keys read); counters keep their bare names."""
         body = text.strip()
-        if len(body) > 400 or not (body.startswith("|") and body.endswith("|")):
+        if body.startswith("\u2502") and body.endswith("\u2502") and len(body) <= 400:
+            # Ray Train's result box (ray/tune/experimental/output.py): "│ loss      50 │", one
+            # key and its value a row, under a "│ Training result │" title
+            inner = body[1:-1].strip()
+            key, _, value = inner.rpartition(" ")
+            if not key or number(value) is None:
+                if not inner.endswith(" result"):
+                    return False
+                self.block = self.block or Record(no, rank, {}, {}, {})
+                return True
+            cells = ["", key, value, ""]
+        elif len(body) > 400 or not (body.startswith("|") and body.endswith("|")):
             return False
-        cells = body.split("|")
+        else:
+            cells = body.split("|")
         if len(cells) != 4:
             return False
         key, value = cells[1].strip(), cells[2].strip()
@@ -1061,8 +1113,52 @@ class Extractor:
         self.vertical = True
         return True
 
+    _RESULT_ROW = re.compile(r"( {2,40})([\w/.\-]{1,120}): ?(.{0,60})$")
+    # a result's identifiers and clock, not measurements of the run
+    _RESULT_IGNORED = frozenset({"timestamp", "pid", "iterations_since_restore", "time_since_restore"})
+
+    def _result_row(self, text: str, no: int, rank: int | None) -> bool:
+        """A line of the result Ray Tune prints for each report of a trial (RLlib's and Ray Train's
+        included; ray/tune/progress_reporter.py, TrialProgressCallback.on_trial_result at verbose=3)::
+
+            Result for PPO_CartPole-v0_120b5_00000:
+              episode_reward_mean: 22.577142857142857
+              info:
+                learner:
+                  default_policy:
+                    learner_stats:
+                      policy_loss: -0.0349934846162796
+              training_iteration: 1
+
+        One record per block; a nested key is its path (``info/learner/default_policy/...``)."""
+        if text.startswith("Result for ") and text.rstrip().endswith(":"):
+            self.block = self.block or Record(no, rank, {}, {}, {})
+            self.block_sections, self.in_result, self.vertical = [], True, True
+            return True
+        m = self._RESULT_ROW.match(text.rstrip())
+        if m is None or self.block is None:
+            self.in_result = False
+            return False
+        depth = len(m.group(1)) // 2 - 1
+        key, value = m.group(2), m.group(3).strip()
+        del self.block_sections[depth:]
+        if not value:
+            self.block_sections.append(key)
+            return True
+        v = number(value)
+        if v is None or key in self._RESULT_IGNORED:
+            return True
+        name = "/".join([*self.block_sections, key])
+        if counter_rank(key) is not None and not self.block_sections and math.isfinite(v) and v >= 0:
+            self.block.counters.setdefault(key.lower(), v)
+        else:
+            self.block.metrics[name] = v
+        self.block.line = no
+        return True
+
     def _feed_block(self) -> list[tuple[int, Record]]:
         rec, self.block, self.block_section = self.block, None, ""
+        self.in_result = False
         if rec is None or not (rec.metrics or rec.counters):
             return []
         return self._feed(rec)

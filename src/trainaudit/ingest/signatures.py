@@ -34,7 +34,7 @@ from trainaudit.redact import mask_secrets
 GATE = re.compile(
     r"A(?:borted \(core|ssertionError)|B(?:us error)|C(?:UDA|hild|urrent loss|uda failure)"
     r"|D(?:ataLoader worker|uring handling of)|E(?:rror|xception|CC)|F(?:atal|unction '|AILED|ile \")"
-    r"|G(?:PU is lost)|H(?:IP out|eartbeat monitor)|K(?:illed)|M(?:inimum loss scale)"
+    r"|G(?:PU is lost|radient overflow)|H(?:IP out|eartbeat monitor)|K(?:illed)|M(?:inimum loss scale)"
     r"|N(?:CCL|VRM|aN)|O(?:utOfMemory|OM|ut of memory)|P(?:rocessGroupNCCL)|R(?:oot Cause)"
     r"|S(?:egmentation fault|ending process)|T(?:raceback|raining failed|he above exception"
     r"|he loss returned|imeout at NCCL)|U(?:nexpected result)|W(?:atchdog)|X(?:id)"
@@ -289,16 +289,26 @@ def _nan(line: Line, text: str) -> list[tuple[EventKind, str, dict[str, Any]]]:
 # DeepSpeed's exception (deepspeed/runtime/fp16/loss_scaler.py, raise_error_at_min_scale); fairseq
 #   FP16Optimizer's "FloatingPointError: Minimum loss scale reached (X). Your loss is probably exploding."
 LS_MIN_RE = re.compile(r"Current loss scale already at minimum|Minimum loss scale reached \((?P<scale>[^()]*+)\)")
+# NVIDIA apex amp's dynamic loss scaler (apex/amp/scaler.py, update_scale): one line per skipped step,
+#   "Gradient overflow.  Skipping step, loss scaler 0 reducing loss scale to 32768.0"
+APEX_OVERFLOW_RE = re.compile(r"Gradient overflow\. {1,2}Skipping step, loss scaler (?P<scaler>\d{1,4}) "
+                              r"reducing loss scale to (?P<scale>[\d.eE+\-]{1,40})")
 
 
 def _loss_scale(line: Line, text: str) -> list[tuple[EventKind, str, dict[str, Any]]]:
+    a = APEX_OVERFLOW_RE.search(text)
+    if a is not None:
+        data: dict[str, Any] = {"framework": "apex", "scaler": int(a.group("scaler"))}
+        with contextlib.suppress(ValueError):
+            data["new_scale"] = float(a.group("scale"))
+        return [(EventKind.LOSS_SCALE, f"apex amp overflow: step skipped, loss scale -> {a.group('scale')}", data)]
     m = LS_MIN_RE.search(text)
     if m is None:
         return []
     if m.group("scale") is None:
         return [(EventKind.LOSS_SCALE_MIN, "DeepSpeed: loss scale already at minimum, run exits",
                  {"framework": "deepspeed"})]
-    data: dict[str, Any] = {"framework": "fairseq"}
+    data = {"framework": "fairseq"}
     with contextlib.suppress(ValueError):
         data["min_loss_scale"] = float(m.group("scale"))
     return [(EventKind.LOSS_SCALE_MIN, f"fairseq: minimum loss scale reached ({m.group('scale')})", data)]
@@ -541,7 +551,7 @@ _MATCHERS: list[tuple[tuple[str, ...], Matcher]] = [
     (("out of memory",), _oom),
     (("atchdog", "Timeout at NCCL", "Heartbeat monitor"), _nccl),
     (("Unexpected result", "found NaN", "found Inf", "returned nan", "gradients are Nan", "The loss returned"), _nan),
-    (("Current loss scale", "Minimum loss scale"), _loss_scale),
+    (("Current loss scale", "Minimum loss scale", "Gradient overflow"), _loss_scale),
     (("(exitcode:", "closing signal", "SignalException"), _elastic_line),
     (("Fatal Python error", "Segmentation fault", "Bus error", "Aborted", "Floating point exception", "Killed",
       "killed by signal", "oom-kill", "oom_kill"), _signals),

@@ -23,7 +23,11 @@ from trainaudit.ingest.text import Line, parse_number
 from trainaudit.model import SourceKind
 from trainaudit.safeio import load_json
 
-STEP_KEYS = ("step", "global_step", "iteration", "iter", "epoch", "_step")
+# current_steps: LLaMA-Factory's trainer_log.jsonl (src/llamafactory/train/callbacks.py, LogCallback),
+# whose records also carry a fractional "epoch" that is integral at 1.0, 2.0, ...
+STEP_KEYS = ("step", "global_step", "current_steps", "iteration", "iter", "epoch", "_step")
+# the run's length printed beside the step counter ("current_steps": 3200, "total_steps": 3235)
+STEP_TOTAL_KEYS = frozenset({"total_steps", "max_steps"})
 
 # Lightning's tqdm prints nan as "nan.0", inf as "inf.0", -inf as "-inf." (zero padding).
 _CHUNK_SEP = re.compile(r"[,|]")
@@ -103,7 +107,7 @@ class CsvReader(LineReader):
     name = "csv"
     kind = SourceKind.METRICS
     priority = Priority.GENERIC
-    description = "generic CSV/TSV with a header row (step from step/global_step/iteration/iter/epoch/_step, else row number)"
+    description = "generic CSV/TSV with a header row (step from step/global_step/current_steps/iteration/iter/epoch/_step, else row number)"
 
     def sniff(self, sample: Sample) -> float:
         lines = [ln for ln in sample.lines if ln.strip()]
@@ -213,7 +217,7 @@ class JsonlReader(LineReader):
     name = "jsonl"
     kind = SourceKind.METRICS
     priority = Priority.GENERIC
-    description = "generic JSON lines of flat dicts (step from step/global_step/iteration/iter/epoch/_step, else record number)"
+    description = "generic JSON lines of flat dicts (step from step/global_step/current_steps/iteration/iter/epoch/_step, else record number)"
 
     def sniff(self, sample: Sample) -> float:
         lines = [ln for ln in sample.lines if ln.strip()][:50]
@@ -243,6 +247,6 @@ class JsonlReader(LineReader):
         step = found[1] if found else state["record"]
         skip = found[0] if found else None
         for k, v in pairs:
-            if skip is not None and k.lower() == skip:
+            if skip is not None and (k.lower() == skip or k.lower() in STEP_TOTAL_KEYS):
                 continue
             sink.add(k, step, v, line.no, line.rank)
