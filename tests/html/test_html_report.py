@@ -202,7 +202,12 @@ def test_diagnose_html_flag_on_a_real_failure(tmp_path: Path, browser) -> None:
     assert page.inner_text(".verdict .badge").lower() == "unhealthy"
     fig = page.locator("#chart-0")
     assert fig.get_attribute("data-drawn") == "1"
-    assert fig.get_attribute("data-nonfinite") == "51"  # steps 150..200
+    # steps 150..200 are NaN: a labelled band, and the x-axis ends a quarter of the run before
+    # after its start (it takes 20 % of the width), so the run before the failure keeps most of it
+    assert page.evaluate("window.trainauditCharts[0].spec.nonfinite_tail") == [150, 200, 51]
+    x_max = page.evaluate("window.trainauditCharts[0].u.scales.x.max")
+    assert 150 < x_max < 200 and (x_max - 150) / (x_max - 1) == pytest.approx(0.2, abs=0.01)
+    assert fig.get_attribute("data-nonfinite") == str(len(range(150, int(x_max) + 1)))  # those in view
     assert page.evaluate("window.trainauditCharts[0].spec.first_bad_step") == 150
     assert errors == []
     page.close()
