@@ -156,6 +156,20 @@ def y_axis(spec: PlotSpec) -> YAxis:
     return YAxis("linear", focus_range(spec))
 
 
+def right_scale(spec: PlotSpec) -> str:
+    """"log" when the right-axis curves jump by x10 or more between two points and span two decades
+    (an lr multiplied by 1000 at one step: both levels readable), else "linear" (a warm-up ramp
+    stays a straight line)."""
+    for c in spec.right:
+        v = np.asarray(c.values, dtype=float)
+        v = v[np.isfinite(v)]
+        if v.size > 1 and v.min() > 0 and v.max() / v.min() >= 100:
+            ratio = v[1:] / v[:-1]
+            if float(np.max(np.maximum(ratio, 1 / ratio))) >= 10:
+                return "log"
+    return "linear"
+
+
 def nonfinite_tail(spec: PlotSpec) -> tuple[int, int, int] | None:
     """(first step, last step, number of steps) of the stretch at the end of the run where every
     curve is NaN/Inf; None when the run ends finite."""

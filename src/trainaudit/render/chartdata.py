@@ -17,7 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from trainaudit.answer.charts import Curve, PlotSpec, nonfinite_tail, smoothed, smoothing_label, y_axis
+from trainaudit.answer.charts import (Curve, PlotSpec, nonfinite_tail, right_scale, smoothed, smoothing_label,
+                                      y_axis)
 from trainaudit.answer.schema import Answer
 from trainaudit.errors import InputError
 from trainaudit.safeio import load_json, read_text
@@ -111,6 +112,7 @@ def spec_to_dict(spec: PlotSpec, max_points: int = MAX_POINTS) -> dict[str, Any]
             "smoothing": spec.smoothing or None,
             "smoothing_label": smoothing_label(spec.smoothing) if spec.smoothing else None,
             "right": [_curve(c, max_points) for c in spec.right], "right_label": spec.right_label or None,
+            "right_scale": right_scale(spec) if spec.right else None,
             "panel": spec_to_dict(spec.panel, max_points) if spec.panel is not None else None}
 
 

@@ -24,8 +24,8 @@ from typing import IO, TYPE_CHECKING, Any
 
 import numpy as np
 
-from trainaudit.answer.charts import (PlotSpec, YAxis, nonfinite_tail, off_scale, smoothed, smoothing_label,
-                                      y_axis)
+from trainaudit.answer.charts import (PlotSpec, YAxis, nonfinite_tail, off_scale, right_scale, smoothed,
+                                      smoothing_label, y_axis)
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -231,7 +231,7 @@ def _right_axis(ax: Any, spec: PlotSpec) -> tuple[list[Any], list[str]]:
         ax2.plot(s[ok], v[ok], "-", color=color, linewidth=1.0, alpha=0.75, label=f"{c.label} (right axis)")
         values.append(v[ok])
     fin = np.concatenate(values) if values else np.array([])
-    if fin.size and fin.min() > 0 and fin.max() / fin.min() >= 100:  # a jump x100 and more: both levels readable
+    if right_scale(spec) == "log":
         ax2.set_yscale("log")
         ax2.yaxis.set_minor_formatter(NullFormatter())
     elif fin.size and fin.min() >= 0:

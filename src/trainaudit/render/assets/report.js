@@ -123,7 +123,7 @@
     };
     var axes = [{ label: spec.xlabel || "step", values: ticks }, { label: spec.ylabel || undefined, size: axisSize, values: ticks }];
     if (right.length) {
-      var rlog = rmin > 0 && rmax / rmin >= 100;
+      var rlog = spec.right_scale === "log" && rmin > 0;
       scales.right = rlog ? { distr: 3 } : { range: function () { return [rmin >= 0 ? 0 : rmin, (rmax * 1.08) || 1]; } };
       axes.push({ scale: "right", side: 1, label: spec.right_label || undefined, stroke: RIGHT, size: axisSize,
                   values: ticks, grid: { show: false } });
