@@ -4,7 +4,10 @@
    file adds what a report needs on top, in a draw hook: the gated window shaded, the golden band
    filled, the first bad step, rule markers whose labels never overlap, non-finite points as red
    triangles on the top edge, and points beyond the focused y range as grey triangles on the edge
-   they pass. */
+   they pass; the NaN/Inf tail as a labelled band on an x-axis that ends shortly after it starts,
+   the peak an explosion left off scale, the learning rate on a right axis, smoothed curves over
+   their faint raw values, and a golden chart's relative-difference panel zoomed with it (the
+   y-axis, smoothing and tail come computed in charts.json, the same as the PNG plots use). */
 (function () {
   "use strict";
   var COLORS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"];
