@@ -221,3 +221,22 @@ def test_y_axis_choices() -> None:
     assert nonfinite_tail(PlotSpec("x", "x", [Curve("x", steps, [*calm[:90], *[math.nan] * 10])])) == (91, 100, 10)
     assert [tick(v) for v in (1e18, 0.25, 2e-4, 0.0)] == ["1e18", "0.25", "2e-4", "0"]
     assert np.isfinite(ema(calm, 0.6)).all()
+
+
+def test_audit_run_vs_run_chart_has_the_relative_difference(tmp_path: Path) -> None:
+    """The audit demo (real tiny runs): the candidate's loss is about 6 % above the baseline from
+    step 40, inside a +-5 % band on the absolute axis; the panel shows it leave the band."""
+    demo = REPO / "examples" / "audit-demo"
+    out = tmp_path / "audit"
+    res = run_cli("audit", str(demo / "failing"), "--passing", str(demo / "passing"), "-o", str(out), "-q")
+    assert res.returncode == 1, res.stderr
+    chart = next(c for c in json.loads((out / "charts.json").read_text())["charts"] if c["metric"] == "lm loss")
+    panel = chart["panel"]
+    assert panel["title"] == "lm loss: relative difference to baseline"
+    assert [c["label"] for c in panel["curves"]] == ["candidate / baseline - 1"]
+    band = panel["band"]["high"][0]
+    rel = dict(zip(panel["curves"][0]["steps"], panel["curves"][0]["values"]))
+    first = chart["first_bad_step"]
+    assert panel["first_bad_step"] == first
+    assert all(abs(v) <= band for s, v in rel.items() if s < first)
+    assert all(v > band for s, v in rel.items() if s >= first)

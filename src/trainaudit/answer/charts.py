@@ -203,8 +203,10 @@ def nonfinite_tail(spec: PlotSpec) -> tuple[int, int, int] | None:
 
 def relative_panel(metric: str, steps: Sequence[int] | np.ndarray, actual: Sequence[float] | np.ndarray,
                    golden: Sequence[float] | np.ndarray, rtol: float, atol: float = 0.0,
-                   first_bad_step: int | None = None, label: str = "actual / golden - 1") -> PlotSpec:
-    """The relative difference actual/golden - 1 per step with the gate's tolerance drawn as a band
+                   first_bad_step: int | None = None, *, actual_name: str = "actual",
+                   reference: str = "golden") -> PlotSpec:
+    """The relative difference actual/golden - 1 per step (candidate/baseline - 1 for two runs) with
+    the gate's tolerance drawn as a band
     (|actual - golden| <= atol + rtol * |golden|, i.e. within +-(rtol + atol/|golden|)): a 6 %
     shift that is a hair on an absolute axis is a line outside a +-5 % band here. Steps where
     either value is not finite, or golden is 0, are left out."""
@@ -216,9 +218,9 @@ def relative_panel(metric: str, steps: Sequence[int] | np.ndarray, actual: Seque
     ok = np.isfinite(a) & np.isfinite(g) & (g != 0)
     s, a, g = s[ok], a[ok], g[ok]
     tol = rtol + atol / np.abs(g)
-    return PlotSpec(metric=metric, title=f"{metric}: relative difference to golden", xlabel="step",
-                    curves=[Curve(label, s, a / g - 1.0)], first_bad_step=first_bad_step,
-                    band=Band(f"tolerance ±{rtol:g}" + (f" (+ atol {atol:g})" if atol else ""), s, -tol, tol),
+    return PlotSpec(metric=metric, title=f"{metric}: relative difference to {reference}", xlabel="step",
+                    curves=[Curve(f"{actual_name} / {reference} - 1", s, a / g - 1.0)], first_bad_step=first_bad_step,
+                    band=Band(f"tolerance ±{rtol:.3g}" + (f" (+ atol {atol:.3g})" if atol else ""), s, -tol, tol),
                     ylabel="relative difference")
 
 

@@ -14,7 +14,7 @@ from trainaudit.rules.gate import RunDivergesFromBaseline
 from trainaudit.ingest import load_run
 from trainaudit.model import EventKind, Run, Series
 from trainaudit.answer.builder import AnswerBuilder
-from trainaudit.answer.charts import Band, Curve, PlotSpec
+from trainaudit.answer.charts import Band, Curve, PlotSpec, relative_panel
 from trainaudit.answer.schema import Answer, Category, FinalAnswer, RootCause, Severity
 from trainaudit.answer.paths import display_path
 
@@ -126,7 +126,9 @@ def compare_runs(baseline_paths: list[str], candidate_path: str, fmt: str | None
                 Curve("baseline", md.steps, md.base), Curve("candidate", md.steps, md.cand, "dashed")],
                 first_bad_step=md.diverge_step, band=Band(f"baseline ±{md.rtol:.3g}", md.steps,
                                                           np.asarray(md.base) * (1 - md.rtol),
-                                                          np.asarray(md.base) * (1 + md.rtol))))
+                                                          np.asarray(md.base) * (1 + md.rtol)),
+                panel=relative_panel(md.metric, md.steps, md.cand, md.base, md.rtol, 0.0, md.diverge_step,
+                                     actual_name="candidate", reference="baseline")))
             d = b.finding(rule=RunDivergesFromBaseline.id, category="divergence" if not nanstep else "nan_inf", severity="high",
                           metric=md.metric, first_bad_step=md.diverge_step or nanstep[0],
                           message=f"{md.metric} of the candidate leaves the baseline band from step "

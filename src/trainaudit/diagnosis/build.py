@@ -9,7 +9,7 @@ import numpy as np
 
 from trainaudit.diagnosis.engine import Diagnosis
 from trainaudit.ingest.sources import InputFile, expand_inputs, read_lines
-from trainaudit.model import Run, SourceKind
+from trainaudit.model import Run, Series, SourceKind
 from trainaudit.rules.base import Hit, PointRef
 from trainaudit.series.roles import find_roles
 from trainaudit.answer.builder import AnswerBuilder, sha256_of
@@ -176,10 +176,7 @@ def plot_specs(run: Run, diag: Diagnosis, max_points: int = 20000) -> list[PlotS
             continue
         done.add(metric)
         s = run.series[metric]
-        idx = np.arange(len(s))
-        if idx.size > max_points:
-            idx = np.unique(np.concatenate([np.linspace(0, len(s) - 1, max_points).astype(np.int64),
-                                            np.flatnonzero(~np.isfinite(s.values))]))
+        idx = _plot_index(s, max_points)
         fin = s.values[np.isfinite(s.values)]
         logy = bool(fin.size and np.all(fin > 0) and fin.max() / max(fin.min(), 1e-300) >= 1e2)  # two decades
         curves = [Curve(metric, s.steps[idx], s.values[idx])]
@@ -190,10 +187,14 @@ def plot_specs(run: Run, diag: Diagnosis, max_points: int = 20000) -> list[PlotS
         if other is None and metric in (roles.names.get("loss"), roles.names.get("val_loss")):
             other = roles.get(run, "val_loss" if metric == roles.names.get("loss") else "loss")
         if other is not None and other.name != metric:
-            curves.append(Curve(other.name, other.steps, other.values, style="dashed"))
+            oi = _plot_index(other, max_points)
+            curves.append(Curve(other.name, other.steps[oi], other.values[oi], style="dashed"))
             logy = False  # two curves, one scale: y_axis picks it from both
         lr = roles.get(run, "lr")
-        right = [Curve(lr.name, lr.steps, lr.values)] if lr is not None and lr.name != metric and len(lr) else []
+        right = []
+        if lr is not None and lr.name != metric and len(lr):
+            li = _plot_index(lr, max_points)
+            right.append(Curve(lr.name, lr.steps[li], lr.values[li]))
         markers = [(st, lab) for st, lab in markers_all if lab != h.rule]
         # every chart marks the first bad step the headline gives; the finding's own start beside it
         first = diag.first_bad_step if diag.first_bad_step is not None else h.first_bad_step
@@ -203,6 +204,15 @@ def plot_specs(run: Run, diag: Diagnosis, max_points: int = 20000) -> list[PlotS
                               first_bad_step=first, markers=markers, logy=logy, right=right,
                               right_label="learning rate" if right else "",
                               smoothing=0.0 if metric == roles.names.get("lr") else SMOOTHING,
-                              ylabel="loss" if len(curves) > 1 and other is not None and "loss" in metric.lower()
-                              else None))
+                              ylabel="loss" if other is not None and "loss" in metric.lower() else None))
     return specs
+
+
+def _plot_index(s: Series, max_points: int) -> np.ndarray:
+    """Indices of the points a plot draws: at most ``max_points`` evenly spread, and every
+    non-finite one."""
+    idx = np.arange(len(s))
+    if idx.size > max_points:
+        idx = np.unique(np.concatenate([np.linspace(0, len(s) - 1, max_points).astype(np.int64),
+                                        np.flatnonzero(~np.isfinite(s.values))]))
+    return idx

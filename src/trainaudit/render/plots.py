@@ -116,6 +116,8 @@ def figure(spec: PlotSpec) -> Figure:
 
 
 def _draw(fig: Figure, ax: Any, spec: PlotSpec, narrow: bool = True) -> None:
+    """``narrow``: the main plot (the panel under it shares its x-axis, and labels its first bad
+    step at the bottom, away from a relative difference that leaves the band upwards)."""
     if spec.window is not None:
         ax.axvspan(spec.window[0], spec.window[1], color="gold", alpha=0.18, linewidth=0,
                    label=f"gated window {spec.window[0]}-{spec.window[1]}")
@@ -159,7 +161,7 @@ def _draw(fig: Figure, ax: Any, spec: PlotSpec, narrow: bool = True) -> None:
         ax.axvline(spec.first_bad_step, color="red", linestyle=":", linewidth=1.5)
         lo, hi = ax.get_xlim()
         left = hi > lo and (spec.first_bad_step - lo) / (hi - lo) > 0.6  # far right: text on its left
-        ax.annotate(f"first bad step {spec.first_bad_step}", xy=(spec.first_bad_step, 0.92),
+        ax.annotate(f"first bad step {spec.first_bad_step}", xy=(spec.first_bad_step, 0.92 if narrow else 0.06),
                     xycoords=("data", "axes fraction"), xytext=(-4 if left else 4, 0), textcoords="offset points",
                     color="red", fontsize=8, ha="right" if left else "left")
     _markers(ax, spec)
