@@ -240,3 +240,23 @@ def test_audit_run_vs_run_chart_has_the_relative_difference(tmp_path: Path) -> N
     assert panel["first_bad_step"] == first
     assert all(abs(v) <= band for s, v in rel.items() if s < first)
     assert all(v > band for s, v in rel.items() if s >= first)
+
+
+def test_report_without_sidecar_marks_the_headline_step(synth_runs, tmp_path: Path) -> None:
+    """SGD warming up to lr 1.0: the headline's first bad step (where the loss stops falling) is far
+    before the loss-spike finding at the end; charts rebuilt from answer.json alone (no charts.json)
+    mark the headline's step, as the sidecar's charts do."""
+    case = synth_runs.get("lr-too-high")
+    out = tmp_path / "out"
+    answer, charts = _diagnose(case.dir, out)
+    headline = answer["final_answer"]["first_bad_step"]
+    loss_findings = [f["first_bad_step"] for f in answer["findings"] if f["metric"] == "loss"]
+    assert headline is not None and any(s != headline for s in loss_findings)  # the case that once differed
+    assert all(c["first_bad_step"] == headline for c in charts)
+    (out / "charts.json").unlink()
+    res = run_cli("report", str(out / "answer.json"), "-o", str(tmp_path / "r.html"))
+    assert res.returncode == 0, res.stderr
+    html = (tmp_path / "r.html").read_text()
+    start = html.index('<script type="application/json" id="ta-data">') + len('<script type="application/json" id="ta-data">')
+    rebuilt = json.loads(html[start:html.index("</script>", start)])["charts"]
+    assert rebuilt and all(c["first_bad_step"] == headline for c in rebuilt)
