@@ -192,7 +192,8 @@ def plot_specs(run: Run, diag: Diagnosis, max_points: int = 20000) -> list[PlotS
             logy = False  # two curves, one scale: y_axis picks it from both
         lr = roles.get(run, "lr")
         right = []
-        if lr is not None and lr.name != metric and len(lr):
+        # the learning rate beside what it drives (a loss, a grad norm), not beside step times
+        if lr is not None and len(lr) and metric in {roles.names.get(r) for r in ("loss", "val_loss", "grad_norm")}:
             li = _plot_index(lr, max_points)
             right.append(Curve(lr.name, lr.steps[li], lr.values[li]))
         markers = [(st, lab) for st, lab in markers_all if lab != h.rule]

@@ -82,6 +82,12 @@ def render(spec: PlotSpec, dest: IO[bytes]) -> None:
     fig = figure(spec)
     try:
         with plt.rc_context(RC):
+            # Lay out once, then draw once: with a layout engine set, savefig draws the figure a
+            # first time (rendering disabled) only to run the layout, which doubles its cost.
+            engine = fig.get_layout_engine()
+            if engine is not None:
+                engine.execute(fig)
+                fig.set_layout_engine(None)  # None (not "none", a placeholder that still counts as an engine)
             fig.savefig(dest, format="png")
     finally:
         plt.close(fig)
@@ -213,8 +219,10 @@ def _apply_y(ax: Any, spec: PlotSpec, y: YAxis) -> None:
                     label=f"off scale ({steps.size})" if mark == "^" else None)
     if y.explosion is not None:
         step, value = y.explosion
-        ax.annotate(f"{'↑' if value > 0 else '↓'} {tick(value)} at step {step} (off scale)", xy=(step, 0.8 if value > 0 else 0.1),
-                    xycoords=("data", "axes fraction"), xytext=(-4, 0), textcoords="offset points",
+        x = min(step, spec.first_bad_step) if spec.first_bad_step is not None else step  # left of the red line
+        ax.annotate(f"{'↑' if value > 0 else '↓'} {tick(value)} at step {step} (off scale)",
+                    xy=(x, 0.8 if value > 0 else 0.1), xycoords=("data", "axes fraction"), xytext=(-6, 0),
+                    textcoords="offset points",
                     color="dimgrey", fontsize=8, ha="right")
 
 
