@@ -202,7 +202,12 @@ def test_diagnose_html_flag_on_a_real_failure(tmp_path: Path, browser) -> None:
     assert page.inner_text(".verdict .badge").lower() == "unhealthy"
     fig = page.locator("#chart-0")
     assert fig.get_attribute("data-drawn") == "1"
-    assert fig.get_attribute("data-nonfinite") == "51"  # steps 150..200
+    # steps 150..200 are NaN: a labelled band, and the x-axis ends a quarter of the run before
+    # after its start (it takes 20 % of the width), so the run before the failure keeps most of it
+    assert page.evaluate("window.trainauditCharts[0].spec.nonfinite_tail") == [150, 200, 51]
+    x_max = page.evaluate("window.trainauditCharts[0].u.scales.x.max")
+    assert 150 < x_max < 200 and (x_max - 150) / (x_max - 1) == pytest.approx(0.2, abs=0.01)
+    assert fig.get_attribute("data-nonfinite") == str(len(range(150, int(x_max) + 1)))  # those in view
     assert page.evaluate("window.trainauditCharts[0].spec.first_bad_step") == 150
     assert errors == []
     page.close()
@@ -255,5 +260,57 @@ def test_seed_case_charts_focus_on_the_gated_window(tmp_path: Path, browser) -> 
     assert run_cli("report", str(paths.json)).returncode == 0
     page, errors, _ = open_page(browser, tmp_path / "div" / "report.html")
     _labels_fit(page)
+    assert errors == []
+    page.close()
+
+
+def test_real_nan_run_and_golden_shift_in_chromium(tmp_path: Path, browser, synth_runs) -> None:
+    """A real CPU run whose lr jumps x1000 (loss to ~1e18, then NaN to the end): every chart marks the
+    headline's first bad step, keeps the pre-failure y range with the peak off scale, draws the lr
+    on a right axis and the smoothed loss over the raw one. A golden chart with a 6 % shift has its
+    relative-difference panel under it, zoomed with it."""
+    case = synth_runs.get("nan-after-lr-jump")
+    out = tmp_path / "nan"
+    res = run_cli("diagnose", str(case.dir), "-o", str(out), "--html", "-q")
+    assert res.returncode == 1, res.stderr
+    headline = json.loads((out / "answer.json").read_text())["final_answer"]["first_bad_step"]
+    page, errors, _ = open_page(browser, out / "report.html")
+    n = page.locator("figure.chart").count()
+    assert n >= 2
+    assert page.evaluate("window.trainauditCharts.map(c => c.spec.first_bad_step)") == [headline] * n
+    fig = page.locator("#chart-0")
+    assert fig.get_attribute("data-yscale") == "linear" and fig.get_attribute("data-right") == "1"
+    assert fig.get_attribute("data-smoothed") == "1" and fig.get_attribute("data-drawn") == "1"
+    assert int(fig.get_attribute("data-offscale")) >= 1  # the explosion, on the top edge
+    y_max, x_max, tail = page.evaluate("[window.trainauditCharts[0].u.scales.y.max, "
+                                       "window.trainauditCharts[0].u.scales.x.max, "
+                                       "window.trainauditCharts[0].spec.nonfinite_tail]")
+    assert y_max < 10 and tail[1] == 200 and x_max < tail[1]
+    page.locator("#charts").screenshot(path=str(ARTIFACTS / "html_nan_run_charts.png"))
+    assert errors == []
+    page.close()
+
+    golden = REPO / "tests" / "fixtures" / "megatron" / "mimo_vlm_pretrain_convergence_tp1_pp1_cp1_dp8_seq_packing"
+    data = json.loads((golden / "history" / "golden_values_dev_dgx_h100.at_4e85d74ae9.json").read_text())
+    for k, v in data["lm loss"]["values"].items():
+        if int(k) >= 60 and isinstance(v, (int, float)):
+            data["lm loss"]["values"][k] = v * 1.06
+    (tmp_path / "actual.json").write_text(json.dumps(data))
+    out = tmp_path / "golden"
+    res = run_cli("compare", "--golden", str(golden / "history" / "golden_values_dev_dgx_h100.at_4e85d74ae9.json"),
+                  str(tmp_path / "actual.json"), "--model-config", str(golden / "model_config.yaml"), "-o", str(out),
+                  "--html", "-q")
+    assert res.returncode == 1, res.stderr
+    page, errors, _ = open_page(browser, out / "report.html")
+    i = page.evaluate("window.trainauditCharts.findIndex(c => c.spec.title.includes('approximate'))")
+    fig = page.locator(f"#chart-{i}")
+    assert fig.get_attribute("data-panel") == "1"
+    lo, hi = page.evaluate(f"[window.trainauditCharts[{i}].panel.u.scales.y.min, "
+                           f"window.trainauditCharts[{i}].panel.u.scales.y.max]")
+    assert lo <= -0.05 and 0.06 < hi < 0.2  # the band and the 6 % line, both in view
+    page.evaluate(f"window.trainauditCharts[{i}].u.setScale('x', {{min: 50, max: 70}})")
+    assert page.evaluate(f"[window.trainauditCharts[{i}].panel.u.scales.x.min, "
+                         f"window.trainauditCharts[{i}].panel.u.scales.x.max]") == [50, 70]
+    fig.screenshot(path=str(ARTIFACTS / "html_golden_relative_panel.png"))
     assert errors == []
     page.close()

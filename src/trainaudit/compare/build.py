@@ -17,7 +17,7 @@ from trainaudit.compare.verdict import Decision
 from trainaudit.rules.base import Rule
 from trainaudit.rules.gate import ApproximateCheck, ExactCheck, GateAborted, IterationTimeCheck
 from trainaudit.answer.builder import AnswerBuilder, sha256_file
-from trainaudit.answer.charts import Band, Curve, PlotSpec
+from trainaudit.answer.charts import Band, Curve, PlotSpec, relative_panel
 from trainaudit.answer.schema import Answer, Category, Comparison, FinalAnswer, RootCause, Severity
 from trainaudit.answer.paths import display_path
 
@@ -221,9 +221,18 @@ def _check_facts(b: AnswerBuilder, sg: str, sa: str, inp: Inputs, c: CheckResult
                         [gmed + c.rtol * abs(gmed)] * 2)
             if c.actual_median is not None:
                 curves.append(Curve(f"actual median, steps {a}-{z}", [a, z], [c.actual_median] * 2))
+        marked = first if c.window is None else (c.window_steps[0] if c.window_steps else None)
+        # beside the absolute values, actual/golden - 1 against the tolerance: a shift of a few
+        # per cent is a line leaving the band there, not a hair on a curve spanning decades
+        panel = relative_panel(c.metric, c.steps, c.actual, c.golden, c.rtol, c.atol, marked)
+        if c.window is not None and c.golden_median is not None and c.actual_median is not None and c.golden_median:
+            a, z = c.window
+            panel.curves.append(Curve(f"median ratio - 1, steps {a}-{z}", [a, z],
+                                      [c.actual_median / c.golden_median - 1.0] * 2))
+            panel.window = c.window
         plots.append(PlotSpec(metric=c.metric, title=f"{c.metric}: {c.check} check ({c.rtol:g} rtol) failed",
-                              curves=curves, first_bad_step=first if c.window is None else (c.window_steps[0] if c.window_steps else None),
-                              band=band, stem=f"{c.metric}_{c.check}", window=c.window))
+                              curves=curves, first_bad_step=marked, band=band, stem=f"{c.metric}_{c.check}",
+                              window=c.window, panel=panel))
     return ev
 
 

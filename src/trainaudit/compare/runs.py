@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from trainaudit.answer.builder import AnswerBuilder
-from trainaudit.answer.charts import Band as PlotBand, Curve, PlotSpec
+from trainaudit.answer.charts import Band as PlotBand, Curve, PlotSpec, relative_panel
 from trainaudit.answer.formula import moving_average
 from trainaudit.answer.paths import display_path
 from trainaudit.answer.schema import Answer, Category, FinalAnswer, RootCause, Severity
@@ -505,7 +505,11 @@ def _plot(md: MetricDiff, first: int) -> PlotSpec:
     return PlotSpec(md.metric, f"{md.metric}: candidate vs baseline",
                     [Curve("baseline", md.steps, md.base), Curve("candidate", md.steps, md.cand, "dashed")],
                     first_bad_step=first, band=PlotBand(f"baseline band ({md.band.kind}, {md.band.tol:.3g})",
-                                                        md.steps, lo, hi))
+                                                        md.steps, lo, hi),
+                    panel=relative_panel(md.metric, md.steps, md.cand, md.base,
+                                         0.0 if md.band.absolute else md.band.tol,
+                                         md.band.tol if md.band.absolute else 0.0, first,
+                                         actual_name="candidate", reference="baseline"))
 
 
 def _config_finding(w: _Writer, cd: ConfigDiff, diverged: bool) -> list[str]:

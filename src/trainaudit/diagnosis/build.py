@@ -9,10 +9,11 @@ import numpy as np
 
 from trainaudit.diagnosis.engine import Diagnosis
 from trainaudit.ingest.sources import InputFile, expand_inputs, read_lines
-from trainaudit.model import Run, SourceKind
+from trainaudit.model import Run, Series, SourceKind
 from trainaudit.rules.base import Hit, PointRef
+from trainaudit.series.roles import find_roles
 from trainaudit.answer.builder import AnswerBuilder, sha256_of
-from trainaudit.answer.charts import Curve, PlotSpec
+from trainaudit.answer.charts import SMOOTHING, Curve, PlotSpec
 from trainaudit.answer.schema import Answer, Coverage, Decision, DecisionReason, FinalAnswer, MetricCoverage, RootCause
 from trainaudit.answer.paths import display_path
 
@@ -169,6 +170,7 @@ def plot_specs(run: Run, diag: Diagnosis, max_points: int = 20000) -> list[PlotS
     """One plot per metric with a finding above info, first bad step and causes marked."""
     specs: list[PlotSpec] = []
     done: set[str] = set()
+    roles = find_roles(run)
     markers_all = [(int(h.first_bad_step), f"{h.rule}") for h in diag.hits
                    if h.precursor and h.first_bad_step is not None and h.severity != "info"]
     for h in sorted(diag.hits, key=lambda x: x.severity == "info"):
@@ -177,22 +179,44 @@ def plot_specs(run: Run, diag: Diagnosis, max_points: int = 20000) -> list[PlotS
             continue
         done.add(metric)
         s = run.series[metric]
-        idx = np.arange(len(s))
-        if idx.size > max_points:
-            idx = np.unique(np.concatenate([np.linspace(0, len(s) - 1, max_points).astype(np.int64),
-                                            np.flatnonzero(~np.isfinite(s.values))]))
+        idx = _plot_index(s, max_points)
         fin = s.values[np.isfinite(s.values)]
-        logy = bool(fin.size and np.all(fin > 0) and fin.max() / max(fin.min(), 1e-300) > 1e3)
+        logy = bool(fin.size and np.all(fin > 0) and fin.max() / max(fin.min(), 1e-300) >= 1e2)  # two decades
         curves = [Curve(metric, s.steps[idx], s.values[idx])]
+        # train and validation loss on one axis: overfitting shows as the gap between them
+        other = None
         if h.category == "overfitting":
-            t = run.series.get(next((p.series.name for p in h.points if p.key == "t_end"), ""), None)
-            if t is not None:
-                curves.append(Curve(t.name, t.steps, t.values, style="dashed"))
+            other = run.series.get(next((p.series.name for p in h.points if p.key == "t_end"), ""), None)
+        if other is None and metric in (roles.names.get("loss"), roles.names.get("val_loss")):
+            other = roles.get(run, "val_loss" if metric == roles.names.get("loss") else "loss")
+        if other is not None and other.name != metric:
+            oi = _plot_index(other, max_points)
+            curves.append(Curve(other.name, other.steps[oi], other.values[oi], style="dashed"))
+            logy = False  # two curves, one scale: y_axis picks it from both
+        lr = roles.get(run, "lr")
+        right = []
+        # the learning rate beside what it drives (a loss, a grad norm), not beside step times
+        if lr is not None and len(lr) and metric in {roles.names.get(r) for r in ("loss", "val_loss", "grad_norm")}:
+            li = _plot_index(lr, max_points)
+            right.append(Curve(lr.name, lr.steps[li], lr.values[li]))
         markers = [(st, lab) for st, lab in markers_all if lab != h.rule]
         # every chart marks the first bad step the headline gives; the finding's own start beside it
         first = diag.first_bad_step if diag.first_bad_step is not None else h.first_bad_step
         if h.first_bad_step is not None and h.first_bad_step != first:
             markers.append((int(h.first_bad_step), f"{h.rule} from step {h.first_bad_step}"))
         specs.append(PlotSpec(metric=metric, title=f"{metric}: {h.category.replace('_', ' ')} ({h.rule})", curves=curves,
-                              first_bad_step=first, markers=markers, logy=logy))
+                              first_bad_step=first, markers=markers, logy=logy, right=right,
+                              right_label="learning rate" if right else "",
+                              smoothing=0.0 if metric == roles.names.get("lr") else SMOOTHING,
+                              ylabel="loss" if other is not None and "loss" in metric.lower() else None))
     return specs
+
+
+def _plot_index(s: Series, max_points: int) -> np.ndarray:
+    """Indices of the points a plot draws: at most ``max_points`` evenly spread, and every
+    non-finite one."""
+    idx = np.arange(len(s))
+    if idx.size > max_points:
+        idx = np.unique(np.concatenate([np.linspace(0, len(s) - 1, max_points).astype(np.int64),
+                                        np.flatnonzero(~np.isfinite(s.values))]))
+    return idx

@@ -17,7 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from trainaudit.answer.charts import PlotSpec, focus_range
+from trainaudit.answer.charts import (Curve, PlotSpec, nonfinite_tail, right_scale, smoothed, smoothing_label,
+                                      y_axis)
 from trainaudit.answer.schema import Answer
 from trainaudit.errors import InputError
 from trainaudit.safeio import load_json, read_text
@@ -72,11 +73,23 @@ def _as_float(x: Any) -> float:
         return math.nan
 
 
+def _curve(c: Curve, max_points: int, smooth: np.ndarray | None = None) -> dict[str, Any]:
+    s = np.asarray(c.steps, dtype=np.int64)
+    v = np.asarray(c.values, dtype=float)
+    n = min(len(s), len(v))
+    s, v = s[:n], v[:n]
+    idx = _thin(s, v, max_points)
+    out: dict[str, Any] = {"label": c.label, "style": c.style, "steps": [int(x) for x in s[idx]],
+                           "values": [_num(float(x)) for x in v[idx]]}
+    if smooth is not None:
+        out["smoothed"] = [_num(float(x)) for x in smooth[:n][idx]]
+    return out
+
+
 def spec_to_dict(spec: PlotSpec, max_points: int = MAX_POINTS) -> dict[str, Any]:
-    curves = []
-    for c in spec.curves:
-        steps, values = _series(c.steps, c.values, max_points)
-        curves.append({"label": c.label, "style": c.style, "steps": steps, "values": values})
+    """The chart as the page draws it: the same y-axis, smoothing, NaN/Inf tail and panel the PNG
+    uses (:mod:`trainaudit.answer.charts`), so both show the same thing."""
+    curves = [_curve(c, max_points, smoothed(spec, c)) for c in spec.curves]
     band = None
     if spec.band is not None:
         b = spec.band
@@ -87,11 +100,20 @@ def spec_to_dict(spec: PlotSpec, max_points: int = MAX_POINTS) -> dict[str, Any]
         idx = _thin(s[:n], hi[:n], max_points)
         band = {"label": b.label, "steps": [int(x) for x in s[idx]], "low": [_num(float(x)) for x in lo[idx]],
                 "high": [_num(float(x)) for x in hi[idx]]}
-    y = focus_range(spec)
-    return {"metric": spec.metric, "title": spec.title, "xlabel": spec.xlabel, "logy": bool(spec.logy),
+    y = y_axis(spec)
+    tail = nonfinite_tail(spec)
+    return {"metric": spec.metric, "title": spec.title, "xlabel": spec.xlabel, "ylabel": spec.ylabel or spec.metric,
+            "logy": y.scale == "log", "yscale": y.scale, "linthresh": y.linthresh,
             "first_bad_step": spec.first_bad_step, "markers": [[int(s), str(lab)] for s, lab in spec.markers],
             "curves": curves, "band": band, "window": list(spec.window) if spec.window else None,
-            "yrange": [_num(y[0]), _num(y[1])] if y else None}
+            "yrange": [_num(y.limits[0]), _num(y.limits[1])] if y.limits else None,
+            "explosion": [y.explosion[0], _num(y.explosion[1])] if y.explosion else None,
+            "nonfinite_tail": list(tail) if tail else None,
+            "smoothing": spec.smoothing or None,
+            "smoothing_label": smoothing_label(spec.smoothing) if spec.smoothing else None,
+            "right": [_curve(c, max_points) for c in spec.right], "right_label": spec.right_label or None,
+            "right_scale": right_scale(spec) if spec.right else None,
+            "panel": spec_to_dict(spec.panel, max_points) if spec.panel is not None else None}
 
 
 def charts_json(plots: Sequence[PlotSpec], max_points: int = MAX_POINTS) -> str:
@@ -122,8 +144,11 @@ def charts_from_answer(answer: Answer, max_points: int = MAX_POINTS) -> list[dic
     src = {s.id: s.path for s in answer.source_refs}
     charts = []
     for metric, facts in by_metric.items():
-        first_bad = next((d.first_bad_step for d in answer.findings if d.metric == metric
-                          and d.first_bad_step is not None), None)
+        # the step the headline gives, as the charts written beside the answer mark it
+        first_bad = answer.final_answer.first_bad_step
+        if first_bad is None:
+            first_bad = next((d.first_bad_step for d in answer.findings if d.metric == metric
+                              and d.first_bad_step is not None), None)
         comp = next((c for c in answer.comparisons if c.metric == metric), None)
         if first_bad is None and comp is not None:
             first_bad = comp.first_failing_step

@@ -108,8 +108,11 @@ def render_html(answer: Answer, charts: list[dict[str, Any]] | None = None, *, t
         body.append('<section id="charts"><h2>Charts</h2><p class="hint no-print">Drag across a chart to zoom, '
                     "double-click (or Reset) to zoom out, hover for values, click a legend entry to hide a curve.</p>")
         for i, chart in enumerate(charts):
+            panel = chart.get("panel")
+            below = (f'<div class="panel-title">{_e(panel.get("title"))}</div><div class="plot panel"></div>'
+                     if isinstance(panel, dict) else "")
             body.append(f'<figure class="chart" id="chart-{i}" data-index="{i}"><figcaption>{_e(chart.get("title"))}'
-                        f'</figcaption><div class="plot"></div></figure>')
+                        f'</figcaption><div class="plot"></div>{below}</figure>')
         body.append("</section>")
 
     if answer.comparisons:

@@ -4,11 +4,14 @@
    file adds what a report needs on top, in a draw hook: the gated window shaded, the golden band
    filled, the first bad step, rule markers whose labels never overlap, non-finite points as red
    triangles on the top edge, and points beyond the focused y range as grey triangles on the edge
-   they pass. */
+   they pass; the NaN/Inf tail as a labelled band on an x-axis that ends shortly after it starts,
+   the peak an explosion left off scale, the learning rate on a right axis, smoothed curves over
+   their faint raw values, and a golden chart's relative-difference panel zoomed with it (the
+   y-axis, smoothing and tail come computed in charts.json, the same as the PNG plots use). */
 (function () {
   "use strict";
   var COLORS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"];
-  var HEIGHT = 300;
+  var HEIGHT = 300, PANEL_HEIGHT = 190;
   var charts = [];
 
   function num(v) { return typeof v === "number" ? v : NaN; }  // "nan"/"inf"/"-inf"/null -> NaN
@@ -32,12 +35,28 @@
     return Math.ceil(size) + 4;
   }
 
-  function build(fig, spec) {
-    var box = fig.querySelector(".plot");
-    var curves = spec.curves, band = spec.band;
+  // what a report shows first: when the run is NaN/Inf to its end, the x-axis ends a little after
+  // that stretch starts (its band's label says where it ends), as in the PNG plots
+  var TAIL_SHARE = 0.2;
+  function view(spec, full) {
+    var t = spec.nonfinite_tail;
+    if (!t || !(full[1] > full[0]) || (full[1] - t[0]) / (full[1] - full[0]) <= TAIL_SHARE) return full;
+    var right = t[0] + Math.max(3, TAIL_SHARE / (1 - TAIL_SHARE) * (t[0] - full[0]));
+    if (spec.first_bad_step !== null && spec.first_bad_step !== undefined) right = Math.max(right, spec.first_bad_step + 3);
+    return [full[0], Math.min(right, full[1])];
+  }
+  function faint(hex) {  // a curve's colour, see-through: its raw values under its smoothed line
+    var n = parseInt(hex.slice(1), 16);
+    return "rgba(" + (n >> 16) + "," + ((n >> 8) & 255) + "," + (n & 255) + ",0.3)";
+  }
+  var RIGHT = "#9467bd";
+
+  // parent: the chart a panel sits under (the panel takes its x range, and zooms with it)
+  function build(fig, spec, box, sync, parent) {
+    var curves = spec.curves, band = spec.band, right = spec.right || [];
     // one x array (every step of every curve and of the band), every series aligned on it
     var seen = {};
-    curves.forEach(function (c) { c.steps.forEach(function (s) { seen[s] = 1; }); });
+    curves.concat(right).forEach(function (c) { c.steps.forEach(function (s) { seen[s] = 1; }); });
     if (band) band.steps.forEach(function (s) { seen[s] = 1; });
     var xs = Object.keys(seen).map(Number).sort(function (a, b) { return a - b; });
     var at = {};
@@ -49,14 +68,33 @@
       for (var i = 0; i < steps.length; i++) { var v = num(values[i]); out[at[steps[i]]] = isFinite(v) ? v : null; }
       return out;
     }
-    var logy = !!spec.logy && curves.every(function (c) { return c.values.every(function (v) { return typeof v !== "number" || v > 0; }); });
+    var yscale = spec.yscale || (spec.logy ? "log" : "linear");
+    if (yscale === "log" && !curves.every(function (c) { return c.values.every(function (v) { return typeof v !== "number" || v > 0; }); })) yscale = "linear";
+    var logy = yscale === "log";
     var data = [xs], series = [{ label: spec.xlabel || "step", value: function (u, v) { return v === null ? "–" : String(v); } }];
+    var rawIndex = [];  // per curve, its raw series (the one the NaN/Inf triangles belong to)
     curves.forEach(function (c, i) {
+      var color = COLORS[i % COLORS.length], smooth = !!c.smoothed;
       data.push(align(c.steps, c.values));
-      series.push({ label: c.label, stroke: COLORS[i % COLORS.length], width: c.style === "points" ? 0 : 1.5,
-                    dash: c.style === "dashed" ? [6, 4] : undefined, spanGaps: false,
-                    points: { show: c.style === "points", size: 4, fill: COLORS[i % COLORS.length] },
+      rawIndex.push(series.length);
+      series.push({ label: smooth ? c.label + " (raw)" : c.label, stroke: smooth ? faint(color) : color,
+                    width: c.style === "points" ? 0 : (smooth ? 1 : 1.5),
+                    dash: c.style === "dashed" && !smooth ? [6, 4] : undefined, spanGaps: false,
+                    points: { show: c.style === "points", size: 4, fill: color },
                     value: function (u, v) { return fmt(v); } });
+      if (smooth) {
+        data.push(align(c.steps, c.smoothed));
+        series.push({ label: c.label + ", " + spec.smoothing_label, stroke: color, width: 2,
+                      dash: c.style === "dashed" ? [6, 4] : undefined, spanGaps: false, points: { show: false },
+                      value: function (u, v) { return fmt(v); } });
+      }
+    });
+    var rmax = 0, rmin = Infinity;
+    right.forEach(function (c) {
+      data.push(align(c.steps, c.values));
+      c.values.forEach(function (v) { if (typeof v === "number") { rmax = Math.max(rmax, v); rmin = Math.min(rmin, v); } });
+      series.push({ label: c.label + " (right axis)", stroke: RIGHT, width: 1, scale: "right", spanGaps: true,
+                    points: { show: false }, value: function (u, v) { return fmt(v); } });
     });
     var bands = [];
     if (band) {
@@ -68,28 +106,47 @@
     }
     var full = [xs[0], xs[xs.length - 1]];
     if (!(full[1] > full[0])) full = [full[0] - 1, full[0] + 1];
-    var chart = { fig: fig, spec: spec, zoomed: false };
+    var shown = view(spec, full);
+    if (parent) { full = parent.whole; shown = parent.full; }
+    var chart = { fig: fig, spec: spec, zoomed: false, full: shown, whole: full };
+    var yopts = { distr: logy ? 3 : (yscale === "symlog" ? 4 : 1), range: function (u, min, max) {
+      if (!chart.zoomed && spec.yrange && yscale === "linear") return spec.yrange.slice();
+      if (logy) return uPlot.rangeLog(min, max, 10, true);
+      if (yscale === "symlog") return uPlot.rangeAsinh(min, max, 10, true);
+      return uPlot.rangeNum(min, max, 0.08, true);
+    } };
+    if (yscale === "symlog") yopts.asinh = spec.linthresh || 1;
+    var scales = {
+      x: { time: false, range: function (u, min, max) {
+        // the whole data range (first draw, double-click) is the view the report starts with
+        if (!(max > min) || (min <= full[0] && max >= full[1])) return shown.slice();
+        return [min, max];
+      } },
+      y: yopts
+    };
+    var axes = [{ label: spec.xlabel || "step", values: ticks }, { label: spec.ylabel || undefined, size: axisSize, values: ticks }];
+    if (right.length) {
+      var rlog = spec.right_scale === "log" && rmin > 0;
+      scales.right = rlog ? { distr: 3 } : { range: function () { return [rmin >= 0 ? 0 : rmin, (rmax * 1.08) || 1]; } };
+      axes.push({ scale: "right", side: 1, label: spec.right_label || undefined, stroke: RIGHT, size: axisSize,
+                  values: ticks, grid: { show: false } });
+    }
     var opts = {
-      width: box.clientWidth || 800, height: HEIGHT, series: series, bands: bands,
-      scales: {
-        x: { time: false, range: function (u, min, max) { return max > min ? [min, max] : full; } },
-        y: { distr: logy ? 3 : 1, range: function (u, min, max) {
-          if (!chart.zoomed && spec.yrange && !logy) return spec.yrange.slice();
-          if (logy) return uPlot.rangeLog(min, max, 10, true);
-          return uPlot.rangeNum(min, max, 0.08, true);
-        } }
-      },
-      axes: [{ label: spec.xlabel || "step", values: ticks }, { size: axisSize, values: ticks }],
-      cursor: { drag: { x: true, y: false } },
+      width: box.clientWidth || 800, height: spec.is_panel ? PANEL_HEIGHT : HEIGHT, series: series, bands: bands,
+      scales: scales, axes: axes,
+      cursor: { drag: { x: true, y: false }, sync: sync ? { key: sync, setSeries: false } : undefined },
       legend: { live: true },
       hooks: {
-        drawClear: [function (u) { shadeWindow(u, spec); }],
-        draw: [function (u) { overlay(u, spec, fig); }],
+        drawClear: [function (u) { shadeWindow(u, spec); shadeTail(u, spec); }],
+        draw: [function (u) { overlay(u, spec, fig, rawIndex); }],
         setScale: [function (u, key) {
           if (key !== "x") return;
-          var z = u.scales.x.min > full[0] + 1e-9 || u.scales.x.max < full[1] - 1e-9;
+          var z = u.scales.x.min > shown[0] + 1e-9 || u.scales.x.max < shown[1] - 1e-9;
           if (z !== chart.zoomed) { chart.zoomed = z; u.redraw(true, true); }
-          fig.setAttribute("data-zoomed", z ? "1" : "0");
+          if (!spec.is_panel) fig.setAttribute("data-zoomed", z ? "1" : "0");
+          (chart.linked || []).forEach(function (o) {
+            if (o.u.scales.x.min !== u.scales.x.min || o.u.scales.x.max !== u.scales.x.max) o.u.setScale("x", { min: u.scales.x.min, max: u.scales.x.max });
+          });
         }],
         setSeries: [function () { drawn(); }]
       }
@@ -101,17 +158,36 @@
       if (rows[rows.length - 1]) rows[rows.length - 1].style.display = "none";
     }
     function drawn() {
-      fig.setAttribute("data-drawn", String(u.series.filter(function (s, i) { return i > 0 && i <= curves.length && s.show; }).length));
+      if (spec.is_panel) return;
+      fig.setAttribute("data-drawn", String(rawIndex.filter(function (i) { return u.series[i].show; }).length));
     }
     drawn();
-    fig.setAttribute("data-zoomed", "0");
-    var tools = document.createElement("div"); tools.className = "tools";
-    var reset = document.createElement("button"); reset.type = "button"; reset.textContent = "Reset zoom";
-    reset.addEventListener("click", function () { u.setScale("x", { min: full[0], max: full[1] }); });
-    tools.appendChild(reset); box.appendChild(tools);
-    window.addEventListener("resize", function () { u.setSize({ width: box.clientWidth || 800, height: HEIGHT }); });
-    charts.push(chart);
+    if (!spec.is_panel) {
+      fig.setAttribute("data-zoomed", "0");
+      fig.setAttribute("data-yscale", yscale);
+      fig.setAttribute("data-right", String(right.length));
+      fig.setAttribute("data-smoothed", String(curves.filter(function (c) { return !!c.smoothed; }).length));
+      var tools = document.createElement("div"); tools.className = "tools";
+      var reset = document.createElement("button"); reset.type = "button"; reset.textContent = "Reset zoom";
+      reset.addEventListener("click", function () { u.setScale("x", { min: shown[0], max: shown[1] }); });
+      tools.appendChild(reset); box.appendChild(tools);
+    }
+    window.addEventListener("resize", function () { u.setSize({ width: box.clientWidth || 800, height: opts.height }); });
     return chart;
+  }
+
+  function shadeTail(u, spec) {
+    var t = spec.nonfinite_tail;
+    if (!t) return;
+    var c = u.ctx, b = u.bbox, dpr = devicePixelRatio, x0 = Math.max(b.left, px(u, t[0], "x")), x1 = b.left + b.width;
+    if (x1 <= x0) return;
+    c.save(); c.fillStyle = "rgba(214,39,40,0.12)"; c.fillRect(x0, b.top, x1 - x0, b.height);
+    c.fillStyle = "#8b1a1a"; c.font = (11 * dpr) + "px system-ui, sans-serif"; c.textAlign = "left";
+    var lines = ["NaN/Inf from step " + t[0], "to step " + t[1] + " (" + t[2] + " steps)"];
+    var w = Math.max(c.measureText(lines[0]).width, c.measureText(lines[1]).width);
+    var x = x0 + 4 * dpr + w > x1 ? x1 - w - 4 * dpr : x0 + 4 * dpr, y = b.top + b.height / 2;
+    c.fillText(lines[0], x, y); c.fillText(lines[1], x, y + 13 * dpr);
+    c.restore();
   }
 
   function px(u, v, key) { return u.valToPos(v, key, true); }
@@ -136,7 +212,7 @@
     return rowsEnd.length;
   }
 
-  function overlay(u, spec, fig) {
+  function overlay(u, spec, fig, rawIndex) {
     var c = u.ctx, b = u.bbox, dpr = devicePixelRatio, l = b.left, r = b.left + b.width, top = b.top, bot = b.top + b.height;
     var inX = function (x) { return x >= l - 0.5 && x <= r + 0.5; };
     c.save();
@@ -169,7 +245,7 @@
     // non-finite points (red) and points beyond the y range (grey): triangles on the edge
     var ymin = u.scales.y.min, ymax = u.scales.y.max, bad = 0, off = 0;
     spec.curves.forEach(function (cv, ci) {
-      if (!u.series[ci + 1].show) return;
+      if (!u.series[rawIndex[ci]].show) return;
       for (var i = 0; i < cv.steps.length; i++) {
         var v = cv.values[i], x = px(u, cv.steps[i], "x");
         if (!inX(x)) continue;
@@ -178,6 +254,13 @@
         else if (v < ymin) { triangle(c, x, bot, false, "#666", dpr); off++; }
       }
     });
+    if (spec.explosion && off) {  // the peak the range leaves out, said in words at the top
+      var ex = spec.explosion, ev = num(ex[1]), text = (ev > 0 ? "\u2191 " : "\u2193 ") + fmt(ev) + " at step " + ex[0] + " (off scale)";
+      c.save(); c.font = (11 * dpr) + "px system-ui, sans-serif"; c.fillStyle = "#555"; c.textAlign = "left";
+      var ew = c.measureText(text).width, exx = Math.min(Math.max(px(u, ex[0], "x") - ew - 6 * dpr, l + 2 * dpr), r - ew - 2 * dpr);
+      c.fillText(text, exx, ev > 0 ? top + 38 * dpr : bot - 24 * dpr); c.restore();
+    }
+    if (spec.is_panel) return;
     fig.setAttribute("data-nonfinite", String(bad));
     fig.setAttribute("data-offscale", String(off));
   }
@@ -193,7 +276,18 @@
   var data = JSON.parse(document.getElementById("ta-data").textContent);
   data.charts.forEach(function (spec, i) {
     var fig = document.getElementById("chart-" + i);
-    if (fig && spec.curves && spec.curves.length) build(fig, spec);
+    if (!fig || !spec.curves || !spec.curves.length) return;
+    var boxes = fig.querySelectorAll(".plot"), sync = spec.panel ? "chart-" + i : null;
+    var chart = build(fig, spec, boxes[0], sync);
+    charts.push(chart);
+    if (spec.panel && boxes[1] && spec.panel.curves && spec.panel.curves.length) {
+      // the relative difference under the absolute values: same steps, zoomed together
+      spec.panel.is_panel = true;
+      chart.panel = build(fig, spec.panel, boxes[1], sync, chart);
+      chart.linked = [chart.panel]; chart.panel.linked = [chart];
+      chart.panel.u.setScale("x", { min: chart.u.scales.x.min, max: chart.u.scales.x.max });
+      fig.setAttribute("data-panel", "1");
+    }
   });
   window.trainauditCharts = charts;  // for tests and for the curious: each chart's uPlot instance is .u
   // evidence links: flash the target after the browser scrolled to it
