@@ -23,7 +23,7 @@ OOS_FIRST_BAD_STEP_FLOOR = 94
 OOS_FALSE_ALARMS_CEILING = 10
 # out of sample on the real framework runs (tests/corpus/runs), grouped by family
 OOS_RUNS_TOP1_FLOOR = 333
-OOS_RUNS_FIRST_BAD_STEP_FLOOR = 186
+OOS_RUNS_FIRST_BAD_STEP_FLOOR = 204
 OOS_RUNS_FALSE_ALARMS_CEILING = 2
 
 
