@@ -21,6 +21,10 @@ DOC = Path(__file__).resolve().parents[2] / "docs" / "accuracy.md"
 OOS_TOP1_FLOOR = 259
 OOS_FIRST_BAD_STEP_FLOOR = 94
 OOS_FALSE_ALARMS_CEILING = 10
+# out of sample on the real framework runs (tests/corpus/runs), grouped by family
+OOS_RUNS_TOP1_FLOOR = 333
+OOS_RUNS_FIRST_BAD_STEP_FLOOR = 204
+OOS_RUNS_FALSE_ALARMS_CEILING = 2
 
 
 @pytest.fixture(scope="module")
@@ -44,6 +48,15 @@ def test_out_of_sample_score_does_not_drop(oos: list[fd.Outcome]) -> None:
     assert s.right >= OOS_TOP1_FLOOR, misses
     assert s.step_ok >= OOS_FIRST_BAD_STEP_FLOOR
     assert s.false_alarms <= OOS_FALSE_ALARMS_CEILING
+
+
+def test_out_of_sample_score_on_framework_runs_does_not_drop(oos: list[fd.Outcome]) -> None:
+    s = fd.summarise([o for o in oos if o.kind == "runs"])
+    misses = [f"{o.result.case.name}: {o.result.case.category} -> {o.result.category}" for o in oos
+              if o.kind == "runs" and not o.result.cat_ok]
+    assert s.right >= OOS_RUNS_TOP1_FLOOR, misses
+    assert s.step_ok >= OOS_RUNS_FIRST_BAD_STEP_FLOOR
+    assert s.false_alarms <= OOS_RUNS_FALSE_ALARMS_CEILING, misses
 
 
 def test_in_sample_is_no_worse_than_out_of_sample(items: list[fd.Analysed], oos: list[fd.Outcome]) -> None:

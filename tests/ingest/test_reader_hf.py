@@ -169,3 +169,26 @@ def test_detection(tmp_path: Path) -> None:
     assert _detected(write_lines(tmp_path / "ax.log", AXOLOTL_LOGGING)) == "text"
     # A Megatron log with an HF-looking line in its config dump stays Megatron.
     assert _detected(write_lines(tmp_path / "mix.log", MEGATRON + HF_OLD)) == "megatron"
+
+
+def test_stdout_dicts_take_the_global_step_of_the_progress_bar_after_them() -> None:
+    # A real HF Trainer run on CPU (tests/corpus/runs, logging_steps=5 and 4, max_steps 200 and 160):
+    # ProgressCallback prints each dict with tqdm.write, which redraws the bar at the global step.
+    runs = Path(__file__).resolve().parents[1] / "corpus" / "runs"
+    run, _ = load_run([str(runs / "hf-slow-s1-every5" / "log.txt")])
+    assert run.series["loss"].steps.tolist() == list(range(5, 201, 5))
+    assert run.meta["step_text"][5] == "epoch 0.025"
+    run, _ = load_run([str(runs / "hf-overfit-s1-every4" / "log.txt")])
+    # the eval bar printed between a train dict and its eval dict does not number either of them
+    assert run.series["loss"].steps.tolist() == list(range(4, 161, 4))
+    assert run.series["eval_loss"].steps.tolist() == run.series["loss"].steps.tolist()
+
+
+def test_a_bar_that_does_not_move_forward_leaves_the_interval(tmp_path: Path) -> None:
+    bar = "  5%|5         | {}/200 [00:00<00:00, 689.90it/s]"
+    lines = ["{'loss': 2.0, 'epoch': 0.05}", bar.format(10), "{'loss': 1.9, 'epoch': 0.1}", bar.format(20),
+             "{'loss': 1.8, 'epoch': 0.15}", "{'loss': 1.7, 'epoch': 0.2}", bar.format(3)]
+    run, _ = load_run([str(write_lines(tmp_path / "train.log", lines))])
+    # 10 and 20 from the bar; the third dict has no bar after it (one interval on), the fourth a bar
+    # that went back (a bar of another loop): one interval on again
+    assert run.series["loss"].steps.tolist() == [10, 20, 30, 40]

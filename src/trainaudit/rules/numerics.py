@@ -344,6 +344,30 @@ def _scale_from_events(events: list[Event]) -> list[tuple[Event, float]]:
     return out
 
 
+def skipped_per_interval(sk: Series) -> np.ndarray:
+    """Skipped iterations in each logged interval (the first point's interval is unknown for a
+    counter since the start: it counts nothing).
+    DeepSpeed's ``skipped=N`` counts since the start (it never decreases); Megatron's "number of
+    skipped iterations" counts per log interval
+    (https://github.com/NVIDIA/Megatron-LM/blob/main/megatron/training/training.py, training_log)."""
+    y = sk.values
+    cumulative = bool(np.all(np.diff(y) >= 0)) and not sk.name.lower().startswith("number of")
+    return np.diff(y, prepend=y[0]) if cumulative else y
+
+
+def skip_rate(sk: Series, start: int = 1) -> float:
+    """The share of optimizer steps skipped from logged point ``start`` on: skipped iterations over
+    the steps those points cover (a counter logged every 10 steps that grows by one per interval is
+    one step in ten, the dynamic scaler probing upwards as designed, not every step)."""
+    start = max(1, start)
+    if len(sk) <= start:
+        return 0.0
+    span = float(sk.steps[-1] - sk.steps[start - 1])
+    if span <= 0:
+        return 0.0
+    return min(1.0, float(np.sum(skipped_per_interval(sk)[start:])) / span)
+
+
 class LossScaleCollapse(Rule):
     """Detects fp16 dynamic loss-scale collapse: the loss scale halving again and again down to
     its floor, skipped-iteration counters climbing, or the "minimum loss scale reached" exit of
@@ -363,8 +387,8 @@ class LossScaleCollapse(Rule):
 
     Thresholds: ``min_scale`` a scale at or below this counts as collapsed (1.0),
     ``late_halvings`` halvings after the first ``calibration_frac`` of the run that count as a
-    collapse even above the floor (8), ``skip_frac`` fraction of skipped iterations in the last
-    quarter (0.5), ``chain`` overflows in a row, each reducing the scale again, down to
+    collapse even above the floor (8), ``skip_frac`` share of the optimizer steps in the last
+    quarter that were skipped (0.5), ``chain`` overflows in a row, each reducing the scale again, down to
     ``chain_scale`` or less (5, 128: far below where a healthy fp16 run's scale settles; a short
     paste shows nothing else).
     """
@@ -433,17 +457,14 @@ class LossScaleCollapse(Rule):
             hits += self._chain(overflow)
         sk = ctx.series("skipped", finite=True)
         if not hits and sk is not None and len(sk) >= 8:
-            y = sk.values
-            # DeepSpeed's "skipped=N" counts since the start (never decreases); Megatron's "number of
-            # skipped iterations" counts per log interval
-            cumulative = bool(np.all(np.diff(y) >= 0)) and not sk.name.lower().startswith("number of")
-            per = np.diff(y, prepend=y[0]) if cumulative else y
+            per = skipped_per_interval(sk)
             q = len(per) * 3 // 4
-            frac = float(np.mean(per[q:] > 0))
+            frac = skip_rate(sk, q)
             if frac >= self.p.skip_frac:
                 i = q + int(np.flatnonzero(per[q:] > 0)[0])
-                h = self.hit(f"{sk.name}: iterations are skipped in {frac:.0%} of the last quarter of the logged steps "
-                             f"(fp16 overflow every step)", 0.7, metric=sk.name, first_bad_step=int(sk.steps[i]),
+                h = self.hit(f"{sk.name}: {frac:.0%} of the optimizer steps in the last quarter of the log "
+                             f"(steps {int(sk.steps[q - 1])} to {int(sk.steps[-1])}) were skipped (fp16 overflow "
+                             "step after step)", 0.7, metric=sk.name, first_bad_step=int(sk.steps[i]),
                              last_step=int(sk.steps[-1]))
                 h.point("first", sk, i, f"{sk.name} when skipping starts")
                 h.point("tail", sk, len(sk) - 1, f"{sk.name} over the last quarter", indices=np.arange(q, len(sk)))

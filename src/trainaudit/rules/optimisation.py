@@ -900,3 +900,76 @@ class ImpossibleLoss(Rule):
         h.point("values", s, len(s) - 1, f"{s.name} on every logged step", indices=np.arange(len(s)))
         h.calc("n_below", f"logged values of {s.name} below {bound:g}", f"count({{values}} < {bound!r})", unit="count")
         return [h]
+
+
+# a metric that counts how varied the generated samples are: modes covered (the mixture-of-Gaussians
+# benchmark of Metz et al., "Unrolled GANs", https://arxiv.org/abs/1611.02163, section 3.1), distinct-n
+# (Li et al., https://arxiv.org/abs/1510.03055), or a diversity / unique-samples count
+_DIVERSITY = re.compile(r"(?:^|[^a-z])(?:modes|modes_covered|num_modes|n_modes|distinct(?:_?\d)?|diversity|"
+                        r"unique_(?:samples|outputs|images|preds|predictions))(?:[^a-z]|$)")
+
+
+class DiversityCollapse(Rule):
+    """Detects mode collapse in a logged diversity metric: the number of modes the generator
+    covers (or distinct-n, a diversity score, unique samples) falls to a small share of the level
+    it had reached, and stays there to the end of the log.
+
+    Why: a generator that covered the modes and then maps every noise vector to one or two
+    outputs has collapsed; a GAN's losses often look normal while it does (the discriminator and
+    the generator keep trading), so the diversity metric is the evidence.
+
+    Fix: look at what changed at the first bad step (the noise fed to the generator, its
+    temperature, the learning rates of the two networks); minibatch discrimination, unrolled or
+    Wasserstein losses, and a lower generator lr counter collapse.
+
+    Example: ``step   600/800 | d_loss 1.2102 | g_loss 0.8884 | modes_covered 0`` after
+    ``modes_covered 8`` on every step before.
+
+    Thresholds: the last ``min_tail`` (3) or more logged values all at or below ``drop_frac``
+    (0.25) of the highest level reached before them (a centred median of 3 points, so one lucky
+    batch is not a level).
+    """
+
+    id = "TA211"
+    name = "diversity-collapse"
+    category = Category.MODE_COLLAPSE
+    severity = Severity.HIGH
+    guidance = Guidance(
+        fix="Check what changed at the first bad step (the generator's noise input, its temperature, the lrs of the "
+            "two networks); counter collapse with a lower generator lr, minibatch discrimination or a Wasserstein loss.",
+        impact="The diversity metric returns to the level it had reached and stays there.",
+        verify="Log the diversity metric (modes covered, distinct-n) and look at a grid of samples at the same steps.")
+
+    class Params(Thresholds):
+        min_tail: int = 3
+        drop_frac: float = 0.25
+
+    def check(self, ctx: Context) -> list[Hit]:
+        for name in sorted(ctx.run.series):
+            if "@rank" in name or not _DIVERSITY.search(name.lower().replace(" ", "_")):
+                continue
+            s = ctx.run.series[name]
+            ok = np.isfinite(s.values)
+            v, steps = s.values[ok], s.steps[ok]
+            n = v.size
+            if n < self.p.min_tail + 2:
+                continue
+            level = rolling_median(v, 3)
+            peak = np.concatenate([[0.0], np.maximum.accumulate(level)[:-1]])  # highest level before each point
+            tail_max = np.maximum.accumulate(v[::-1])[::-1]  # highest value from each point on
+            hit_at = np.flatnonzero((peak > 0) & (tail_max <= self.p.drop_frac * peak)
+                                    & (np.arange(n) <= n - self.p.min_tail))
+            if not hit_at.size:
+                continue
+            i = int(hit_at[0])
+            top = int(np.argmax(level[:i]))
+            idx = np.flatnonzero(ok)
+            h = self.hit(f"{name} fell from {level[top]:g} (step {int(steps[top])}) to {v[i]:g} at step {int(steps[i])} "
+                         f"and stays at or below {v[i:].max():g} for the last {n - i} logged values: the generated "
+                         "samples collapsed onto a few modes", 0.8, metric=name, first_bad_step=int(steps[i]),
+                         last_step=int(steps[-1]))
+            h.point("before", s, int(idx[top]), f"{name} at the level it had reached")
+            h.point("first", s, int(idx[i]), f"{name} at the first collapsed step")
+            h.point("tail", s, int(idx[-1]), f"{name} over the collapsed stretch", indices=idx[i:])
+            return [h]
+        return []

@@ -9,11 +9,17 @@ the leading ``{``. We therefore tokenise ``'key': value`` pairs ourselves instea
 Step numbering (the printed dict carries no step):
 - a dict with a ``step`` key, or ms-swift's ``global_step/max_steps``, gives the step itself;
 - otherwise a *train* dict (no ``eval_``/``test_`` keys, not the end-of-training summary) gets
-  the 1-based index of train dicts seen so far in this file;
+  the count of the training progress bar printed right after it: ``ProgressCallback.on_log``
+  prints the dict with ``tqdm.write``, which redraws the bar at its current count, the global step
+  (https://github.com/huggingface/transformers/blob/main/src/transformers/trainer_callback.py,
+  https://github.com/tqdm/tqdm/blob/master/tqdm/std.py ``external_write_mode``);
+- without such a bar, the previous train dict's step plus the interval seen between bar counts,
+  or, when no bar was ever read, the 1-based index of train dicts seen so far in this file;
 - eval dicts and the end-of-training summary (``train_runtime``...) get the step of the last
   train dict (0 before the first one).
 The index is not the optimizer step unless ``logging_steps=1``; ``trainer_state.json`` (reader
-``hf_trainer_state``) has the real ``step`` of every entry.
+``hf_trainer_state``) has the real ``step`` of every entry. A train dict is therefore written when
+the next line comes (or at the end of the file).
 
 Every numeric key is kept under its own name, ``epoch`` included (it is fractional and monotone).
 """
@@ -51,6 +57,8 @@ PAIR_RE = re.compile(
 HF_KEYS = ("'loss'", "'learning_rate'", "'epoch'", "'eval_", "'train_runtime'", "'grad_norm'")
 SUMMARY_KEYS = ("train_runtime", "train_samples_per_second", "train_steps_per_second")
 SWIFT_STEP_KEY = "global_step/max_steps"
+# tqdm's count and total: "  2%|2         | 5/200 [00:00<00:00, 541.72it/s]"
+BAR_RE = re.compile(r"\|\s*+(\d{1,12})/(\d{1,12}) \[")
 STATE_META_KEYS = ("max_steps", "num_train_epochs", "logging_steps", "eval_steps", "save_steps",
                    "train_batch_size", "global_step", "epoch", "best_metric", "best_model_checkpoint",
                    "best_global_step", "total_flos", "num_input_tokens_seen")
@@ -103,13 +111,18 @@ class HFReader(LineReader):
         return 0.85 if n >= 2 else 0.7
 
     def new_state(self) -> dict:
-        return {"n_train": 0, "last_step": 0, "texts": {}}
+        return {"n_train": 0, "last_step": 0, "texts": {}, "pending": None, "interval": 0, "bar_total": None}
 
     def finish(self, sink: Sink, state: dict) -> None:
+        self._flush(sink, state, None)
         if state["texts"]:
             sink.meta("step_text", state["texts"])  # the step is the dict's number; the log prints the epoch
 
     def feed(self, line: Line, sink: Sink, state: dict) -> None:
+        if state["pending"] is not None:
+            bar = BAR_RE.search(line.text) if "/" in line.text and "[" in line.text else None
+            if bar is not None or line.text.strip():
+                self._flush(sink, state, bar)
         if "'" not in line.text or not line.text.rstrip().endswith("}"):
             return
         m = DICT_RE.search(line.text)
@@ -123,14 +136,37 @@ class HFReader(LineReader):
         step = self._explicit_step(logs, sink)
         if kind == "train":
             state["n_train"] += 1
-            if step is None:
-                step = state["n_train"]
-                epoch = logs.get("epoch")
-                if isinstance(epoch, float) and len(state["texts"]) < 200_000:
-                    state["texts"][step] = f"epoch {epoch:g}"
+            if step is None:  # numbered by the bar that follows it
+                state["pending"] = (logs, line)
+                return
             state["last_step"] = step
         elif step is None:
             step = state["last_step"]
+        self._write(logs, kind, step, line, sink, state)
+
+    def _flush(self, sink: Sink, state: dict, bar: re.Match[str] | None) -> None:
+        """Write the pending train dict at the bar's count (a count that moves forward on the
+        training bar), else one interval after the previous train dict."""
+        pending, state["pending"] = state["pending"], None
+        if pending is None:
+            return
+        logs, line = pending
+        last = state["last_step"]
+        step = None
+        if bar is not None and state["bar_total"] in (None, bar.group(2)) and int(bar.group(1)) > last:
+            step = int(bar.group(1))
+            if state["n_train"] > 1:
+                state["interval"] = step - last
+            state["bar_total"] = bar.group(2)
+        if step is None:
+            step = last + state["interval"] if state["interval"] else state["n_train"]
+        epoch = logs.get("epoch")
+        if isinstance(epoch, float) and len(state["texts"]) < 200_000:
+            state["texts"][step] = f"epoch {epoch:g}"
+        state["last_step"] = step
+        self._write(logs, "train", step, line, sink, state)
+
+    def _write(self, logs: dict[str, float | str], kind: str, step: int, line: Line, sink: Sink, state: dict) -> None:
         if "framework" not in state:
             state["framework"] = True
             sink.meta("framework", "hf")
