@@ -66,7 +66,7 @@ def _steps_up(v: np.ndarray, factor: float) -> bool:
     # median qualify (in a healthy series: nowhere)
     maybe = np.flatnonzero(after >= factor * np.minimum.accumulate(v)[:-2]) + 1
     if maybe.size <= 64:
-        return any(0 < (m := float(np.median(v[:i]))) and float(after[i - 1]) >= factor * m for i in maybe.tolist())
+        return any((m := float(np.median(v[:i]))) > 0 and float(after[i - 1]) >= factor * m for i in maybe.tolist())
     # many candidates: the running median of the prefix, with two heaps (lower half negated)
     low: list[float] = []
     high: list[float] = []
@@ -108,9 +108,8 @@ def patterns(run: Run, ctx: Context) -> dict[str, float]:
     if skipped is not None and len(skipped) >= 3 and bool(np.all(skipped.values > 0)):
         out[Category.LOSS_SCALE_COLLAPSE.value] = 1.0
     gn = ctx.series("grad_norm", finite=True)
-    if gn is not None and len(gn) >= 4:
-        if _steps_up(np.abs(gn.values), 10.0):
-            out[Category.GRAD_EXPLOSION.value] = 1.0
+    if gn is not None and len(gn) >= 4 and _steps_up(np.abs(gn.values), 10.0):
+        out[Category.GRAD_EXPLOSION.value] = 1.0
     data, step = ctx.series("data_time", finite=True), ctx.series("step_time", finite=True)
     if data is not None and step is not None and len(data) >= 3 and len(step) >= 3:
         sd, ss = float(np.median(data.values)), float(np.median(step.values))

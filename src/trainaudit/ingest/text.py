@@ -13,7 +13,7 @@ from __future__ import annotations
 import io
 import math
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import BinaryIO, cast
 
@@ -70,6 +70,48 @@ def iter_lines(stream: BinaryIO) -> Iterator[Line]:
     reader = stream if isinstance(stream, io.BufferedIOBase) else io.BufferedReader(cast(io.RawIOBase, stream))
     for no, braw in enumerate(reader, 1):
         yield from split_line(no, braw)
+
+
+GATED_BLOCK = 1 << 20  # bytes read at a time by iter_gated
+
+
+def iter_gated(stream: BinaryIO, gate: re.Pattern[str], everything: Callable[[], bool]) -> Iterator[Line]:
+    """The lines of :func:`iter_lines` in whose ``text`` ``gate`` finds something, and every line
+    while ``everything()`` is true (asked as each line is reached). ``gate`` is ASCII literals
+    only (alternatives, groups, escapes: no anchor, class or repetition), so its bytes copy finds
+    in a physical line whatever it finds in the line's cleaned segments; the physical lines where
+    it finds nothing (and no ANSI escape, whose removal could join a needle) are never decoded."""
+    raw_gate = re.compile(gate.pattern.encode("ascii") + b"|\x1b")
+    no = 0
+    rest = b""
+    while True:
+        block = stream.read(GATED_BLOCK)
+        data = rest + block if rest else block
+        end = data.rfind(b"\n") + 1 if block else len(data)
+        pos = 0
+        while pos < end:
+            if everything():
+                nl = data.find(b"\n", pos, end)
+                stop = end if nl < 0 else nl + 1
+            else:
+                m = raw_gate.search(data, pos, end)
+                if m is None:
+                    no += data.count(b"\n", pos, end)
+                    break
+                start = data.rfind(b"\n", pos, m.start()) + 1
+                if start > pos:
+                    no += data.count(b"\n", pos, start)
+                    pos = start
+                nl = data.find(b"\n", m.end(), end)
+                stop = end if nl < 0 else nl + 1
+            no += 1
+            for line in split_line(no, data[pos:stop]):
+                if everything() or gate.search(line.text) is not None:
+                    yield line
+            pos = stop
+        if not block:
+            return
+        rest = data[end:]
 
 
 def split_line(no: int, braw: bytes) -> list[Line]:

@@ -44,7 +44,7 @@ from trainaudit.ingest.formats.generic import num
 from trainaudit.ingest.signatures import SignatureScanner
 from trainaudit.ingest.sink import Sink
 from trainaudit.ingest.sources import InputFile, read_head
-from trainaudit.ingest.text import Line, iter_lines
+from trainaudit.ingest.text import Line
 from trainaudit.model import Event, EventKind, SourceKind
 
 _N = r"[-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|nan|inf)"
@@ -69,6 +69,9 @@ PIPE_FIELD_RE = re.compile(r"(?<!\S)(\S+): (\S+)")
 # Brackets do not nest in the bar or the tags after it, so each scan stops at the next "[".
 BAR_BEFORE_RE = re.compile(r"(?<!\d)(\d++)/\d++ \[[\d:]++<[\d:?]++[^\[\]]*+\]\s*+(?:\[[^\[\]]*+\]\s*+)*+$")
 MIN_SCALE_RE = re.compile(r"Current loss scale already at minimum")
+# Literals in every line ``_engine`` reads (a needle of each pattern above), for the line gate
+ENGINE_GATE = (r"OVERFLOW|Overflow detected|step=|SamplesPerSec=|time \(ms\) \||steps: |Current loss scale"
+               r"|\[deepspeed\]|\[deepscale\]|DeepSpeed info: version=")
 ENGINE_HINT_RE = re.compile(r"\[(?:deepspeed|deepscale)\]|DeepSpeed info: version=|\[Rank \d+\] step=\d+, skipped=")
 
 
@@ -118,8 +121,10 @@ class DeepSpeedReader(LineReader):
         else:
             sink.meta("framework", "deepspeed")
         spare = SpareNumbers(sink)
+        gate = None if delegate is not None and delegate.gate is None else \
+            ENGINE_GATE + ("" if delegate is None else f"|{delegate.gate}")
         with inp.open() as stream:
-            for line in iter_lines(stream):
+            for line in self.lines(stream, scanner, spare, gate):
                 if not self._engine(line, sink, state) and delegate is not None:
                     before = sink.last_step
                     delegate.feed(line, sink, dstate)

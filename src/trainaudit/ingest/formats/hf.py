@@ -92,6 +92,7 @@ class HFReader(LineReader):
     name = "hf"
     kind = SourceKind.LOG
     description = "HF Trainer / TRL / axolotl / ms-swift stdout log dicts ({'loss': ..., 'epoch': ...})"
+    gate = r"\}"  # a dict ends its line (feed); tqdm's redraws between dicts are never read
 
     def sniff(self, sample: Sample) -> float:
         n = 0

@@ -1,0 +1,111 @@
+"""A line format with a gate (``LineReader.gate``) reads only the lines its gate or the signature
+scanner's literals find, and gives exactly what it gives reading every line: the same series
+(steps, values bitwise, lines), events and metadata. Checked on the benchmark's generated logs of
+each gated format, healthy and failing (NaN from a point on, then a traceback), with small blocks
+so block edges fall everywhere; and ``iter_gated`` against ``iter_lines`` on random logs of
+prefixes, ANSI colours, carriage-return redraws, invalid UTF-8 and tracebacks."""
+
+from __future__ import annotations
+
+import random
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from shared_data import REPO
+from test_text_bulk import snapshot
+
+from trainaudit.ingest import load_run, text
+from trainaudit.ingest.base import LineReader, line_gate
+from trainaudit.ingest.formats import FORMATS
+from trainaudit.ingest.formats.deepspeed import ENGINE_GATE
+from trainaudit.ingest.text import iter_gated, iter_lines
+
+GATED = sorted(c.name for c in FORMATS if issubclass(c, LineReader) and c.gate is not None)
+
+
+def ungated(monkeypatch: pytest.MonkeyPatch) -> None:
+    for c in FORMATS:
+        if issubclass(c, LineReader) and c.gate is not None:
+            monkeypatch.setattr(c, "gate", None)
+
+
+def generated(tmp_path: Path, fmt: str, fail: bool) -> Path:
+    out = tmp_path / f"{fmt}{'-fail' if fail else ''}.log"
+    subprocess.run([sys.executable, str(REPO / "benchmarks" / "gen_format_logs.py"), fmt, str(out), "--size", "300K",
+                    *(["--fail-from", "0.6"] if fail else [])], check=True, capture_output=True)
+    return out
+
+
+def test_the_gated_formats() -> None:
+    assert "hf" in GATED  # deepspeed gates by its engine literals and its delegate's gate (ENGINE_GATE)
+    for c in FORMATS:
+        if issubclass(c, LineReader) and c.gate is not None:
+            line_gate(c.gate)  # a literal pattern
+            assert c.gate.isascii()
+    assert ENGINE_GATE.isascii()
+
+
+@pytest.mark.parametrize("fail", [False, True], ids=["healthy", "failing"])
+@pytest.mark.parametrize("fmt", ["hf", "deepspeed"])
+def test_generated_logs_read_the_same(fmt: str, fail: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    log = generated(tmp_path, fmt, fail)
+    monkeypatch.setattr(text, "GATED_BLOCK", 4093)
+    run, _ = load_run([str(log)])
+    assert run.sources[0].format == fmt
+    assert len(run.series["loss"]) > 100
+    kinds = {e.kind.value for e in run.events}
+    assert ("traceback" in kinds) == fail
+    with monkeypatch.context() as m:
+        ungated(m)
+        whole, _ = load_run([str(log)])
+    assert snapshot(run) == snapshot(whole)
+
+
+def test_tqdm_redraws_are_not_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    log = generated(tmp_path, "hf", False)
+    seen: list[str] = []
+    real = iter_gated
+
+    def spy(*a: object, **k: object):  # type: ignore[no-untyped-def]
+        for line in real(*a, **k):  # type: ignore[arg-type]
+            seen.append(line.text)
+            yield line
+
+    monkeypatch.setattr("trainaudit.ingest.base.iter_gated", spy)
+    load_run([str(log)])
+    with open(log, "rb") as f:
+        every = [ln.text for ln in iter_lines(f)]
+    assert seen and len(seen) * 5 < len(every)
+    assert all("it/s]" not in t for t in seen[20:])  # after the first dicts, no bar is decoded
+
+
+PIECES = ["[rank3]:", "[default1]:", "12: ", "\x1b[32m", "\x1b[0m", "\r", "\r\n", " step: 4 ", "{'loss': 1.5}",
+          "Traceback (most recent call last):", '  File "x.py", line 3, in f', "RuntimeError: boom", "**",
+          "PRED 3: a b", "\xff\xfe", "é", "}", "loss", "CUDA out of memory", "noise ", "  ", "H-1\t-0.5\tx"]
+
+
+def random_log(rng: random.Random, n: int) -> bytes:
+    lines = ["".join(rng.choice(PIECES) for _ in range(rng.randrange(0, 6))) for _ in range(n)]
+    data = "\n".join(lines).encode("utf-8", "surrogateescape")
+    return data.replace("\xff\xfe".encode(), b"\xff\xfe") + (b"\n" if rng.random() < 0.5 else b"")
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_iter_gated_is_iter_lines_filtered(seed: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    rng = random.Random(seed)
+    monkeypatch.setattr(text, "GATED_BLOCK", rng.choice([1, 7, 64, 4096]))
+    path = tmp_path / "r.log"
+    path.write_bytes(random_log(rng, 400))
+    gate = re.compile(r"\}|step:")
+    with open(path, "rb") as f:
+        want = [(ln.no, ln.text, ln.rank, ln.raw) for ln in iter_lines(f) if gate.search(ln.text)]
+    with open(path, "rb") as f:
+        got = [(ln.no, ln.text, ln.rank, ln.raw) for ln in iter_gated(f, gate, lambda: False)]
+    assert got == want and want
+    with open(path, "rb") as f:
+        every = [(ln.no, ln.text, ln.rank, ln.raw) for ln in iter_lines(f)]
+    with open(path, "rb") as f:
+        assert [(ln.no, ln.text, ln.rank, ln.raw) for ln in iter_gated(f, gate, lambda: True)] == every
