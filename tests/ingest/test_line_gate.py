@@ -82,7 +82,8 @@ def test_tqdm_redraws_are_not_read(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     assert all("it/s]" not in t for t in seen[20:])  # after the first dicts, no bar is decoded
 
 
-PIECES = ["[rank3]:", "[default1]:", "12: ", "\x1b[32m", "\x1b[0m", "\r", "\r\n", " step: 4 ", "{'loss': 1.5}",
+PIECES = ["{'loss': 2.5, 'epoch': 0.1}", "{'eval_loss': nan}", "DeepSpeed info: version=0.14", "step=3, skipped=0, lr=[0.1]",
+          "[rank3]:", "[default1]:", "12: ", "\x1b[32m", "\x1b[0m", "\r", "\r\n", " step: 4 ", "{'loss': 1.5}",
           "Traceback (most recent call last):", '  File "x.py", line 3, in f', "RuntimeError: boom", "**",
           "PRED 3: a b", "\xff\xfe", "é", "}", "loss", "CUDA out of memory", "noise ", "  ", "H-1\t-0.5\tx"]
 
@@ -109,3 +110,37 @@ def test_iter_gated_is_iter_lines_filtered(seed: int, tmp_path: Path, monkeypatc
         every = [(ln.no, ln.text, ln.rank, ln.raw) for ln in iter_lines(f)]
     with open(path, "rb") as f:
         assert [(ln.no, ln.text, ln.rank, ln.raw) for ln in iter_gated(f, gate, lambda: True)] == every
+
+
+@pytest.mark.parametrize("seed", range(10))
+@pytest.mark.parametrize("fmt", ["hf", "deepspeed"])
+def test_random_logs_read_the_same(fmt: str, seed: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tracebacks that open in the middle of a line of redraws, prefixes, colours, broken bytes."""
+    rng = random.Random(seed)
+    monkeypatch.setattr(text, "GATED_BLOCK", rng.choice([16, 300, 4096]))
+    path = tmp_path / "r.log"
+    path.write_bytes(b"\n".join([b"{'loss': 3.5, 'grad_norm': 1.0, 'epoch': 0.01}"] * 3) + b"\n" + random_log(rng, 600))
+    run, _ = load_run([str(path)], fmt)
+    assert run.series
+    with monkeypatch.context() as m:
+        ungated(m)
+        whole, _ = load_run([str(path)], fmt)
+    assert snapshot(run) == snapshot(whole)
+
+
+def test_a_traceback_inside_a_line_of_redraws(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A traceback that opens in one carriage-return segment: the segments after it are the
+    traceback's, its exception among them (``KeyboardInterrupt`` is none of the scanner's literals)."""
+    path = tmp_path / "tb.log"
+    dicts = "".join(f"{{'loss': {3 - i / 10}, 'epoch': {i / 10}}}\n" for i in range(5))
+    bar = "\r 10%|█         | 1/10 [00:01<00:09,  1.00it/s]"
+    path.write_text(dicts + bar + '\rTraceback (most recent call last):\r  File "train.py", line 3, in main\r'
+                    "    step(model, batch_of_inputs)\r" + bar + "\rKeyboardInterrupt\n" + dicts, encoding="utf-8")
+    run, _ = load_run([str(path)])
+    assert run.sources[0].format == "hf"
+    tb = [e for e in run.events if e.kind.value == "traceback"]
+    assert tb and tb[0].data["exc_type"] == "KeyboardInterrupt"
+    with monkeypatch.context() as m:
+        ungated(m)
+        whole, _ = load_run([str(path)])
+    assert snapshot(run) == snapshot(whole)

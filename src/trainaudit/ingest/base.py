@@ -141,7 +141,7 @@ class LineReader(Reader):
         gate = gate or self.gate
         if gate is None:
             return iter_lines(stream)
-        return iter_gated(stream, line_gate(gate), lambda: scanner.busy or spare.reading)
+        return iter_gated(stream, line_gate(gate), lambda: scanner.busy or spare.reading, SIGNALS)
 
     @abc.abstractmethod
     def feed(self, line: Line, sink: Sink, state: dict) -> None: ...
@@ -159,6 +159,8 @@ def line_gate(gate: str) -> re.Pattern[str]:
     """A format's gate and the signature scanner's literals, in one pattern."""
     return re.compile(f"(?:{gate})|{SIGNAL_LITERALS}")
 
+
+SIGNALS = re.compile(SIGNAL_LITERALS)  # the lines that may open a traceback or an elastic block
 
 FORMATS_PACKAGE = "trainaudit.ingest.formats"
 

@@ -75,13 +75,17 @@ def iter_lines(stream: BinaryIO) -> Iterator[Line]:
 GATED_BLOCK = 1 << 20  # bytes read at a time by iter_gated
 
 
-def iter_gated(stream: BinaryIO, gate: re.Pattern[str], everything: Callable[[], bool]) -> Iterator[Line]:
+def iter_gated(stream: BinaryIO, gate: re.Pattern[str], everything: Callable[[], bool],
+               wakes: re.Pattern[str] | None = None) -> Iterator[Line]:
     """The lines of :func:`iter_lines` in whose ``text`` ``gate`` finds something, and every line
     while ``everything()`` is true (asked as each line is reached). ``gate`` is ASCII literals
     only (alternatives, groups, escapes: no anchor, class or repetition), so its bytes copy finds
     in a physical line whatever it finds in the line's cleaned segments; the physical lines where
-    it finds nothing (and no ANSI escape, whose removal could join a needle) are never decoded."""
+    it finds nothing (and no ANSI escape, whose removal could join a needle) are never decoded.
+    ``wakes`` (literals as ``gate``): what finds every line that may make ``everything()`` true;
+    the carriage-return segments of other lines are filtered by ``gate`` before they are cleaned."""
     raw_gate = re.compile(gate.pattern.encode("ascii") + b"|\x1b")
+    raw_wakes = re.compile(b"\x1b" if wakes is None else wakes.pattern.encode("ascii") + b"|\x1b")
     no = 0
     rest = b""
     while True:
@@ -105,7 +109,10 @@ def iter_gated(stream: BinaryIO, gate: re.Pattern[str], everything: Callable[[],
                 nl = data.find(b"\n", m.end(), end)
                 stop = end if nl < 0 else nl + 1
             no += 1
-            for line in split_line(no, data[pos:stop]):
+            # a segment's cleaned text is the segment less its prefixes: what the gate finds there
+            # it finds in the segment (a line that may wake everything() is split whole)
+            keep = None if wakes is None or everything() or raw_wakes.search(data, pos, stop) else gate.search
+            for line in split_line(no, data[pos:stop], keep):
                 if everything() or gate.search(line.text) is not None:
                     yield line
             pos = stop
@@ -114,16 +121,18 @@ def iter_gated(stream: BinaryIO, gate: re.Pattern[str], everything: Callable[[],
         rest = data[end:]
 
 
-def split_line(no: int, braw: bytes) -> list[Line]:
+def split_line(no: int, braw: bytes, keep: Callable[[str], object] | None = None) -> list[Line]:
     """The cleaned lines of physical line ``no`` (its newline there or not), as :func:`iter_lines`
-    yields them (also for bulk readers that hand a line back to line logic)."""
+    yields them (also for bulk readers that hand a line back to line logic). ``keep``: only the
+    carriage-return segments it is true of, before their prefixes are stripped."""
     raw = braw.decode("utf-8", "replace").rstrip("\r\n")
     if not raw:
         return []
     text = ANSI_RE.sub("", raw) if "\x1b" in raw else raw
     if "\r" in text:
-        return [Line(no, *strip_prefixes(seg), raw) for seg in text.split("\r") if seg.strip()]
-    return [Line(no, *strip_prefixes(text), raw)]
+        return [Line(no, *strip_prefixes(seg), raw) for seg in text.split("\r")
+                if seg.strip() and (keep is None or keep(seg))]
+    return [Line(no, *strip_prefixes(text), raw)] if keep is None or keep(text) else []
 
 
 _SPECIAL = {
