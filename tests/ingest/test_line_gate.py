@@ -144,3 +144,16 @@ def test_a_traceback_inside_a_line_of_redraws(tmp_path: Path, monkeypatch: pytes
         ungated(m)
         whole, _ = load_run([str(path)])
     assert snapshot(run) == snapshot(whole)
+
+
+def test_literals_and_their_trie() -> None:
+    from trainaudit.ingest.text import literals, trie_pattern
+
+    words = literals(r"A(?:borted \(core|ssertionError)|\}|step=|steps: |H-")
+    assert sorted(words) == sorted(["Aborted (core", "AssertionError", "}", "step=", "steps: ", "H-"])
+    trie = re.compile(trie_pattern(words))
+    for sample in ["x step=3", "steps: 4", "Aborted (core dumped)", "AssertionError", "{'a': 1}", "H-3", "ste p="]:
+        assert bool(trie.search(sample)) == any(w in sample for w in words), sample
+    for bad in [r"\d+ loss", r"^Epoch", r"[ab]c", r"x*"]:
+        with pytest.raises(ValueError):
+            literals(bad)

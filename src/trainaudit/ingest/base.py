@@ -14,7 +14,7 @@ from trainaudit.ingest.extract import Extractor, Record
 from trainaudit.ingest.signatures import SIGNAL_LITERALS, SignatureScanner
 from trainaudit.ingest.sink import STEP_MAX, STEP_MIN, Sink
 from trainaudit.ingest.sources import InputFile
-from trainaudit.ingest.text import Line, iter_gated, iter_lines, strip_prefixes, ANSI_RE
+from trainaudit.ingest.text import Line, iter_gated, iter_lines, literals, strip_prefixes, trie_pattern, ANSI_RE
 from trainaudit.model import Event, SourceKind
 
 SNIFF_LINES = 400
@@ -156,11 +156,12 @@ class LineReader(Reader):
 
 @functools.cache
 def line_gate(gate: str) -> re.Pattern[str]:
-    """A format's gate and the signature scanner's literals, in one pattern."""
-    return re.compile(f"(?:{gate})|{SIGNAL_LITERALS}")
+    """A format's gate and the signature scanner's literals, in one pattern (ValueError when the
+    gate is not literals only)."""
+    return re.compile(trie_pattern(literals(f"{gate}|{SIGNAL_LITERALS}")))
 
 
-SIGNALS = re.compile(SIGNAL_LITERALS)  # the lines that may open a traceback or an elastic block
+SIGNALS = re.compile(trie_pattern(literals(SIGNAL_LITERALS)))  # lines that may open a traceback or an elastic block
 
 FORMATS_PACKAGE = "trainaudit.ingest.formats"
 

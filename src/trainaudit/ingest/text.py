@@ -15,7 +15,7 @@ import math
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import BinaryIO, cast
+from typing import Any, BinaryIO, cast
 
 ANSI_RE = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[()][0-9A-Za-z]|\x1b[=>]")
 
@@ -75,6 +75,45 @@ def iter_lines(stream: BinaryIO) -> Iterator[Line]:
 GATED_BLOCK = 1 << 20  # bytes read at a time by iter_gated
 
 
+def literals(pattern: str) -> list[str]:
+    """The strings a pattern of literals, groups and alternatives matches (ValueError for any
+    other construct: such a pattern is no gate)."""
+    from re import _parser  # type: ignore[attr-defined]  # the parser re compiles with (3.11+)
+
+    def expand(items: Any) -> list[str]:
+        out = [""]
+        for op, arg in items:
+            name = str(op)
+            if name == "LITERAL":
+                alts = [chr(arg)]
+            elif name == "SUBPATTERN" and not arg[1] and not arg[2]:
+                alts = expand(arg[3])
+            elif name == "BRANCH":
+                alts = [w for branch in arg[1] for w in expand(branch)]
+            else:
+                raise ValueError(f"not a literal pattern: {pattern!r} ({name})")
+            out = [a + b for a in out for b in alts]
+        return out
+
+    return expand(_parser.parse(pattern))
+
+
+def trie_pattern(words: list[str]) -> str:
+    """One pattern for ``words`` with their common beginnings shared (``ab|ac`` -> ``a(?:b|c)``): the
+    matcher then tries the words that start with a position's character only."""
+    if "" in words:
+        rest = trie_pattern([w for w in words if w])
+        return f"(?:{rest})?" if rest else ""
+    by_first: dict[str, list[str]] = {}
+    for w in sorted(set(words)):
+        by_first.setdefault(w[0], []).append(w[1:])
+    parts = []
+    for c, tails in by_first.items():
+        tail = trie_pattern(tails)
+        parts.append(re.escape(c) + (f"(?:{tail})" if "|" in tail else tail))
+    return "|".join(parts)
+
+
 def iter_gated(stream: BinaryIO, gate: re.Pattern[str], everything: Callable[[], bool],
                wakes: re.Pattern[str] | None = None) -> Iterator[Line]:
     """The lines of :func:`iter_lines` in whose ``text`` ``gate`` finds something, and every line
@@ -111,9 +150,10 @@ def iter_gated(stream: BinaryIO, gate: re.Pattern[str], everything: Callable[[],
             no += 1
             # a segment's cleaned text is the segment less its prefixes: what the gate finds there
             # it finds in the segment (a line that may wake everything() is split whole)
-            keep = None if wakes is None or everything() or raw_wakes.search(data, pos, stop) else gate.search
+            keep = None if wakes is None or everything() or raw_wakes.search(data, pos, stop) else gate
             for line in split_line(no, data[pos:stop], keep):
-                if everything() or gate.search(line.text) is not None:
+                # a line the gate was not asked of, or found in its prefix only, is one more line read
+                if keep is not None or everything() or gate.search(line.text) is not None:
                     yield line
             pos = stop
         if not block:
@@ -121,18 +161,28 @@ def iter_gated(stream: BinaryIO, gate: re.Pattern[str], everything: Callable[[],
         rest = data[end:]
 
 
-def split_line(no: int, braw: bytes, keep: Callable[[str], object] | None = None) -> list[Line]:
+def split_line(no: int, braw: bytes, gate: re.Pattern[str] | None = None) -> list[Line]:
     """The cleaned lines of physical line ``no`` (its newline there or not), as :func:`iter_lines`
-    yields them (also for bulk readers that hand a line back to line logic). ``keep``: only the
-    carriage-return segments it is true of, before their prefixes are stripped."""
+    yields them (also for bulk readers that hand a line back to line logic). ``gate``: only the
+    carriage-return segments it finds something in (before their prefixes are stripped), found in
+    one pass over the line."""
     raw = braw.decode("utf-8", "replace").rstrip("\r\n")
     if not raw:
         return []
     text = ANSI_RE.sub("", raw) if "\x1b" in raw else raw
     if "\r" in text:
-        return [Line(no, *strip_prefixes(seg), raw) for seg in text.split("\r")
-                if seg.strip() and (keep is None or keep(seg))]
-    return [Line(no, *strip_prefixes(text), raw)] if keep is None or keep(text) else []
+        segs = text.split("\r")
+        if gate is not None:
+            kept: list[str] = []
+            seg, at = 0, 0
+            for m in gate.finditer(text):
+                seg += text.count("\r", at, m.start())
+                at = m.start()
+                if not kept or kept[-1] is not segs[seg]:
+                    kept.append(segs[seg])
+            segs = kept
+        return [Line(no, *strip_prefixes(s), raw) for s in segs if s.strip()]
+    return [Line(no, *strip_prefixes(text), raw)] if gate is None or gate.search(text) else []
 
 
 _SPECIAL = {
