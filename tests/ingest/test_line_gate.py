@@ -18,10 +18,11 @@ from shared_data import REPO
 from test_text_bulk import snapshot
 
 from trainaudit.ingest import load_run, text
-from trainaudit.ingest.base import LineReader, line_gate
-from trainaudit.ingest.formats import FORMATS
-from trainaudit.ingest.formats.deepspeed import ENGINE_GATE
-from trainaudit.ingest.text import iter_gated, iter_lines
+from trainaudit.ingest.base import LineReader
+from trainaudit.ingest.formats import FORMATS, deepspeed
+from trainaudit.ingest.formats.deepspeed import DS_GATES, ENGINE_GATE
+from trainaudit.ingest.formats.hf import HF_GATE_LITERALS
+from trainaudit.ingest.text import iter_gated, iter_lines, literals, trie_pattern
 
 GATED = sorted(c.name for c in FORMATS if issubclass(c, LineReader) and c.gate is not None)
 
@@ -30,6 +31,7 @@ def ungated(monkeypatch: pytest.MonkeyPatch) -> None:
     for c in FORMATS:
         if issubclass(c, LineReader) and c.gate is not None:
             monkeypatch.setattr(c, "gate", None)
+    monkeypatch.setattr(deepspeed, "DS_GATES", {})
 
 
 def generated(tmp_path: Path, fmt: str, fail: bool) -> Path:
@@ -40,12 +42,13 @@ def generated(tmp_path: Path, fmt: str, fail: bool) -> Path:
 
 
 def test_the_gated_formats() -> None:
-    assert "hf" in GATED  # deepspeed gates by its engine literals and its delegate's gate (ENGINE_GATE)
+    assert "hf" in GATED  # deepspeed gates by its engine literals and its delegate's gate (DS_GATES)
+    assert set(DS_GATES) == {None, "hf"}
+    for source in (HF_GATE_LITERALS, ENGINE_GATE):
+        assert literals(source) and source.isascii()
     for c in FORMATS:
         if issubclass(c, LineReader) and c.gate is not None:
-            line_gate(c.gate)  # a literal pattern
-            assert c.gate.isascii()
-    assert ENGINE_GATE.isascii()
+            assert c.gate.raw.pattern == c.gate.text.pattern.encode() + b"|\x1b"
 
 
 @pytest.mark.parametrize("fail", [False, True], ids=["healthy", "failing"])
@@ -101,15 +104,16 @@ def test_iter_gated_is_iter_lines_filtered(seed: int, tmp_path: Path, monkeypatc
     path = tmp_path / "r.log"
     path.write_bytes(random_log(rng, 400))
     gate = re.compile(r"\}|step:")
+    raw = re.compile(rb"\}|step:|\x1b")
     with open(path, "rb") as f:
         want = [(ln.no, ln.text, ln.rank, ln.raw) for ln in iter_lines(f) if gate.search(ln.text)]
     with open(path, "rb") as f:
-        got = [(ln.no, ln.text, ln.rank, ln.raw) for ln in iter_gated(f, gate, lambda: False)]
+        got = [(ln.no, ln.text, ln.rank, ln.raw) for ln in iter_gated(f, gate, raw, lambda: False)]
     assert got == want and want
     with open(path, "rb") as f:
         every = [(ln.no, ln.text, ln.rank, ln.raw) for ln in iter_lines(f)]
     with open(path, "rb") as f:
-        assert [(ln.no, ln.text, ln.rank, ln.raw) for ln in iter_gated(f, gate, lambda: True)] == every
+        assert [(ln.no, ln.text, ln.rank, ln.raw) for ln in iter_gated(f, gate, raw, lambda: True)] == every
 
 
 @pytest.mark.parametrize("seed", range(10))
@@ -147,8 +151,6 @@ def test_a_traceback_inside_a_line_of_redraws(tmp_path: Path, monkeypatch: pytes
 
 
 def test_literals_and_their_trie() -> None:
-    from trainaudit.ingest.text import literals, trie_pattern
-
     words = literals(r"A(?:borted \(core|ssertionError)|\}|step=|steps: |H-")
     assert sorted(words) == sorted(["Aborted (core", "AssertionError", "}", "step=", "steps: ", "H-"])
     trie = re.compile(trie_pattern(words))

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import abc
-import functools
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from enum import IntEnum
-from typing import Any, BinaryIO, ClassVar, Protocol, runtime_checkable
+from typing import Any, BinaryIO, ClassVar, NamedTuple, Protocol, runtime_checkable
 
 from trainaudit.ingest.extract import Extractor, Record
 from trainaudit.ingest.signatures import SIGNAL_LITERALS, SignatureScanner
@@ -107,12 +106,12 @@ class LineReader(Reader):
     """Base for text logs: cleaned lines go to ``feed``; every line is also scanned for error
     signatures (OOM, NCCL timeouts, tracebacks...), whatever the format.
 
-    ``gate``: when set, ASCII literals (see :func:`~trainaudit.ingest.text.iter_gated`) found in
-    every line ``feed`` acts on: a line they are not in is one ``feed`` ignores, keeping no state
+    ``gate``: when set, literals (compiled with :func:`gate_pattern`) found in every line ``feed``
+    acts on: a line they are not in is one ``feed`` ignores, keeping no state
     from it. The lines neither the gate nor the signature scanner's literals find are then not
     read at all (nor decoded) once the format has found something, while no traceback is open."""
 
-    gate: ClassVar[str | None] = None
+    gate: ClassVar[Gate | None] = None
 
     def read(self, inp: InputFile, sink: Sink) -> None:
         scanner = SignatureScanner(inp.display)
@@ -135,13 +134,13 @@ class LineReader(Reader):
         return {}
 
     def lines(self, stream: BinaryIO, scanner: SignatureScanner, spare: SpareNumbers,
-              gate: str | None = None) -> Iterator[Line]:
+              gate: Gate | None = None) -> Iterator[Line]:
         """The lines of ``stream`` the format, the scanner and ``spare`` must see (``gate``: the
         format's own, when it reads for another)."""
         gate = gate or self.gate
         if gate is None:
             return iter_lines(stream)
-        return iter_gated(stream, line_gate(gate), lambda: scanner.busy or spare.reading, SIGNALS)
+        return iter_gated(stream, gate.text, gate.raw, lambda: scanner.busy or spare.reading, SIGNALS_RAW)
 
     @abc.abstractmethod
     def feed(self, line: Line, sink: Sink, state: dict) -> None: ...
@@ -154,14 +153,23 @@ class LineReader(Reader):
         return sum(1 for ln in sample.lines if pattern.search(ln))
 
 
-@functools.cache
-def line_gate(gate: str) -> re.Pattern[str]:
-    """A format's gate and the signature scanner's literals, in one pattern (ValueError when the
-    gate is not literals only)."""
-    return re.compile(trie_pattern(literals(f"{gate}|{SIGNAL_LITERALS}")))
+class Gate(NamedTuple):
+    """A line format's gate: its literals and the signature scanner's, as a pattern of text and a
+    pattern of bytes (with ``|\\x1b``), compiled where the format is defined from
+    :func:`gate_pattern`."""
+
+    text: re.Pattern[str]
+    raw: re.Pattern[bytes]
 
 
-SIGNALS = re.compile(trie_pattern(literals(SIGNAL_LITERALS)))  # lines that may open a traceback or an elastic block
+def gate_pattern(gate: str) -> str:
+    """A format's gate literals and the signature scanner's, as one trie (ValueError when the gate
+    is not literals only)."""
+    return trie_pattern(literals(f"{gate}|{SIGNAL_LITERALS}"))
+
+
+# the lines that may open a traceback or an elastic block (every other line's segments are gated)
+SIGNALS_RAW = re.compile(trie_pattern(literals(SIGNAL_LITERALS)).encode("ascii") + b"|\x1b")
 
 FORMATS_PACKAGE = "trainaudit.ingest.formats"
 

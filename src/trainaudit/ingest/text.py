@@ -78,8 +78,6 @@ GATED_BLOCK = 1 << 20  # bytes read at a time by iter_gated
 def literals(pattern: str) -> list[str]:
     """The strings a pattern of literals, groups and alternatives matches (ValueError for any
     other construct: such a pattern is no gate)."""
-    from re import _parser  # type: ignore[attr-defined]  # the parser re compiles with (3.11+)
-
     def expand(items: Any) -> list[str]:
         out = [""]
         for op, arg in items:
@@ -95,7 +93,7 @@ def literals(pattern: str) -> list[str]:
             out = [a + b for a in out for b in alts]
         return out
 
-    return expand(_parser.parse(pattern))
+    return expand(re._parser.parse(pattern))  # type: ignore[attr-defined]  # the parser of re (3.11+)
 
 
 def trie_pattern(words: list[str]) -> str:
@@ -114,17 +112,15 @@ def trie_pattern(words: list[str]) -> str:
     return "|".join(parts)
 
 
-def iter_gated(stream: BinaryIO, gate: re.Pattern[str], everything: Callable[[], bool],
-               wakes: re.Pattern[str] | None = None) -> Iterator[Line]:
+def iter_gated(stream: BinaryIO, gate: re.Pattern[str], raw_gate: re.Pattern[bytes], everything: Callable[[], bool],
+               raw_wakes: re.Pattern[bytes] | None = None) -> Iterator[Line]:
     """The lines of :func:`iter_lines` in whose ``text`` ``gate`` finds something, and every line
     while ``everything()`` is true (asked as each line is reached). ``gate`` is ASCII literals
-    only (alternatives, groups, escapes: no anchor, class or repetition), so its bytes copy finds
-    in a physical line whatever it finds in the line's cleaned segments; the physical lines where
-    it finds nothing (and no ANSI escape, whose removal could join a needle) are never decoded.
-    ``wakes`` (literals as ``gate``): what finds every line that may make ``everything()`` true;
-    the carriage-return segments of other lines are filtered by ``gate`` before they are cleaned."""
-    raw_gate = re.compile(gate.pattern.encode("ascii") + b"|\x1b")
-    raw_wakes = re.compile(b"\x1b" if wakes is None else wakes.pattern.encode("ascii") + b"|\x1b")
+    only (see :func:`literals`) and ``raw_gate`` its bytes copy with ``|\\x1b`` added: it finds in a
+    physical line whatever ``gate`` finds in the line's cleaned segments, and the physical lines where
+    it finds nothing (nor an ANSI escape, whose removal could join a needle) are never decoded.
+    ``raw_wakes`` (bytes literals): what finds every line that may make ``everything()`` true; the
+    carriage-return segments of other lines are filtered by ``gate`` before they are cleaned."""
     no = 0
     rest = b""
     while True:
@@ -150,7 +146,7 @@ def iter_gated(stream: BinaryIO, gate: re.Pattern[str], everything: Callable[[],
             no += 1
             # a segment's cleaned text is the segment less its prefixes: what the gate finds there
             # it finds in the segment (a line that may wake everything() is split whole)
-            keep = None if wakes is None or everything() or raw_wakes.search(data, pos, stop) else gate
+            keep = None if raw_wakes is None or everything() or raw_wakes.search(data, pos, stop) else gate
             for line in split_line(no, data[pos:stop], keep):
                 # a line the gate was not asked of, or found in its prefix only, is one more line read
                 if keep is not None or everything() or gate.search(line.text) is not None:

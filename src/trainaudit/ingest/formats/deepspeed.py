@@ -39,8 +39,9 @@ from __future__ import annotations
 
 import re
 
-from trainaudit.ingest.base import LineReader, Priority, Sample, SpareNumbers, registered_formats
+from trainaudit.ingest.base import Gate, LineReader, Priority, Sample, SpareNumbers, gate_pattern, registered_formats
 from trainaudit.ingest.formats.generic import num
+from trainaudit.ingest.formats.hf import HF_GATE_LITERALS
 from trainaudit.ingest.signatures import SignatureScanner
 from trainaudit.ingest.sink import Sink
 from trainaudit.ingest.sources import InputFile, read_head
@@ -72,6 +73,12 @@ MIN_SCALE_RE = re.compile(r"Current loss scale already at minimum")
 # Literals in every line ``_engine`` reads (a needle of each pattern above), for the line gate
 ENGINE_GATE = (r"OVERFLOW|Overflow detected|step=|SamplesPerSec=|time \(ms\) \||steps: |Current loss scale"
                r"|\[deepspeed\]|\[deepscale\]|DeepSpeed info: version=")
+_DS_ALONE, _DS_HF = gate_pattern(ENGINE_GATE), gate_pattern(f"{ENGINE_GATE}|{HF_GATE_LITERALS}")
+# The gate by delegate: the engine's literals and the delegate's (a delegate without a gate: no gate)
+DS_GATES: dict[str | None, Gate] = {
+    None: Gate(re.compile(_DS_ALONE), re.compile(_DS_ALONE.encode() + b"|\x1b")),
+    "hf": Gate(re.compile(_DS_HF), re.compile(_DS_HF.encode() + b"|\x1b")),
+}
 ENGINE_HINT_RE = re.compile(r"\[(?:deepspeed|deepscale)\]|DeepSpeed info: version=|\[Rank \d+\] step=\d+, skipped=")
 
 
@@ -121,8 +128,7 @@ class DeepSpeedReader(LineReader):
         else:
             sink.meta("framework", "deepspeed")
         spare = SpareNumbers(sink)
-        gate = None if delegate is not None and delegate.gate is None else \
-            ENGINE_GATE + ("" if delegate is None else f"|{delegate.gate}")
+        gate = DS_GATES.get(delegate.name if delegate is not None else None)
         with inp.open() as stream:
             for line in self.lines(stream, scanner, spare, gate):
                 if not self._engine(line, sink, state) and delegate is not None:
