@@ -11,6 +11,7 @@ category and describe that category's story, when there is one.
 
 from __future__ import annotations
 
+import heapq
 import math
 import re
 
@@ -64,6 +65,38 @@ def _monotone_tail(v: np.ndarray, sign: int) -> int:
     return n
 
 
+def _steps_up(v: np.ndarray, factor: float) -> bool:
+    """Whether, at some 1 <= i < len(v) - 1, every value from i on is at least ``factor`` times the
+    (positive) median of the values before i."""
+    if len(v) < 3:
+        return False
+    after = np.minimum.accumulate(v[::-1])[::-1][1:-1]  # min(v[i:]), i = 1 .. n-2
+    # the median is at least the smallest value before i: only where that bound allows it can the
+    # median qualify (in a healthy series: nowhere)
+    maybe = np.flatnonzero(after >= factor * np.minimum.accumulate(v)[:-2]) + 1
+    if maybe.size <= 64:
+        return any((m := float(np.median(v[:i]))) > 0 and float(after[i - 1]) >= factor * m for i in maybe.tolist())
+    # many candidates: the running median of the prefix, with two heaps (lower half negated)
+    low: list[float] = []
+    high: list[float] = []
+    todo = set(maybe.tolist())
+    for i in range(1, int(maybe[-1]) + 1):
+        x = float(v[i - 1])
+        if low and x > -low[0]:
+            heapq.heappush(high, x)
+        else:
+            heapq.heappush(low, -x)
+        if len(low) > len(high) + 1:
+            heapq.heappush(high, -heapq.heappop(low))
+        elif len(high) > len(low):
+            heapq.heappush(low, -heapq.heappop(high))
+        if i in todo:
+            m = -low[0] if len(low) > len(high) else (-low[0] + high[0]) / 2
+            if m > 0 and float(after[i - 1]) >= factor * m:
+                return True
+    return False
+
+
 def patterns(run: Run, ctx: Context) -> dict[str, float]:
     """Category -> strength (0..1) of a short-log pattern that points at it."""
     out: dict[str, float] = {}
@@ -84,13 +117,8 @@ def patterns(run: Run, ctx: Context) -> dict[str, float]:
     if skipped is not None and len(skipped) >= 3 and skip_rate(skipped) >= 0.5:
         out[Category.LOSS_SCALE_COLLAPSE.value] = 1.0
     gn = ctx.series("grad_norm", finite=True)
-    if gn is not None and len(gn) >= 4:
-        v = np.abs(gn.values)
-        for i in range(1, len(v) - 1):
-            before = float(np.median(v[:i]))
-            if before > 0 and float(np.min(v[i:])) >= 10 * before:
-                out[Category.GRAD_EXPLOSION.value] = 1.0
-                break
+    if gn is not None and len(gn) >= 4 and _steps_up(np.abs(gn.values), 10.0):
+        out[Category.GRAD_EXPLOSION.value] = 1.0
     data, step = ctx.series("data_time", finite=True), ctx.series("step_time", finite=True)
     if data is not None and step is not None and len(data) >= 3 and len(step) >= 3:
         sd, ss = float(np.median(data.values)), float(np.median(step.values))

@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import abc
+import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from enum import IntEnum
-from typing import Any, ClassVar, Protocol, runtime_checkable
+from typing import Any, BinaryIO, ClassVar, NamedTuple, Protocol, runtime_checkable
 
 from trainaudit.ingest.extract import Extractor, Record
-from trainaudit.ingest.signatures import SignatureScanner
+from trainaudit.ingest.signatures import SIGNAL_LITERALS, SignatureScanner
 from trainaudit.ingest.sink import STEP_MAX, STEP_MIN, Sink
 from trainaudit.ingest.sources import InputFile
-from trainaudit.ingest.text import Line, iter_lines, strip_prefixes, ANSI_RE
+from trainaudit.ingest.text import Line, iter_gated, iter_lines, literals, strip_prefixes, trie_pattern, ANSI_RE
 from trainaudit.model import Event, SourceKind
 
 SNIFF_LINES = 400
@@ -34,8 +36,13 @@ class Sample:
         if is_text:
             text = head.decode("utf-8", "replace")
             physical = text.split("\n")
-            if len(head) >= 65536 and len(physical) > 1:
-                physical = physical[:-1]  # the last one may be cut by the head limit
+            if len(head) >= 65536:
+                # the last line may be cut by the head limit: its carriage-return segments but the
+                # last are whole (a progress bar redrawn for a whole epoch is one line of megabytes)
+                if "\r" in physical[-1]:
+                    physical[-1] = physical[-1].rpartition("\r")[0]
+                elif len(physical) > 1:
+                    physical.pop()
             for raw in physical[:SNIFF_LINES]:
                 raw = ANSI_RE.sub("", raw.rstrip("\r"))
                 for seg in raw.split("\r"):
@@ -97,14 +104,21 @@ class Reader(abc.ABC):
 
 class LineReader(Reader):
     """Base for text logs: cleaned lines go to ``feed``; every line is also scanned for error
-    signatures (OOM, NCCL timeouts, tracebacks...), whatever the format."""
+    signatures (OOM, NCCL timeouts, tracebacks...), whatever the format.
+
+    ``gate``: when set, literals (compiled with :func:`gate_pattern`) found in every line ``feed``
+    acts on: a line they are not in is one ``feed`` ignores, keeping no state
+    from it. The lines neither the gate nor the signature scanner's literals find are then not
+    read at all (nor decoded) once the format has found something, while no traceback is open."""
+
+    gate: ClassVar[Gate | None] = None
 
     def read(self, inp: InputFile, sink: Sink) -> None:
         scanner = SignatureScanner(inp.display)
         state = self.new_state()
         spare = SpareNumbers(sink, along=self.numbers_fallback)
         with inp.open() as stream:
-            for line in iter_lines(stream):
+            for line in self.lines(stream, scanner, spare):
                 self.feed(line, sink, state)
                 events = scanner.feed(line)
                 for ev in events:
@@ -119,6 +133,15 @@ class LineReader(Reader):
     def new_state(self) -> dict:
         return {}
 
+    def lines(self, stream: BinaryIO, scanner: SignatureScanner, spare: SpareNumbers,
+              gate: Gate | None = None) -> Iterator[Line]:
+        """The lines of ``stream`` the format, the scanner and ``spare`` must see (``gate``: the
+        format's own, when it reads for another)."""
+        gate = gate or self.gate
+        if gate is None:
+            return iter_lines(stream)
+        return iter_gated(stream, gate.text, gate.raw, lambda: scanner.busy or spare.reading, SIGNALS_RAW)
+
     @abc.abstractmethod
     def feed(self, line: Line, sink: Sink, state: dict) -> None: ...
 
@@ -129,6 +152,24 @@ class LineReader(Reader):
     def count_matches(sample: Sample, pattern) -> int:  # type: ignore[no-untyped-def]
         return sum(1 for ln in sample.lines if pattern.search(ln))
 
+
+class Gate(NamedTuple):
+    """A line format's gate: its literals and the signature scanner's, as a pattern of text and a
+    pattern of bytes (with ``|\\x1b``), compiled where the format is defined from
+    :func:`gate_pattern`."""
+
+    text: re.Pattern[str]
+    raw: re.Pattern[bytes]
+
+
+def gate_pattern(gate: str) -> str:
+    """A format's gate literals and the signature scanner's, as one trie (ValueError when the gate
+    is not literals only)."""
+    return trie_pattern(literals(f"{gate}|{SIGNAL_LITERALS}"))
+
+
+# the lines that may open a traceback or an elastic block (every other line's segments are gated)
+SIGNALS_RAW = re.compile(trie_pattern(literals(SIGNAL_LITERALS)).encode("ascii") + b"|\x1b")
 
 FORMATS_PACKAGE = "trainaudit.ingest.formats"
 
@@ -183,6 +224,11 @@ class SpareNumbers:
     def found(self) -> bool:
         self.format_read = self.format_read or (self.sink.n_values, self.sink.n_events) != self.before
         return self.format_read
+
+    @property
+    def reading(self) -> bool:
+        """Whether the extractor still reads along (it must then see every line)."""
+        return self.ex is not None
 
     def line(self, line: Line, events: list[Event], busy: bool) -> None:
         """After the format and the signature scanner read ``line`` (``busy``: inside a traceback,

@@ -16,8 +16,9 @@ from trainaudit.ingest.text import Line
 from trainaudit.model import Event, EventKind
 
 # "PRED 713:", "**PRED 713:", "Sample 2:", "Generated:", "Output:", "H-12" (fairseq generate)
-_LABEL = (r"[*> ]{0,4}(?:PRED|Pred|PREDICTION|Prediction|SAMPLE|Sample|GENERATED|Generated|OUTPUT|Output|"
-          r"HYP|Hypothesis)")
+SAMPLE_WORDS = (r"PRED|Pred|PREDICTION|Prediction|SAMPLE|Sample|GENERATED|Generated|OUTPUT|Output|"
+                r"HYP|Hypothesis")
+_LABEL = r"[*> ]{0,4}(?:" + SAMPLE_WORDS + ")"
 SAMPLE_RE = re.compile(r"^" + _LABEL + r"(?: ?\d{1,9})?[ ]?: ?(?P<text>\S.*)$|^H-\d{1,9}\t[-\d.]{1,20}\t(?P<h>\S.*)$")
 SAMPLE_START = r"^(?:" + _LABEL + r"|H-\d)"  # how every line SAMPLE_RE matches starts
 MAX_TOKENS = 400  # per sample: enough to see a phrase repeated, bounded on a hostile line

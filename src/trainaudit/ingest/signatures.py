@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from trainaudit.ingest import catalogue
-from trainaudit.ingest.samples import SAMPLE_START, SampleWatch
+from trainaudit.ingest.samples import SAMPLE_START, SAMPLE_WORDS, SampleWatch
 from trainaudit.ingest.text import Line
 from trainaudit.model import Event, EventKind
 from trainaudit.redact import mask_secrets
@@ -50,6 +50,13 @@ _MAY_SIGNAL = re.compile("|".join([
     GATE.pattern, r"\*\*", SAMPLE_START,
     *(re.escape(max(re.split(r"\d+", k.needles[0]), key=len)) for k in catalogue.CATALOGUE),
 ]))
+
+
+# The same lines as literals only (no anchor, no character class, no digit): what it finds in a
+# line's text it finds in the line's bytes, so a reader may leave undecoded every physical line in
+# which its bytes copy finds nothing (text.iter_gated).
+SIGNAL_LITERALS = "|".join([GATE.pattern, r"\*\*", SAMPLE_WORDS, "H-",
+                            *(re.escape(k.needles[0]) for k in catalogue.CATALOGUE)])
 
 
 def may_signal(text: str) -> bool:

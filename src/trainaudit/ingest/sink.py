@@ -106,7 +106,7 @@ class Sink:
         buf.lines.append(line)
         self.n_values += 1
         self.last_step = step
-        if len(buf) >= FLUSH_POINTS and self.flushes_early:
+        if len(buf.steps) >= FLUSH_POINTS and self.flushes_early:
             self._flush(metric)
 
     def add_many(self, metric: str, steps: ArrayLike, values: ArrayLike, lines: ArrayLike) -> None:

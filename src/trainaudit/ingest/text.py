@@ -13,9 +13,9 @@ from __future__ import annotations
 import io
 import math
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import BinaryIO, cast
+from typing import Any, BinaryIO, cast
 
 ANSI_RE = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[()][0-9A-Za-z]|\x1b[=>]")
 
@@ -72,16 +72,113 @@ def iter_lines(stream: BinaryIO) -> Iterator[Line]:
         yield from split_line(no, braw)
 
 
-def split_line(no: int, braw: bytes) -> list[Line]:
+GATED_BLOCK = 1 << 20  # bytes read at a time by iter_gated
+
+
+def literals(pattern: str) -> list[str]:
+    """The strings a pattern of literals, groups and alternatives matches (ValueError for any
+    other construct: such a pattern is no gate)."""
+    def expand(items: Any) -> list[str]:
+        out = [""]
+        for op, arg in items:
+            name = str(op)
+            if name == "LITERAL":
+                alts = [chr(arg)]
+            elif name == "SUBPATTERN" and not arg[1] and not arg[2]:
+                alts = expand(arg[3])
+            elif name == "BRANCH":
+                alts = [w for branch in arg[1] for w in expand(branch)]
+            else:
+                raise ValueError(f"not a literal pattern: {pattern!r} ({name})")
+            out = [a + b for a in out for b in alts]
+        return out
+
+    return expand(re._parser.parse(pattern))  # type: ignore[attr-defined]  # the parser of re (3.11+)
+
+
+def trie_pattern(words: list[str]) -> str:
+    """One pattern for ``words`` with their common beginnings shared (``ab|ac`` -> ``a(?:b|c)``): the
+    matcher then tries the words that start with a position's character only."""
+    if "" in words:
+        rest = trie_pattern([w for w in words if w])
+        return f"(?:{rest})?" if rest else ""
+    by_first: dict[str, list[str]] = {}
+    for w in sorted(set(words)):
+        by_first.setdefault(w[0], []).append(w[1:])
+    parts = []
+    for c, tails in by_first.items():
+        tail = trie_pattern(tails)
+        parts.append(re.escape(c) + (f"(?:{tail})" if "|" in tail else tail))
+    return "|".join(parts)
+
+
+def iter_gated(stream: BinaryIO, gate: re.Pattern[str], raw_gate: re.Pattern[bytes], everything: Callable[[], bool],
+               raw_wakes: re.Pattern[bytes] | None = None) -> Iterator[Line]:
+    """The lines of :func:`iter_lines` in whose ``text`` ``gate`` finds something, and every line
+    while ``everything()`` is true (asked as each line is reached). ``gate`` is ASCII literals
+    only (see :func:`literals`) and ``raw_gate`` its bytes copy with ``|\\x1b`` added: it finds in a
+    physical line whatever ``gate`` finds in the line's cleaned segments, and the physical lines where
+    it finds nothing (nor an ANSI escape, whose removal could join a needle) are never decoded.
+    ``raw_wakes`` (bytes literals): what finds every line that may make ``everything()`` true; the
+    carriage-return segments of other lines are filtered by ``gate`` before they are cleaned."""
+    no = 0
+    rest = b""
+    while True:
+        block = stream.read(GATED_BLOCK)
+        data = rest + block if rest else block
+        end = data.rfind(b"\n") + 1 if block else len(data)
+        pos = 0
+        while pos < end:
+            if everything():
+                nl = data.find(b"\n", pos, end)
+                stop = end if nl < 0 else nl + 1
+            else:
+                m = raw_gate.search(data, pos, end)
+                if m is None:
+                    no += data.count(b"\n", pos, end)
+                    break
+                start = data.rfind(b"\n", pos, m.start()) + 1
+                if start > pos:
+                    no += data.count(b"\n", pos, start)
+                    pos = start
+                nl = data.find(b"\n", m.end(), end)
+                stop = end if nl < 0 else nl + 1
+            no += 1
+            # a segment's cleaned text is the segment less its prefixes: what the gate finds there
+            # it finds in the segment (a line that may wake everything() is split whole)
+            keep = None if raw_wakes is None or everything() or raw_wakes.search(data, pos, stop) else gate
+            for line in split_line(no, data[pos:stop], keep):
+                # a line the gate was not asked of, or found in its prefix only, is one more line read
+                if keep is not None or everything() or gate.search(line.text) is not None:
+                    yield line
+            pos = stop
+        if not block:
+            return
+        rest = data[end:]
+
+
+def split_line(no: int, braw: bytes, gate: re.Pattern[str] | None = None) -> list[Line]:
     """The cleaned lines of physical line ``no`` (its newline there or not), as :func:`iter_lines`
-    yields them (also for bulk readers that hand a line back to line logic)."""
+    yields them (also for bulk readers that hand a line back to line logic). ``gate``: only the
+    carriage-return segments it finds something in (before their prefixes are stripped), found in
+    one pass over the line."""
     raw = braw.decode("utf-8", "replace").rstrip("\r\n")
     if not raw:
         return []
     text = ANSI_RE.sub("", raw) if "\x1b" in raw else raw
     if "\r" in text:
-        return [Line(no, *strip_prefixes(seg), raw) for seg in text.split("\r") if seg.strip()]
-    return [Line(no, *strip_prefixes(text), raw)]
+        segs = text.split("\r")
+        if gate is not None:
+            kept: list[str] = []
+            seg, at = 0, 0
+            for m in gate.finditer(text):
+                seg += text.count("\r", at, m.start())
+                at = m.start()
+                if not kept or kept[-1] is not segs[seg]:
+                    kept.append(segs[seg])
+            segs = kept
+        return [Line(no, *strip_prefixes(s), raw) for s in segs if s.strip()]
+    return [Line(no, *strip_prefixes(text), raw)] if gate is None or gate.search(text) else []
 
 
 _SPECIAL = {

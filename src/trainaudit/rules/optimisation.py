@@ -452,20 +452,25 @@ class ExplodingGradients(Rule):
         """A jump of ``jump`` x or more over every earlier point, followed by more huge finite
         values: one blow-up is enough to see, however short the log."""
         x = g.values
-        for i in range(2, len(x)):
+        if len(x) < 3:
+            return []
+        # every i at once: the largest finite value before i, the largest finite value after it
+        fin = np.isfinite(x)
+        xf = np.where(fin, x, -np.inf)
+        n_before = np.cumsum(fin)[1:-1]  # finite values in x[:i], i = 2 .. n-1
+        top_before = np.maximum.accumulate(xf)[1:-1]
+        top_after = np.append(np.maximum.accumulate(xf[::-1])[::-1][3:], -np.inf)
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            ratio = x[2:] / top_before
+            # one outlier the norm came back from is a spike (TA103); a jump straight to NaN is
+            # the NaN's story (TA101): an explosion keeps growing over logged points
+            ok = (n_before >= 2) & fin[2:] & (top_before > 0) & (ratio >= self.p.jump) & \
+                (top_after >= self.p.jump * top_before)
+        for i in (np.flatnonzero(ok)[:1] + 2).tolist():
             prev = x[:i]
             prev = prev[np.isfinite(prev)]
-            if prev.size < 2 or not math.isfinite(float(x[i])) or float(np.max(prev)) <= 0:
-                continue
             r = float(x[i]) / float(np.max(prev))
-            if r < self.p.jump:
-                continue
             rest = x[i + 1:]
-            huge = rest[np.isfinite(rest)]
-            if not np.any(huge >= self.p.jump * float(np.max(prev))):
-                # one outlier the norm came back from is a spike (TA103); a jump straight to NaN is
-                # the NaN's story (TA101): an explosion keeps growing over logged points
-                continue
             msg = (f"{g.name} jumps {r:.3g}x at step {int(g.steps[i])} ({float(np.max(prev)):.4g} -> {x[i]:.4g})"
                    + ("; it is non-finite later" if rest.size and np.any(~np.isfinite(rest)) else ""))
             h = self.hit(msg, 0.8, metric=g.name, first_bad_step=int(g.steps[i]), last_step=int(g.steps[-1]))

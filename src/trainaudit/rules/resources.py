@@ -552,11 +552,19 @@ def _clean_break(bad: np.ndarray, ratio: float, before: int = 3, after: int = 2)
     """The first index k (``before`` <= k <= n - ``after``) from which every value of ``bad``
     (higher is worse) is at least ``ratio`` times every value before it, with that smallest ratio;
     None without one."""
-    for k in range(before, bad.size - after + 1):
-        worst_before, best_after = float(np.max(bad[:k])), float(np.min(bad[k:]))
-        if worst_before > 0 and best_after / worst_before >= ratio:
-            return k, best_after / worst_before
-    return None
+    n = bad.size
+    if n - after < before:
+        return None
+    # every k at once: the running maximum before k and the minimum from k on
+    worst_before = np.maximum.accumulate(bad)[before - 1:n - after]
+    best_after = np.minimum.accumulate(bad[::-1])[::-1][before:n - after + 1]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        r = best_after / worst_before
+    hit = np.flatnonzero((worst_before > 0) & (r >= ratio))
+    if hit.size == 0:
+        return None
+    j = int(hit[0])
+    return before + j, float(r[j])
 
 
 def _aligned(per: dict[str, Series]) -> tuple[np.ndarray, dict[str, np.ndarray]]:

@@ -39,12 +39,13 @@ from __future__ import annotations
 
 import re
 
-from trainaudit.ingest.base import LineReader, Priority, Sample, SpareNumbers, registered_formats
+from trainaudit.ingest.base import Gate, LineReader, Priority, Sample, SpareNumbers, gate_pattern, registered_formats
 from trainaudit.ingest.formats.generic import num
+from trainaudit.ingest.formats.hf import HF_GATE_LITERALS
 from trainaudit.ingest.signatures import SignatureScanner
 from trainaudit.ingest.sink import Sink
 from trainaudit.ingest.sources import InputFile, read_head
-from trainaudit.ingest.text import Line, iter_lines
+from trainaudit.ingest.text import Line
 from trainaudit.model import Event, EventKind, SourceKind
 
 _N = r"[-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|nan|inf)"
@@ -69,6 +70,15 @@ PIPE_FIELD_RE = re.compile(r"(?<!\S)(\S+): (\S+)")
 # Brackets do not nest in the bar or the tags after it, so each scan stops at the next "[".
 BAR_BEFORE_RE = re.compile(r"(?<!\d)(\d++)/\d++ \[[\d:]++<[\d:?]++[^\[\]]*+\]\s*+(?:\[[^\[\]]*+\]\s*+)*+$")
 MIN_SCALE_RE = re.compile(r"Current loss scale already at minimum")
+# Literals in every line ``_engine`` reads (a needle of each pattern above), for the line gate
+ENGINE_GATE = (r"OVERFLOW|Overflow detected|step=|SamplesPerSec=|time \(ms\) \||steps: |Current loss scale"
+               r"|\[deepspeed\]|\[deepscale\]|DeepSpeed info: version=")
+_DS_ALONE, _DS_HF = gate_pattern(ENGINE_GATE), gate_pattern(f"{ENGINE_GATE}|{HF_GATE_LITERALS}")
+# The gate by delegate: the engine's literals and the delegate's (a delegate without a gate: no gate)
+DS_GATES: dict[str | None, Gate] = {
+    None: Gate(re.compile(_DS_ALONE), re.compile(_DS_ALONE.encode() + b"|\x1b")),
+    "hf": Gate(re.compile(_DS_HF), re.compile(_DS_HF.encode() + b"|\x1b")),
+}
 ENGINE_HINT_RE = re.compile(r"\[(?:deepspeed|deepscale)\]|DeepSpeed info: version=|\[Rank \d+\] step=\d+, skipped=")
 
 
@@ -118,8 +128,9 @@ class DeepSpeedReader(LineReader):
         else:
             sink.meta("framework", "deepspeed")
         spare = SpareNumbers(sink)
+        gate = DS_GATES.get(delegate.name if delegate is not None else None)
         with inp.open() as stream:
-            for line in iter_lines(stream):
+            for line in self.lines(stream, scanner, spare, gate):
                 if not self._engine(line, sink, state) and delegate is not None:
                     before = sink.last_step
                     delegate.feed(line, sink, dstate)

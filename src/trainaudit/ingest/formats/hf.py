@@ -31,7 +31,7 @@ import re
 from typing import Any
 
 from trainaudit.errors import InputError
-from trainaudit.ingest.base import LineReader, Reader, Sample
+from trainaudit.ingest.base import Gate, LineReader, Reader, Sample, gate_pattern
 from trainaudit.ingest.sink import Sink
 from trainaudit.ingest.sources import InputFile
 from trainaudit.ingest.text import Line, json_number, parse_number
@@ -54,6 +54,9 @@ PAIR_RE = re.compile(
     r"""\A(?:'((?:[^'\\]|\\.)*)'|"((?:[^"\\]|\\.)*)")\s*:\s*"""
     r"""('(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*"|(?:[^\S,]*+[^\s,'"]++)++|[^\S,])\s*+\Z"""
 )
+# the dict that ends a line feed reads: tqdm's redraws between two dicts are never read
+HF_GATE_LITERALS = r"\}"
+HF_GATE = gate_pattern(HF_GATE_LITERALS)
 HF_KEYS = ("'loss'", "'learning_rate'", "'epoch'", "'eval_", "'train_runtime'", "'grad_norm'")
 SUMMARY_KEYS = ("train_runtime", "train_samples_per_second", "train_steps_per_second")
 SWIFT_STEP_KEY = "global_step/max_steps"
@@ -100,6 +103,7 @@ class HFReader(LineReader):
     name = "hf"
     kind = SourceKind.LOG
     description = "HF Trainer / TRL / axolotl / ms-swift stdout log dicts ({'loss': ..., 'epoch': ...})"
+    gate = Gate(re.compile(HF_GATE), re.compile(HF_GATE.encode() + b"|\x1b"))
 
     def sniff(self, sample: Sample) -> float:
         n = 0
