@@ -221,3 +221,26 @@ def test_mcp_results_are_masked_on_every_string() -> None:
     out = _masked(brief)
     assert isinstance(out, FindingBrief)
     assert gh[4:] not in out.model_dump_json() and "\u202e" not in out.message
+
+
+# -- masked once, before encoding --------------------------------------------------------------------
+def test_report_and_job_summary_mask_once_before_encoding(tmp_path: Path) -> None:
+    # A secret in quotes: masked on the decoded text it is password="***", which each sink then encodes.
+    # Masked again after encoding, the HTML form password=&quot;***&quot; loses its closing entity (the
+    # "&quot" after *** reads as the value of a key-like name) and the Markdown form is masked twice.
+    p = _hostile_answer(tmp_path)
+    a = json.loads(p.read_text())
+    pw = "Hq7" + "Zr2" + "Lm9x"
+    a["final_answer"]["summary"] = f"the job set password=\"{pw}\" and secret='{pw}' in the config"
+    p.write_text(json.dumps(a))
+    summary = tmp_path / "summary.md"
+    o = run(["report", str(p), "-o", str(tmp_path / "r.html"), "--github-summary"], tmp_path,
+            env={"GITHUB_STEP_SUMMARY": str(summary)})
+    assert o.code in (0, 1), o.stderr
+    page = (tmp_path / "r.html").read_text()
+    md = summary.read_text()
+    assert pw not in page and pw not in md
+    assert "password=&quot;***&quot; and secret=&#x27;***&#x27; in the config" in page
+    assert "password=\"***\" and secret='***' in the config" in md
+    # the charts' JSON inside the page: masked on the decoded strings, then escaped; nothing after
+    assert "***;" not in page and "***&amp;" not in page
