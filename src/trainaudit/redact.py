@@ -304,6 +304,15 @@ def json_text(value: Any, **dumps: Any) -> str:
     return json.dumps(json_clean(value), **dumps)
 
 
+JSON_HEADERS = {"content-type": "application/json"}
+
+
+def json_body(value: Any) -> bytes:
+    """The body of an HTTP request (LLM providers, GitHub, Slack): :func:`json_text` as UTF-8 bytes,
+    sent with :data:`JSON_HEADERS` (an HTTP client's own ``json=`` would serialise without masking)."""
+    return json_text(value, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+
+
 # -- file names ------------------------------------------------------------------------------------
 _NAME_UNSAFE = re.compile(r"[^A-Za-z0-9_.\-]++")
 
