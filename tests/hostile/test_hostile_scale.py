@@ -1,35 +1,29 @@
-"""History tracing stays linear in the number of files a commit touches: a real git repository (built
-with ``git fast-import`` in a temp dir) holds one commit that adds 20 000 files, all of them files whose
-patches are read (environment files under ``docker/``, test recipes, CI files). The work is counted,
-not timed: every line the interpreter executes in ``trainaudit.history`` while tracing is counted
-(``sys.settrace``), and the count must stay within a fixed number of lines per file. A step that
-looked up each patch header against every path (quadratic) would need hundreds of millions; the
-counter stops the run as soon as the bound is passed, so such a regression fails fast.
+"""Work that stays linear in the number of files: a commit that adds 20 000 files (a real git
+repository built with ``git fast-import`` in a temp dir, all of them files whose patches are read:
+environment files under ``docker/``, test recipes, CI files) and a folder of 3 000 files that hold no
+metrics (each one a problem to report). The work is counted, not timed (``workcount``): the lines
+executed in the code under test must stay within a fixed number per file. Looking each patch header up
+against every path, or each file against every problem reported so far, is quadratic and passes the
+bound many times over; the counter stops such a run as soon as the bound is passed.
 """
 
 from __future__ import annotations
 
 import os
 import subprocess
-import sys
-import threading
-from collections.abc import Callable
 from pathlib import Path
-from types import FrameType
-from typing import Any
 
 import trainaudit.history.classify as classify
+import trainaudit.ingest as ingest
 from trainaudit.history.classify import FailureShape
 from trainaudit.history.trace import trace
+from trainaudit.ingest import load_run
+from workcount import lines_executed
 
 N_FILES = 20_000
 LINES_PER_FILE = 300  # measured about 110 per file for the linear code; the quadratic one needed 1 500 per file at 2 000 files
 HISTORY = str(Path(classify.__file__).parent)
 CASE = "tests/functional_tests/test_cases/gpt/gpt3_tp1_pp1"
-
-
-class TooMuchWork(Exception):
-    pass
 
 
 def _fast_import(root: Path, commits: list[tuple[str, dict[str, str]]]) -> None:
@@ -48,22 +42,6 @@ def _fast_import(root: Path, commits: list[tuple[str, dict[str, str]]]) -> None:
     subprocess.run(["git", "-C", str(root), "fast-import", "--quiet"], input=b"".join(parts), check=True, env=env)
 
 
-def _count_lines(limit: int) -> tuple[Callable[[FrameType, str, Any], Any], dict[str, int]]:
-    seen = {"lines": 0}
-
-    def local(frame: FrameType, event: str, arg: Any) -> Any:
-        if event == "line":
-            seen["lines"] += 1
-            if seen["lines"] > limit:
-                raise TooMuchWork(f"over {limit} lines executed in trainaudit.history")
-        return local
-
-    def global_(frame: FrameType, event: str, arg: Any) -> Any:
-        return local if frame.f_code.co_filename.startswith(HISTORY) else None
-
-    return global_, seen
-
-
 def test_a_commit_adding_many_files_is_classified_in_linear_work(tmp_path: Path) -> None:
     root = tmp_path / "repo"
     many = {f"docker/part{i // 1000}/Dockerfile.{i}": f"FROM nvcr.io/nvidia/pytorch:26.0{i % 9}-py3\n"
@@ -77,16 +55,28 @@ def test_a_commit_adding_many_files_is_classified_in_linear_work(tmp_path: Path)
         ("Change the model", {"megatron/core/model.py": "x = 2\n"}),
     ])
     shape = FailureShape(kind="real_regression", test_case=CASE, metrics=["lm loss"], config_path=f"{CASE}/model_config.yaml")
-    tracer, seen = _count_lines(LINES_PER_FILE * N_FILES)
-    threading.settrace(tracer)  # the patches are read in a worker thread
-    sys.settrace(tracer)
-    try:
+    with lines_executed((HISTORY,), LINES_PER_FILE * N_FILES) as seen:
         t = trace(str(root), "HEAD~2", "HEAD", shape)
-    finally:
-        sys.settrace(None)
-        threading.settrace(None)  # type: ignore[arg-type]
     # the commit was read whole and judged: its environment change is seen
     vendored = next(c for c in t.commits if c.commit.title == "Vendor every image and recipe")
     assert len(vendored.commit.files) == N_FILES
     assert "env" in (vendored.evidence.parts if vendored.evidence else {})
     assert seen["lines"] <= LINES_PER_FILE * N_FILES
+
+
+FOLDER_FILES = 3_000
+SCAN_LINES_PER_FILE = 100  # measured 40 per file; looking each file up in the whole problems list took 540 at 1 000
+
+
+def test_a_folder_of_many_files_without_metrics_is_scanned_in_linear_work(tmp_path: Path) -> None:
+    folder = tmp_path / "many"
+    folder.mkdir()
+    for i in range(FOLDER_FILES):
+        (folder / f"note{i}.txt").write_text("hello world\n")
+    (folder / "train.jsonl").write_text("".join(f'{{"step": {s}, "loss": {1.0 / s}}}\n' for s in range(1, 20)))
+    with lines_executed((ingest.__file__,), SCAN_LINES_PER_FILE * FOLDER_FILES) as seen:
+        run, problems = load_run([str(folder)])
+    loss = run.metric("loss")
+    assert loss is not None and len(loss.steps) == 19
+    assert len(problems) == FOLDER_FILES and all("no metrics or events found" in str(p) for p in problems)
+    assert seen["lines"] <= SCAN_LINES_PER_FILE * FOLDER_FILES
