@@ -9,15 +9,20 @@ bound many times over; the counter stops such a run as soon as the bound is pass
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 from pathlib import Path
+
+import pytest
 
 import trainaudit.history.classify as classify
 import trainaudit.ingest as ingest
 from trainaudit.history.classify import FailureShape
 from trainaudit.history.trace import trace
 from trainaudit.ingest import load_run
+from trainaudit.ingest.sink import MAX_SERIES
+from harness import RSS_BUDGET_MB, budget
 from workcount import lines_executed
 
 N_FILES = 20_000
@@ -80,3 +85,26 @@ def test_a_folder_of_many_files_without_metrics_is_scanned_in_linear_work(tmp_pa
     assert loss is not None and len(loss.steps) == 19
     assert len(problems) == FOLDER_FILES and all("no metrics or events found" in str(p) for p in problems)
     assert seen["lines"] <= SCAN_LINES_PER_FILE * FOLDER_FILES
+
+
+# -- inputs that would make one series per number, per column, per name --------------------------------
+# Memory is the measure here (the harness's peak resident set); before the cap each of these made a
+# series per number/column/name, each matched against every role (1 to 2 GB).
+WIDE = {
+    "one line of 524 288 numbers": ("one.log", lambda: " ".join(f"{(i * 7919) % 10007 / 997:.4f}" for i in range(1 << 19)) + "\n"),
+    "a CSV with 100 000 columns": ("wide.csv", lambda: "step," + ",".join(f"c{i}" for i in range(100_000)) + "\n"
+                                   + "".join(f"{s}," + ",".join(["1.5"] * 100_000) + "\n" for s in range(1, 4))),
+    "a JSONL with 300 000 metric names": ("names.jsonl", lambda: "".join(
+        json.dumps({"step": s, **{f"m{i}": 1.0 for i in range(s * 100_000, (s + 1) * 100_000)}}) + "\n" for s in range(3))),
+}
+
+
+@pytest.mark.parametrize("case", sorted(WIDE))
+def test_series_per_input_are_capped_in_bounded_memory(case: str, tmp_path: Path) -> None:
+    name, text = WIDE[case]
+    (tmp_path / name).write_text(text())
+    with budget(120) as got:
+        run, problems = load_run([str(tmp_path / name)])
+    assert len(run.series) <= MAX_SERIES
+    assert any(f"beyond the first {MAX_SERIES} left out" in str(p) and not p.fatal for p in problems), problems
+    assert got["rss_mb"] < RSS_BUDGET_MB, got
