@@ -45,7 +45,21 @@ def _shapes() -> dict[str, tuple[str, str]]:
         "token_word": ("--token " + "Vb8Nm2Lk" + "Qw4Er6Ty", "Vb8Nm2LkQw4Er6Ty"),
         "json_escaped_password": ('config {\\"password\\": \\"' + "Tr0ub4dor" + '&3x\\"}', "Tr0ub4dor"),
         "html_escaped_password": ("password=&quot;" + "Tr0ub4dor" + "&quot;", "Tr0ub4dor"),
+        # shapes of detect-secrets' plugins (artifactory, discord, mailchimp, square_oauth, telegram_token,
+        # twilio, gitlab_token, slack)
+        "artifactory": ("jfrog " + "AK" + "C" + "p5Xq" * 18, "p5Xq" * 18),
+        "discord_bot": ("bot " + "M" + "Tk4" * 8 + "." + "Gh7-kL" + "." + "Zq9_" * 6 + "abc", "Zq9_" * 6),
+        "mailchimp": ("mc " + "f3a9" * 8 + "-us" + "12", "f3a9" * 8),
+        "square_oauth": ("sq0" + "csp-" + "Ab3_" * 10 + "xyz", "Ab3_" * 10),
+        "telegram_bot": ("bot 12345" + "6789:" + "AAHk3Jd8Qp_Lm2Vb7" + "Rt-Wn4Yc6Hs1Fg0Aq5", "AAHk3Jd8Qp_Lm2Vb7Rt-Wn4Yc6Hs1Fg0Aq5"),
+        "twilio_key": ("twilio S" + "K" + "0a1b2c3d" * 4, "0a1b2c3d" * 4),
+        "gitlab_runner": ("runner gl" + "rt-" + "Xy7_" * 6, "Xy7_" * 6),
+        "gitlab_registration": ("register GR13" + "48941" + "Xy7q" * 6, "Xy7q" * 6),
+        "slack_xoxo": ("xo" + "xo-" + "1234567890-abcdef123", "1234567890-abcdef123"),
         "sgr_split_token": ("token gh" + "p_" + "Ab3" * 4 + "\x1b[31m" + "Ab3" * 8 + "\x1b[0m", "Ab3" * 8),
+        # the colour code as a JSON log stores it, six characters "\u001b" (a log read as text keeps them)
+        "json_sgr_split_token": ('{"msg": "token gh' + "p_" + "Cd4" * 4 + "\\u001b[31m" + "Cd4" * 8 + '\\u001b[0m"}',
+                                 "Cd4" * 8),
     }
 
 
@@ -63,7 +77,9 @@ def test_mask_secrets_knows_the_shape(name: str) -> None:
 def test_plain_words_after_key_words_stay() -> None:
     # A word after "token" is prose, a git sha is not a W&B key, a certificate is not a private key.
     for text in ("token embeddings are tied", "password policy: rotate every 90 days",
-                 "commit 0123456789abcdef0123456789abcdef01234567", "MIIDdzCCAl+gAwIBAgIE"):
+                 "commit 0123456789abcdef0123456789abcdef01234567", "MIIDdzCCAl+gAwIBAgIE",
+                 "SKIPPED 3 batches; ACCURACY 0.91", "20240501:step_time_ms=1234 rank 3",
+                 "checksum d41d8cd98f00b204e9800998ecf8427e-us-east-1"):
         assert redact.mask_secrets(text) == text
 
 
