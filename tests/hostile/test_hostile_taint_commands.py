@@ -411,6 +411,26 @@ def _json_value(where: str, value: Any) -> None:
         assert not BIDI.search(s), (where, s)
 
 
+_CELL_END = re.compile(r"(?<!\\)(?:\\\\)*\|")  # a "|" not escaped by an odd number of backslashes (GFM tables)
+_DELIMITER_ROW = re.compile(r"^\|(?:\s*:?-+:?\s*\|)+$")
+
+
+def _tables(md: str) -> int:
+    """Every GFM table keeps its header's number of cells in each row (no row forged by input);
+    returns the number of rows checked."""
+    lines = md.split("\n")
+    rows = 0
+    for i in range(1, len(lines)):
+        if _DELIMITER_ROW.match(lines[i]) and lines[i - 1].startswith("|"):
+            width = len(_CELL_END.split(lines[i - 1]))
+            for row in lines[i + 1:]:
+                if not row.startswith("|"):
+                    break
+                assert len(_CELL_END.split(row)) == width, row
+                rows += 1
+    return rows
+
+
 def _files(world: World) -> list[Path]:
     return [p for p in world.work.rglob("*") if p.is_file() and "repo" not in p.relative_to(world.work).parts[:1]]
 
@@ -444,6 +464,7 @@ def test_file_sinks(world: World) -> None:
     written = [p for p in files if p.relative_to(world.work).parts[0] in OUTPUT_DIRS
                or p.name in ("x.csv", "x.jsonl", "summary.md") or p.name.endswith((".html", ".gl.json"))]
     assert len(written) > 30, written
+    table_rows = 0
     for p in written:
         if p.suffix == ".png":  # the image itself holds no text from input; its name is checked below
             continue
@@ -457,6 +478,7 @@ def test_file_sinks(world: World) -> None:
                 _json_value(str(p), json.loads(line))
         elif p.suffix == ".md":
             _markdown(text)
+            table_rows += _tables(text)
         elif p.suffix == ".html":
             _html(text)
         elif p.suffix == ".csv":
@@ -466,11 +488,13 @@ def test_file_sinks(world: World) -> None:
         for part in rel.parts[1:] if rel.parts[0] in OUTPUT_DIRS else ():
             assert re.fullmatch(r"[A-Za-z0-9._-]+", part), rel
             _no_secret(str(rel), part)
+    assert table_rows > 20  # the answers' tables of findings, checks and commits, and batch.md's
     plots = [p for p in written if p.suffix == ".png"]
     assert plots  # plot names derived from hostile metric names were written (and checked above)
     summary = (world.work / "summary.md").read_text()
     assert summary.count("trainaudit") >= 4  # diagnose, two reports, compare, audit appended their summaries
     _markdown(summary)
+    _tables(summary)
 
 
 def test_http_bodies(world: World, server: Capture) -> None:
@@ -490,6 +514,7 @@ def test_http_bodies(world: World, server: Capture) -> None:
             if "body" in body:  # a title is plain text on GitHub; the body is Markdown
                 assert not re.search(r"(?<![\w`])@octocat", body["body"])
                 _markdown(body["body"])
+                _tables(body["body"])
         else:
             kinds["slack"] += 1
             assert "<!channel>" not in body["text"] and "<https://e.example|" not in body["text"]
