@@ -450,6 +450,9 @@ def test_every_command_ran_without_internal_error(world: World) -> None:
 
 
 def test_terminal_sink(world: World) -> None:
+    for label in ("diagnose", "report stranger.json", "compare runs", "audit"):  # the GitHub annotations
+        lines = [ln for ln in world.outcomes[label].stdout.split("\n") if ln.startswith("::")]
+        assert lines and all(re.match(r"::(error|warning|notice) file=[^,:\n]*,", ln) for ln in lines), label
     for label, o in world.outcomes.items():
         text = o.stdout + o.stderr
         _no_secret(label, text)
