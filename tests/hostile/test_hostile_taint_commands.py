@@ -444,7 +444,7 @@ def test_every_command_ran_without_internal_error(world: World) -> None:
     for label, o in world.outcomes.items():
         assert "internal error" not in o.stderr and "Traceback" not in o.stderr, (label, o.stderr)
     assert world.outcomes["watch"].code == 1 and "TA101" in world.outcomes["watch"].stdout  # it did alert
-    assert "dead_relu" in world.outcomes["inspect"].stdout  # a finding that names the hostile modules
+    assert "(dead ReLU)" in world.outcomes["inspect"].stdout  # a finding that names the hostile modules
     ins = json.loads(world.outcomes["inspect --json"].stdout)  # the state dict's two hostile keys were read
     assert ins["total_params"] == 7 and len(ins["by_module"]) == 2
 
