@@ -54,11 +54,15 @@ _PATTERNS: list[tuple[re.Pattern[str], str]] = [
      r"\g<pre>***"),
     # Well-known token shapes.
     (re.compile(r"(?<![A-Za-z0-9_])(?:ghp|gho|ghu|ghs|ghr|github_pat)_[A-Za-z0-9_]{20,}+"), "***"),
-    (re.compile(r"(?<![A-Za-z0-9_])glpat-[A-Za-z0-9_\-]{20,}+"), "***"),
+    # GitLab: personal, deploy, feed, OAuth-app, runner, CI-build, incoming-mail, pipeline-trigger,
+    # agent and OAuth-secret tokens and runner registration tokens (the prefixes of detect-secrets'
+    # gitlab_token.py, https://github.com/Yelp/detect-secrets/blob/master/detect_secrets/plugins/gitlab_token.py).
+    (re.compile(r"(?<![A-Za-z0-9_])(?:(?:glpat|gldt|glft|glsoat|glrt|glcbt|glimt|glptt|glagent|gloas)-|GR1348941)"
+                r"[A-Za-z0-9_\-]{20,}+"), "***"),
     (re.compile(r"(?<![A-Za-z0-9_])sk-(?:ant-|proj-)?[A-Za-z0-9_\-]{20,}+"), "***"),
     (re.compile(r"(?<![A-Za-z0-9_])[sr]k_(?:live|test)_[A-Za-z0-9]{16,}+"), "***"),  # Stripe
     (re.compile(r"(?<![A-Za-z0-9_])hf_[A-Za-z0-9]{30,}+"), "***"),
-    (re.compile(r"(?<![A-Za-z0-9_])xox[abprse]-[A-Za-z0-9\-]{10,}+"), "***"),
+    (re.compile(r"(?<![A-Za-z0-9_])xox[aboprse]-[A-Za-z0-9\-]{10,}+"), "***"),
     (re.compile(r"(?<![A-Za-z0-9_])(?:npm_[A-Za-z0-9]{36}|pypi-AgE[A-Za-z0-9_\-]{50,}+)"), "***"),
     (re.compile(r"(?<![A-Z0-9])(?:AKIA|ASIA)[0-9A-Z]{16}(?![A-Z0-9])"), "***"),
     (re.compile(r"(?<![A-Za-z0-9_\-])AIza[0-9A-Za-z_\-]{35}(?![A-Za-z0-9_\-])"), "***"),
@@ -73,6 +77,17 @@ _PATTERNS: list[tuple[re.Pattern[str], str]] = [
     (re.compile(r"(?<![A-Za-z0-9_])SG\.[A-Za-z0-9_\-]{16,}+\.[A-Za-z0-9_\-]{16,}+"), "***"),  # SendGrid
     (re.compile(r"(?<![A-Za-z0-9_])(?:glsa_[A-Za-z0-9]{20,}+_[A-Fa-f0-9]{8}|glc_[A-Za-z0-9+/]{32,}+={0,2})"), "***"),
     (re.compile(r"(?<![A-Za-z0-9_])dckr_pat_[A-Za-z0-9_\-]{20,}+"), "***"),  # Docker Hub personal access token
+    # More shapes of detect-secrets' plugins (https://github.com/Yelp/detect-secrets/tree/master/detect_secrets/plugins):
+    # artifactory.py (API token; its "AP..." password shape also matches ordinary upper-case words, so
+    # it is left to the key=value rule), discord.py (bot token), mailchimp.py, square_oauth.py (and the
+    # access token sq0atp-), telegram_token.py, twilio.py (account SID and API key).
+    (re.compile(r"(?<![A-Za-z0-9])AKC[A-Za-z0-9]{10,}+"), "***"),
+    (re.compile(r"(?<![A-Za-z0-9_\-])[MNO][A-Za-z0-9_\-]{23,25}\.[A-Za-z0-9_\-]{6}\.[A-Za-z0-9_\-]{27}(?![A-Za-z0-9_\-])"),
+     "***"),
+    (re.compile(r"(?<![0-9a-z])[0-9a-z]{32}-us[0-9]{1,2}(?![0-9])"), "***"),
+    (re.compile(r"(?<![A-Za-z0-9_\-])sq0(?:csp|atp)-[0-9A-Za-z_\-]{22,}+"), "***"),
+    (re.compile(r"(?<![0-9:])[0-9]{8,10}:[0-9A-Za-z_\-]{35}(?![0-9A-Za-z_\-])"), "***"),
+    (re.compile(r"(?<![A-Za-z0-9])(?:AC|SK)[0-9a-z]{32}(?![A-Za-z0-9])"), "***"),
     # Azure storage connection strings and shared access signatures: AccountKey=, SharedAccessKey=, sig=.
     (re.compile(r"(?i)(?P<pre>(?<![A-Za-z0-9_])(?:AccountKey|SharedAccessKey|sig)=)[A-Za-z0-9+/%=]{8,}+"), r"\g<pre>***"),
     # A DER private key in base64 without its PEM lines (a GCP service-account "private_key" pasted
@@ -302,6 +317,15 @@ def json_text(value: Any, **dumps: Any) -> str:
     """The JSON encoder of every JSON output (answer.json, charts.json, batch.json, parse -o .jsonl,
     MCP results, LLM requests): strings masked first, then serialised."""
     return json.dumps(json_clean(value), **dumps)
+
+
+JSON_HEADERS = {"content-type": "application/json"}
+
+
+def json_body(value: Any) -> bytes:
+    """The body of an HTTP request (LLM providers, GitHub, Slack): :func:`json_text` as UTF-8 bytes,
+    sent with :data:`JSON_HEADERS` (an HTTP client's own ``json=`` would serialise without masking)."""
+    return json_text(value, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
 
 
 # -- file names ------------------------------------------------------------------------------------

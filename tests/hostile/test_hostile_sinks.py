@@ -45,7 +45,21 @@ def _shapes() -> dict[str, tuple[str, str]]:
         "token_word": ("--token " + "Vb8Nm2Lk" + "Qw4Er6Ty", "Vb8Nm2LkQw4Er6Ty"),
         "json_escaped_password": ('config {\\"password\\": \\"' + "Tr0ub4dor" + '&3x\\"}', "Tr0ub4dor"),
         "html_escaped_password": ("password=&quot;" + "Tr0ub4dor" + "&quot;", "Tr0ub4dor"),
+        # shapes of detect-secrets' plugins (artifactory, discord, mailchimp, square_oauth, telegram_token,
+        # twilio, gitlab_token, slack)
+        "artifactory": ("jfrog " + "AK" + "C" + "p5Xq" * 18, "p5Xq" * 18),
+        "discord_bot": ("bot " + "M" + "Tk4" * 8 + "." + "Gh7-kL" + "." + "Zq9_" * 6 + "abc", "Zq9_" * 6),
+        "mailchimp": ("mc " + "f3a9" * 8 + "-us" + "12", "f3a9" * 8),
+        "square_oauth": ("sq0" + "csp-" + "Ab3_" * 10 + "xyz", "Ab3_" * 10),
+        "telegram_bot": ("bot 12345" + "6789:" + "AAHk3Jd8Qp_Lm2Vb7" + "Rt-Wn4Yc6Hs1Fg0Aq5", "AAHk3Jd8Qp_Lm2Vb7Rt-Wn4Yc6Hs1Fg0Aq5"),
+        "twilio_key": ("twilio S" + "K" + "0a1b2c3d" * 4, "0a1b2c3d" * 4),
+        "gitlab_runner": ("runner gl" + "rt-" + "Xy7_" * 6, "Xy7_" * 6),
+        "gitlab_registration": ("register GR13" + "48941" + "Xy7q" * 6, "Xy7q" * 6),
+        "slack_xoxo": ("xo" + "xo-" + "1234567890-abcdef123", "1234567890-abcdef123"),
         "sgr_split_token": ("token gh" + "p_" + "Ab3" * 4 + "\x1b[31m" + "Ab3" * 8 + "\x1b[0m", "Ab3" * 8),
+        # the colour code as a JSON log stores it, six characters "\u001b" (a log read as text keeps them)
+        "json_sgr_split_token": ('{"msg": "token gh' + "p_" + "Cd4" * 4 + "\\u001b[31m" + "Cd4" * 8 + '\\u001b[0m"}',
+                                 "Cd4" * 8),
     }
 
 
@@ -63,7 +77,9 @@ def test_mask_secrets_knows_the_shape(name: str) -> None:
 def test_plain_words_after_key_words_stay() -> None:
     # A word after "token" is prose, a git sha is not a W&B key, a certificate is not a private key.
     for text in ("token embeddings are tied", "password policy: rotate every 90 days",
-                 "commit 0123456789abcdef0123456789abcdef01234567", "MIIDdzCCAl+gAwIBAgIE"):
+                 "commit 0123456789abcdef0123456789abcdef01234567", "MIIDdzCCAl+gAwIBAgIE",
+                 "SKIPPED 3 batches; ACCURACY 0.91", "20240501:step_time_ms=1234 rank 3",
+                 "checksum d41d8cd98f00b204e9800998ecf8427e-us-east-1"):
         assert redact.mask_secrets(text) == text
 
 
@@ -221,3 +237,26 @@ def test_mcp_results_are_masked_on_every_string() -> None:
     out = _masked(brief)
     assert isinstance(out, Finding)
     assert gh[4:] not in out.model_dump_json() and "\u202e" not in out.message
+
+
+# -- masked once, before encoding --------------------------------------------------------------------
+def test_report_and_job_summary_mask_once_before_encoding(tmp_path: Path) -> None:
+    # A secret in quotes: masked on the decoded text it is password="***", which each sink then encodes.
+    # Masked again after encoding, the HTML form password=&quot;***&quot; loses its closing entity (the
+    # "&quot" after *** reads as the value of a key-like name) and the Markdown form is masked twice.
+    p = _hostile_answer(tmp_path)
+    a = json.loads(p.read_text())
+    pw = "Hq7" + "Zr2" + "Lm9x"
+    a["final_answer"]["summary"] = f"the job set password=\"{pw}\" and secret='{pw}' in the config"
+    p.write_text(json.dumps(a))
+    summary = tmp_path / "summary.md"
+    o = run(["report", str(p), "-o", str(tmp_path / "r.html"), "--github-summary"], tmp_path,
+            env={"GITHUB_STEP_SUMMARY": str(summary)})
+    assert o.code in (0, 1), o.stderr
+    page = (tmp_path / "r.html").read_text()
+    md = summary.read_text()
+    assert pw not in page and pw not in md
+    assert "password=&quot;***&quot; and secret=&#x27;***&#x27; in the config" in page
+    assert "password=\"***\" and secret='***' in the config" in md
+    # the charts' JSON inside the page: masked on the decoded strings, then escaped; nothing after
+    assert "***;" not in page and "***&amp;" not in page

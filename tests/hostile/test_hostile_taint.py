@@ -194,4 +194,8 @@ def test_no_writer_bypasses_the_encoders() -> None:
             offenders.append(f"{rel}: html escaping outside redact")
         if re.search(r"csv\.(?:Dict)?[Ww]riter\(", text) and "csv_cell" not in text:  # readers may import csv
             offenders.append(f"{rel}: CSV written without csv_cell")
+        for node in ast.walk(tree):  # an HTTP client's json= serialises the body itself, unmasked
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                    and node.func.attr in ("post", "patch", "put", "request") and any(k.arg == "json" for k in node.keywords)):
+                offenders.append(f"{rel}:{node.lineno} HTTP body serialised by the client (use redact.json_body)")
     assert offenders == []

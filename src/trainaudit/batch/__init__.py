@@ -31,6 +31,7 @@ from trainaudit.answer.locate import culprit, nothing_failed
 from trainaudit.answer.schema import SEVERITY_ORDER, Answer, Commit
 from trainaudit.audit import AuditOptions, run_audit
 from trainaudit.errors import InputError
+from trainaudit.redact import file_name
 from trainaudit.safeio import load_json, read_text
 
 SET_FILE = "trainaudit-set.json"
@@ -44,6 +45,7 @@ class ArtifactSet:
     passing: list[str] = field(default_factory=list)
     answer_file: Path | None = None
     options: dict[str, str] = field(default_factory=dict)  # good, bad, golden, model_config
+    folder: str = ""  # the set's report folder under the batch's output: its name as a safe file name
 
 
 @dataclass
@@ -131,6 +133,17 @@ def discover_sets(roots: Sequence[Path]) -> list[ArtifactSet]:
         names[s.name] = n + 1
         if n:
             s.name = f"{s.name}-{n + 1}"
+    # A set's name is a stranger's folder or archive name: its report folder is named through the
+    # file-name encoder, and two names that encode alike still get folders of their own.
+    taken: set[str] = set()
+    for s in sets:
+        base = folder = file_name(s.name)
+        k = 1
+        while folder in taken:
+            k += 1
+            folder = f"{base}-{k}"
+        taken.add(folder)
+        s.folder = folder
     return sets
 
 
@@ -151,7 +164,7 @@ def run_batch(sets: Sequence[ArtifactSet], out: Path, opts: BatchOptions, write:
                               good=s.options.get("good", opts.good), bad=s.options.get("bad", opts.bad),
                               golden=s.options.get("golden"), model_config=s.options.get("model_config"), fmt=opts.fmt)
             answer, plots, _info = run_audit(ao)
-            members.append(Member(s.name, answer, out_dir=write(answer, out / s.name, plots)))
+            members.append(Member(s.name, answer, out_dir=write(answer, out / (s.folder or file_name(s.name)), plots)))
         except InputError as exc:
             members.append(Member(s.name, None, error=str(exc)))
     return BatchResult(members)

@@ -387,7 +387,8 @@ def _track(path: str) -> str:
 
 
 def _diff_of(diff: str, paths: list[str]) -> str:
-    """The parts of a ``git log -p`` patch that belong to ``paths``."""
+    """The parts of a ``git log -p`` patch that belong to ``paths``: one set lookup per patch
+    header, so a commit adding 200 000 files costs time linear in its patch, not in files x paths."""
     if not diff or not paths:
         return ""
     out: list[str] = []
@@ -395,11 +396,22 @@ def _diff_of(diff: str, paths: list[str]) -> str:
     wanted = set(paths)
     for line in diff.splitlines():
         if line.startswith("diff --git "):
-            keep = any(line.endswith(" b/" + p) for p in wanted)
+            keep = any(name in wanted for name in _new_names(line))
             continue
         if keep:
             out.append(line)
     return "\n".join(out)
+
+
+def _new_names(header: str) -> list[str]:
+    """The names a ``diff --git a/OLD b/NEW`` header may end with: the rest after each " b/" (a
+    name holding " b/" itself makes the split ambiguous, so every candidate is offered)."""
+    names: list[str] = []
+    i = header.find(" b/")
+    while i >= 0:
+        names.append(header[i + 3:])
+        i = header.find(" b/", i + 1)
+    return names
 
 
 def _config_keys(diff: str, path: str) -> list[str]:

@@ -10,6 +10,7 @@ from typing import Any
 import httpx
 
 from trainaudit.errors import UsageError
+from trainaudit.redact import json_body
 
 
 @dataclass(frozen=True)
@@ -105,7 +106,7 @@ def complete(spec: LlmSpec, system: str, user: str, client: httpx.Client | None 
     own = client is None
     http = client or httpx.Client(timeout=spec.timeout, follow_redirects=False)
     try:
-        resp = http.post(url, headers=headers, json=body)
+        resp = http.post(url, headers=headers, content=json_body(body))
     except httpx.TimeoutException:
         raise LlmError(f"no answer from {spec.label} within {spec.timeout:g}s") from None
     except httpx.HTTPError as exc:

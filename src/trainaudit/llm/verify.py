@@ -70,6 +70,8 @@ def parse_narration(text: str) -> tuple[Narration, dict[str, Any]]:
         raw = json.loads(s[start:end + 1] if end > start else s[start:])
     except json.JSONDecodeError as exc:
         raise NarrationError(f"the answer is not valid JSON ({exc.msg} at char {exc.pos})") from None
+    except (ValueError, RecursionError) as exc:  # an integer of more than 4300 digits, nesting past the limit
+        raise NarrationError(f"the answer is not valid JSON ({type(exc).__name__}: {str(exc)[:80]})") from None
     if not isinstance(raw, dict):
         raise NarrationError("the answer is not a JSON object")
     try:

@@ -15,7 +15,7 @@ from pydantic import BaseModel
 from trainaudit import __version__
 from trainaudit.errors import InputError
 from trainaudit.mcp.roots import Roots
-from trainaudit.redact import json_clean
+from trainaudit.redact import json_clean, mask_secrets
 from trainaudit.mcp.tools import (
     AnalysisResult,
     Evidence,
@@ -52,9 +52,9 @@ def _errors(fn: Callable[..., T]) -> Callable[..., T]:
         try:
             return _masked(fn(*args, **kw))
         except InputError as exc:  # includes UsageError and PathRefused
-            raise ToolError(str(exc)) from None
+            raise ToolError(mask_secrets(str(exc))) from None
         except OSError as exc:
-            raise ToolError(f"{getattr(exc, 'filename', '') or ''}: {exc.strerror or exc}") from None
+            raise ToolError(mask_secrets(f"{getattr(exc, 'filename', '') or ''}: {exc.strerror or exc}")) from None
 
     return wrapper
 

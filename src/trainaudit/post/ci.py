@@ -79,7 +79,6 @@ def summary_markdown(answer: Answer, html_name: str | None = None) -> str:
     md = render_markdown(answer, None)  # no plot links: PNGs do not exist on the run page
     if html_name:
         md += f"\nInteractive report: `{html_name}` in this job's artifacts.\n"
-    md = mask_secrets(md)
     if len(md.encode()) > SUMMARY_LIMIT:
         md = md.encode()[:SUMMARY_LIMIT].decode(errors="ignore") + "\n\n(truncated: the full report is answer.md)\n"
     return md

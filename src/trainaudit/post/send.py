@@ -24,7 +24,7 @@ from trainaudit.errors import InputError
 from trainaudit.answer.verdicts import verdict_info
 from trainaudit.answer.fingerprint import fingerprint, marker
 from trainaudit.render.markdown import render_markdown
-from trainaudit.redact import github_body, json_text, md_inline, mask_secrets, slack_link, slack_text
+from trainaudit.redact import JSON_HEADERS, github_body, json_body, json_text, md_inline, mask_secrets, slack_link, slack_text
 from trainaudit.answer.schema import Answer
 
 GITHUB_API = "https://api.github.com"
@@ -145,7 +145,7 @@ def _check(resp: httpx.Response, what: str, hint: str) -> Any:
 
 def send_issue(plan: IssuePlan, token: str, client: httpx.Client | None = None) -> dict[str, Any]:
     """Open or update the issue; returns {"action": "created"|"updated", "number", "url"}."""
-    headers = {"Authorization": f"Bearer {token}", "Accept": "application/vnd.github+json",
+    headers = {"Authorization": f"Bearer {token}", "Accept": "application/vnd.github+json", **JSON_HEADERS,
                "X-GitHub-Api-Version": "2022-11-28", "User-Agent": f"trainaudit/{__version__}"}
     own = client is None
     c = client or httpx.Client(timeout=30.0)
@@ -163,13 +163,13 @@ def send_issue(plan: IssuePlan, token: str, client: httpx.Client | None = None) 
             if found is not None or len(items) < 100:
                 break
         if found is None:
-            made = _check(c.post(base, json={"title": plan.title, "body": plan.body, "labels": [plan.label]},
+            made = _check(c.post(base, content=json_body({"title": plan.title, "body": plan.body, "labels": [plan.label]}),
                                  headers=headers), f"POST {base}", hint)
             return {"action": "created", "number": made.get("number"), "url": made.get("html_url")}
         n = found["number"]
-        upd = _check(c.patch(f"{base}/{n}", json={"title": plan.title, "body": plan.body}, headers=headers),
+        upd = _check(c.patch(f"{base}/{n}", content=json_body({"title": plan.title, "body": plan.body}), headers=headers),
                      f"PATCH {base}/{n}", hint)
-        _check(c.post(f"{base}/{n}/comments", json={"body": plan.comment}, headers=headers),
+        _check(c.post(f"{base}/{n}/comments", content=json_body({"body": plan.comment}), headers=headers),
                f"POST {base}/{n}/comments", hint)
         return {"action": "updated", "number": n, "url": (upd or {}).get("html_url") or found.get("html_url")}
     except httpx.HTTPError as exc:
@@ -202,7 +202,7 @@ def send_slack(url: str, payload: dict[str, Any], client: httpx.Client | None = 
     c = client or httpx.Client(timeout=30.0)
     shown = _mask_url(url)
     try:
-        resp = c.post(url, json=payload)
+        resp = c.post(url, content=json_body(payload), headers=JSON_HEADERS)
     except httpx.HTTPError as exc:
         raise PostError(f"Slack webhook {shown}: {exc.__class__.__name__}") from None
     finally:

@@ -13,7 +13,7 @@ from __future__ import annotations
 from importlib.resources import files
 from typing import Any
 
-from trainaudit.redact import anchor_id, html_text, json_text, mask_secrets
+from trainaudit.redact import anchor_id, html_text, json_text
 from trainaudit.render.numbers import number, percent, values_in_words
 from trainaudit.answer.verdicts import verdict_info
 from trainaudit.answer.schema import SEVERITY_ORDER, Answer, ExtractedFact
@@ -192,8 +192,10 @@ def render_html(answer: Answer, charts: list[dict[str, Any]] | None = None, *, t
             '<meta name="viewport" content="width=device-width, initial-scale=1">',
             f"<title>{_e(page_title)}</title><style>{_asset('uPlot.min.css')}\n{_asset('report.css')}</style>"
             "</head><body><main>",
-            # the report's own text is masked; the inlined script is ours and must stay intact
-            mask_secrets("\n".join(body)), "</main>", mask_secrets(_json_script({"charts": charts})),
+            # every value from input in body went through html_text (masked, then escaped) and the
+            # data through json_text (masked, then serialised): masking the encoded page again would
+            # read "&quot;" after a masked value as more of it
+            "\n".join(body), "</main>", _json_script({"charts": charts}),
             f"<script>{_asset('uPlot.iife.min.js')}</script>", f"<script>{_asset('report.js')}</script>",
             "</body></html>"]
     return "\n".join(page)

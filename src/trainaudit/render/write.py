@@ -17,7 +17,7 @@ from trainaudit.render.page import HTML_NAME
 from trainaudit.answer.charts import PlotSpec
 from trainaudit.render.plots import PLOTS_EXTRA, png_available, render
 from trainaudit.outdir import OutDir
-from trainaudit.redact import json_model, mask_secrets
+from trainaudit.redact import json_model
 from trainaudit.answer.schema import Answer
 
 ANSWER_NAME = "answer.json"
@@ -103,6 +103,6 @@ def write_report(answer: Answer, out: Path | OutDir, plots: list[PlotSpec] | tup
         plots_dir.close()
     json_path = out.write_text(ANSWER_NAME, json_model(answer) + "\n")
     rel_plots = [p.relative_to(out_dir).as_posix() for p in plot_paths]
-    md_path = out.write_text(MARKDOWN_NAME, mask_secrets(render_markdown(answer, rel_plots)))
+    md_path = out.write_text(MARKDOWN_NAME, render_markdown(answer, rel_plots))
     charts_path = out.write_text(CHARTS_NAME, charts_json(list(plots))) if charts and plots else None
     return ReportPaths(out_dir, json_path, md_path, plot_paths, charts_path, replaced, notes)
