@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import abc
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import Any, BinaryIO, ClassVar, NamedTuple, Protocol, runtime_checkable
@@ -118,7 +118,7 @@ class LineReader(Reader):
         state = self.new_state()
         spare = SpareNumbers(sink, along=self.numbers_fallback)
         with inp.open() as stream:
-            for line in self.lines(stream, scanner, spare):
+            for line in self.lines(stream, scanner, spare, awaits=lambda: self.awaits(state)):
                 self.feed(line, sink, state)
                 events = scanner.feed(line)
                 for ev in events:
@@ -134,13 +134,19 @@ class LineReader(Reader):
         return {}
 
     def lines(self, stream: BinaryIO, scanner: SignatureScanner, spare: SpareNumbers,
-              gate: Gate | None = None) -> Iterator[Line]:
+              gate: Gate | None = None, awaits: Callable[[], bool] = lambda: False) -> Iterator[Line]:
         """The lines of ``stream`` the format, the scanner and ``spare`` must see (``gate``: the
-        format's own, when it reads for another)."""
+        format's own, when it reads for another; ``awaits``: true while the format needs the next
+        line whatever it holds)."""
         gate = gate or self.gate
         if gate is None:
             return iter_lines(stream)
-        return iter_gated(stream, gate.text, gate.raw, lambda: scanner.busy or spare.reading, SIGNALS_RAW)
+        return iter_gated(stream, gate.text, gate.raw, lambda: scanner.busy or spare.reading, SIGNALS_RAW, awaits)
+
+    def awaits(self, state: dict) -> bool:
+        """True while ``feed`` holds a record that the next line completes, whatever that line
+        holds (so the gate must not skip it)."""
+        return False
 
     @abc.abstractmethod
     def feed(self, line: Line, sink: Sink, state: dict) -> None: ...

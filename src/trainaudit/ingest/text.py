@@ -113,14 +113,18 @@ def trie_pattern(words: list[str]) -> str:
 
 
 def iter_gated(stream: BinaryIO, gate: re.Pattern[str], raw_gate: re.Pattern[bytes], everything: Callable[[], bool],
-               raw_wakes: re.Pattern[bytes] | None = None) -> Iterator[Line]:
+               raw_wakes: re.Pattern[bytes] | None = None, awaits: Callable[[], bool] | None = None
+               ) -> Iterator[Line]:
     """The lines of :func:`iter_lines` in whose ``text`` ``gate`` finds something, and every line
     while ``everything()`` is true (asked as each line is reached). ``gate`` is ASCII literals
     only (see :func:`literals`) and ``raw_gate`` its bytes copy with ``|\\x1b`` added: it finds in a
     physical line whatever ``gate`` finds in the line's cleaned segments, and the physical lines where
     it finds nothing (nor an ANSI escape, whose removal could join a needle) are never decoded.
     ``raw_wakes`` (bytes literals): what finds every line that may make ``everything()`` true; the
-    carriage-return segments of other lines are filtered by ``gate`` before they are cleaned."""
+    carriage-return segments of other lines are filtered by ``gate`` before they are cleaned.
+    ``awaits``: true when the reader needs the next line whatever it holds: the next physical
+    line's first non-blank segment is then read too (a progress bar redrawn after a record, whose
+    count numbers it), not the redraws after it."""
     no = 0
     rest = b""
     while True:
@@ -129,7 +133,8 @@ def iter_gated(stream: BinaryIO, gate: re.Pattern[str], raw_gate: re.Pattern[byt
         end = data.rfind(b"\n") + 1 if block else len(data)
         pos = 0
         while pos < end:
-            if everything():
+            wait = awaits is not None and not everything() and awaits()
+            if wait or everything():
                 nl = data.find(b"\n", pos, end)
                 stop = end if nl < 0 else nl + 1
             else:
@@ -147,9 +152,9 @@ def iter_gated(stream: BinaryIO, gate: re.Pattern[str], raw_gate: re.Pattern[byt
             # a segment's cleaned text is the segment less its prefixes: what the gate finds there
             # it finds in the segment (a line that may wake everything() is split whole)
             keep = None if raw_wakes is None or everything() or raw_wakes.search(data, pos, stop) else gate
-            for line in split_line(no, data[pos:stop], keep):
+            for i, line in enumerate(split_line(no, data[pos:stop], keep, first=wait)):
                 # a line the gate was not asked of, or found in its prefix only, is one more line read
-                if keep is not None or everything() or gate.search(line.text) is not None:
+                if keep is not None or everything() or (wait and i == 0) or gate.search(line.text) is not None:
                     yield line
             pos = stop
         if not block:
@@ -157,11 +162,11 @@ def iter_gated(stream: BinaryIO, gate: re.Pattern[str], raw_gate: re.Pattern[byt
         rest = data[end:]
 
 
-def split_line(no: int, braw: bytes, gate: re.Pattern[str] | None = None) -> list[Line]:
+def split_line(no: int, braw: bytes, gate: re.Pattern[str] | None = None, first: bool = False) -> list[Line]:
     """The cleaned lines of physical line ``no`` (its newline there or not), as :func:`iter_lines`
     yields them (also for bulk readers that hand a line back to line logic). ``gate``: only the
     carriage-return segments it finds something in (before their prefixes are stripped), found in
-    one pass over the line."""
+    one pass over the line, and with ``first`` the first non-blank segment as well."""
     raw = braw.decode("utf-8", "replace").rstrip("\r\n")
     if not raw:
         return []
@@ -169,7 +174,7 @@ def split_line(no: int, braw: bytes, gate: re.Pattern[str] | None = None) -> lis
     if "\r" in text:
         segs = text.split("\r")
         if gate is not None:
-            kept: list[str] = []
+            kept: list[str] = [next((g for g in segs if g.strip()), "")] if first else []
             seg, at = 0, 0
             for m in gate.finditer(text):
                 seg += text.count("\r", at, m.start())
@@ -178,7 +183,7 @@ def split_line(no: int, braw: bytes, gate: re.Pattern[str] | None = None) -> lis
                     kept.append(segs[seg])
             segs = kept
         return [Line(no, *strip_prefixes(s), raw) for s in segs if s.strip()]
-    return [Line(no, *strip_prefixes(text), raw)] if gate is None or gate.search(text) else []
+    return [Line(no, *strip_prefixes(text), raw)] if gate is None or first or gate.search(text) else []
 
 
 _SPECIAL = {

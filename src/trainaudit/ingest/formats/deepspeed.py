@@ -130,7 +130,8 @@ class DeepSpeedReader(LineReader):
         spare = SpareNumbers(sink)
         gate = DS_GATES.get(delegate.name if delegate is not None else None)
         with inp.open() as stream:
-            for line in self.lines(stream, scanner, spare, gate):
+            for line in self.lines(stream, scanner, spare, gate,
+                                   awaits=lambda: delegate is not None and delegate.awaits(dstate)):
                 if not self._engine(line, sink, state) and delegate is not None:
                     before = sink.last_step
                     delegate.feed(line, sink, dstate)

@@ -54,7 +54,8 @@ PAIR_RE = re.compile(
     r"""\A(?:'((?:[^'\\]|\\.)*)'|"((?:[^"\\]|\\.)*)")\s*:\s*"""
     r"""('(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*"|(?:[^\S,]*+[^\s,'"]++)++|[^\S,])\s*+\Z"""
 )
-# the dict that ends a line feed reads: tqdm's redraws between two dicts are never read
+# the dict that ends a line feed reads: tqdm's redraws between two dicts are not read, but for the
+# one right after a train dict (HFReader.awaits)
 HF_GATE_LITERALS = r"\}"
 HF_GATE = gate_pattern(HF_GATE_LITERALS)
 HF_KEYS = ("'loss'", "'learning_rate'", "'epoch'", "'eval_", "'train_runtime'", "'grad_norm'")
@@ -116,6 +117,10 @@ class HFReader(LineReader):
 
     def new_state(self) -> dict:
         return {"n_train": 0, "last_step": 0, "texts": {}, "pending": None, "interval": 0, "bar_total": None}
+
+    def awaits(self, state: dict) -> bool:
+        # a train dict waits for the bar tqdm redraws right after it: its count is the dict's step
+        return state["pending"] is not None
 
     def finish(self, sink: Sink, state: dict) -> None:
         self._flush(sink, state, None)
