@@ -21,9 +21,9 @@ DOC = Path(__file__).resolve().parents[2] / "docs" / "accuracy.md"
 # right answers out of the corpus (330 logs: 135 with a labelled first bad step, 115 healthy). The
 # corpus grew from 192 logs with 138 logs nobody tuned on; the counts are those of today's code on
 # them, and docs/accuracy.md shows the known false alarms and unread logs.
-TOP1_FLOOR = 260
+TOP1_FLOOR = 264
 FIRST_BAD_STEP_FLOOR = 94
-FALSE_ALARMS_CEILING = 9
+FALSE_ALARMS_CEILING = 8
 UNREAD_CEILING = 4
 
 
