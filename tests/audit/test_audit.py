@@ -156,6 +156,22 @@ def test_oom_is_infrastructure_not_golden_mismatch_and_no_repo_is_said(world) ->
     assert oom and oom[0]["line"] == 38 + 2 + 5  # 2 header lines, 37 iterations, 5 traceback lines before it
 
 
+def test_a_failure_of_the_run_gets_diagnoses_fix_with_the_commit_to_look_at(world) -> None:
+    # the same log, the same advice: audit names the commit, but the fix for an OOM is diagnose's
+    root, shas = world
+    answer, _, _ = _audit(root, "../art/oom/failing", "--passing", "../art/oom/passing", "--repo", "../repo",
+                          "--good", shas["docs"], "--bad", shas["container"], out="out-oom-repo")
+    fa = answer["final_answer"]
+    assert fa["verdict"] == "infrastructure_failure" and answer["commits"]
+    (root / "out-oom-diag").mkdir(exist_ok=True)
+    run_cli("diagnose", "../art/oom/failing", "-o", ".", cwd=root / "out-oom-diag")
+    diagnosed = json.loads((root / "out-oom-diag" / "answer.json").read_text())["final_answer"]["root_causes"][0]
+    fix = fa["root_causes"][0]["fix"]
+    assert fix.startswith(diagnosed["fix"].rstrip(". ")), (fix, diagnosed["fix"])
+    assert f"The first commit to look at is {answer['commits'][0]['sha'][:10]}" in fix
+    assert fa["quick_fixes"][0] == fix
+
+
 def test_golden_and_model_config_given_explicitly_without_repo(world) -> None:
     root, _ = world
     (root / "g.json").write_text(MIMO_OLD.read_text())

@@ -443,7 +443,7 @@ def _final(b: AnswerBuilder, v: Verdict, cmp_answer: Answer | None, cmp_causes: 
         extra_issue, extra_fix = "", ""
         if c is not None:
             extra_issue = f" Commit {c.commit.sha[:10]} \"{c.commit.title}\" ({info.commit_role}) explains it."
-            extra_fix = _fix_for(v, info)
+            extra_fix = _fix_for(v, info, rc.fix)
             conf = min(0.97, conf + 0.1 * c.relevance)
         ev = rc.evidence + [f for f in [*info.support, commit_fact] if f and f not in rc.evidence]
         causes[0] = rc.model_copy(update={"issue": rc.issue + extra_issue, "fix": extra_fix or rc.fix,
@@ -453,7 +453,8 @@ def _final(b: AnswerBuilder, v: Verdict, cmp_answer: Answer | None, cmp_causes: 
                                 category=v.category, severity="medium", evidence=[commit_fact],  # type: ignore[arg-type]
                                 fix=_fix_for(v, info) or "inspect the commit", expected_impact="the check passes",
                                 verify="rerun the failing job", confidence=round(min(conf, 0.6), 3)))
-    quick = [x for x in ([_fix_for(v, info)] if c is not None else []) + [r.fix for r in causes[1:3]] if x]
+    quick = [x for x in ([causes[0].fix if causes else _fix_for(v, info)] if c is not None else [])
+             + [r.fix for r in causes[1:3]] if x]
     needs = list(dict.fromkeys(needs + (cmp_answer.final_answer.needs_more_data if cmp_answer else [])
                                + (dv.needs_more_data if dv is not None and v.source == "diagnosis" else [])))
     return FinalAnswer(verdict=v.verdict, category=v.category, first_bad_step=v.first_bad_step,  # type: ignore[arg-type]
@@ -463,13 +464,19 @@ def _final(b: AnswerBuilder, v: Verdict, cmp_answer: Answer | None, cmp_causes: 
 
 
 
-def _fix_for(v: Verdict, info: AuditInfo) -> str:
+def _fix_for(v: Verdict, info: AuditInfo, run_fix: str | None = None) -> str:
+    """What to do, with the commit the answer names. ``run_fix``: the fix ``diagnose`` gives for the
+    failing run's own failure, kept word for word when the verdict comes from that diagnosis (a
+    crash, an OOM: the same log gets the same advice from both commands)."""
     c = info.commit
     if c is None:
         return ""
     sha = c.commit.sha[:10]
     fix = info.fix
     later = f" (commit {fix.commit.sha[:10]} after --bad already {fix.reason})" if fix else ""
+    if v.source == "diagnosis" and run_fix:
+        return (f"{run_fix.rstrip('. ')}. The first commit to look at is {sha} \"{c.commit.title}\" "
+                f"({info.commit_role}){later}.")
     if v.verdict == "real_regression":
         return (f"Confirm that {sha} \"{c.commit.title}\" is meant to change these numbers: if it is intended, "
                 f"refresh the golden values from a run of it (download_golden_values.py); if not, fix or revert "
