@@ -137,6 +137,12 @@ class Finding(_Model):
     confidence: float = Field(ge=0.0, le=1.0)
     data: dict[str, Any] | None = None
 
+    @staticmethod
+    def named(rule: str, metric: str | None) -> str:
+        """The id of a finding reported once per (rule, metric), outside an answer (a live alert, an
+        ``inspect`` check): ``TA101:loss``, or the rule's id alone."""
+        return f"{rule}:{metric}" if metric else rule
+
     def text(self) -> str:
         """``[TA101 critical] nan_inf since step 57: loss is NaN ...``: one line, as logs print it."""
         since = f" since step {self.first_bad_step}" if self.first_bad_step is not None else ""

@@ -16,7 +16,7 @@ def observed(rule: type[Rule], message: str, *, severity: Severity | None = None
     data: dict[str, Any] = {"where": where or []}
     if value is not None:
         data["value"] = value
-    return Finding(id=f"{rule.id}:{module}" if module else rule.id, rule=rule.id, category=rule.category,
+    return Finding(id=Finding.named(rule.id, module), rule=rule.id, category=rule.category,
                    severity=severity or rule.severity, metric=module, message=message, confidence=1.0, data=data)
 
 

@@ -41,7 +41,7 @@ def alert(rule: str, category: str, severity: str, message: str, step: int, sinc
           metric: str | None = None, *, confidence: float = 1.0, data: dict[str, Any] | None = None) -> Finding:
     """A finding of a run that is still alive: detected at ``step`` (its ``last_step``), bad since
     ``since`` (its ``first_bad_step``). A (rule, metric) pair alerts once, so it names the alert."""
-    return Finding(id=f"{rule}:{metric}" if metric else rule, rule=rule, category=Category(category),
+    return Finding(id=Finding.named(rule, metric), rule=rule, category=Category(category),
                    severity=Severity(severity), metric=metric, first_bad_step=since, last_step=step,
                    message=message, confidence=confidence, data=data)
 
