@@ -62,7 +62,6 @@ class Category(StrEnum):
 
 
 SEVERITY_ORDER: dict[str, int] = {"info": 0, "low": 1, "medium": 2, "high": 3, "critical": 4}
-CATEGORIES: tuple[str, ...] = tuple(c.value for c in Category)
 VERDICTS: tuple[str, ...] = Verdict.__args__  # type: ignore[attr-defined]
 
 # What kind of failure a category is (one definition, read by diagnosis and audit):

@@ -58,8 +58,6 @@ GENERIC_TRAINING = re.compile(
     r"tensor_parallel/|pipeline_parallel/|utils\.py|process_groups|num_microbatches|rerun_state)|"
     r"^megatron/training/(training|utils|initialize|global_vars|checkpointing|yaml_arguments)\.py|"
     r"^megatron/core/(optimizer_param_scheduler|packed_seq_params)\.py")
-# Code of the training loop and optimizer specifically (a loss that moves after step 1 only)
-TRAINING_LOOP = re.compile(r"^megatron/training/training\.py|^megatron/core/optimizer/|^megatron/core/distributed/")
 ARGUMENTS = re.compile(r"^megatron/training/arguments\.py$|^megatron/core/transformer/transformer_config\.py$|"
                        r"^megatron/core/model_parallel_config\.py$")
 CODE_SUFFIX = re.compile(r"\.(py|cu|cuh|cpp|cc|c|h|hpp|pyx)$")

@@ -30,7 +30,6 @@ STEP_KEYS = ("step", "global_step", "current_steps", "iteration", "iter", "epoch
 STEP_TOTAL_KEYS = frozenset({"total_steps", "max_steps"})
 
 # Lightning's tqdm prints nan as "nan.0", inf as "inf.0", -inf as "-inf." (zero padding).
-_CHUNK_SEP = re.compile(r"[,|]")
 _PADDED_SPECIAL = re.compile(r"^([-+]?)(nan|inf|infinity)\.0*$", re.IGNORECASE)
 _UNIT = re.compile(r"^([-+]?(?:\d[\d,]*+\.?+\d*+|\.\d++)(?:[eE][-+]?\d+)?)\s*+(%|[A-Za-z]{1,4}(?:/[A-Za-z]+)?)$")
 # key=value or key: value; the number must not continue as a clock time or a date ("2:46:39").
