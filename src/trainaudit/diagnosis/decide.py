@@ -58,7 +58,7 @@ WORDS: dict[str, str] = {
     "series_evidence": "the metric values show it", "short_log": "a short log", "tiny_log": "fewer than 5 loss points",
     "alone": "the only finding", "no_loss": "no training loss",
     "other_stories": "other problems in the run", "info_hits": "informational notes of this kind",
-    "pattern": "a short-log pattern of this kind", "adversarial": "the metric is one player's loss in a GAN", "sibling": "a finding of a related kind",
+    "pattern": "a short-log pattern of this kind", "sibling": "a finding of a related kind",
     "sibling_short": "a finding of a related kind in a short log", "h:loss_points": "many training-loss points",
     "h:no_loss": "no training loss", "h:few_points": "few points in every metric", "h:events": "events read",
     "h:errors": "error lines", "h:metrics": "many metrics", "h:validation": "validation metrics logged",

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import heapq
 import math
-import re
 
 import numpy as np
 
@@ -23,24 +22,18 @@ from trainaudit.diagnosis.engine import Diagnosis, Story
 from trainaudit.model import EventKind, Run
 from trainaudit.rules.base import Context
 from trainaudit.rules.numerics import skip_rate
-from trainaudit.series.roles import norm
 
 CLASSES: tuple[str, ...] = tuple(c.value for c in Category)
 HEALTHY = Category.HEALTHY.value
 
 SHARED = ("story", "story_confidence", "story_severity", "engine_primary", "earliest", "fatal", "hits",
           "rules", "message_evidence", "series_evidence", "short_log", "tiny_log", "no_loss", "alone", "other_stories", "info_hits",
-          "pattern", "sibling", "sibling_short", "adversarial")
+          "pattern", "sibling", "sibling_short")
 RUN = ("h:loss_points", "h:no_loss", "h:few_points", "h:events", "h:errors", "h:metrics", "h:validation",
        "h:grad_norm", "h:stories", "h:max_story_confidence", "h:max_story_severity", "h:info_hits", "h:patterns")
 FEATURES: tuple[str, ...] = (*SHARED, *RUN, *(f"bias:{c}" for c in CLASSES),
                              *(f"story:{c}" for c in CLASSES if c != HEALTHY))
 SHORT = 20  # fewer logged training-loss points than this is a short log
-# a loss of one player of a two-player game (a GAN's discriminator / generator or a WGAN's critic): it
-# trades against the other player's loss, so it need not fall; "Loss_D" / "Loss_G" as PyTorch's DCGAN
-# example prints them (https://github.com/pytorch/examples/blob/main/dcgan/main.py)
-_ADVERSARIAL = re.compile(r"(?:^|_)(?:d|g|disc|gen|discriminator|generator|critic)_loss(?:_|$)|"
-                          r"(?:^|_)loss_(?:d|g|disc|gen|critic)(?:_|$)|^err_?[dg]$")
 # families of categories whose members the rules can confuse with each other
 _FAMILY: dict[str, str] = {
     **{c.value: "numeric" for c in (Category.NAN_INF, Category.DIVERGENCE, Category.LOSS_SPIKE,
@@ -181,7 +174,6 @@ def matrix(engine: Diagnosis, cov: Coverage, pats: dict[str, float], n_errors: i
         row[col["no_loss"]] = float(cov.loss_points == 0)
         row[col["alone"]] = float(len(engine.stories) == 1)
         row[col["other_stories"]] = _log(len(engine.stories) - 1, 5)
-        row[col["adversarial"]] = float(any(h.metric and _ADVERSARIAL.search(norm(h.metric)) for h in st.hits))
     h = x[CLASSES.index(HEALTHY)]
     points = max((m.points for m in cov.metrics.values()), default=0)
     h[col["h:loss_points"]] = _log(cov.loss_points, 1000)

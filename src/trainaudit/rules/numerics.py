@@ -371,8 +371,8 @@ def skip_rate(sk: Series, start: int = 1) -> float:
 class LossScaleCollapse(Rule):
     """Detects fp16 dynamic loss-scale collapse: the loss scale halving again and again down to
     its floor, skipped-iteration counters climbing, or the "minimum loss scale reached" exit of
-    DeepSpeed / fairseq / Megatron. The first few halvings at the start of fp16 training are the
-    scaler calibrating itself and are ignored.
+    DeepSpeed / fairseq / Megatron. The halvings in a row at the start of fp16 training, down to a
+    scale above ``chain_scale``, are the scaler calibrating itself and are ignored.
 
     Why: every overflow skips an optimizer step; when the scale hits its minimum, gradients
     overflow even unscaled, so the model has numerically diverged in fp16, and the run dies or
@@ -425,7 +425,7 @@ class LossScaleCollapse(Rule):
                 inc = np.flatnonzero(x[1:] > x[:-1]) + 1
                 start = int(inc[-1]) if inc.size else 0
                 tail_dec = dec[dec >= start]
-                calib_end = int(len(s) * self.p.calibration_frac)
+                calib_end = max(int(len(s) * self.p.calibration_frac), self._calibration(x) - 1)
                 late = dec[dec > calib_end]
                 floor_hit = x[-1] <= self.p.min_scale < float(np.max(x))
                 if tail_dec.size and (floor_hit or late.size >= self.p.late_halvings):
@@ -442,8 +442,11 @@ class LossScaleCollapse(Rule):
         if not hits and overflow:
             vals = np.array([v for _, v in overflow])
             n = len(overflow)
-            n_late = n - int(n * self.p.calibration_frac)
-            if vals[-1] <= self.p.min_scale or (n_late >= self.p.late_halvings and vals[-1] < vals[0] / 2 ** self.p.late_halvings):
+            calib = self._calibration(vals)
+            n_late = n - max(int(n * self.p.calibration_frac), calib)
+            settled = vals[calib - 1] if calib else vals[0]
+            if vals[-1] <= self.p.min_scale or (n_late >= self.p.late_halvings
+                                                 and vals[-1] < settled / 2 ** self.p.late_halvings):
                 e0 = overflow[0][0]
                 k = next((j for j in range(n) if vals[j] <= vals[0] / 2), 0) if n > 1 else 0
                 msg = (f"{n} fp16 overflows reduced the loss scale to {vals[-1]:g}"
@@ -483,6 +486,18 @@ class LossScaleCollapse(Rule):
                 h.ev("min", e, "minimum loss scale reached")
                 hits.append(h)
         return hits
+
+    def _calibration(self, x: np.ndarray) -> int:
+        """How many values the scaler's calibration takes at the start of ``x`` (0: none): the first
+        value and the reductions in a row after it, when they stop above ``chain_scale``. Dynamic
+        loss scaling starts high (2**16 in torch.amp.GradScaler,
+        https://pytorch.org/docs/stable/amp.html#torch.amp.GradScaler; 2**initial_scale_power in
+        DeepSpeed, https://www.deepspeed.ai/docs/config-json/#fp16-training-options) and halves on
+        every overflow until a scale fits: a healthy run's first steps."""
+        k = 1
+        while k < len(x) and x[k] < x[k - 1]:
+            k += 1
+        return k if len(x) and x[k - 1] > self.p.chain_scale else 0
 
     def _chain(self, overflow: list[tuple[Event, float]]) -> list[Hit]:
         """Overflow after overflow, each reducing the scale, to far below a healthy fp16 scale."""

@@ -9,9 +9,10 @@ import re
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-from trainaudit.model import EventKind, Series
 from trainaudit.answer.schema import Category, Severity
-from trainaudit.rules.base import Guidance, Role, Thresholds, Context, Hit, Rule
+from trainaudit.model import EventKind, Series
+from trainaudit.rules.base import Context, Guidance, Hit, Role, Rule, Thresholds
+from trainaudit.series.roles import adversarial
 from trainaudit.series.stats import downsample, first_sustained, rolling_median
 
 NOT_LEARNING = Guidance(
@@ -89,6 +90,9 @@ class Divergence(Rule):
     pinned at 87.3365, Caffe's clamp of a softmax loss whose probabilities underflowed
     (-ln(FLT_MIN), caffe/src/caffe/layers/softmax_loss_layer.cpp).
 
+    One player's loss in a GAN (``d_loss``, ``g_loss``, ``Loss_D``) is not looked at: it trades
+    against the other player's, so a rise is no divergence.
+
     Thresholds: ``rel`` rise above the best smoothed loss (0.3 = 30%), ``range_frac`` the rise
     must also be this fraction of the improvement made so far (0.25; avoids flagging relative
     noise of a loss near 0), ``sustain`` fraction of later points that stay up (0.8),
@@ -116,7 +120,7 @@ class Divergence(Rule):
 
     def check(self, ctx: Context) -> list[Hit]:
         s = ctx.series("loss", finite=True, min_points=3)
-        if s is None:
+        if s is None or adversarial(s.name):
             return []
         clamp = np.flatnonzero(np.abs(s.values - CAFFE_CLAMP) < 1e-3)
         if clamp.size >= 2 and clamp[-1] == len(s) - 1:
@@ -208,8 +212,12 @@ class NotLearning(Rule):
 
     Example: 10 classes, loss 2.303, 2.302, 2.304, ... for 2000 steps (ln 10 = 2.303).
 
+    The log must show the start of the run: when more steps came before its first line than it
+    holds, a flat loss is where a run settles late in training, unless it sits at ln(C).
+
     A loss that did learn (some 10% stretch of the run sits ``learned`` below the start) and then
-    climbed back is not "flat from the start": that is divergence (TA201), not this rule.
+    climbed back is not "flat from the start": that is divergence (TA201), not this rule. One
+    player's loss in a GAN is not looked at either: a flat discriminator loss is the game in balance.
 
     A short paste (``short_points`` to ``min_points`` points) counts only when the signal is
     unambiguous: the loss pinned at ln(C) of a common class count or vocabulary size (within
@@ -243,7 +251,7 @@ class NotLearning(Rule):
 
     def check(self, ctx: Context) -> list[Hit]:
         s = ctx.series("loss", finite=True, min_points=self.p.short_points)
-        if s is None:
+        if s is None or adversarial(s.name):
             return []
         if len(s) < self.p.min_points:
             return self._short(ctx, s)
@@ -268,6 +276,8 @@ class NotLearning(Rule):
             n_cls = ("classes or tokens", c) if c else None
         uniform = math.log(n_cls[1]) if n_cls else None
         near = uniform is not None and abs(tail - uniform) <= self.p.uniform_tol * uniform
+        if not near and int(s.steps[0]) > int(s.steps[-1]) - int(s.steps[0]):
+            return []  # an excerpt from late in a run: a flat loss there is where a run settles, not a flat start
         msg = f"{s.name} does not decrease: {head:.4g} over the first tenth of the logged steps, {tail:.4g} over the last tenth"
         if near and n_cls is not None:
             msg += (f", which is ln({n_cls[1]}) = {uniform:.4g}: the loss of a uniform guess over {n_cls[1]} "

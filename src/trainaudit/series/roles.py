@@ -21,6 +21,28 @@ def norm(name: str) -> str:
 
 
 _VAL = re.compile(r"(^|_)(val|valid|validation|eval|evaluation|test|dev)(_|$)")
+# a loss of one player of a two-player game (a GAN's discriminator / generator or a WGAN's critic): it
+# trades against the other player's loss, so it need not fall; "Loss_D" / "Loss_G" as PyTorch's DCGAN
+# example prints them (https://github.com/pytorch/examples/blob/main/dcgan/main.py)
+_ADVERSARIAL = re.compile(r"(?:^|_)(?:d|g|disc|gen|discriminator|generator|critic)_loss(?:_|$)|"
+                          r"(?:^|_)loss_(?:d|g|disc|gen|critic)(?:_|$)|^err_?[dg]$")
+
+
+# a peak counter (torch.cuda.max_memory_allocated: "the maximum GPU memory occupied by tensors ... since
+# the beginning of this program", https://pytorch.org/docs/stable/generated/torch.cuda.max_memory_allocated.html;
+# DeepSpeed's MaxMemAllocated): it can only rise, whatever the run does
+_PEAK = re.compile(r"(?:^|_)(?:max|peak)")
+
+
+def peak(name: str) -> bool:
+    """Whether ``name`` is a running maximum (peak memory): a value that never decreases by definition."""
+    return bool(_PEAK.search(norm(name)))
+
+
+def adversarial(name: str) -> bool:
+    """Whether ``name`` is one player's loss in a two-player game (see ``_ADVERSARIAL``): a loss that
+    keeps trading against another, not an objective that must fall."""
+    return bool(_ADVERSARIAL.search(norm(name)))
 
 # role -> (exact normalised names in priority order, keyword predicate)
 _EXACT: dict[str, list[str]] = {
@@ -107,7 +129,9 @@ def find_roles(run: Run) -> Roles:
         by_norm: dict[str, str] = {}
         for name, n in normed.items():
             by_norm.setdefault(n, name)
-        for cand in exact:
+        # a series of one point (an end-of-training summary such as HF's train_samples_per_second)
+        # takes a role only when no series of that role has more
+        for cand in sorted(exact, key=lambda c: c in by_norm and len(run.series[by_norm[c]]) < 2):
             if cand in by_norm and by_norm[cand] not in taken:
                 pick = by_norm[cand]
                 break

@@ -1,0 +1,28 @@
+"""Which series plays which role: cases where the name alone would pick the wrong one."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from trainaudit.model import Run, Series
+from trainaudit.series.roles import adversarial, find_roles, peak
+
+
+def _series(name: str, n: int) -> Series:
+    return Series(name, np.arange(1, n + 1, dtype=np.int64), np.linspace(1.0, 2.0, n), np.arange(1, n + 1, dtype=np.int64),
+                  np.zeros(n, dtype=np.int16))
+
+
+def test_a_one_point_summary_does_not_take_a_role_from_a_series_with_points() -> None:
+    # HF Trainer's end-of-training dict prints train_samples_per_second once; the bar's rate has every step
+    run = Run(series={"train_samples_per_second": _series("train_samples_per_second", 1), "it/s": _series("it/s", 40)})
+    assert find_roles(run).names["throughput"] == "it/s"
+    alone = Run(series={"train_samples_per_second": _series("train_samples_per_second", 1)})
+    assert find_roles(alone).names["throughput"] == "train_samples_per_second"
+
+
+def test_gan_players_losses_and_peak_counters_are_named() -> None:
+    assert all(adversarial(n) for n in ("d_loss", "Loss_G", "errD", "train/disc_loss", "critic_loss"))
+    assert not any(adversarial(n) for n in ("loss", "lm loss", "dice_loss", "val_loss", "grad_norm"))
+    assert all(peak(n) for n in ("MaxMemAllocated", "max_memory_allocated", "mem_max_allocated_bytes", "peak_mem"))
+    assert not any(peak(n) for n in ("MemAllocated", "memory_reserved", "gpu_mem", "mem_total"))
