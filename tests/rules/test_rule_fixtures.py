@@ -174,13 +174,7 @@ def test_rule_is_silent_on_its_fixture(cls: type[Rule], entry: dict[str, Any]) -
 # leave this list.
 KNOWN_LOUD: dict[str, tuple[str, ...]] = {
     "corpus/logs/accelerate-huggingface-accelerate-docs-notebook-launcher/log.txt": ("unread",),
-    "corpus/logs/deepspeed-SeekPoint-DeepSpeedExamples-hellodeepspeed-fp16/log.txt": ("TA104", "TA403",),
-    "corpus/logs/deit-yuhuan-wu-P2T-13/log.jsonl": ("TA202",),
-    "corpus/logs/keras-keras-team-keras-io-conditional-gan/log.txt": ("TA201",),
-    "corpus/logs/keras-keras-team-keras-io-dcgan-celeba/log.txt": ("TA201",),
-    "corpus/logs/keras-keras-team-keras-io-gan-ada/log.txt": ("TA201",),
     "corpus/logs/keras-keras-team-keras-io-text-classification-imdb/log.txt": ("TA301",),
-    "corpus/logs/lightning-Lightning-AI-pytorch-lightning-3866/log.txt": ("TA202",),
     "corpus/logs/paddle-NQ-lovecpp-paddle_detection_mouse-yolov3-tail/log.txt": ("TA202",),
     "corpus/logs/tf1-kujason-avod-28/log.txt": ("TA102",),
 }

@@ -14,6 +14,7 @@ from trainaudit.answer.schema import Category, Severity
 from trainaudit.ingest import catalogue
 from trainaudit.rules.base import Guidance, Thresholds, Context, Hit, Rule
 from trainaudit.rules.numerics import MIN_SCALE_RE
+from trainaudit.series.roles import norm, peak
 from trainaudit.series.stats import change_point, downsample, first_sustained, rolling_median, trend_slope
 
 OOM_GUIDANCE = Guidance(
@@ -175,7 +176,7 @@ class MemoryGrowth(Rule):
 
 
     A memory series that never decreases (up at ``short_up`` of the points or more) is a leak at any
-    length: from ``short_points`` points when it grows ``short_growth``, over ``min_points`` when it
+    length (except a peak counter such as ``max_memory_allocated``, which cannot decrease): from ``short_points`` points when it grows ``short_growth``, over ``min_points`` when it
     grows ``creep``.
 
     Thresholds: ``growth`` (0.1), ``monotone`` (0.8), ``min_points`` (10), ``blocks`` (10),
@@ -210,6 +211,8 @@ class MemoryGrowth(Rule):
             hits = self._blocks(ctx, m) if len(m) >= self.p.min_points else []
             if hits:
                 return hits
+            if peak(name):
+                continue  # a running maximum never decreases: only the blocks above can tell a leak in it
             d = np.diff(m.values)
             grown = (m.values[-1] - m.values[0]) / m.values[0] if m.values[0] > 0 else 0.0
             if np.all(d >= 0) and float(np.mean(d > 0)) >= self.p.short_up and \
@@ -407,6 +410,12 @@ def _first_slow(v: np.ndarray, start: int, thr: float, ahead: int = 5) -> int:
     return start + int(idx[0]) if idx.size else -1
 
 
+# rates in iterations (steps) per second: their inverse is the step time in seconds (tqdm's "it/s",
+# HF's train_steps_per_second)
+_PER_ITERATION = frozenset({"it_s", "it_sec", "iter_s", "its_s", "steps_s", "steps_per_second",
+                            "train_steps_per_second"})
+
+
 def _time_series(ctx: Context) -> tuple[Series | None, bool]:
     """Step time (higher is worse), or a throughput series (higher is better)."""
     s = ctx.series("step_time", finite=True)
@@ -439,7 +448,8 @@ class ThroughputRegression(Rule):
     Thresholds: ``ratio`` slowdown (1.2), ``warmup_frac`` points ignored at the start (0.05),
     ``consistency`` fraction of points after the change that are slower (0.7), ``min_delta_s``
     smallest step-time increase that matters, in seconds (0.002; the unit is read from the name:
-    ``(ms)``/``_ms`` means milliseconds, otherwise seconds), ``min_points`` (12),
+    ``(ms)``/``_ms`` means milliseconds, otherwise seconds; a rate in iterations per second such as
+    tqdm's ``it/s`` is a step time once inverted), ``min_points`` (12),
     ``short_points`` (5), ``short_ratio`` (1.5), ``tiny_ratio`` (5).
     """
 
@@ -494,7 +504,8 @@ class ThroughputRegression(Rule):
         if r < self.p.ratio:
             return []
         # sub-millisecond "regressions" are OS scheduling noise of a busy host, not training
-        if time_like and (after - before) * _to_seconds(s.name) < self.p.min_delta_s:
+        seconds = _to_seconds(s.name) if time_like else 1.0 if norm(s.name) in _PER_ITERATION else None
+        if seconds is not None and (after - before) * seconds < self.p.min_delta_s:
             return []
         thr = before * math.sqrt(r)
         if float(np.mean(x[k:] > thr)) < self.p.consistency:
