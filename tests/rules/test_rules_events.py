@@ -127,3 +127,13 @@ def test_healthy_public_excerpts(tmp_path):
         assert d.category == "healthy" and all(h.severity == "info" for h in hits.values())
         assert d.verdict == "inconclusive" and d.coverage is not None and d.coverage.loss_points < 10
         assert any("training loss has" in n for n in d.needs_more_data)
+
+
+def test_a_loss_scale_ending_a_sentence_is_read_as_its_number() -> None:
+    # "reducing loss scale to 256.0." (the full stop once made the value unreadable and the run crash)
+    from trainaudit.rules.numerics import _scale_from_events
+    from trainaudit.model import Event, EventKind
+
+    raw = "Gradient overflow.  Skipping step, reducing loss scale to 256.0."
+    events = [Event(EventKind.LOSS_SCALE, raw, "log.txt", 1, raw)]
+    assert [v for _, v in _scale_from_events(events)] == [256.0]

@@ -326,7 +326,8 @@ class GradNormSpike(Rule):
 
 # an exception that is the fp16 scaler giving up (GradScaler / DeepSpeed / fairseq wordings)
 MIN_SCALE_RE = re.compile(r"minimum loss scale reached|loss scale already at minimum|cannot decrease scale anymore", re.I)
-_SCALE_RE = re.compile(r"(?:reducing to|setting loss scale to:?|loss scale(?: to)?:?)\s*([0-9.eE+-]+)", re.I)
+# a number, not the full stop after it ("... reducing loss scale to 256.0.")
+_SCALE_RE = re.compile(r"(?:reducing to|setting loss scale to:?|loss scale(?: to)?:?)\s*(\d+(?:\.\d*)?(?:[eE][+-]?\d+)?)", re.I)
 
 
 def _scale_from_events(events: list[Event]) -> list[tuple[Event, float]]:
@@ -335,7 +336,7 @@ def _scale_from_events(events: list[Event]) -> list[tuple[Event, float]]:
         v = e.data.get("new_scale", e.data.get("scale"))
         if v is None:
             m = _SCALE_RE.search(e.raw) or _SCALE_RE.search(e.message)
-            v = float(m.group(1)) if m else None
+            v = m.group(1) if m else None
         if v is not None:
             try:
                 out.append((e, float(v)))
