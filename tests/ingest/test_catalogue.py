@@ -42,6 +42,8 @@ LINES = {
     "llmc-not-ok": next(ln for ln in corpus_log("llm.c-karpathy-llm.c-228") if ln.startswith("NOT OK")),
     "gtest-failure": next(ln for ln in corpus_log("nntrainer-nntrainer-nntrainer-1125") if ln.endswith(": Failure")),
     "pytest-test-assert": "tests/test_examples.py:185: AssertionError",
+    "assert-not-equal": corpus_log("torchtitan-pytorch-torchtitan-4007")[0],
+    "assert-not-close": corpus_log("transformer-engine-NVIDIA-TransformerEngine-3014")[0],
     "gpt-neox-overflow-exit": next(ln for ln in corpus_log("gpt-neox-EleutherAI-gpt-neox-482") if "in a row" in ln),
     "worker-timeout": next(ln for ln in corpus_log("gluonts-awslabs-gluonts-689") if "Worker timed out" in ln),
     # torch/utils/data/dataloader.py, _try_get_data
@@ -99,6 +101,11 @@ def test_a_nan_stop_is_nan_inf_not_a_crash(tmp_path: Path) -> None:
     run, _ = load_run([str(write_lines(tmp_path / "d2.log", lines))])
     rules = {h.rule: h for h in run_rules(run)}
     assert "TA410" not in rules and rules["TA101"].fatal and rules["TA101"].category == "nan_inf"
+
+
+def test_a_pytest_summary_line_of_a_failed_assertion_is_a_reference_check() -> None:
+    line = corpus_log("deepspeed-huggingface-transformers-41925")[0]
+    assert line.startswith("FAILED tests/") and (k := catalogue.match(line)) is not None and k.id == "pytest-test-assert"
 
 
 def test_the_documented_catalogue_is_current() -> None:

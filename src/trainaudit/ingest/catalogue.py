@@ -143,10 +143,21 @@ CATALOGUE: tuple[Known, ...] = (
           "llm.c's test compares each tensor with the PyTorch reference and reports the elements beyond the "
           "tolerance", "golden_mismatch", "high",
           "https://github.com/karpathy/llm.c/blob/master/test_gpt2.cu"),
+    Known("assert-not-equal", ("AssertionError", " != "), EventKind.GATE,
+          "a test's assertEqual / assertAlmostEqual found a value of the run different from its reference",
+          "golden_mismatch", "high", "https://docs.python.org/3/library/unittest.html#unittest.TestCase.assertEqual",
+          pattern=re.compile(r"AssertionError: [-+.\deE]{1,40} != [-+.\deE]{1,40}")),
+    Known("assert-not-close", ("AssertionError", "not close"), EventKind.GATE,
+          "a test found values of the run outside the tolerance of their reference (\"Tensor-likes are not "
+          "close!\" of torch.testing.assert_close, a suite's own \"... not close\" check)", "golden_mismatch", "high",
+          "https://pytorch.org/docs/stable/testing.html#torch.testing.assert_close",
+          pattern=re.compile(r"AssertionError: .{0,300}\bnot close\b")),
     Known("pytest-test-assert", ("AssertionError",), EventKind.GATE,
           "a test of a test suite failed on an assertion", "golden_mismatch", "medium",
           "https://docs.pytest.org/en/stable/how-to/output.html",
-          pattern=re.compile(r"(?:^|/)tests?/[\w/.\-]{0,200}\.py:\d{1,6}: AssertionError$")),
+          # the traceback's last frame in a test file, or the short summary's "FAILED tests/x.py::test - AssertionError"
+          pattern=re.compile(r"(?:^|/)tests?/[\w/.\-]{0,200}\.py:\d{1,6}: AssertionError$"
+                             r"|^FAILED (?:\S{0,200}/)?tests?/[\w/.\-]{0,200}\.py::\S{1,300} - AssertionError")),
     Known("tf-no-gradient", ("Gradients do not exist for variables",), EventKind.WARNING,
           "some variables receive no gradient from the loss, so they do not train (unused in the loss, or the "
           "graph is cut)", "plateau", "medium",
