@@ -143,3 +143,12 @@ def test_detection(tmp_path: Path) -> None:
     assert _detected(write_lines(tmp_path / "m.log", MEGATRON)) == "megatron"
     # "Epoch 1/3" alone is printed by hand-written loops as much as by Keras: the generic reader takes it
     assert _detected(write_lines(tmp_path / "e.log", ["Epoch 1/3", "Traceback (most recent call last):"])) == "text"
+
+
+def test_a_bar_past_its_total_closes_the_epoch(tmp_path: Path) -> None:
+    # Keras 1's fit_generator prints "52/51" when the generator overshoots samples_per_epoch
+    lines = ["Epoch 1/5", "52/51 [==============================] - 1423s - loss: 1.0097 - val_loss: 1.0082",
+             "Epoch 2/5", "52/51 [==============================] - 1417s - loss: 1.0090 - val_loss: 1.0080"]
+    run, _ = load_run([str(write_lines(tmp_path / "train.log", lines))])
+    assert run.series["loss"].values.tolist() == [1.0097, 1.0090]
+    assert run.series["val_loss"].steps.tolist() == [1, 2]

@@ -228,7 +228,9 @@ class NotLearning(Rule):
     (0.05), ``learned`` relative drop of the best 10% stretch (0.1), ``min_points`` (10),
     ``short_points`` (3), ``pinned_tol`` (0.003), ``pinned_spread`` relative spread of the last points
     that counts as not moving at all (1e-4), ``flat_tol`` relative spread (0.01),
-    ``chance_acc`` accuracy at or below which a flat loss is not learning (0.01).
+    ``chance_acc`` accuracy at or below which a flat loss is not learning (0.01). In a short paste,
+    a loss equal to every printed digit on its last ``short_points`` points or more counts too
+    (frozen weights), unless it is below ``frozen_floor`` (1e-3: a loss printed as 0.0000).
     """
 
     id = "TA202"
@@ -248,6 +250,7 @@ class NotLearning(Rule):
         pinned_spread: float = 1e-4
         flat_tol: float = 0.01
         chance_acc: float = 0.01
+        frozen_floor: float = 1e-3
 
     def check(self, ctx: Context) -> list[Hit]:
         s = ctx.series("loss", finite=True, min_points=self.p.short_points)
@@ -320,11 +323,19 @@ class NotLearning(Rule):
             accs = [ctx.run.series[n].finite() for n in ctx.run.series if "acc" in n.lower() and "@rank" not in n]
             acc = next((a for a in accs if len(a) and float(np.max(a.values)) <= self.p.chance_acc), None)
             chance = acc is not None
-            if len(body) < k + 1 or spread > self.p.flat_tol or not chance:
+            # the same value to every printed digit, again and again: the weights do not change
+            same = int(np.argmin(x[::-1] == x[-1])) if not np.all(x == x[-1]) else len(x)
+            if same >= k and abs(float(x[-1])) >= self.p.frozen_floor:
+                start = len(x) - same
+                msg = (f"{s.name} is {float(x[-1]):.6g} to every printed digit on the last {same} logged points: the "
+                       "weights do not change (nothing is updated, or the output saturated)")
+                conf = 0.75
+            elif len(body) < k + 1 or spread > self.p.flat_tol or not chance:
                 return []
-            msg = (f"{s.name} stays flat at {float(np.median(body)):.4g} (spread {spread:.1%} over {len(body)} points) "
-                   f"while {acc.name} stays at {float(np.max(acc.values)):.2g}: the model does not learn")  # type: ignore[union-attr]
-            conf = 0.7
+            else:
+                msg = (f"{s.name} stays flat at {float(np.median(body)):.4g} (spread {spread:.1%} over {len(body)} points) "
+                       f"while {acc.name} stays at {float(np.max(acc.values)):.2g}: the model does not learn")  # type: ignore[union-attr]
+                conf = 0.7
         h = self.hit(msg, conf, metric=s.name, first_bad_step=int(s.steps[start]), last_step=int(s.steps[-1]),
                      data={"uniform": math.log(c) if c else None},
                      category=Category.MODE_COLLAPSE if c in SSL_SIZES else self.category)

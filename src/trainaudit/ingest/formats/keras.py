@@ -101,7 +101,8 @@ class KerasReader(LineReader):
         metrics = [(k, parse_number(v)) for k, v in METRIC_RE.findall(text[b.end():])]
         values = [(k, v) for k, v in metrics if v is not None]
         n, total = int(b.group("n")), b.group("total")
-        final = b.group("eta") is None and (total == "Unknown" or n == int(total))
+        # n past the total: Keras 1's fit_generator when the generator overshoots samples_per_epoch
+        final = b.group("eta") is None and (total == "Unknown" or n >= int(total))
         if not values:
             return  # predict()/evaluate() bars without metrics
         if not state["framework"]:
