@@ -178,8 +178,6 @@ KNOWN_LOUD: dict[str, tuple[str, ...]] = {
     "corpus/logs/paddle-NQ-lovecpp-paddle_detection_mouse-yolov3-tail/log.txt": ("TA202",),
     "corpus/logs/tf1-kujason-avod-28/log.txt": ("TA102",),
     "corpus/logs/diffusers-huggingface-notebooks-sdxl-dreambooth-lora-advanced/log.txt": ("TA406",),
-    "corpus/logs/hf-transformers-ChenguangYang96UCR-KG-LLM/trainer_state.json": ("TA101",),
-    "corpus/logs/hf-transformers-MemaSp-FT-Llama2-HRChatbot/trainer_state.json": ("TA101",),
     "corpus/logs/hf-transformers-othorizedshogun-poem-generator/trainer_state.json": ("TA202",),
     "corpus/logs/pytorch-loop-akanimax-BMSG-GAN-40/log.txt": ("TA203",),
 }

@@ -32,6 +32,10 @@ class NonFiniteMetric(Rule):
 
     Example: ``iteration 3385/ 8000 | ... | loss scale: 1.0 | grad norm: nan |`` (no lm loss).
 
+    A grad norm that is non-finite on single logged steps only, or on the first steps in a row (a
+    tenth of them at most, a finite norm after them, the loss finite throughout) is fp16's dynamic loss scaler skipping an
+    update, not a NaN in the weights.
+
     Thresholds: ``min_nonfinite`` non-finite values needed (default 1).
     """
 
@@ -66,6 +70,8 @@ class NonFiniteMetric(Rule):
             seen.add(s.name)
             bad = np.flatnonzero(~np.isfinite(s.values))
             if bad.size < self.p.min_nonfinite:
+                continue
+            if role == "grad_norm" and _skipped_updates(s, bad, ctx.series("loss")):
                 continue
             i = int(bad[0])
             v = float(s.values[i])
@@ -118,6 +124,19 @@ class NonFiniteMetric(Rule):
         if hits and stops:
             hits[0].fatal = True  # the framework stopped the run on it
         return hits
+
+
+def _skipped_updates(gn: Series, bad: np.ndarray, loss: Series | None) -> bool:
+    """Whether the non-finite grad norms are updates a dynamic loss scaler skipped: each one alone
+    (a finite norm logged right after it), a tenth of the points at most, and the loss finite
+    throughout. GradScaler skips the optimizer step whose gradients hold an Inf or NaN and lowers
+    the scale (https://pytorch.org/docs/stable/amp.html#gradient-scaling), so the weights stay
+    finite; a NaN that reached them would make every later value non-finite."""
+    if loss is None or not len(loss) or not np.all(np.isfinite(loss.values)):
+        return False
+    lead = int(np.argmin(bad == np.arange(bad.size))) if not np.array_equal(bad, np.arange(bad.size)) else bad.size
+    # (the first steps in a row are the scaler finding its scale: it starts at 2**16 and halves on each overflow)
+    return bad.size <= 0.1 * len(gn) and int(bad[-1]) < len(gn) - 1 and bool(np.all(np.diff(bad[lead:]) > 1))
 
 
 def spike_mask(s: Series, window: int, z_thr: float, rel_thr: float, min_history: int, max_window: int = 100,
