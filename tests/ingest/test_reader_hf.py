@@ -193,13 +193,3 @@ def test_a_bar_that_does_not_move_forward_leaves_the_interval(tmp_path: Path) ->
     # that went back (a bar of another loop): one interval on again
     assert run.series["loss"].steps.tolist() == [10, 20, 30, 40]
 
-
-def test_the_bar_that_numbers_a_dict_gives_the_rate_in_iterations_per_second(tmp_path: Path) -> None:
-    # tqdm prints "it/s", or "s/it" once a step takes more than a second
-    bar = "  5%|5         | {}/200 [00:0{}<00:10, {}]"
-    lines = ["{'loss': 2.0, 'epoch': 0.05}", bar.format(10, 1, "9.50it/s"), "{'loss': 1.9, 'epoch': 0.1}",
-             bar.format(20, 2, "4.00s/it"), "{'loss': 1.8, 'epoch': 0.15}"]
-    run, _ = load_run([str(write_lines(tmp_path / "train.log", lines))])
-    rate = run.series["it/s"]
-    assert rate.steps.tolist() == [10, 20]  # the third dict has no bar: no rate
-    assert rate.values.tolist() == [9.5, 0.25]

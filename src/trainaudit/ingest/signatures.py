@@ -673,8 +673,10 @@ class SignatureScanner:
                 ev = self._event(known.kind, _short(line.text), line, data)
                 out.append(ev)
             m = _STEP_IN_TEXT.search(line.text)
-            if m is not None and ev.step is None:
-                ev.step = int(m.group(1))  # "Loss became infinite or NaN at iteration=2137!"
+            if m is not None:
+                ev.data["named_step"] = int(m.group(1))  # the message's own step: "Loss mismatch at step 2"
+                if ev.step is None:
+                    ev.step = int(m.group(1))  # "Loss became infinite or NaN at iteration=2137!"
         return out
 
     def _signatures(self, line: Line) -> list[Event]:

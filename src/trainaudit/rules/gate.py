@@ -184,7 +184,9 @@ class ReferenceCheckFailed(Rule):
         if not evs:
             return []
         e = evs[0]
+        # a check of the finished run has no step, unless its message names one ("Loss mismatch at step 2")
         h = self.hit(f"a reference check failed: {e.message}" + (f" ({len(evs)} failure lines)" if len(evs) > 1 else ""),
-                     0.85, severity=e.data.get("severity", self.severity))  # a check of the finished run: no step
+                     0.85, severity=e.data.get("severity", self.severity), first_bad_step=e.data.get("named_step"),
+                     last_step=e.data.get("named_step"))
         h.ev("gate", e, "the failed check")
         return [h]

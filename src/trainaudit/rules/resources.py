@@ -179,8 +179,13 @@ class MemoryGrowth(Rule):
     length (except a peak counter such as ``max_memory_allocated``, which cannot decrease): from ``short_points`` points when it grows ``short_growth``, over ``min_points`` when it
     grows ``creep``.
 
+    Memory that held a level and then rises at each of the last ``tail`` points or more is a leak
+    from where the rise starts, when the rise is ``short_growth`` of the level and more than
+    ``tail_noise`` times the level's own spread.
+
     Thresholds: ``growth`` (0.1), ``monotone`` (0.8), ``min_points`` (10), ``blocks`` (10),
-    ``short_points`` (4), ``short_up`` (0.3), ``short_growth`` (0.1), ``creep`` (0.02).
+    ``short_points`` (4), ``short_up`` (0.3), ``short_growth`` (0.1), ``creep`` (0.02), ``tail`` (3),
+    ``tail_noise`` (2).
     """
 
     id = "TA403"
@@ -201,6 +206,8 @@ class MemoryGrowth(Rule):
         short_up: float = 0.3
         short_growth: float = 0.1
         creep: float = 0.02
+        tail: int = 3
+        tail_noise: float = 2.0
 
     def check(self, ctx: Context) -> list[Hit]:
         # every memory figure the log prints (allocated, reserved, peak, used): a leak shows in one
@@ -213,6 +220,8 @@ class MemoryGrowth(Rule):
                 return hits
             if peak(name):
                 continue  # a running maximum never decreases: only the blocks above can tell a leak in it
+            if (h := self._rising_tail(m)) is not None:
+                return [h]
             d = np.diff(m.values)
             grown = (m.values[-1] - m.values[0]) / m.values[0] if m.values[0] > 0 else 0.0
             if np.all(d >= 0) and float(np.mean(d > 0)) >= self.p.short_up and \
@@ -254,6 +263,29 @@ class MemoryGrowth(Rule):
         h.point("end", m, len(m) - 1, f"last {m.name}")
         h.calc("growth", "relative memory growth", "({end} - {start}) / {start}", unit="ratio")
         return [h]
+
+    def _rising_tail(self, m: Series) -> Hit | None:
+        """Memory that rises at every one of the last ``tail`` logged points or more, after a level it
+        held, by more than ``tail_noise`` times that level's own spread and ``short_growth`` of it:
+        a leak that started where the rise starts."""
+        x = m.values
+        d = np.diff(x)
+        t = int(np.argmin(d[::-1] > 0)) if not np.all(d > 0) else d.size
+        if t < self.p.tail or t >= x.size - 1:
+            return None
+        i0 = x.size - 1 - t  # the last point of the level
+        level = x[:i0 + 1]
+        rise = float(x[-1] - x[i0])
+        if float(x[i0]) <= 0 or rise < self.p.short_growth * float(x[i0]) or rise <= self.p.tail_noise * float(np.ptp(level)):
+            return None
+        msg = (f"{m.name} rises at each of the last {t} logged points, from {x[i0]:.4g} at step {int(m.steps[i0])} to "
+               f"{x[-1]:.4g} (+{rise / float(x[i0]):.0%}), after holding {float(np.median(level)):.4g}")
+        h = self.hit(msg, 0.7, metric=m.name, first_bad_step=int(m.steps[i0 + 1]), last_step=int(m.steps[-1]),
+                     data={"rising_points": t})
+        h.point("start", m, i0, f"{m.name} before the rise")
+        h.point("end", m, x.size - 1, f"last {m.name}")
+        h.calc("growth", "relative memory growth", "({end} - {start}) / {start}", unit="ratio")
+        return h
 
     def _monotone(self, m: Series) -> Hit:
         growth = (float(m.values[-1]) - float(m.values[0])) / float(m.values[0])

@@ -63,10 +63,6 @@ SUMMARY_KEYS = ("train_runtime", "train_samples_per_second", "train_steps_per_se
 SWIFT_STEP_KEY = "global_step/max_steps"
 # tqdm's count and total: "  2%|2         | 5/200 [00:00<00:00, 541.72it/s]"
 BAR_RE = re.compile(r"\|\s*+(\d{1,12})/(\d{1,12}) \[")
-# its rate: iterations per second, or seconds per iteration below one (tqdm's format_meter,
-# https://github.com/tqdm/tqdm/blob/master/tqdm/std.py), smoothed over recent steps by tqdm
-RATE_RE = re.compile(r", *(\d{1,12}(?:\.\d{1,6})?)(it/s|s/it)[\],]")
-RATE = "it/s"  # the series of the training bar's rate, in iterations per second
 STATE_META_KEYS = ("max_steps", "num_train_epochs", "logging_steps", "eval_steps", "save_steps",
                    "train_batch_size", "global_step", "epoch", "best_metric", "best_model_checkpoint",
                    "best_global_step", "total_flos", "num_input_tokens_seen")
@@ -178,10 +174,6 @@ class HFReader(LineReader):
             state["texts"][step] = f"epoch {epoch:g}"
         state["last_step"] = step
         self._write(logs, "train", step, line, sink, state)
-        rate = RATE_RE.search(bar.string, bar.end()) if bar is not None and bar.group(1) == str(step) else None
-        if rate is not None and float(rate.group(1)) > 0:
-            v = float(rate.group(1))
-            sink.add(RATE, step, v if rate.group(2) == "it/s" else 1.0 / v, line.no, line.rank)
 
     def _write(self, logs: dict[str, float | str], kind: str, step: int, line: Line, sink: Sink, state: dict) -> None:
         if "framework" not in state:
