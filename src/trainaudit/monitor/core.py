@@ -7,19 +7,29 @@
             mon.step(loss, batch=batch)
 
 Per step (cheap): loss, lr, global grad norm, number of parameter tensors with non-finite
-gradients, step time, process RSS / CUDA memory. Every ``every`` steps: per-module grad norms and
-update-to-weight ratios. When the output or the gradients turn non-finite, the module where the
-first NaN/Inf appeared, found by replaying the step before the optimizer changes the parameters
-(``trainaudit.monitor.origin``). Online rules (the diagnose rules) every ``rules_every`` steps, at
-once on a non-finite value or an lr change.
+gradients, step time; every ``mem_every`` steps process RSS / CUDA memory. Every ``every`` steps:
+per-module grad norms and update-to-weight ratios. When the output or the gradients turn
+non-finite, the module where the first NaN/Inf appeared, found by replaying the step with the
+parameters it ran with (``trainaudit.monitor.origin``). Online rules (the diagnose rules) every
+``rules_every`` steps, at once on a non-finite value or an lr change.
 
-Batching: ``step()`` only checks what must be known at that step (is anything non-finite, did
-the lr jump) and appends the step's raw numbers to a list; the JSONL records are built, written
-and fed to the online rules every ``flush_every`` steps (at most ``rules_every``), every
-``flush_s`` seconds, and at once on an urgent step (non-finite loss or gradients, an lr change
-above 2x, a sampled per-layer step) and on ``close()``. Work done in one tight loop once per batch
-costs a fraction of the same work done cold after every backward/optimizer step, and an urgent
-step is still flushed, evaluated and stopped at that very step.
+No read from the device on a healthy step: ``step()`` keeps the step's tensors (loss, grad norm,
+the gradient check's flag) as they are, with the step's other raw numbers, in a list. Every
+``flush_every`` steps (at most ``rules_every``), every ``flush_s`` seconds and on ``close()`` the
+batch's tensors are stacked and copied to the host: on CUDA without waiting (pinned memory and
+an event that later steps query), elsewhere in one read. When the values are there, the JSONL
+records are built, written and fed to the online rules, and a non-finite step among them is
+located. What the host already knows is acted on at once (a non-finite value passed as a float
+or read by the check before the update, an lr change above 2x, a sampled per-layer step): the
+batch is then read waiting, evaluated, and training can stop at that very step.
+
+The gradient check before the update (``nan_origin``) stays on the device with an optimizer that
+takes GradScaler's ``found_inf`` (``fused=True`` Adam, AdamW, SGD, Adagrad): its flag makes the
+optimizer skip the update from the first non-finite step until the flag is read with the batch,
+so the parameters are those that step ran with and its replay is exact. Other optimizers cannot
+skip an update on the device: the flag is read before each update (one device sync per step on
+a GPU) to keep the origin exact; ``nan_origin=False`` reads nothing per step whatever the
+optimizer.
 """
 
 from __future__ import annotations
@@ -91,7 +101,9 @@ class _Pending(NamedTuple):
     batch: Any  # the batch passed to step(), kept only when save_batch_on asks for it
 
 
-_READ = (1, 2, 3, 12)  # the _Pending fields that may be tensors: loss, grad_norm, nonfinite, flag
+# the _Pending fields that may hold tensors (read with the batch)
+_READ = tuple(_Pending._fields.index(f) for f in ("loss", "grad_norm", "nonfinite", "flag"))
+_COUNT = _Pending._fields.index("nonfinite")
 
 
 class _Read:
@@ -139,7 +151,7 @@ class _Read:
         values = self.host.tolist() if isinstance(self.host, torch.Tensor) else self.host
         rows = [list(p) for p in self.pending]
         for (i, f), v in zip(self.slots, values):
-            rows[i][f] = int(v) if f == 3 else v
+            rows[i][f] = int(v) if f == _COUNT else v
         return [tuple(r) for r in rows]
 
 
@@ -637,11 +649,11 @@ class Monitor:
             return None  # at most a norm is non-finite (it may overflow from finite values): the rules report it
         held: list[tuple[Any, ...]] = next((c for st, c, _ in self._windows if st == p.step), []) if flagged else []
         origin = self._locate(params_intact=flagged, loss_finite=loss_finite, held=held, grads_current=False)
-        if self._guarded or self._windows or flagged:
-            self._found_inf.zero_()  # the updates go on (nothing is read: a kernel)
-            self._unguard()
-            self._windows.clear()
-            self._window_bytes = 0
+        # the updates go on (zeroing the flag is a kernel, nothing is read); nothing more to replay
+        self._found_inf.zero_()
+        self._unguard()
+        self._windows.clear()
+        self._window_bytes = 0
         if origin is None:
             return None
         self._origin_batch = p.batch
