@@ -215,3 +215,34 @@ def test_the_replay_time_is_not_a_step_time(tmp_path: Path, monkeypatch: pytest.
         times = [r["step_time"] for r in records(d) if r["type"] == "step" and "step_time" in r]
         assert len(times) == 69 and max(times) < 0.011, (opt, max(times))
         assert now[0] > 5.0  # a replay did run
+
+
+def test_with_a_closure_the_check_called_inside_it_holds_the_update_too(tmp_path: Path) -> None:
+    # optimizer.step(closure): the forward and backward run inside step(), after its pre-hooks;
+    # the loop calls before_update() after the backward (as the Lightning callback does)
+    torch.manual_seed(0)
+    model = build()
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3, fused=True)
+    mon = Monitor(model, opt, tmp_path, clock=Still(), **FAST)
+    g = torch.Generator().manual_seed(1)
+    seen: dict[int, torch.Tensor] = {}
+    with mon:
+        for s in range(1, 61):
+            x, y = torch.randn(32, 16, generator=g), torch.randint(0, 4, (32,), generator=g)
+            x = _nan_input_at(40)(s, model, x)
+            seen[s] = model[0].bias.detach().clone()
+
+            def closure(x: torch.Tensor = x, y: torch.Tensor = y) -> torch.Tensor:
+                opt.zero_grad()
+                loss = torch.nn.functional.cross_entropy(model(x), y)
+                loss.backward()
+                mon.before_update()
+                return loss
+
+            loss = opt.step(closure)
+            mon.step(loss, grad_norm=torch.nn.utils.get_total_norm(
+                [p.grad for p in model.parameters() if p.grad is not None]))
+    [origin] = [a for a in mon.alerts if a.rule == "MON101"]
+    assert origin.first_bad_step == 40 and origin.last_step == 51
+    assert origin.data["phase"] == "forward" and origin.metric == "0" and origin.data["input_nonfinite"]
+    assert all(torch.equal(seen[40], seen[s]) for s in range(41, 53)) and not torch.equal(seen[52], seen[53])

@@ -319,9 +319,11 @@ class Monitor:
         under GradScaler (https://pytorch.org/docs/stable/amp.html#gradient-scaling). The flag
         stays set from the first non-finite step until the monitor reads it with the step's batch,
         so the parameters are still those that step ran with and its replay is exact. False
-        (nothing done) for other optimizers, a closure, or a GradScaler that set its own flag."""
+        (nothing done) for other optimizers or a GradScaler that set its own flag. With a closure
+        this runs inside it (``before_update`` after the backward), before the update reads the
+        flag."""
         opt = self.optimizer
-        if opt is None or self._closure_steps or not getattr(opt, "_step_supports_amp_scaling", False):
+        if opt is None or not getattr(opt, "_step_supports_amp_scaling", False):
             return False
         if opt.__dict__.get("found_inf", self._found_inf) is not self._found_inf:
             return False  # GradScaler's step: it skips an inf step itself, its flag is left alone
