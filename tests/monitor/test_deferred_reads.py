@@ -246,3 +246,34 @@ def test_with_a_closure_the_check_called_inside_it_holds_the_update_too(tmp_path
     assert origin.first_bad_step == 40 and origin.last_step == 51
     assert origin.data["phase"] == "forward" and origin.metric == "0" and origin.data["input_nonfinite"]
     assert all(torch.equal(seen[40], seen[s]) for s in range(41, 53)) and not torch.equal(seen[52], seen[53])
+
+
+def test_paused_reads_the_pending_steps_first_so_a_held_nan_is_located_before_the_block(tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    model = build()
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3, fused=True)
+    mon = Monitor(model, opt, tmp_path, clock=Still(), **FAST)
+    g = torch.Generator().manual_seed(1)
+
+    def step(s: int, monitored: bool) -> None:
+        x, y = torch.randn(32, 16, generator=g), torch.randint(0, 4, (32,), generator=g)
+        opt.zero_grad()
+        loss = torch.nn.functional.cross_entropy(model(_nan_input_at(10)(s, model, x)), y)
+        loss.backward()
+        gn = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        if monitored:
+            mon.step(loss, grad_norm=gn)
+
+    with mon:
+        for s in range(1, 16):
+            step(s, True)
+        assert mon.origin is None  # step 10's flag is still on the device
+        with mon.paused():
+            assert mon.origin is not None and mon.origin["step"] == 10 and mon.origin["module"] == "0"
+            assert "found_inf" not in vars(opt)  # the block's updates are the plain loop's
+            before = model[0].bias.detach().clone()
+            step(16, False)
+            assert not torch.equal(before, model[0].bias)
+    [origin] = [a for a in mon.alerts if a.rule == "MON101"]
+    assert origin.first_bad_step == 10 and origin.last_step == 15 and origin.data["input_nonfinite"]
