@@ -277,3 +277,20 @@ def test_paused_reads_the_pending_steps_first_so_a_held_nan_is_located_before_th
             assert not torch.equal(before, model[0].bias)
     [origin] = [a for a in mon.alerts if a.rule == "MON101"]
     assert origin.first_bad_step == 10 and origin.last_step == 15 and origin.data["input_nonfinite"]
+
+
+def test_inputs_past_the_held_budget_make_reads_more_frequent_not_the_origin_inexact(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # each step's input is 32 x 16 float32 = 2048 bytes; a budget of 5000 holds two steps' inputs,
+    # so every third step's batch is read at once instead of dropping an input not yet checked
+    import trainaudit.monitor.core as core
+
+    monkeypatch.setattr(core, "MAX_HELD_BYTES", 5000)
+    with counting_reads(monkeypatch) as state:
+        _loop(tmp_path, state, 30, fused=True)
+    assert sorted(state["reads"]) == [1, *range(4, 31, 3), 31], state["reads"]  # 31: close()
+    res = train(tmp_path / "nan", steps=50, opt="adam_fused", norm_tensor=True, fault=_nan_input_at(40), clock=Still(),
+                **FAST)
+    [origin] = [a for a in res.monitor.alerts if a.rule == "MON101"]
+    assert origin.first_bad_step == 40 and 40 <= origin.last_step <= 42
+    assert origin.data["phase"] == "forward" and origin.metric == "0" and origin.data["input_nonfinite"]

@@ -587,10 +587,11 @@ class Monitor:
             urgent = True
         self._prev_lr = lr
         flag = None
+        held_over = False
         if finder is not None:
             if guarded:  # the calls are replayed if this step's flag reads set
                 flag = self._found_inf.clone()
-                self._hold(s, *finder.take())
+                held_over = self._hold(s, *finder.take())
             else:
                 finder.release()
         self._arm_optimizer(s + 1)
@@ -600,19 +601,22 @@ class Monitor:
                               batch if self.save_batch_on is not None else None))
         if self._inflight and self._inflight[0].ready():
             new += self._drain(wait=False)
-        if urgent or sampling or new or len(self._pending) >= self.flush_every or now - self._t_flush >= self.flush_s:
-            new += self._flush(urgent)
+        if urgent or held_over:  # read now, waiting
+            new += self._flush(urgent, wait=True)
+        elif sampling or new or len(self._pending) >= self.flush_every or now - self._t_flush >= self.flush_s:
+            new += self._flush()
         if new:
             self._act(new, batch)
         return new
 
-    def _hold(self, step: int, calls: list[tuple[Any, ...]], nbytes: int) -> None:
-        """Keep a step's calls until its check is read, within the held-inputs budget (the
-        newest step's always)."""
+    def _hold(self, step: int, calls: list[tuple[Any, ...]], nbytes: int) -> bool:
+        """Keep a step's calls until its check is read. True when the held inputs of several
+        steps pass the budget: the batch is then read at once (waiting) rather than an input
+        dropped, which could be the first non-finite step's: big inputs make reads more frequent,
+        never the origin inexact."""
         self._windows.append((step, calls, nbytes))
         self._window_bytes += nbytes
-        while len(self._windows) > 1 and self._window_bytes > MAX_HELD_BYTES:
-            self._window_bytes -= self._windows.popleft()[2]
+        return len(self._windows) > 1 and self._window_bytes > MAX_HELD_BYTES
 
     def _nonfinite(self, step: int, origin: dict[str, Any]) -> tuple[dict[str, Any], Finding | None]:
         """The first NaN/Inf's record and alert (None if already known); the alert's last step is
