@@ -227,7 +227,7 @@ class Monitor:
         self._prev_lr: float | None = None
         self._snap: dict[str, torch.Tensor] | None = None
         self._ratios: dict[str, float] = {}
-        self._gstats: tuple[float, int, list[float | None]] | None = None
+        self._gstats: tuple[Any, Any, list[float | None]] | None = None  # _grad_stats()
         self._checked_params = False
         self._user_gn = False
         self._cuda = torch.cuda.is_available()  # once: the query is not free
@@ -418,7 +418,7 @@ class Monitor:
                         for m, (a, b) in upd.items()}
         self._snap = None
 
-    def _grad_stats(self, per_tensor: bool) -> tuple[float, int, list[float | None]]:
+    def _grad_stats(self, per_tensor: bool) -> tuple[Any, Any, list[float | None]]:
         """(global L2 norm, tensors with non-finite grads, per-tensor norms in named order) read
         now when ``per_tensor``; otherwise the norm and the count as 0-dim tensors left on the
         device and no per-tensor list."""
@@ -434,7 +434,7 @@ class Monitor:
             total_t = torch.linalg.vector_norm(stacked)
             if not per_tensor:
                 # on the device: read with the step's batch, not now
-                return total_t, torch.isfinite(stacked).logical_not_().sum(), []  # type: ignore[return-value]
+                return total_t, torch.isfinite(stacked).logical_not_().sum(), []
             total = float(total_t)  # a sampled step: read now
             per = stacked.tolist()
         bad = sum(1 for v in per if not math.isfinite(v))
