@@ -3,8 +3,11 @@
 A healthy step pays for one forward pre-hook on the model, whatever the model's size: it keeps a
 reference to the call's inputs with the RNG and autocast state. Before the optimizer changes the
 parameters (its step pre-hook, or :meth:`Monitor.before_update`), the monitor checks that the
-gradients are finite. Only when they are not is the step replayed, micro-batch by micro-batch
-with gradient accumulation:
+gradients are finite: read at once, or left on the device with an optimizer that skips its
+update while the check's flag is set (then the monitor keeps the calls, :meth:`NanOrigin.take`,
+until the flag is read with its batch of steps, and the parameters are still the step's). Only
+when they are not finite is the step replayed, micro-batch by micro-batch with gradient
+accumulation:
 
 - forward: the model's forward runs again on the same inputs, parameters, RNG and autocast state,
   with a hook on every module; the first module (in the order modules finish) whose output is
