@@ -294,3 +294,40 @@ def test_inputs_past_the_held_budget_make_reads_more_frequent_not_the_origin_ine
     [origin] = [a for a in res.monitor.alerts if a.rule == "MON101"]
     assert origin.first_bad_step == 40 and 40 <= origin.last_step <= 42
     assert origin.data["phase"] == "forward" and origin.metric == "0" and origin.data["input_nonfinite"]
+
+
+def test_a_read_that_lands_later_is_waited_for_by_no_step(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # as a CUDA copy whose event completes some steps after the batch was sent: here each batch's
+    # values "land" at the third query; until then steps go on, records wait, updates stay held
+    import trainaudit.monitor.core as core
+
+    queries: dict[int, int] = {}
+    waited: list[int] = []
+    rows = core._Read.rows
+
+    def ready(self: Any) -> bool:
+        queries[id(self)] = queries.get(id(self), 0) + 1
+        return queries[id(self)] >= 3
+
+    def rows_when_ready(self: Any) -> Any:
+        if queries.get(id(self), 0) < 3:
+            waited.append(self.pending[-1][0])  # a read not landed yet, waited for
+        return rows(self)
+
+    monkeypatch.setattr(core._Read, "ready", ready)
+    monkeypatch.setattr(core._Read, "rows", rows_when_ready)
+    seen: dict[int, torch.Tensor] = {}
+
+    def watch(step: int, m: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
+        seen[step] = m[0].bias.detach().clone()
+        return _nan_input_at(40)(step, m, x)
+
+    res = train(tmp_path, steps=70, opt="adam_fused", norm_tensor=True, fault=watch, clock=Still(), **FAST)
+    assert waited == [70], waited  # close() waits for the last batch; no step does
+    [origin] = [a for a in res.monitor.alerts if a.rule == "MON101"]
+    # the batch of steps 27..51 is sent at 51 (first query there) and lands at the third, step 53
+    assert origin.first_bad_step == 40 and origin.last_step == 53
+    assert origin.data["phase"] == "forward" and origin.metric == "0"
+    assert all(torch.equal(seen[40], seen[s]) for s in range(41, 55)) and not torch.equal(seen[54], seen[55])
+    steps = [r["step"] for r in records(tmp_path) if r["type"] == "step"]
+    assert steps == list(range(1, 71))  # every step once, in order
