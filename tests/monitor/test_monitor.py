@@ -212,7 +212,7 @@ def test_a_nan_made_by_the_loss_backward_is_not_blamed_on_a_module(tmp_path: Pat
 
 def test_a_nan_loss_with_finite_gradients_is_reported_without_claims_it_cannot_check(tmp_path: Path) -> None:
     # log of a negative number: the loss is NaN, its gradient 1/u is finite, so the check before
-    # the update passes and the step is found only at step(), after the update: no replay
+    # the update passes and the step is found only when its loss is read, after the update: no replay
     def log_loss(out: torch.Tensor, _y: torch.Tensor) -> torch.Tensor:
         return torch.log(out.mean() + shift[0])
 
@@ -226,7 +226,9 @@ def test_a_nan_loss_with_finite_gradients_is_reported_without_claims_it_cannot_c
     mon = Monitor(model, torch.optim.SGD(model.parameters(), lr=0.001), tmp_path, **FAST)
     _steps(model, mon, 5, loss_fn=log_loss, fault=flip)
     [origin] = [a for a in mon.alerts if a.rule == "MON101"]
-    assert origin.last_step == 4 and origin.data["phase"] == "loss" and origin.metric is None
+    # the loss is read with its batch of steps (at the end here, or earlier when flush_s passed)
+    assert origin.first_bad_step == 4 and origin.last_step in (4, 5)
+    assert origin.data["phase"] == "loss" and origin.metric is None
     assert "could not be replayed" in origin.data["detail"]
 
 
@@ -455,7 +457,7 @@ def test_the_gradient_screen_sees_a_nan_in_any_bias_and_forgets_it_after(tmp_pat
     mon.close()
 
 
-def _clocked_run(tmp_path: Path, *, nan_from: int | None, slow_from: int = 60) -> list:
+def _clocked_run(tmp_path: Path, *, nan_from: int | None, slow_from: int = 60, opt: str = "adam") -> list:
     """150 steps on a clock the loop sets: 10 ms a step, 14 ms from ``slow_from`` (as a NaN step's
     replay and NaN arithmetic slow a real run), so step times are what the test decides."""
     now = [0.0]
@@ -466,8 +468,8 @@ def _clocked_run(tmp_path: Path, *, nan_from: int | None, slow_from: int = 60) -
             model[2].shift = 1e6  # LogOfNegative: NaN from here on
         return x
 
-    res = train(tmp_path, steps=150, model=build("log"), fault=fault, clock=lambda: now[0],
-                rules_budget=0.0, warn=None, rules_every=10)
+    res = train(tmp_path, steps=150, model=build("log"), fault=fault, clock=lambda: now[0], opt=opt,
+                norm_tensor=opt == "adam_fused", rules_budget=0.0, warn=None, rules_every=10)
     return res.monitor.alerts
 
 
@@ -478,6 +480,20 @@ def test_a_slowdown_that_follows_the_first_nan_is_no_throughput_alert(tmp_path: 
     # the same slowdown without a NaN is one
     healthy_then_slow = _clocked_run(tmp_path / "slow", nan_from=None)
     assert [a.rule for a in healthy_then_slow if a.category == "throughput_regression"] == ["TA406"]
+
+
+def test_a_slowdown_before_the_first_nan_is_still_a_throughput_alert(tmp_path: Path) -> None:
+    # with the check read before each update (for-each Adam) and with it read with the batch of
+    # steps (fused Adam: the NaN is known some steps after it came)
+    for opt in ("adam", "adam_fused"):
+        alerts = _clocked_run(tmp_path / opt, nan_from=120, slow_from=40, opt=opt)
+        assert any(a.category == "nan_inf" and a.first_bad_step == 120 for a in alerts)
+        [slow] = [a for a in alerts if a.category == "throughput_regression"]
+        assert slow.rule == "TA406" and slow.first_bad_step is not None and slow.first_bad_step < 120
+        # and the slowdown that only follows the NaN is none, also when the NaN is read late
+        after = _clocked_run(tmp_path / f"{opt}-after", nan_from=60, opt=opt)
+        assert any(a.category == "nan_inf" and a.first_bad_step == 60 for a in after)
+        assert not [a for a in after if a.category == "throughput_regression"], (opt, after)
 
 
 def test_alerts_of_earlier_monitor_files_keep_their_first_bad_step(tmp_path: Path) -> None:

@@ -78,11 +78,14 @@ def train(log_dir: Path, *, steps: int = 150, model: nn.Sequential | None = None
           opt: str = "adam", lr_at: Callable[[int], float] | None = None,
           fault: Callable[[int, nn.Module, torch.Tensor], torch.Tensor] | None = None,
           optimizer_params: Callable[[nn.Module], Any] | None = None, clip: float | None = 1.0,
-          **monitor_options: Any) -> Result:
-    """Train ``steps`` steps (1-based); ``fault(step, model, x)`` may change the batch or the model."""
+          norm_tensor: bool = False, **monitor_options: Any) -> Result:
+    """Train ``steps`` steps (1-based); ``fault(step, model, x)`` may change the batch or the model.
+    ``norm_tensor``: pass clip_grad_norm_'s result to the monitor as the tensor it is (the loop
+    does not read it), else as a float."""
     model = model or build()
     params = optimizer_params(model) if optimizer_params else model.parameters()
-    optim = torch.optim.Adam(params, lr=lr) if opt == "adam" else torch.optim.SGD(params, lr=lr, momentum=0.9)
+    optim = (torch.optim.Adam(params, lr=lr) if opt == "adam" else torch.optim.Adam(params, lr=lr, fused=True)
+             if opt == "adam_fused" else torch.optim.SGD(params, lr=lr, momentum=0.9))
     x_all, y_all = blobs(4096, 1)
     g = torch.Generator().manual_seed(2)
     mon = trainaudit.monitor(model, optim, log_dir=log_dir, **monitor_options)
@@ -99,7 +102,8 @@ def train(log_dir: Path, *, steps: int = 150, model: nn.Sequential | None = None
             optim.zero_grad()
             loss = nn.functional.cross_entropy(model(x), y)
             loss.backward()
-            gn = float(nn.utils.clip_grad_norm_(model.parameters(), clip)) if clip else None
+            norm = nn.utils.clip_grad_norm_(model.parameters(), clip) if clip else None
+            gn = norm if norm is None or norm_tensor else float(norm)
             optim.step()
             res.losses.append(loss.item())
             res.steps_run = step

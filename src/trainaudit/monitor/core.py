@@ -7,23 +7,34 @@
             mon.step(loss, batch=batch)
 
 Per step (cheap): loss, lr, global grad norm, number of parameter tensors with non-finite
-gradients, step time, process RSS / CUDA memory. Every ``every`` steps: per-module grad norms and
-update-to-weight ratios. When the output or the gradients turn non-finite, the module where the
-first NaN/Inf appeared, found by replaying the step before the optimizer changes the parameters
-(``trainaudit.monitor.origin``). Online rules (the diagnose rules) every ``rules_every`` steps, at
-once on a non-finite value or an lr change.
+gradients, step time; every ``mem_every`` steps process RSS / CUDA memory. Every ``every`` steps:
+per-module grad norms and update-to-weight ratios. When the output or the gradients turn
+non-finite, the module where the first NaN/Inf appeared, found by replaying the step with the
+parameters it ran with (``trainaudit.monitor.origin``). Online rules (the diagnose rules) every
+``rules_every`` steps, at once on a non-finite value or an lr change.
 
-Batching: ``step()`` only checks what must be known at that step (is anything non-finite, did
-the lr jump) and appends the step's raw numbers to a list; the JSONL records are built, written
-and fed to the online rules every ``flush_every`` steps (at most ``rules_every``), every
-``flush_s`` seconds, and at once on an urgent step (non-finite loss or gradients, an lr change
-above 2x, a sampled per-layer step) and on ``close()``. Work done in one tight loop once per batch
-costs a fraction of the same work done cold after every backward/optimizer step, and an urgent
-step is still flushed, evaluated and stopped at that very step.
+No read from the device on a healthy step: ``step()`` keeps the step's tensors (loss, grad norm,
+the gradient check's flag) as they are, with the step's other raw numbers, in a list. Every
+``flush_every`` steps (at most ``rules_every``), every ``flush_s`` seconds and on ``close()`` the
+batch's tensors are stacked and copied to the host: on CUDA without waiting (pinned memory and
+an event that later steps query), elsewhere in one read. When the values are there, the JSONL
+records are built, written and fed to the online rules, and a non-finite step among them is
+located. What the host already knows is acted on at once (a non-finite value passed as a float
+or read by the check before the update, an lr change above 2x, a sampled per-layer step): the
+batch is then read waiting, evaluated, and training can stop at that very step.
+
+The gradient check before the update (``nan_origin``) stays on the device with an optimizer that
+takes GradScaler's ``found_inf`` (``fused=True`` Adam, AdamW, SGD, Adagrad): its flag makes the
+optimizer skip the update from the first non-finite step until the flag is read with the batch,
+so the parameters are those that step ran with and its replay is exact. Other optimizers cannot
+skip an update on the device: the flag is read before each update (one device sync per step on
+a GPU) to keep the origin exact; ``nan_origin=False`` reads nothing per step whatever the
+optimizer.
 """
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import functools
 import logging
@@ -40,7 +51,7 @@ import torch
 from torch import nn
 
 from trainaudit.live.online import OnlineRules, TrainingStopped, alert
-from trainaudit.monitor.origin import NanOrigin
+from trainaudit.monitor.origin import MAX_HELD_BYTES, NanOrigin
 from trainaudit.monitor.writer import JsonlWriter, TensorBoardWriter
 from trainaudit.answer.schema import SEVERITY_ORDER, Finding
 from trainaudit.rules import Config
@@ -72,12 +83,12 @@ def _inert_hook() -> Callable[..., None]:
 
 
 class _Pending(NamedTuple):
-    """What ``step()`` keeps of one step until the batch is flushed (raw numbers, no record)."""
+    """What ``step()`` keeps of one step until the batch is read (raw numbers, no record)."""
 
     step: int
-    loss: Any  # float, None, or a detached accelerator tensor read at the flush (no sync per step)
-    grad_norm: Any  # float, or the caller's norm tensor read at the flush
-    nonfinite: int
+    loss: Any  # float, None, or a detached tensor read with the batch (no read per step)
+    grad_norm: Any  # float, or a norm tensor (the caller's or the monitor's) read with the batch
+    nonfinite: Any  # int, or a tensor (the monitor's count on the device) read with the batch
     lr: float | None
     t: float  # the monitor's clock at step()
     rss: float | None
@@ -86,6 +97,62 @@ class _Pending(NamedTuple):
     per: list[float | None] | None  # per-tensor grad norms, sampled steps only
     ratios: dict[str, float] | None
     before: dict[str, Any] | None  # a record written just before this step's (the NaN origin)
+    flag: Any  # None, or the device check's flag after this step (1: the update was held back)
+    batch: Any  # the batch passed to step(), kept only when save_batch_on asks for it
+
+
+# the _Pending fields that may hold tensors (read with the batch)
+_READ = tuple(_Pending._fields.index(f) for f in ("loss", "grad_norm", "nonfinite", "flag"))
+_COUNT = _Pending._fields.index("nonfinite")
+
+
+class _Read:
+    """One batch of steps whose tensors are being copied to the host: on CUDA a non-blocking
+    copy into pinned memory and an event that later steps query, never wait on; elsewhere the
+    values are read at once, one read for the whole batch."""
+
+    __slots__ = ("event", "host", "pending", "slots")
+
+    def __init__(self, pending: list[tuple[Any, ...]]) -> None:
+        self.pending = pending
+        self.slots: list[tuple[int, int]] = []
+        self.event: Any = None
+        tensors: list[torch.Tensor] = []
+        for i, p in enumerate(pending):
+            for f in _READ:
+                if isinstance(p[f], torch.Tensor):
+                    self.slots.append((i, f))
+                    tensors.append(p[f])
+        self.host: Any = []
+        if not tensors:
+            return
+        try:
+            stacked = torch.stack([t.reshape(()).to(torch.float32) for t in tensors])
+        except RuntimeError:  # tensors on several devices (model parallel): read one by one
+            self.host = [float(t.item()) for t in tensors]
+            return
+        if stacked.device.type == "cuda":
+            # https://pytorch.org/docs/stable/notes/cuda.html#asynchronous-execution: a copy to
+            # pinned memory with non_blocking=True returns at once; the event says when it landed
+            self.host = torch.empty(stacked.shape, dtype=torch.float32, pin_memory=True)
+            self.host.copy_(stacked, non_blocking=True)
+            self.event = torch.cuda.Event()
+            self.event.record()
+        else:
+            self.host = stacked.tolist()
+
+    def ready(self) -> bool:
+        return self.event is None or bool(self.event.query())
+
+    def rows(self) -> list[tuple[Any, ...]]:
+        """The batch's steps with every tensor replaced by its value (waits for the copy)."""
+        if self.event is not None:
+            self.event.synchronize()
+        values = self.host.tolist() if isinstance(self.host, torch.Tensor) else self.host
+        rows = [list(p) for p in self.pending]
+        for (i, f), v in zip(self.slots, values):
+            rows[i][f] = int(v) if f == _COUNT else v
+        return [tuple(r) for r in rows]
 
 
 _grad_of = operator.attrgetter("grad")
@@ -148,13 +215,19 @@ class Monitor:
         self.origin_finder = self.origin_class(model) if nan_origin else None
         self._found: dict[str, Any] | None = None  # the origin found before this step's update
         self._grads_bad: bool | None = None  # what the check before this step's update found (None: no check)
+        self._guarded = False  # this step's update was made conditional on the device check (see before_update)
+        self._inflight: collections.deque[_Read] = collections.deque()  # batches being read, oldest first
+        # the held calls of the steps whose device check is not read yet: (step, calls, bytes)
+        self._windows: collections.deque[tuple[int, list[tuple[Any, ...]], int]] = collections.deque()
+        self._window_bytes = 0
+        self._origin_batch: Any = None  # the batch of the first non-finite step found by a read
         self._closure_steps = False  # the optimizer takes a closure: its pre-hook comes before the backward
         self._opt_handles: list[Any] = [None, None]  # the optimizer's step pre-hook and post-hook
         self._t_last: float | None = None
         self._prev_lr: float | None = None
         self._snap: dict[str, torch.Tensor] | None = None
         self._ratios: dict[str, float] = {}
-        self._gstats: tuple[float, int, list[float | None]] | None = None
+        self._gstats: tuple[Any, Any, list[float | None]] | None = None  # _grad_stats()
         self._checked_params = False
         self._user_gn = False
         self._cuda = torch.cuda.is_available()  # once: the query is not free
@@ -166,9 +239,10 @@ class Monitor:
         self._params = [p for _, p in self._named]
         trainable = [p for p in self._params if p.requires_grad]
         self._screened = [p for p in trainable if p.dim() <= 1] or trainable
-        # the screen's flag and scale, on the gradients' device
+        # the check's flag and scale, on the gradients' device (0-dim, as GradScaler's: a fused
+        # optimizer takes the flag as its found_inf)
         dev = self._screened[0].device if self._screened else None
-        self._found_inf, self._one = torch.zeros(1, device=dev), torch.ones(1, device=dev)
+        self._found_inf, self._one = torch.zeros((), device=dev), torch.ones((), device=dev)
         self._module_of = [n.rsplit(".", 1)[0] if "." in n else n for n, _ in self._named]
         self._attach()
         self.writer.write({"trainaudit_monitor": 1, "type": "start", "time": time.time(),
@@ -185,6 +259,11 @@ class Monitor:
         """Record nothing inside the block (hooks detached): forwards and steps there are not
         the monitor's, and its duration is left out of the next step time."""
         t0 = self._now()
+        # the block's updates are not held back: whatever the device check holds is read first
+        late = self._flush(wait=True)
+        if late:
+            self._act(late, None, stop=False)
+        self._unguard()
         for h in self._handles:
             h.remove()
         self._handles.clear()
@@ -195,6 +274,7 @@ class Monitor:
             if self.origin_finder is not None:
                 self.origin_finder.release()
             self._gstats = self._grads_bad = None
+            self._guarded = False
             self._paused_s += self._now() - t0
             if not self.closed:
                 self._attach()
@@ -214,17 +294,61 @@ class Monitor:
         finder = self.origin_finder
         if finder is None or not finder.captured:
             return
+        if self.origin is not None:  # the first NaN/Inf is located: nothing more to replay
+            finder.release()
+            return
+        if self._guard():
+            return  # the held calls stay with the step until its check is read
         try:
             gstats = self._gstats
-            # without them (the caller passes grad_norm, which comes after the update) a screen
+            # without them (the caller passes grad_norm, which comes after the update) a screen;
+            # a finite sum of squares proves every gradient finite
             grads_bad = self._grads_bad = (
-                (not math.isfinite(gstats[0]) or gstats[1] > 0) if gstats else not self._screen_finite())
-            if grads_bad and self.origin is None and self._found is None:
-                self._found = finder.locate(self._named, params_intact=True)
+                not math.isfinite(float(gstats[0])) if gstats else not self._screen_finite())
+            if grads_bad and self._found is None:
+                self._found = self._locate(params_intact=True)
         except Exception as exc:
             log.warning("trainaudit: NaN/Inf origin check failed: %s: %s", type(exc).__name__, exc)
         finally:
             finder.release()
+
+    def _guard(self) -> bool:
+        """Check the gradients on the device without reading the result, and make the update
+        conditional on it: an optimizer that takes GradScaler's ``found_inf`` (fused Adam, AdamW,
+        SGD, Adagrad) skips its update while the flag is set, as for a step with inf gradients
+        under GradScaler (https://pytorch.org/docs/stable/amp.html#gradient-scaling). The flag
+        stays set from the first non-finite step until the monitor reads it with the step's batch,
+        so the parameters are still those that step ran with and its replay is exact. False
+        (nothing done) for other optimizers or a GradScaler that set its own flag. With a closure
+        this runs inside it (``before_update`` after the backward), before the update reads the
+        flag."""
+        opt = self.optimizer
+        if opt is None or not getattr(opt, "_step_supports_amp_scaling", False):
+            return False
+        if opt.__dict__.get("found_inf", self._found_inf) is not self._found_inf:
+            return False  # GradScaler's step: it skips an inf step itself, its flag is left alone
+        grads = [g for g in map(_grad_of, self._screened) if g is not None]
+        if not grads or not self._screen(grads):
+            return False
+        opt.found_inf = self._found_inf  # type: ignore[attr-defined]  # may have moved with the model
+        self._guarded = True
+        return True
+
+    def _unguard(self) -> None:
+        """The optimizer's updates no longer wait on the monitor's flag."""
+        opt = self.optimizer
+        if opt is not None and opt.__dict__.get("found_inf") is self._found_inf:
+            del opt.found_inf  # type: ignore[attr-defined]
+
+    def _locate(self, **kw: Any) -> dict[str, Any] | None:
+        """The origin finder's replay; its time is left out of the step times (as a paused()
+        block): a slower step caused by the monitor's own replay is no finding."""
+        assert self.origin_finder is not None
+        t0 = self._now()
+        try:
+            return self.origin_finder.locate(self._named, **kw)
+        finally:
+            self._paused_s += self._now() - t0
 
     def _arm_optimizer(self, step: int | None) -> None:
         """The optimizer hooks ``step`` needs (None: none), as an idle hook still costs a cold
@@ -294,20 +418,24 @@ class Monitor:
                         for m, (a, b) in upd.items()}
         self._snap = None
 
-    def _grad_stats(self, per_tensor: bool) -> tuple[float, int, list[float | None]]:
-        """(global L2 norm, tensors with non-finite grads, per-tensor norms in named order; the
-        per-tensor list only when ``per_tensor`` or when the norm is non-finite)."""
+    def _grad_stats(self, per_tensor: bool) -> tuple[Any, Any, list[float | None]]:
+        """(global L2 norm, tensors with non-finite grads, per-tensor norms in named order) read
+        now when ``per_tensor``; otherwise the norm and the count as 0-dim tensors left on the
+        device and no per-tensor list."""
         grads = [g for g in map(_grad_of, self._params) if g is not None]
         if not grads:
             return 0.0, 0, []
         with torch.no_grad():
             norms = list(torch._foreach_norm(grads))  # one fused pass over all grads, one result each
-            if norms[0].device.type != "cpu":
-                norms = [n.float().cpu() for n in norms]
-            stacked = torch.stack(norms)
-            total = float(torch.linalg.vector_norm(stacked))  # the only sync on a healthy step
-            if not per_tensor and math.isfinite(total):
-                return total, 0, []  # a finite sum of squares: every tensor is finite
+            try:
+                stacked = torch.stack([n.to(torch.float32) for n in norms])
+            except RuntimeError:  # several devices
+                stacked = torch.stack([n.float().cpu() for n in norms])
+            total_t = torch.linalg.vector_norm(stacked)
+            if not per_tensor:
+                # on the device: read with the step's batch, not now
+                return total_t, torch.isfinite(stacked).logical_not_().sum(), []
+            total = float(total_t)  # a sampled step: read now
             per = stacked.tolist()
         bad = sum(1 for v in per if not math.isfinite(v))
         full = iter(per)
@@ -321,19 +449,33 @@ class Monitor:
         grads = [g for g in map(_grad_of, self._screened) if g is not None]
         if not grads:
             return True
+        if not self._screen(grads):
+            return all(math.isfinite(x.item()) for x in torch._foreach_norm(grads, 1))  # several devices
         found = self._found_inf
-        try:
-            # GradScaler's fused check, scaling by 1 (values unchanged): one kernel and one read
-            torch._amp_foreach_non_finite_check_and_unscale_(grads, found, self._one)
-        except RuntimeError:
-            if found.device != grads[0].device:  # the model moved: the flag follows
-                self._found_inf, self._one = torch.zeros(1, device=grads[0].device), torch.ones(1, device=grads[0].device)
-                return self._screen_finite()
-            return all(math.isfinite(x.item()) for x in torch._foreach_norm(grads, 1))  # several devices or dtypes
         if found.item() == 0:
             return True
         found.zero_()
         return False
+
+    def _screen(self, grads: list[torch.Tensor]) -> bool:
+        """GradScaler's fused non-finite check of ``grads`` into the flag, scaling by 1 (values
+        unchanged), one call per dtype: kernels only, nothing read. False when the gradients are
+        on several devices (the flag is on one)."""
+        found = self._found_inf
+        if found.device != grads[0].device:  # the model moved: the flag follows
+            self._found_inf, self._one = torch.zeros((), device=grads[0].device), torch.ones((), device=grads[0].device)
+            found = self._found_inf
+        try:
+            torch._amp_foreach_non_finite_check_and_unscale_(grads, found, self._one)
+        except RuntimeError:
+            by_type: dict[tuple[torch.device, torch.dtype], list[torch.Tensor]] = {}
+            for g in grads:
+                by_type.setdefault((g.device, g.dtype), []).append(g)
+            if any(dev != found.device for dev, _ in by_type):
+                return False
+            for same in by_type.values():
+                torch._amp_foreach_non_finite_check_and_unscale_(same, found, self._one)
+        return True
 
     def _rss_mb(self) -> float:
         """Current RSS from a kept-open /proc/self/statm (pread: no open per step)."""
@@ -386,43 +528,37 @@ class Monitor:
              lr: float | None = None, grad_norm: torch.Tensor | float | None = None, **metrics: float) -> list[Finding]:
         """Record one optimizer step (call it after ``optimizer.step()``). ``grad_norm``: pass what
         ``clip_grad_norm_`` returned (the norm before clipping, a tensor or a float); the monitor
-        then needs no norm of its own on most steps. Returns new alerts
-        (found when a batch of steps is flushed, see the module docstring); raises
-        :class:`TrainingStopped` (after recording the step) when an alert's action is stop."""
+        then needs no norm of its own on most steps. Tensors are not read here: they are read
+        with the batch of steps (see the module docstring). Returns new alerts (found when a
+        batch of steps is read); raises :class:`TrainingStopped` (after recording the step) when
+        an alert's action is stop."""
         now = self._clock()
         self.step_no = s = int(step) if step is not None else self.step_no + 1
         sampling = self._sampling(s)
-        if isinstance(loss, torch.Tensor):
-            # a CPU scalar is read now (about a microsecond); an accelerator loss is kept and read
-            # at the flush, so step() adds no device sync (the grad norm, synced anyway, still
-            # makes a non-finite step urgent)
-            loss_v: Any = float(loss.item()) if loss.is_cpu else loss.detach()
-        else:
-            loss_v = None if loss is None else float(loss)
+        loss_v: Any = loss.detach() if isinstance(loss, torch.Tensor) else None if loss is None else float(loss)
         checked, self._grads_bad = self._grads_bad, None
+        guarded, self._guarded = self._guarded, False
         gn_v: Any = grad_norm
         if isinstance(grad_norm, torch.Tensor):
-            if checked is None or grad_norm.requires_grad:
-                gn_v = grad_norm.item()  # a sync on an accelerator, as float() in the caller would be
-            # else read at the flush: the check before the update said whether the gradients
-            # are finite (a norm that overflows from finite gradients is then seen at the flush)
+            gn_v = grad_norm.detach()
         elif grad_norm is not None:
             gn_v = float(grad_norm)
         self._user_gn = grad_norm is not None
         gstats = self._gstats
         self._gstats = None
-        gn_bad = bool(checked) if type(gn_v) is not float else not math.isfinite(gn_v)
+        gn_bad = bool(checked) or (type(gn_v) is float and not math.isfinite(gn_v))
         if gstats is None and (grad_norm is None or gn_bad or sampling):
-            gstats = self._grad_stats(sampling)
+            gstats = self._grad_stats(sampling or gn_bad)  # read now only when sampled or known bad
         gn, n_bad, per = gstats if gstats is not None else (0.0, 0, [])
         if grad_norm is not None:
             gn = gn_v
         if lr is None and self.optimizer is not None and self.optimizer.param_groups:
             lr = float(self.optimizer.param_groups[0]["lr"])
-        rss = self._rss_mb() if s % self.mem_every == 0 or s == 1 else None  # reading /proc costs ~15 us
-        cuda = None
-        if self._cuda and torch.cuda.is_initialized():
-            cuda = (torch.cuda.memory_allocated() / 2**20, torch.cuda.max_memory_allocated() / 2**20)
+        rss = cuda = None
+        if s % self.mem_every == 0 or s == 1:  # reading /proc costs ~15 us, the allocator's counters a few
+            rss = self._rss_mb()
+            if self._cuda and torch.cuda.is_initialized():
+                cuda = (torch.cuda.memory_allocated() / 2**20, torch.cuda.max_memory_allocated() / 2**20)
         ratios = None
         if sampling:
             ratios, self._ratios = self._ratios, {}
@@ -431,54 +567,123 @@ class Monitor:
         if not self._checked_params:
             self._checked_params = True
             new += [a for a in self._check_params() if self.rules.record(a)]
-        loss_finite = not isinstance(loss_v, float) or math.isfinite(loss_v)
-        urgent = not loss_finite or gn_bad or n_bad > 0 or (type(gn) is float and not math.isfinite(gn))
+        # what is known bad on the host now: the check read before the update, or floats passed
+        loss_finite = type(loss_v) is not float or math.isfinite(loss_v)
+        urgent = (not loss_finite or gn_bad or (type(n_bad) is int and n_bad > 0)
+                  or (type(gn) is float and not math.isfinite(gn)))
         before = None
-        if urgent and self.origin is None and self.origin_finder is not None:
+        finder = self.origin_finder
+        if urgent and not guarded and self.origin is None and finder is not None:
             # found before the update; else now, by a replay if the held calls were not updated
             # (no optimizer step ran: the monitor's optimizer pre-hook releases them)
             intact = self.optimizer is not None and not self._closure_steps
-            origin = self._found or self.origin_finder.locate(self._named, params_intact=intact,
-                                                              loss_finite=loss_finite)
+            origin = self._found or self._locate(params_intact=intact, loss_finite=loss_finite)
             if origin is not None:
-                self.origin = {"step": s, **origin}
-                before = {"type": "nonfinite", "step": s, **origin}
-                a = alert(FirstNonFinite.id, FirstNonFinite.category, "critical", f"first NaN/Inf at step {s} ({origin['phase']}): "
-                          f"{origin['detail']}", s, s, origin.get("module"), data=dict(origin))
-                if self.rules.record(a):
+                before, a = self._nonfinite(s, origin)
+                if a is not None:
                     new.append(a)
         prev = self._prev_lr
         if lr is not None and prev is not None and lr > 0 and prev > 0 and not 0.5 <= lr / prev <= 2.0:
             urgent = True
         self._prev_lr = lr
-        if self.origin_finder is not None:
-            self.origin_finder.release()
+        flag = None
+        held_over = False
+        if finder is not None:
+            if guarded:  # the calls are replayed if this step's flag reads set
+                flag = self._found_inf.clone()
+                held_over = self._hold(s, *finder.take())
+            else:
+                finder.release()
         self._arm_optimizer(s + 1)
         self._found = None
         self._pending.append((s, loss_v, gn, n_bad, lr, now, rss, cuda, metrics or None,  # _Pending's fields
-                              per if sampling and per else None, ratios, before))
-        if urgent or sampling or new or len(self._pending) >= self.flush_every or now - self._t_flush >= self.flush_s:
-            new += self._flush(urgent)
+                              per if sampling and per else None, ratios, before, flag,
+                              batch if self.save_batch_on is not None else None))
+        if self._inflight and self._inflight[0].ready():
+            new += self._drain(wait=False)
+        if urgent or held_over:  # read now, waiting
+            new += self._flush(urgent, wait=True)
+        elif sampling or new or len(self._pending) >= self.flush_every or now - self._t_flush >= self.flush_s:
+            new += self._flush()
         if new:
             self._act(new, batch)
         return new
 
-    def _flush(self, urgent: bool = False) -> list[Finding]:
-        """Build, write and feed to the online rules the pending steps' records; evaluate the
-        rules when due. Returns their new alerts (the caller acts on them)."""
+    def _hold(self, step: int, calls: list[tuple[Any, ...]], nbytes: int) -> bool:
+        """Keep a step's calls until its check is read. True when the held inputs of several
+        steps pass the budget: the batch is then read at once (waiting) rather than an input
+        dropped, which could be the first non-finite step's: big inputs make reads more frequent,
+        never the origin inexact."""
+        self._windows.append((step, calls, nbytes))
+        self._window_bytes += nbytes
+        return len(self._windows) > 1 and self._window_bytes > MAX_HELD_BYTES
+
+    def _nonfinite(self, step: int, origin: dict[str, Any]) -> tuple[dict[str, Any], Finding | None]:
+        """The first NaN/Inf's record and alert (None if already known); the alert's last step is
+        the step at which it is known (later than ``step`` when found by reading a batch)."""
+        self.origin = {"step": step, **origin}
+        before = {"type": "nonfinite", "step": step, **origin}
+        a = alert(FirstNonFinite.id, FirstNonFinite.category, "critical", f"first NaN/Inf at step {step} ({origin['phase']}): "
+                  f"{origin['detail']}", self.step_no, step, origin.get("module"), data=dict(origin))
+        return before, a if self.rules.record(a) else None
+
+    def _flush(self, urgent: bool = False, *, wait: bool | None = None) -> list[Finding]:
+        """Start reading the pending steps' tensors (one batch), then build, write and feed to
+        the online rules the records of every batch whose values have arrived (all of them,
+        waiting, when ``urgent``/``wait``); evaluate the rules when due. Returns their new alerts
+        (the caller acts on them)."""
         pending, self._pending = self._pending, []
         self._t_flush = self._clock()
+        if pending:
+            self._inflight.append(_Read(pending))
+        return self._drain(wait=urgent if wait is None else wait, urgent=urgent)
+
+    def _drain(self, *, wait: bool, urgent: bool = False) -> list[Finding]:
+        new: list[Finding] = []
+        while self._inflight and (wait or self._inflight[0].ready()):
+            new += self._records(self._inflight.popleft().rows(), urgent)
+        return new
+
+    def _first_nonfinite(self, p: _Pending) -> tuple[dict[str, Any], Finding | None] | None:
+        """A step found non-finite only when its batch was read: its origin. When the check
+        held the update back (its flag is set), the parameters are still those the step ran
+        with and its held calls are replayed; otherwise the update went through and the origin
+        says what is known without a replay."""
+        flagged = p.flag is not None and p.flag > 0
+        loss_finite = p.loss is None or math.isfinite(p.loss)
+        if not flagged and loss_finite:
+            return None  # at most a norm is non-finite (it may overflow from finite values): the rules report it
+        held: list[tuple[Any, ...]] = next((c for st, c, _ in self._windows if st == p.step), []) if flagged else []
+        origin = self._locate(params_intact=flagged, loss_finite=loss_finite, held=held, grads_current=False)
+        # the updates go on (zeroing the flag is a kernel, nothing is read); nothing more to replay
+        self._found_inf.zero_()
+        self._unguard()
+        self._windows.clear()
+        self._window_bytes = 0
+        if origin is None:
+            return None
+        self._origin_batch = p.batch
+        return self._nonfinite(p.step, origin)
+
+    def _records(self, pending: list[tuple[Any, ...]], urgent: bool) -> list[Finding]:
+        """Build, write and feed to the online rules the records of steps whose values are read."""
         if not pending:
             return []
         out: list[dict[str, Any]] = []
+        new: list[Finding] = []
         add_row = self.rules.live.add_row
         for p in map(_Pending._make, pending):
+            if self.origin is None and self.origin_finder is not None and p.before is None:
+                found = self._first_nonfinite(p)
+                if found is not None:
+                    p = p._replace(before=found[0])
+                    urgent = True
+                    if found[1] is not None:
+                        new.append(found[1])
             rec: dict[str, Any] = {"type": "step", "step": p.step}
-            loss = p.loss
-            if loss is not None:
-                rec["loss"] = loss if isinstance(loss, float) else float(loss.item())
-            gn = p.grad_norm
-            rec["grad_norm"] = gn if type(gn) is float else float(gn.item())
+            if p.loss is not None:
+                rec["loss"] = p.loss
+            rec["grad_norm"] = p.grad_norm
             rec["nonfinite_grads"] = p.nonfinite
             if p.lr is not None:
                 rec["lr"] = p.lr
@@ -509,10 +714,13 @@ class Monitor:
             if self.tb is not None:
                 self.tb.write(p.step, rec)
         self.writer.write_many(out)
+        # the steps read so far need their held calls no more
+        while self._windows and self._windows[0][0] <= p.step:
+            self._window_bytes -= self._windows.popleft()[2]
         last = pending[-1][0]  # its step
         if self.rules.due(last, urgent):
-            return self.rules.evaluate(last)
-        return []
+            new += self.rules.evaluate(last)
+        return new
 
     def _act(self, alerts: list[Finding], batch: Any, stop: bool = True) -> None:
         stopping: Finding | None = None
@@ -522,13 +730,16 @@ class Monitor:
                 log.warning("trainaudit: step %d: %s", a.last_step, a.text())
             if self.on_alert is not None and a.at_least(self.callback_on):
                 self.on_alert(a)
-            if self.save_batch_on is not None and batch is not None and a.at_least(self.save_batch_on):
+            b, at = batch, a.last_step
+            if a.rule == FirstNonFinite.id and self._origin_batch is not None:  # found by a later read
+                b, at = self._origin_batch, a.first_bad_step or at
+            if self.save_batch_on is not None and b is not None and a.at_least(self.save_batch_on):
                 d = self.log_dir / "batches"
                 d.mkdir(exist_ok=True)
-                target = d / f"step{a.last_step}.pt"
+                target = d / f"step{at}.pt"
                 if not target.exists():
-                    torch.save(batch, target)
-                    self.writer.write({"type": "batch_saved", "step": a.last_step, "path": f"batches/{target.name}"})
+                    torch.save(b, target)
+                    self.writer.write({"type": "batch_saved", "step": at, "path": f"batches/{target.name}"})
             if stop and stopping is None and self.stop_on is not None and a.at_least(self.stop_on):
                 stopping = a
         if stopping is not None:
@@ -546,14 +757,15 @@ class Monitor:
         if self.closed:
             return
         self.closed = True
-        if self._pending:  # the steps since the last flush, their rules and actions (no stop: it ends anyway)
-            late = self._flush()
+        if self._pending or self._inflight:  # the steps not read yet, their rules and actions (no stop: it ends anyway)
+            late = self._flush(wait=True)
             if late:
                 self._act(late, None, stop=False)
         for h in self._handles:
             h.remove()
         self._handles.clear()
         self._arm_optimizer(None)
+        self._unguard()
         if self.origin_finder is not None:
             self.origin_finder.release()
         if self._statm is not None:

@@ -3,8 +3,11 @@
 A healthy step pays for one forward pre-hook on the model, whatever the model's size: it keeps a
 reference to the call's inputs with the RNG and autocast state. Before the optimizer changes the
 parameters (its step pre-hook, or :meth:`Monitor.before_update`), the monitor checks that the
-gradients are finite. Only when they are not is the step replayed, micro-batch by micro-batch
-with gradient accumulation:
+gradients are finite: read at once, or left on the device with an optimizer that skips its
+update while the check's flag is set (then the monitor keeps the calls, :meth:`NanOrigin.take`,
+until the flag is read with its batch of steps, and the parameters are still the step's). Only
+when they are not finite is the step replayed, micro-batch by micro-batch with gradient
+accumulation:
 
 - forward: the model's forward runs again on the same inputs, parameters, RNG and autocast state,
   with a hook on every module; the first module (in the order modules finish) whose output is
@@ -154,19 +157,28 @@ class NanOrigin:
         """Drop the references to the held calls' inputs."""
         self._held.clear()
 
+    def take(self) -> tuple[list[tuple[Any, ...]], int]:
+        """The held calls (handed over, no longer held here) and the bytes of their inputs: the
+        monitor keeps them past the update while the step's check is still on the device."""
+        held, self._held = self._held, []
+        return held, sum(_nbytes(c[1], c[2]) for c in held)
+
     # -- after a non-finite step ------------------------------------------------------------
-    def locate(self, named: list[tuple[str, nn.Parameter]], *, params_intact: bool,
-               loss_finite: bool = True) -> dict[str, Any] | None:
+    def locate(self, named: list[tuple[str, nn.Parameter]], *, params_intact: bool, loss_finite: bool = True,
+               held: list[tuple[Any, ...]] | None = None, grads_current: bool = True) -> dict[str, Any] | None:
         """The origin of the NaN/Inf of a step whose gradients or loss are non-finite (None when
         nothing is). ``params_intact``: the parameters are still those of the held calls'
-        forwards (no update since), so they can be replayed."""
-        if not self._held or not params_intact:
+        forwards (no update since), so they can be replayed. ``held``: that step's calls when
+        not the ones held now (see :meth:`take`); ``grads_current``: the parameters' ``.grad``
+        are still that step's (False when later steps have run: they are not looked at)."""
+        held = self._held if held is None else held
+        if not held or not params_intact:
             if not loss_finite:  # a NaN loss spreads to every gradient: those would not say where
                 return {"phase": "loss", "module": None,
                         "detail": "the loss is non-finite; the step could not be replayed to find where it came from"}
-            return _from_param_grads(named)
-        several = len(self._held) > 1
-        for k, cap in enumerate(map(_Capture._make, self._held)):
+            return _from_param_grads(named) if grads_current else dict(_NOT_REPLAYED)
+        several = len(held) > 1
+        for k, cap in enumerate(map(_Capture._make, held)):
             try:
                 origin = self._replay_one(cap, loss_finite)
             except Exception as exc:
@@ -179,7 +191,7 @@ class NanOrigin:
                 return origin
         if not loss_finite:
             return _loss_origin()
-        if _from_param_grads(named) is None:
+        if grads_current and _from_param_grads(named) is None:
             return None  # every gradient value is finite: only a norm of them overflowed
         return {"phase": "loss", "module": None,
                 "detail": "the forward and the backward replayed finite: the NaN/Inf came in with the gradient at the "
@@ -256,6 +268,11 @@ class NanOrigin:
                         origin["detail"] += "; replayed with ones as the gradient at the model's output"
                     return origin
         return None
+
+
+_NOT_REPLAYED = {"phase": "backward", "module": None,
+                 "detail": "non-finite gradients; the step could not be replayed (its inputs were no longer held or "
+                           "the parameters had changed since)"}
 
 
 def _loss_origin() -> dict[str, Any]:
