@@ -305,12 +305,14 @@ def test_a_read_that_lands_later_is_waited_for_by_no_step(tmp_path: Path, monkey
     waited: list[int] = []
     rows = core._Read.rows
 
+    # a batch is known by its first step (an object's id can be reused once it is collected)
     def ready(self: Any) -> bool:
-        queries[id(self)] = queries.get(id(self), 0) + 1
-        return queries[id(self)] >= 3
+        first = self.pending[0][0]
+        queries[first] = queries.get(first, 0) + 1
+        return queries[first] >= 3
 
     def rows_when_ready(self: Any) -> Any:
-        if queries.get(id(self), 0) < 3:
+        if queries.get(self.pending[0][0], 0) < 3:
             waited.append(self.pending[-1][0])  # a read not landed yet, waited for
         return rows(self)
 
