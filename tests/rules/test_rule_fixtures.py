@@ -175,11 +175,9 @@ def test_rule_is_silent_on_its_fixture(cls: type[Rule], entry: dict[str, Any]) -
 KNOWN_LOUD: dict[str, tuple[str, ...]] = {
     "corpus/logs/accelerate-huggingface-accelerate-docs-notebook-launcher/log.txt": ("unread",),
     "corpus/logs/keras-keras-team-keras-io-text-classification-imdb/log.txt": ("TA301",),
-    "corpus/logs/paddle-NQ-lovecpp-paddle_detection_mouse-yolov3-tail/log.txt": ("TA202",),
     "corpus/logs/tf1-kujason-avod-28/log.txt": ("TA102",),
     "corpus/logs/diffusers-huggingface-notebooks-sdxl-dreambooth-lora-advanced/log.txt": ("TA406",),
     "corpus/logs/hf-transformers-othorizedshogun-poem-generator/trainer_state.json": ("TA202",),
-    "corpus/logs/pytorch-loop-akanimax-BMSG-GAN-40/log.txt": ("TA203",),
 }
 
 

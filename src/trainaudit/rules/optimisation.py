@@ -198,6 +198,21 @@ class Divergence(Rule):
         return [h]
 
 
+_EPOCH_TEXT = re.compile(r"epoch (\d{1,9})\b")
+
+
+def _late_excerpt(ctx: Context, s: Series) -> bool:
+    """Whether ``s`` starts late in its run: more steps came before its first point than it holds,
+    or the step as printed there is in epoch 2 or later (a step counter that restarts each
+    epoch says nothing of the epochs before)."""
+    first, last = int(s.steps[0]), int(s.steps[-1])
+    if first > last - first:
+        return True
+    texts = ctx.run.meta.get("step_text", {})
+    m = _EPOCH_TEXT.match(str(texts.get(int(s.steps[min(1, len(s) - 1)]), "")))
+    return m is not None and int(m.group(1)) >= 2
+
+
 class NotLearning(Rule):
     """Detects a run that does not learn: the training loss is flat from the start (the median
     of the last 10% of points is within ``min_improvement`` of the first 10%), with extra
@@ -213,7 +228,8 @@ class NotLearning(Rule):
     Example: 10 classes, loss 2.303, 2.302, 2.304, ... for 2000 steps (ln 10 = 2.303).
 
     The log must show the start of the run: when more steps came before its first line than it
-    holds, a flat loss is where a run settles late in training, unless it sits at ln(C).
+    holds, or its steps are printed in epoch 2 or later, a flat loss is where a run settles
+    late in training, unless it sits at ln(C).
 
     A loss that did learn (some 10% stretch of the run sits ``learned`` below the start) and then
     climbed back is not "flat from the start": that is divergence (TA201), not this rule. One
@@ -279,8 +295,8 @@ class NotLearning(Rule):
             n_cls = ("classes or tokens", c) if c else None
         uniform = math.log(n_cls[1]) if n_cls else None
         near = uniform is not None and abs(tail - uniform) <= self.p.uniform_tol * uniform
-        if not near and int(s.steps[0]) > int(s.steps[-1]) - int(s.steps[0]):
-            return []  # an excerpt from late in a run: a flat loss there is where a run settles, not a flat start
+        if not near and _late_excerpt(ctx, s):
+            return []  # a flat loss late in a run is where the run settles, not a flat start
         msg = f"{s.name} does not decrease: {head:.4g} over the first tenth of the logged steps, {tail:.4g} over the last tenth"
         if near and n_cls is not None:
             msg += (f", which is ln({n_cls[1]}) = {uniform:.4g}: the loss of a uniform guess over {n_cls[1]} "
@@ -379,7 +395,7 @@ class ZeroLossOrGrad(Rule):
         hits: list[Hit] = []
         for role in ("loss", "grad_norm"):
             s = ctx.series(role, min_points=self.p.min_run)
-            if s is None:
+            if s is None or adversarial(s.name):  # a GAN player's loss at 0 is a move of the game (a hinge loss's margin met)
                 continue
             z = (s.values == 0.0)
             if not z.any():
