@@ -30,6 +30,9 @@ class Overfitting(Rule):
     consecutive rises); or the training set is memorised (training accuracy at least
     ``memorised_acc``, validation loss ``gap_ratio`` times the training loss).
 
+    A validation loss up at every evaluation since its minimum, more than ``min_after`` times and by
+    ``short_rise`` or more, counts too (with a lower confidence) when it has not yet reached ``ratio``.
+
     The end level must also stand 3 robust standard deviations above the validation loss's level
     between its early descent and its minimum: a noisy curve is not overfitting for one high
     stretch.
@@ -79,7 +82,12 @@ class Overfitting(Rule):
         tail = x[-min(3, len(v) - 1 - jmin):]
         vend = float(np.median(tail))
         rise = (vend - vmin) / abs(vmin)
-        if rise < self.p.ratio:
+        after = x[jmin:]
+        # up at every evaluation since the minimum (ties allowed), ``min_after`` + 1 times or more: a steady
+        # climb, plain even when it is still small
+        steady = bool(np.all(np.diff(after) >= 0)) and int(np.sum(np.diff(after) > 0)) > self.p.min_after \
+            and (float(after[-1]) - vmin) / abs(vmin) >= self.p.short_rise
+        if rise < self.p.ratio and not steady:
             return []
         # and out of the validation loss's own noise: 3 robust standard deviations above its level
         # between the end of the early descent and the minimum (a noisy curve that dips once is
@@ -102,7 +110,7 @@ class Overfitting(Rule):
         gap = vend - t_end
         msg = (f"{v.name} reaches its minimum {vmin:.4g} at step {step_min} and then rises to {vend:.4g} "
                f"(+{rise:.0%}) while {t.name} keeps falling ({t_at:.4g} -> {t_end:.4g}); final gap {gap:.4g}")
-        h = self.hit(msg, min(0.95, 0.6 + rise), metric=v.name, first_bad_step=int(v.steps[first]),
+        h = self.hit(msg, min(0.95, 0.6 + rise) if rise >= self.p.ratio else 0.6, metric=v.name, first_bad_step=int(v.steps[first]),
                      last_step=int(v.steps[-1]), severity="high" if rise >= 0.5 else "medium",
                      data={"best_step": step_min})
         h.point("vmin", v, jmin, f"minimum of {v.name}")

@@ -91,12 +91,12 @@ class NonFiniteMetric(Rule):
             from_start = role == "loss" and bad.size == len(s) and len(s) >= 2 and int(s.steps[0]) <= 1
             if from_start:
                 # never a finite value, from the first step on: no update has diverged yet, the inputs,
-                # labels or the loss itself are non-finite
+                # labels or the loss itself are non-finite; the category stays nan_inf, the
+                # symptom the user sees, and the message says where to look
                 msg += "; it is non-finite from the very first logged step: the data or the loss, not the optimisation"
             h = self.hit(msg, 0.97 if role != "val_loss" else 0.9, metric=s.name, first_bad_step=first_step,
                          last_step=named if named is not None else int(s.steps[bad[-1]]),
-                         severity="critical" if role != "val_loss" else "high",
-                         category=Category.DATA_PIPELINE if from_start else self.category)
+                         severity="critical" if role != "val_loss" else "high")
             h.point("bad", s, i, f"first non-finite {s.name} ({what}) at step {int(s.steps[i])}")
             if named is not None:  # the step the message gives is the one this check names: quote it
                 h.ev("named", next(e for e in checks if e.step == named and e.data.get("known")),
