@@ -194,7 +194,7 @@ def matrix(engine: Diagnosis, cov: Coverage, pats: dict[str, float], n_errors: i
 
 # -- how sure: features of a decision, for the model of whether it is right -----------------------
 CONFIDENCE_FEATURES: tuple[str, ...] = (
-    "bias", "p", "margin", "answer:healthy", "answer:numeric", "answer:fatal", "answer:learning",
+    "bias", "p", "margin", "answer:healthy", "answer:crash", "answer:numeric", "answer:fatal", "answer:learning",
     "answer:resources", "story_confidence", "alone", "message_evidence", "fatal", "short_log", "tiny_log",
     "no_loss", "h:loss_points", "h:few_points", "h:validation", "h:grad_norm", "h:stories")
 
@@ -204,7 +204,9 @@ def confidence_vector(x: np.ndarray, p: np.ndarray, best: int, runner: int) -> n
     row, h = x[best], x[CLASSES.index(HEALTHY)]
     cat = CLASSES[best]
     v = {"bias": 1.0, "p": float(p[best]), "margin": float(p[best] - p[runner]),
-         "answer:healthy": float(cat == HEALTHY)}
+         "answer:healthy": float(cat == HEALTHY),
+         # "crash" is the category of a fatal error no other category explains: its own reliability
+         "answer:crash": float(cat == Category.CRASH.value)}
     for fam in ("numeric", "fatal", "learning", "resources"):
         v[f"answer:{fam}"] = float(_FAMILY.get(cat) == fam)
     for f in ("story_confidence", "alone", "message_evidence", "fatal", "short_log", "tiny_log", "no_loss"):
