@@ -18,13 +18,15 @@ from trainaudit.diagnosis.model import Model, shipped
 DOC = Path(__file__).resolve().parents[2] / "docs" / "accuracy.md"
 
 # out of sample on the real pasted logs (the generated runs left out of the folds' training)
-OOS_TOP1_FLOOR = 262
-OOS_FIRST_BAD_STEP_FLOOR = 94
-OOS_FALSE_ALARMS_CEILING = 10
+OOS_TOP1_FLOOR = 411
+OOS_FIRST_BAD_STEP_FLOOR = 125
+OOS_FALSE_ALARMS_CEILING = 5
 # out of sample on the real framework runs (tests/corpus/runs), grouped by family
-OOS_RUNS_TOP1_FLOOR = 333
-OOS_RUNS_FIRST_BAD_STEP_FLOOR = 204
-OOS_RUNS_FALSE_ALARMS_CEILING = 2
+OOS_RUNS_TOP1_FLOOR = 338
+OOS_RUNS_FIRST_BAD_STEP_FLOOR = 208
+OOS_RUNS_FALSE_ALARMS_CEILING = 1
+# of the answers at confidence 0.8 or more (pasted logs and framework runs), the share whose category is right
+CALIBRATION_FLOOR_PCT = 95
 
 
 @pytest.fixture(scope="module")
@@ -57,6 +59,13 @@ def test_out_of_sample_score_on_framework_runs_does_not_drop(oos: list[fd.Outcom
     assert s.right >= OOS_RUNS_TOP1_FLOOR, misses
     assert s.step_ok >= OOS_RUNS_FIRST_BAD_STEP_FLOOR
     assert s.false_alarms <= OOS_RUNS_FALSE_ALARMS_CEILING, misses
+
+
+def test_confident_answers_are_right_95_times_in_100(oos: list[fd.Outcome]) -> None:
+    s = fd.summarise(oos)
+    wrong = [f"{o.result.case.name}: {o.result.case.category} -> {o.result.category} ({o.confidence:.2f})" for o in oos
+             if o.confidence >= fd.CONFIDENT and not o.result.cat_ok]
+    assert s.confident >= 500 and 100 * s.confident_right >= CALIBRATION_FLOOR_PCT * s.confident, wrong
 
 
 def test_in_sample_is_no_worse_than_out_of_sample(items: list[fd.Analysed], oos: list[fd.Outcome]) -> None:

@@ -18,13 +18,14 @@ from trainaudit.answer.schema import Category
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "accuracy.md"
 
-# right answers out of the corpus (330 logs: 135 with a labelled first bad step, 115 healthy). The
-# corpus grew from 192 logs with 138 logs nobody tuned on; the counts are those of today's code on
-# them, and docs/accuracy.md shows the known false alarms and unread logs.
-TOP1_FLOOR = 264
-FIRST_BAD_STEP_FLOOR = 94
-FALSE_ALARMS_CEILING = 8
-UNREAD_CEILING = 4
+# right answers out of the corpus (510 logs: 199 with a labelled first bad step, 201 healthy). The
+# corpus grew from 192 logs to 330, then to 510 with 180 logs collected without running trainaudit on
+# them; the counts are those of today's code on them (the shares fell with the new logs), and
+# docs/accuracy.md shows the known false alarms and unread logs.
+TOP1_FLOOR = 411
+FIRST_BAD_STEP_FLOOR = 125
+FALSE_ALARMS_CEILING = 5
+UNREAD_CEILING = 6
 
 
 @pytest.fixture(scope="module")
@@ -44,12 +45,12 @@ def _misses(results: list[accuracy.LogResult], ok: str) -> str:
 
 def test_top1_category_does_not_drop(score: accuracy.Score, results: list[accuracy.LogResult]) -> None:
     assert score.cat_ok >= TOP1_FLOOR, _misses(results, "cat_ok")
-    assert score.cat_ok / score.n >= 0.78
+    assert score.cat_ok / score.n >= 0.8
 
 
 def test_first_bad_step_does_not_drop(score: accuracy.Score, results: list[accuracy.LogResult]) -> None:
     assert score.step_ok >= FIRST_BAD_STEP_FLOOR, _misses(results, "step_ok")
-    assert score.step_ok / score.stepped >= 0.69
+    assert score.step_ok / score.stepped >= 0.62
 
 
 def test_no_false_alarm_on_healthy_logs(score: accuracy.Score, results: list[accuracy.LogResult]) -> None:
@@ -63,11 +64,11 @@ def test_every_log_with_numbers_is_read(score: accuracy.Score, results: list[acc
 
 def test_the_corpus_keeps_its_shape() -> None:
     labels = [json.loads(p.read_text(encoding="utf-8")) for p in sorted((accuracy.CORPUS / "logs").glob("*/label.json"))]
-    assert len(labels) >= 150
+    assert len(labels) >= 500
     cats = Counter(lab["category"] for lab in labels)
-    assert cats["healthy"] >= 40
-    assert {c.value for c in Category if cats[c.value] < 4} == set()  # every category at least 4 times
-    assert len({lab["framework"] for lab in labels}) >= 25
+    assert cats["healthy"] >= 150
+    assert {c.value for c in Category if cats[c.value] < 5} == set()  # every category at least 5 times
+    assert len({lab["framework"] for lab in labels}) >= 35
     for lab in labels:
         assert lab["source"].startswith("http") and lab["cause"] and lab["label_confidence"] in ("high", "medium", "low")
 

@@ -246,7 +246,9 @@ class NotLearning(Rule):
     that counts as not moving at all (1e-4), ``flat_tol`` relative spread (0.01),
     ``chance_acc`` accuracy at or below which a flat loss is not learning (0.01). In a short paste,
     a loss equal to every printed digit on its last ``short_points`` points or more counts too
-    (frozen weights), unless it is below ``frozen_floor`` (1e-3: a loss printed as 0.0000).
+    (frozen weights), unless it is below ``frozen_floor`` (1e-3: a loss printed as 0.0000); so does a
+    loss within ``near_tol`` (0.005) of ln(C) on all of its 6 or more points, C a class count up to
+    ``max_classes`` (1000; a language model's first steps sit near ln(vocabulary) while warming up).
     """
 
     id = "TA202"
@@ -267,6 +269,8 @@ class NotLearning(Rule):
         flat_tol: float = 0.01
         chance_acc: float = 0.01
         frozen_floor: float = 1e-3
+        near_tol: float = 0.005
+        max_classes: int = 1000
 
     def check(self, ctx: Context) -> list[Hit]:
         s = ctx.series("loss", finite=True, min_points=self.p.short_points)
@@ -341,7 +345,13 @@ class NotLearning(Rule):
             chance = acc is not None
             # the same value to every printed digit, again and again: the weights do not change
             same = int(np.argmin(x[::-1] == x[-1])) if not np.all(x == x[-1]) else len(x)
-            if same >= k and abs(float(x[-1])) >= self.p.frozen_floor:
+            # a classifier's loss at ln(C), moving only in its last digits, epoch after epoch
+            near = uniform_size(x, self.p.near_tol) if len(x) >= 2 * k else None
+            if near is not None and near <= self.p.max_classes:
+                msg = (f"{s.name} stays within {self.p.near_tol:.1%} of ln({near}) = {math.log(near):.4g} on all {len(x)} "
+                       f"logged points: the loss of a uniform guess over {near} classes, the model does not learn")
+                conf = 0.7
+            elif same >= k and abs(float(x[-1])) >= self.p.frozen_floor:
                 start = len(x) - same
                 msg = (f"{s.name} is {float(x[-1]):.6g} to every printed digit on the last {same} logged points: the "
                        "weights do not change (nothing is updated, or the output saturated)")
