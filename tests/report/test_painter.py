@@ -124,3 +124,17 @@ def test_no_painter_while_other_threads_run() -> None:
     finally:
         stop.set()
         t.join()
+
+
+def test_the_painter_loads_before_the_heavy_modules() -> None:
+    """The command line starts the painter before the command's imports: importing it loads neither
+    matplotlib nor pydantic nor the HTML report (whose names the package still gives on use)."""
+    import subprocess
+    import sys
+
+    code = ("import sys, trainaudit.render.painter; "
+            "print(sorted(m for m in ('matplotlib', 'pydantic', 'trainaudit.render.page') if m in sys.modules)); "
+            "from trainaudit.render import report_html, charts_json; print(callable(report_html), callable(charts_json))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}).stdout.split("\n")
+    assert out[:2] == ["[]", "True True"]

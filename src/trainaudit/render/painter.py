@@ -174,3 +174,20 @@ def _child(down: int, up: int) -> None:
             _write_all(up, _SIZE.pack(-1))
     finally:
         os._exit(code)
+
+
+_early: list[Painter | None] = [None]  # the painter a command line started before its command loaded
+
+
+def start_early() -> None:
+    """Start the painter of the command about to run, before its imports (``cli``): the child
+    imports matplotlib while the parent imports the rest. One at a time: an earlier one not taken
+    (its command failed before drawing) is reused."""
+    if _early[0] is None:
+        _early[0] = Painter.start()
+
+
+def take() -> Painter | None:
+    """The painter started early for this command, else a new one (None: draw in process)."""
+    p, _early[0] = _early[0], None
+    return p if p is not None else Painter.start()
