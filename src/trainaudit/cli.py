@@ -39,7 +39,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "watch": ("watch", "Follow a growing log and alert as problems appear."),
 }
 # Commands that draw PNG plots with a painter (trainaudit.render.painter) started before they load.
-PAINTING = frozenset({"diagnose"})
+PAINTING = frozenset({"audit", "compare", "diagnose"})
 
 
 class LazyGroup(click.Group):
