@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import io
 import os
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -53,7 +55,15 @@ def _started() -> Painter:
     return painter
 
 
-def test_painter_draws_the_same_bytes_as_in_process() -> None:
+def _isolated(check: str, *args: str) -> None:
+    """Run ``check`` of this file in a fresh interpreter: a painter is refused in a process where
+    other threads run, as a test process may (a tqdm monitor, a server left by another test)."""
+    proc = subprocess.run([sys.executable, __file__, check, *args], capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def check_same_bytes() -> None:
     specs = _specs()
     painter = _started()
     pid = painter._pid
@@ -64,7 +74,7 @@ def test_painter_draws_the_same_bytes_as_in_process() -> None:
     assert not _exists(pid)  # reaped
 
 
-def test_an_unused_painter_is_ended_and_reaped() -> None:
+def check_unused_reaped() -> None:
     painter = _started()
     pid = painter._pid
     assert _exists(pid)
@@ -73,9 +83,9 @@ def test_an_unused_painter_is_ended_and_reaped() -> None:
     painter.close()  # twice is harmless
 
 
-def test_a_failing_painter_gives_none_and_the_report_is_drawn_in_process(tmp_path: Path) -> None:
-    """A spec the child cannot draw: receive() says so, write_report draws in process (and raises
-    as it always did for a spec that cannot be drawn at all)."""
+def check_failing() -> None:
+    """A spec the child cannot draw: receive() says so (write_report then draws in process, and
+    raises as it always did for a spec that cannot be drawn at all)."""
     painter = _started()
     painter.send([PlotSpec("x", "x", [Curve("x", [1, 2], [1.0, 2.0])], panel=object())])  # type: ignore[arg-type]
     assert painter.receive() is None
@@ -91,9 +101,10 @@ def _diagnosed(log: Path) -> tuple[object, list[PlotSpec]]:
     return build_answer([str(log)], run, result), plot_specs(run, result)
 
 
-def test_a_report_written_with_a_painter_is_the_report_written_without(tmp_path: Path) -> None:
+def check_report(tmp: str) -> None:
     from trainaudit.render.write import write_report
 
+    tmp_path = Path(tmp)
     log = tmp_path / "train.log"
     lines = [f" iteration {i:8d}/  100000 | consumed samples: {i * 8:12d} | elapsed time per iteration (ms): 400.0 |"
              f" learning rate: 1.000000E-04 | global batch size:     8 | lm loss: {max(0.5, 8.0 - i / 50):.6E} |"
@@ -115,6 +126,22 @@ def test_a_report_written_with_a_painter_is_the_report_written_without(tmp_path:
         assert (plain.out_dir / name).read_bytes() == (painted.out_dir / name).read_bytes(), name
 
 
+def test_painter_draws_the_same_bytes_as_in_process() -> None:
+    _isolated("check_same_bytes")
+
+
+def test_an_unused_painter_is_ended_and_reaped() -> None:
+    _isolated("check_unused_reaped")
+
+
+def test_a_failing_painter_gives_none() -> None:
+    _isolated("check_failing")
+
+
+def test_a_report_written_with_a_painter_is_the_report_written_without(tmp_path: Path) -> None:
+    _isolated("check_report", str(tmp_path))
+
+
 def test_no_painter_while_other_threads_run() -> None:
     stop = threading.Event()
     t = threading.Thread(target=stop.wait)
@@ -129,12 +156,13 @@ def test_no_painter_while_other_threads_run() -> None:
 def test_the_painter_loads_before_the_heavy_modules() -> None:
     """The command line starts the painter before the command's imports: importing it loads neither
     matplotlib nor pydantic nor the HTML report (whose names the package still gives on use)."""
-    import subprocess
-    import sys
-
     code = ("import sys, trainaudit.render.painter; "
             "print(sorted(m for m in ('matplotlib', 'pydantic', 'trainaudit.render.page') if m in sys.modules)); "
             "from trainaudit.render import report_html, charts_json; print(callable(report_html), callable(charts_json))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}).stdout.split("\n")
     assert out[:2] == ["[]", "True True"]
+
+
+if __name__ == "__main__":  # a check run by _isolated
+    globals()[sys.argv[1]](*sys.argv[2:])
