@@ -8,8 +8,9 @@ parent writes every file, through :class:`~trainaudit.outdir.OutDir`), drawn by 
 :func:`~trainaudit.render.plots.render` as in process, so the files are the same bytes.
 
 The child is a plain ``os.fork`` (https://docs.python.org/3/library/os.html#os.fork), made only
-where that is safe and useful: a POSIX system, more than one CPU, matplotlib installed, and no
-other thread running in the process (a fork copies only the calling thread: a lock another thread
+where that is safe and useful: Linux (on macOS, forking a process that loaded system frameworks can
+crash, which is why multiprocessing spawns there, https://docs.python.org/3/library/multiprocessing.html#contexts-and-start-methods),
+more than one CPU, matplotlib installed, and no other thread running in the process (a fork copies only the calling thread: a lock another thread
 held would stay held in the child). Otherwise, and whenever the child fails, the plots are drawn in
 process as before.
 """
@@ -22,6 +23,7 @@ import os
 import pickle
 import signal
 import struct
+import sys
 import threading
 from collections.abc import Sequence
 from typing import Self
@@ -75,7 +77,7 @@ class Painter:
     @classmethod
     def start(cls) -> Painter | None:
         """A started painter, or None where plots are better drawn in process."""
-        if (not hasattr(os, "fork") or (os.cpu_count() or 1) < 2 or threading.active_count() > 1
+        if (not sys.platform.startswith("linux") or (os.cpu_count() or 1) < 2 or threading.active_count() > 1
                 or not png_available()):
             return None
         down_r, down_w = os.pipe()
