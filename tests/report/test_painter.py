@@ -91,6 +91,20 @@ def check_failing() -> None:
     assert painter.receive() is None
 
 
+def test_specs_are_drawn_by_two_children_in_order_and_a_failure_of_either_is_seen() -> None:
+    """With several specs the painter's child forks a second one for every other spec: the PNGs come
+    back in the specs' order, and a spec neither can draw (here one of the second child's) ends in
+    None, never in a short or shifted list."""
+    specs = [*_specs(), *_specs()[::-1], _specs()[0]]
+    painter = _started()
+    painter.send(specs)
+    assert painter.receive() == _in_process(specs)
+    bad = PlotSpec("x", "x", [Curve("x", [1, 2], [1.0, 2.0])], panel=object())  # type: ignore[arg-type]
+    painter = _started()
+    painter.send([specs[0], bad, specs[1]])
+    assert painter.receive() is None
+
+
 def _diagnosed(log: Path) -> tuple[object, list[PlotSpec]]:
     from trainaudit.diagnosis import build_answer, diagnose_run, plot_specs
     from trainaudit.ingest import load_run

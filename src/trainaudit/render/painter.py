@@ -153,6 +153,53 @@ class Painter:
         self.close()
 
 
+def _png(spec: PlotSpec) -> bytes:
+    buf = io.BytesIO()
+    render(spec, buf)
+    return buf.getvalue()
+
+
+def _draw_all(specs: list[PlotSpec], inherited: tuple[int, ...]) -> list[bytes]:
+    """The specs' PNGs, in order. With two or more, a second child (forked here, matplotlib already
+    imported) draws every other one: the parent has sent its specs and has little left to do, so
+    both CPUs draw. Whatever that child does not send back is drawn here."""
+    if len(specs) < 2:
+        return [_png(s) for s in specs]
+    r, w = os.pipe()
+    try:
+        pid = os.fork()
+    except OSError:
+        os.close(r)
+        os.close(w)
+        return [_png(s) for s in specs]
+    if pid == 0:  # the second child: draws, hands its PNGs over at once, exits
+        code = 0
+        try:
+            for fd in (r, *inherited):
+                os.close(fd)
+            drawn = b"".join(_message(_png(s)) for s in specs[1::2])
+            _write_all(w, drawn)
+        except BaseException:
+            code = 1
+        finally:
+            os._exit(code)
+    os.close(w)
+    pngs: list[bytes | None] = [None] * len(specs)
+    try:
+        for i in range(0, len(specs), 2):
+            pngs[i] = _png(specs[i])
+        for i in range(1, len(specs), 2):
+            got = _read_message(r)
+            if got is None:
+                break
+            pngs[i] = got
+    finally:
+        os.close(r)
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(pid, 0)
+    return [p if p is not None else _png(s) for p, s in zip(pngs, specs, strict=True)]
+
+
 def _child(down: int, up: int) -> None:
     """Import matplotlib, wait for the specs, send back one PNG each, exit without running the
     parent's exit handlers or flushing its buffers (``os._exit``)."""
@@ -166,10 +213,8 @@ def _child(down: int, up: int) -> None:
 
         data = _read_message(down)
         if data is not None:
-            for spec in pickle.loads(data):
-                buf = io.BytesIO()
-                render(spec, buf)
-                _write_all(up, _message(buf.getvalue()))
+            for png in _draw_all(pickle.loads(data), (down, up)):
+                _write_all(up, _message(png))
     except BaseException:
         code = 1
         with contextlib.suppress(OSError):
