@@ -38,6 +38,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "rules": ("rules", "List the detection rules, or show one rule's documentation."),
     "watch": ("watch", "Follow a growing log and alert as problems appear."),
 }
+# Commands that draw PNG plots with a painter (trainaudit.render.painter) started before they load.
+PAINTING = frozenset({"audit", "compare", "diagnose"})
 
 
 class LazyGroup(click.Group):
@@ -63,6 +65,9 @@ class LazyGroup(click.Group):
             close = difflib.get_close_matches(name, list(COMMANDS), n=1, cutoff=0.6)
             hint = f" Did you mean '{close[0]}'?" if close else " See `trainaudit --help`."
             raise click.UsageError(f"No such command '{name}'.{hint}", ctx)
+        if name in PAINTING and not {"--no-plots", "-h", "--help"} & set(args):
+            # before the command's imports: the painter's child imports matplotlib meanwhile
+            importlib.import_module("trainaudit.render.painter").start_early()
         return super().resolve_command(ctx, args)
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:

@@ -296,11 +296,16 @@ def csv_cell(text: str) -> str:
 
 
 # -- JSON ------------------------------------------------------------------------------------------
+# The spellings of non-finite numbers in JSON outputs (a chart of a NaN run holds thousands): no
+# secret and no control in them, so masking them again and again is skipped.
+NONFINITE_TEXTS = frozenset({"nan", "inf", "-inf"})
+
+
 def json_clean(value: Any) -> Any:
     """``value`` (dicts, lists, strings, numbers) with every string, keys included, masked: done on
     the decoded strings, before ``json.dumps`` escapes them."""
     if isinstance(value, str):
-        return mask_secrets(value)
+        return value if value in NONFINITE_TEXTS else mask_secrets(value)
     if isinstance(value, dict):
         return {json_clean(k): json_clean(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):

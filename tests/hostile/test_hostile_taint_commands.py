@@ -53,6 +53,8 @@ NOT_OUTPUTS = {
     ("monitor/core.py", "*"): "the training-side callback writing the training's own metrics log (an input of diagnose)",
     ("monitor/writer.py", "*"): "the training-side callback's JSONL writer",
     ("rules/docs.py", "main"): "writes docs/rules.md from the rule classes (a developer tool, no input)",
+    ("render/painter.py", "_write_all"): "plot specs and PNG bytes between the parent and its plot-drawing child "
+                                         "(a pipe); the parent writes the files, through write_report",
 }
 
 

@@ -111,3 +111,27 @@ def test_a_pytest_summary_line_of_a_failed_assertion_is_a_reference_check() -> N
 def test_the_documented_catalogue_is_current() -> None:
     doc = catalogue_doc.DOC.read_text(encoding="utf-8")
     assert catalogue_doc.updated(doc) == doc, "docs/error-signatures.md is stale: run python tools/catalogue_doc.py"
+
+
+def _match_by_entry(text: str) -> object:
+    """The catalogue's first matching entry, one ``in`` test per entry (what the trie pre-check spares)."""
+    for k in catalogue.CATALOGUE:
+        if all(n in text for n in k.needles) and (k.pattern is None or k.pattern.search(text) is not None):
+            return k
+    return None
+
+
+def test_the_trie_precheck_matches_what_the_entry_loop_matches() -> None:
+    import random
+
+    rng = random.Random(7)
+    lines = [ln for p in sorted((Path(__file__).resolve().parents[1] / "fixtures" / "formats").rglob("*.log"))
+             for ln in p.read_text(encoding="utf-8", errors="replace").splitlines()]
+    for k in catalogue.CATALOGUE:  # every entry's needles, alone, together, cut short, in other text
+        lines += [" ".join(k.needles), k.needles[0], k.needles[0][:-1], f"x {' and '.join(k.needles)} y",
+                  k.needles[-1] + k.needles[0]]
+    alphabet = "".join(sorted({c for k in catalogue.CATALOGUE for n in k.needles for c in n})) + " \t:./"
+    lines += ["".join(rng.choice(alphabet) for _ in range(rng.randint(0, 60))) for _ in range(3000)]
+    assert len(lines) > 3000 and sum(_match_by_entry(t) is not None for t in lines) > len(catalogue.CATALOGUE)
+    for t in lines:
+        assert catalogue.match(t) is _match_by_entry(t), t

@@ -153,3 +153,33 @@ def test_cli_parse_deepspeed(tmp_path: Path) -> None:
     res = run_cli("parse", str(log))
     assert res.returncode == 0, res.stderr
     assert "deepspeed" in res.stdout and "loss_scale=2" in res.stdout
+
+
+def test_each_engine_pattern_is_searched_only_where_its_literal_is(tmp_path: Path) -> None:
+    """The reader tries a pattern only on lines holding a literal the pattern needs: on every line of
+    the samples, the corpus' DeepSpeed logs, a generated run and random text, a line without the
+    literal is a line the pattern does not match (so the check never drops a line)."""
+    import random
+    import sys
+
+    from trainaudit.ingest.formats import deepspeed as ds
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+    from gen_format_logs import generate
+
+    log = tmp_path / "ds.log"
+    generate("deepspeed", log, 400_000, seed=3, fail_from=0.7)
+    tests = Path(__file__).resolve().parents[1]
+    files = [log, *sorted((tests / "fixtures").rglob("*.log")), *sorted((tests / "fixtures").rglob("*.txt")),
+             *(p for p in sorted((tests / "corpus").rglob("log.txt")) if "deepspeed" in p.parent.name)]
+    lines = [ln for p in files for ln in p.read_text(encoding="utf-8", errors="replace").splitlines()]
+    pairs = [(ds.PROGRESS_RE, ", skipped="), (ds.TPUT_RE, "SamplesPerSec="), (ds.PIPE_RE, "iter time (s): "),
+             (ds.BREAKDOWN_RE, "time (ms) | "), (ds.MIN_SCALE_RE, "Current loss scale already at minimum")]
+    rng = random.Random(5)
+    words = [w for _, lit in pairs for w in lit.split()] + ["step=1,", "skipped=0,", "lr=[0.1]", "steps: 3",
+                                                            "loss: 2.0", "samples/sec: 9", "|", "x"]
+    lines += [" ".join(rng.choice(words) for _ in range(rng.randint(1, 12))) for _ in range(5000)]
+    for pat, literal in pairs:
+        hits = [ln for ln in lines if pat.search(ln)]
+        assert hits, pat.pattern
+        assert all(literal in ln for ln in hits), pat.pattern

@@ -16,6 +16,7 @@ from trainaudit.commands.common import no_plots_option, default_out, exit_code, 
 from trainaudit.errors import UsageError
 from trainaudit.redact import mask_secrets
 from trainaudit.ingest import format_names
+from trainaudit.render.painter import take
 from trainaudit.render.write import write_report
 from trainaudit.llm.options import llm_options, narrate_if_requested
 from trainaudit.post.delivery import delivery_options
@@ -110,7 +111,7 @@ def audit(ctx: click.Context, inputs: tuple[str, ...], passing: tuple[str, ...],
     else:
         answer, plots, info = run_audit(opts)
     answer = narrate_if_requested(answer)  # wording only, verified; never changes the verdict
-    paths = write_report(answer, out, () if no_plots else plots)
+    paths = write_report(answer, out, () if no_plots else plots, painter=None if no_plots else take())
     if as_json:
         click.echo(json_model(answer))
     else:

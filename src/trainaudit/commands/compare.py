@@ -12,6 +12,7 @@ from trainaudit.errors import UsageError
 from trainaudit.ingest import format_names
 from trainaudit.llm.options import llm_options, narrate_if_requested
 from trainaudit.post.delivery import delivery_options
+from trainaudit.render.painter import take
 from trainaudit.render.write import write_report
 from trainaudit.compare.runs import compare_runs
 from trainaudit.compare.pipeline import run_golden
@@ -80,7 +81,7 @@ def compare(inputs: tuple[str, ...], golden: str | None, baselines: tuple[str, .
 
         answer, plots, passed = compare_runs([inputs[0], *baselines], inputs[1], fmt)
     answer = narrate_if_requested(answer)  # wording only, verified; never changes `passed`
-    paths = write_report(answer, out, () if no_plots else plots)
+    paths = write_report(answer, out, () if no_plots else plots, painter=None if no_plots else take())
     if as_json:
         click.echo(json_model(answer))
     else:

@@ -14,6 +14,7 @@ from trainaudit.errors import READABLE_HINT, InputError
 from trainaudit.ingest import format_names, load_run
 from trainaudit.ingest.sources import reading_stdin
 from trainaudit.llm.options import llm_options, narrate_if_requested
+from trainaudit.render.painter import take
 from trainaudit.render.write import write_report
 from trainaudit.rules import load_config
 from trainaudit.post.delivery import delivery_options
@@ -47,15 +48,22 @@ def diagnose(inputs: tuple[str, ...], out: Path, fmt: str | None, as_json: bool,
     """
     cfg = load_config(config)
     cfg = replace(cfg, select=select or cfg.select, ignore=[*cfg.ignore, *ignore])
-    with reading_stdin():  # "-": the evidence lines are read again from the same copy
-        with reading_progress(quiet or as_json) as position:
-            run, problems = load_run(list(inputs), fmt, position)
-        if not run.series and not run.events:
-            raise InputError(f"{', '.join(inputs)}: no metrics or events found: {READABLE_HINT}")
-        result = diagnose_run(run, cfg)
-        answer = build_answer(list(inputs), run, result)
-    answer = narrate_if_requested(answer)  # wording only, verified; no-op without --llm
-    paths = write_report(answer, out, () if no_plots else plot_specs(run, result))
+    # matplotlib is imported in a child process while the run is read (None: drawn in process);
+    # the command line started it before this module's imports (cli.PAINTING)
+    painter = None if no_plots else take()
+    try:
+        with reading_stdin():  # "-": the evidence lines are read again from the same copy
+            with reading_progress(quiet or as_json) as position:
+                run, problems = load_run(list(inputs), fmt, position)
+            if not run.series and not run.events:
+                raise InputError(f"{', '.join(inputs)}: no metrics or events found: {READABLE_HINT}")
+            result = diagnose_run(run, cfg)
+            answer = build_answer(list(inputs), run, result)
+        answer = narrate_if_requested(answer)  # wording only, verified; no-op without --llm
+        paths = write_report(answer, out, () if no_plots else plot_specs(run, result), painter=painter)
+    finally:
+        if painter is not None:
+            painter.close()
     if as_json:
         click.echo(json_model(answer))
     else:

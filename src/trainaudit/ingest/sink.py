@@ -212,17 +212,22 @@ class RunBuilder(Sink):
         or ranks printing the same line) the value read last wins, and restarts are recorded."""
         restarts: list[int] = []
         # series in the order their first values were handed over, however they were buffered
-        for metric, parts in sorted(self._parts.items(), key=lambda item: self.first_seen[item[0]]):
+        # Each metric's parts are let go once merged, and steps already in order are not reordered
+        # (a stable sort of them is the identity): the peak is the series plus one metric's parts,
+        # not twice or three times the series.
+        for metric in sorted(self._parts, key=lambda m: self.first_seen[m]):
+            parts = self._parts.pop(metric)
             steps = np.concatenate([p[0] for p in parts])
             values = np.concatenate([p[1] for p in parts])
             lines = np.concatenate([p[2] for p in parts])
             src = np.concatenate([np.full(p[0].shape[0], p[3], dtype=np.int16) for p in parts])
-            if steps.size > 1 and np.any(np.diff(steps) < 0):
-                back = np.flatnonzero(np.diff(steps) < 0) + 1
+            del parts
+            back = np.flatnonzero(np.diff(steps) < 0) + 1 if steps.size > 1 else np.zeros(0, dtype=np.intp)
+            if back.size:
                 if "@" not in metric:
                     restarts.extend(int(steps[i]) for i in back)
-            order = np.argsort(steps, kind="stable")
-            steps, values, lines, src = steps[order], values[order], lines[order], src[order]
+                order = np.argsort(steps, kind="stable")
+                steps, values, lines, src = steps[order], values[order], lines[order], src[order]
             if steps.size > 1:
                 keep = np.append(steps[1:] != steps[:-1], True)  # last of each run of equal steps
                 if not keep.all():

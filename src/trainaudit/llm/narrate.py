@@ -3,12 +3,15 @@
 
 from __future__ import annotations
 
-import httpx
+from typing import TYPE_CHECKING
 
 from trainaudit.llm.bundle import build_prompt
 from trainaudit.llm.providers import LlmError, LlmSpec, complete
 from trainaudit.llm.verify import NarrationError, apply_narration, finish, parse_narration
 from trainaudit.answer.schema import Answer
+
+if TYPE_CHECKING:
+    import httpx
 
 
 def narrate(answer: Answer, spec: LlmSpec, client: httpx.Client | None = None) -> Answer:

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Any
-
-import httpx
+from typing import TYPE_CHECKING, Any
 
 from trainaudit.errors import UsageError
 from trainaudit.redact import json_body
+
+if TYPE_CHECKING:  # httpx is imported when a request is sent: a run without --llm never needs it
+    import httpx
 
 
 @dataclass(frozen=True)
@@ -102,6 +103,8 @@ def answer_text(spec: LlmSpec, data: Any) -> str:
 
 
 def complete(spec: LlmSpec, system: str, user: str, client: httpx.Client | None = None) -> str:
+    import httpx
+
     url, headers, body = build_request(spec, system, user)
     own = client is None
     http = client or httpx.Client(timeout=spec.timeout, follow_redirects=False)

@@ -9,7 +9,6 @@ survives, so the chart shows what the full series shows.
 
 from __future__ import annotations
 
-import itertools
 import math
 from collections.abc import Sequence
 from pathlib import Path
@@ -30,21 +29,25 @@ MAX_POINTS = 4000
 
 
 def _thin(steps: np.ndarray, values: np.ndarray, max_points: int) -> np.ndarray:
-    """Indices to keep: first, last, min and max of each bucket, and every non-finite point."""
+    """Indices to keep: first, last, min and max of each bucket (the first of equal ones), and every
+    non-finite point. One pass of numpy per array (``reduceat``), not a loop over the buckets."""
     n = len(steps)
     if n <= max_points:
         return np.arange(n)
     buckets = max(1, max_points // 2)
     edges = np.linspace(0, n, buckets + 1).astype(np.int64)
-    finite = np.where(np.isfinite(values), values, np.nan)
-    keep = [np.array([0, n - 1]), np.flatnonzero(~np.isfinite(values))]
-    for a, b in itertools.pairwise(edges):
-        if b <= a:
-            continue
-        seg = finite[a:b]
-        if np.all(np.isnan(seg)):
-            continue
-        keep.append(np.array([a + int(np.nanargmin(seg)), a + int(np.nanargmax(seg))]))
+    v = np.asarray(values, dtype=float)
+    ok = np.isfinite(v)
+    width = np.diff(edges)
+    starts = edges[:-1][width > 0]  # empty buckets hold nothing; the others tile 0..n
+    which = np.repeat(np.arange(starts.size), width[width > 0])
+    keep = [np.array([0, n - 1]), np.flatnonzero(~ok)]
+    for pick, fill in ((np.minimum, np.inf), (np.maximum, -np.inf)):
+        x = np.where(ok, v, fill)
+        best = pick.reduceat(x, starts)
+        hit = np.flatnonzero((x == best[which]) & ok)  # a bucket without a finite value has no hit
+        first = np.unique(which[hit], return_index=True)[1]
+        keep.append(hit[first])
     return np.unique(np.concatenate(keep))
 
 

@@ -15,6 +15,7 @@ from trainaudit.render.chartdata import CHARTS_NAME, charts_json
 from trainaudit.render.markdown import render_markdown
 from trainaudit.render.page import HTML_NAME
 from trainaudit.answer.charts import PlotSpec
+from trainaudit.render.painter import Painter
 from trainaudit.render.plots import PLOTS_EXTRA, png_available, render
 from trainaudit.outdir import OutDir
 from trainaudit.redact import json_model
@@ -71,38 +72,56 @@ def clear_report(folder: OutDir) -> bool:
 
 
 def write_report(answer: Answer, out: Path | OutDir, plots: list[PlotSpec] | tuple[PlotSpec, ...] = (), *,
-                 charts: bool = True) -> ReportPaths:
+                 charts: bool = True, painter: Painter | None = None) -> ReportPaths:
     """``charts``: also write the plots' (thinned) data beside answer.json, so ``trainaudit
     report`` can draw interactive charts later. An earlier report in ``out`` is replaced. Every
-    file is written through ``OutDir``: never through a link."""
+    file is written through ``OutDir``: never through a link. ``painter``: a child process that
+    draws the PNGs while this one prepares the other files (the same bytes; it is closed here)."""
     if isinstance(out, Path):
         with OutDir.open(out) as folder:
-            return write_report(answer, folder, plots, charts=charts)
-    out_dir = Path(out.shown)
-    replaced = clear_report(out)
-    notes: list[str] = []
-    plot_paths: list[Path] = []
-    if plots and not png_available():
-        notes.append(f"no PNG plots: they need matplotlib (pip install 'trainaudit[{PLOTS_EXTRA}]'); "
-                     "--html or `trainaudit report` draws the charts without it")
-    elif plots:
-        if len(plots) > MAX_PLOTS:
-            notes.append(f"{len(plots) - MAX_PLOTS} more plot(s) not drawn as PNG (at most {MAX_PLOTS}); "
-                         "`trainaudit report` charts them all")
-        used: set[str] = set()
-        plots_dir = out.sub(PLOTS_DIR)
-        for spec in plots[:MAX_PLOTS]:
-            name = spec.filename()
-            stem, n = name[:-4], 2
-            while name in used:
-                name, n = f"{stem}_{n}.png", n + 1
-            used.add(name)
-            with plots_dir.create(name) as fh:
-                render(spec, fh)
-            plot_paths.append(out_dir / PLOTS_DIR / name)
-        plots_dir.close()
-    json_path = out.write_text(ANSWER_NAME, json_model(answer) + "\n")
-    rel_plots = [p.relative_to(out_dir).as_posix() for p in plot_paths]
-    md_path = out.write_text(MARKDOWN_NAME, render_markdown(answer, rel_plots))
-    charts_path = out.write_text(CHARTS_NAME, charts_json(list(plots))) if charts and plots else None
-    return ReportPaths(out_dir, json_path, md_path, plot_paths, charts_path, replaced, notes)
+            return write_report(answer, folder, plots, charts=charts, painter=painter)
+    try:
+        out_dir = Path(out.shown)
+        replaced = clear_report(out)
+        notes: list[str] = []
+        plot_paths: list[Path] = []
+        if plots and not png_available():
+            notes.append(f"no PNG plots: they need matplotlib (pip install 'trainaudit[{PLOTS_EXTRA}]'); "
+                         "--html or `trainaudit report` draws the charts without it")
+        elif plots:
+            if len(plots) > MAX_PLOTS:
+                notes.append(f"{len(plots) - MAX_PLOTS} more plot(s) not drawn as PNG (at most {MAX_PLOTS}); "
+                             "`trainaudit report` charts them all")
+            drawn = list(plots[:MAX_PLOTS])
+            if painter is not None:
+                painter.send(drawn)
+            used: set[str] = set()
+            for spec in drawn:
+                name = spec.filename()
+                stem, n = name[:-4], 2
+                while name in used:
+                    name, n = f"{stem}_{n}.png", n + 1
+                used.add(name)
+                plot_paths.append(out_dir / PLOTS_DIR / name)
+        # The other files' text is made while a painter draws; the files are written after the PNGs.
+        answer_text = json_model(answer) + "\n"
+        rel_plots = [p.relative_to(out_dir).as_posix() for p in plot_paths]
+        md_text = render_markdown(answer, rel_plots)
+        charts_text = charts_json(list(plots)) if charts and plots else None
+        if plot_paths:
+            pngs = painter.receive() if painter is not None else None
+            plots_dir = out.sub(PLOTS_DIR)
+            for i, (spec, path) in enumerate(zip(plots, plot_paths, strict=False)):
+                if pngs is not None:
+                    plots_dir.write_bytes(path.name, pngs[i])
+                else:
+                    with plots_dir.create(path.name) as fh:
+                        render(spec, fh)
+            plots_dir.close()
+        json_path = out.write_text(ANSWER_NAME, answer_text)
+        md_path = out.write_text(MARKDOWN_NAME, md_text)
+        charts_path = out.write_text(CHARTS_NAME, charts_text) if charts_text is not None else None
+        return ReportPaths(out_dir, json_path, md_path, plot_paths, charts_path, replaced, notes)
+    finally:
+        if painter is not None:
+            painter.close()
