@@ -821,21 +821,30 @@ class RepeatingLoss(Rule):
             return []
         x = s.values
         k = self.p.min_run
-        first: dict[tuple[float, ...], int] = {}
-        for i in range(len(x) - k + 1):
-            key = tuple(float(v) for v in x[i:i + k])
-            if len(set(key)) < k:
-                continue  # a constant or partly constant run is a plateau's business, not a repeat
-            j = first.setdefault(key, i)
-            if j != i and i >= j + k:
-                msg = (f"{s.name} repeats exactly: the {k} values from step {int(s.steps[j])} come back in the same "
-                       f"order from step {int(s.steps[i])} ({', '.join(f'{v:g}' for v in key)}): the weights do not change")
-                h = self.hit(msg, 0.85, metric=s.name, first_bad_step=int(s.steps[j]), last_step=int(s.steps[-1]))
-                h.point("once", s, j + k - 1, f"{s.name} the first time", indices=np.arange(j, j + k))
-                h.point("again", s, i + k - 1, f"{s.name} again", indices=np.arange(i, i + k))
-                h.calc("diff", "largest difference between the two runs of values", "max(abs({again} - {once}))")
-                return [h]
-        return []
+        w = sliding_window_view(x, k)
+        # a constant or partly constant run is a plateau's business, not a repeat: windows of k distinct values
+        distinct = np.ones(len(w), dtype=bool)
+        for a in range(k):
+            for b in range(a + 1, k):
+                distinct &= w[:, a] != w[:, b]
+        idx = np.flatnonzero(distinct)
+        if idx.size < 2:
+            return []
+        rows = np.ascontiguousarray(w[idx] + 0.0)  # + 0.0: -0.0 and 0.0 are one value, as == has them
+        keys = rows.view(np.dtype((np.void, rows.dtype.itemsize * k))).ravel()
+        _, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
+        firsts = idx[first[inverse.ravel()]]  # where each window's values first came
+        again = np.flatnonzero(idx >= firsts + k)  # came back after the first time, not overlapping it
+        if not again.size:
+            return []
+        i, j = int(idx[again[0]]), int(firsts[again[0]])
+        msg = (f"{s.name} repeats exactly: the {k} values from step {int(s.steps[j])} come back in the same "
+               f"order from step {int(s.steps[i])} ({', '.join(f'{v:g}' for v in x[i:i + k])}): the weights do not change")
+        h = self.hit(msg, 0.85, metric=s.name, first_bad_step=int(s.steps[j]), last_step=int(s.steps[-1]))
+        h.point("once", s, j + k - 1, f"{s.name} the first time", indices=np.arange(j, j + k))
+        h.point("again", s, i + k - 1, f"{s.name} again", indices=np.arange(i, i + k))
+        h.calc("diff", "largest difference between the two runs of values", "max(abs({again} - {once}))")
+        return [h]
 
 
 class RepeatedOutputs(Rule):
