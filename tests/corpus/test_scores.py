@@ -22,8 +22,8 @@ DOC = Path(__file__).resolve().parents[2] / "docs" / "accuracy.md"
 # corpus grew from 192 logs to 330, then to 510 with 180 logs collected without running trainaudit on
 # them; the counts are those of today's code on them (the shares fell with the new logs), and
 # docs/accuracy.md shows the known false alarms and unread logs.
-TOP1_FLOOR = 411
-FIRST_BAD_STEP_FLOOR = 125
+TOP1_FLOOR = 413
+FIRST_BAD_STEP_FLOOR = 127
 FALSE_ALARMS_CEILING = 5
 UNREAD_CEILING = 6
 
@@ -50,7 +50,7 @@ def test_top1_category_does_not_drop(score: accuracy.Score, results: list[accura
 
 def test_first_bad_step_does_not_drop(score: accuracy.Score, results: list[accuracy.LogResult]) -> None:
     assert score.step_ok >= FIRST_BAD_STEP_FLOOR, _misses(results, "step_ok")
-    assert score.step_ok / score.stepped >= 0.62
+    assert score.step_ok / score.stepped >= 0.63
 
 
 def test_no_false_alarm_on_healthy_logs(score: accuracy.Score, results: list[accuracy.LogResult]) -> None:
