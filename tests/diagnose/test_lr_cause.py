@@ -233,7 +233,7 @@ def test_a_batch_cut_under_the_same_lr_is_named(tmp_path: Path) -> None:
 
 
 # -- the corpora: how often the lr is named, with the lr as the labelled cause and without --------
-LR = re.compile(r"\b(lr|learning[ -]?rates?|warm-?up)\b", re.I)
+LR = re.compile(r"\b(lr|learning[ _-]?rates?|warm-?up)\b", re.I)
 # Pasted logs whose label (from the thread) says the learning rate caused the failure; each one was
 # read: the maintainer, the reporter's fix or the label's own finding names the lr. Logs that only
 # mention an lr they ran at, or where lowering it did not help, are not here.
@@ -244,6 +244,7 @@ LR_CAUSED_LOGS = {
     "deepspeed-ai-forever-ru-gpts-63",  # maintainer: lower the lr 2-4x (fp16 loss-scale collapse)
     "detectron2-facebookresearch-detectron2-508",  # BASE_LR raised to 0.02: "the training diverges"
     "numpy-loop-MichalDanielDobrzanski-DeepLearningPython-13",  # fixed with lr 0.01 and a smaller init
+    "hf-transformers-poludmik-qlora-fine-tune",  # learning_rate 5 where the repository's other runs use 2e-4
     "opennmt-OpenNMT-OpenNMT-py-869",  # plain Adam at lr 2
     "opennmt-OpenNMT-OpenNMT-py-966",  # the printed lr has decayed to 0
     "paddle-PaddlePaddle-PaddleDetection-5337",  # batch cut to 4 with the default lr: cut the lr 10x
@@ -256,7 +257,7 @@ LR_CAUSED_LOGS = {
 }
 # Counts of today's code; a change that names the lr for fewer lr-caused cases, or for more of the
 # others, fails here.
-NAMED_LR_CAUSED_FLOOR = {"logs": 3, "runs": 29}
+NAMED_LR_CAUSED_FLOOR = {"logs": 4, "runs": 29}
 NAMED_OTHER_CEILING = {"logs": 0, "runs": 0}
 
 

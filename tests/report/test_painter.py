@@ -92,6 +92,10 @@ def check_failing() -> None:
 
 
 def test_specs_are_drawn_by_two_children_in_order_and_a_failure_of_either_is_seen() -> None:
+    _isolated("check_two_children")
+
+
+def check_two_children() -> None:
     """With several specs the painter's child forks a second one for every other spec: the PNGs come
     back in the specs' order, and a spec neither can draw (here one of the second child's) ends in
     None, never in a short or shifted list."""

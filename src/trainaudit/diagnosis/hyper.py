@@ -61,14 +61,17 @@ class Optimizer:
     fix: str  # what to set it to
 
 
-# Adam: ten times its default is too high, a thousandth of it too low.
-ADAM = Optimizer("Adam", 1e-3, 1e-2, 1e-6, "e.g. 3e-4 for Adam (its default is 1e-3; fine-tuning uses 1e-5 to 5e-5)")
+# Adam: ten times its default is too high; below a tenth of a thousandth of it, too low (1e-6 itself is
+# usual for preference and RL fine-tuning of large language models: the learning_rate default of TRL's
+# DPOConfig, https://huggingface.co/docs/trl/dpo_trainer, and verl's actor lr,
+# https://verl.readthedocs.io/en/latest/examples/config.html)
+ADAM = Optimizer("Adam", 1e-3, 1e-2, 1e-7, "e.g. 3e-4 for Adam (its default is 1e-3; fine-tuning uses 1e-5 to 5e-5)")
 # SGD: the linear scaling rule takes 0.1 at a batch of 256 up to 3.2 at a batch of 8k (Goyal et al.),
 # so only 10 or more is too high whatever the batch.
 SGD = Optimizer("SGD", 0.1, 10.0, 1e-4,
                 "e.g. 0.1 or less for SGD with momentum at a batch of 256, scaled linearly with the batch")
 # unknown: too high or too low for any of them
-ANY = Optimizer("any optimizer", 0.1, 10.0, 1e-6, "e.g. 3e-4 for Adam or 0.1 for SGD with momentum")
+ANY = Optimizer("any optimizer", 0.1, 10.0, 1e-7, "e.g. 3e-4 for Adam or 0.1 for SGD with momentum")
 
 
 @dataclass(slots=True)

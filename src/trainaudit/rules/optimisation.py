@@ -348,8 +348,9 @@ class NotLearning(Rule):
             # a classifier's loss at ln(C), moving only in its last digits, epoch after epoch
             near = uniform_size(x, self.p.near_tol) if len(x) >= 2 * k else None
             if near is not None and near <= self.p.max_classes:
-                msg = (f"{s.name} stays within {self.p.near_tol:.1%} of ln({near}) = {math.log(near):.4g} on all {len(x)} "
-                       f"logged points: the loss of a uniform guess over {near} classes, the model does not learn")
+                start = 0
+                msg = (f"{s.name} sits at {float(np.median(x)):.4g}, next to ln({near}) = {math.log(near):.4g}, on all its "
+                       f"{len(x)} logged points: the loss of a uniform guess over {near} classes, the model does not learn")
                 conf = 0.7
             elif same >= k and abs(float(x[-1])) >= self.p.frozen_floor:
                 start = len(x) - same

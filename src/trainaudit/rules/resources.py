@@ -249,7 +249,8 @@ class MemoryGrowth(Rule):
         thr = base + 0.1 * (float(x[-1]) - base)
         above = np.flatnonzero(m.values > thr)
         i0 = int(above[0]) if above.size else skip
-        msg = f"{m.name} grows {growth:.0%} from step {int(st[0])} to {int(st[-1])} ({slope:.4g} per step)"
+        shown = (float(x[-1]) - float(x[0])) / float(x[0]) if x[0] > 0 else growth  # as the calc below has it
+        msg = f"{m.name} grows {shown:.0%} from step {int(st[0])} to {int(st[-1])}"
         f = _mem_gib_factor(m.name)
         cap = next((oom_numbers(e.raw).get("total") for e in ctx.events(EventKind.OOM) if oom_numbers(e.raw).get("total")), None)
         proj = None
@@ -405,7 +406,8 @@ class IncompleteRun(Rule):
         done_frac: float = 0.9
 
     def check(self, ctx: Context) -> list[Hit]:
-        total = ctx.run.meta.get("train_iters") or ctx.run.meta.get("config.train_iters") or ctx.run.meta.get("max_steps")
+        key = next((k for k in ("train_iters", "config.train_iters", "max_steps") if ctx.run.meta.get(k)), "max_steps")
+        total = ctx.run.meta.get(key)
         last = ctx.last_step
         if not isinstance(total, (int, float)) or last is None or _completed(ctx):
             return []
@@ -420,8 +422,11 @@ class IncompleteRun(Rule):
         h = self.hit(f"the log stops at step {last} of {int(total)} without a completion marker or an error "
                      "(hang or external kill, or the log is an excerpt)", 0.35, first_bad_step=last, last_step=last,
                      severity=sev, data={"train_iters": int(total)})
-        if loss is not None and n:
-            h.point("last", loss, n - 1, "last logged training step")
+        # the series that logged the last step (the loss when it did), quoting the plan it falls short of
+        at_end = [x for x in (loss, *ctx.run.series.values()) if x is not None and len(x) and int(x.steps[-1]) == last]
+        if at_end:
+            h.point("last", at_end[0], len(at_end[0]) - 1,
+                    f"last logged step; the run's configuration plans {int(total)} steps ({key})")
         return [h]
 
 
