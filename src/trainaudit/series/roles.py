@@ -26,8 +26,6 @@ _VAL = re.compile(r"(^|_)(val|valid|validation|eval|evaluation|test|dev)(_|$)")
 # example prints them (https://github.com/pytorch/examples/blob/main/dcgan/main.py)
 _ADVERSARIAL = re.compile(r"(?:^|_)(?:d|g|disc|gen|discriminator|generator|critic)_loss(?:_|$)|"
                           r"(?:^|_)loss_(?:d|g|disc|gen|critic)(?:_|$)|^err_?[dg]$")
-
-
 # a peak counter (torch.cuda.max_memory_allocated: "the maximum GPU memory occupied by tensors ... since
 # the beginning of this program", https://pytorch.org/docs/stable/generated/torch.cuda.max_memory_allocated.html;
 # DeepSpeed's MaxMemAllocated): it can only rise, whatever the run does
@@ -43,6 +41,7 @@ def adversarial(name: str) -> bool:
     """Whether ``name`` is one player's loss in a two-player game (see ``_ADVERSARIAL``): a loss that
     keeps trading against another, not an objective that must fall."""
     return bool(_ADVERSARIAL.search(norm(name)))
+
 
 # role -> (exact normalised names in priority order, keyword predicate)
 _EXACT: dict[str, list[str]] = {
