@@ -16,7 +16,7 @@ from shared_data import corpus_log
 
 from trainaudit.errors import InputError
 from trainaudit.ingest import load_run
-from trainaudit.ingest.extract import Extractor, parse_line
+from trainaudit.ingest.extract import Extractor, parse_line, parse_line_full
 from trainaudit.model import Run
 
 
@@ -301,3 +301,14 @@ def test_a_step_beyond_64_bits_is_left_out_not_the_whole_file(tmp_path: Path) ->
     run, problems = load_run([str(p)])
     assert run.series["loss"].steps.tolist() == [1, 2]
     assert [(pr.fatal, "beyond 64 bits" in str(pr)) for pr in problems] == [(False, True)]
+
+
+def test_key_colon_value_pairs_between_dash_separators() -> None:
+    # verl's console logger: "step:N - key:value - ..." (a NaN value and integers included)
+    p = parse_line_full("step:2 - perf/max_memory_allocated_gb:41.29 - train/loss:nan - train/grad_norm:0.0 - "
+                        "train/global_tokens:126")
+    got = {pr.key: pr.value for pr in p.pairs}
+    assert got["step"] == 2 and got["train/global_tokens"] == 126 and got["perf/max_memory_allocated_gb"] == 41.29
+    assert math.isnan(got["train/loss"])
+    # a device index before its value stays part of the key
+    assert [(pr.key, pr.value) for pr in parse_line_full("mem_usage:cuda:0 67.8GB").pairs] == [("mem_usage:cuda:0", 67.8)]

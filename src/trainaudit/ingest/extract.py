@@ -104,7 +104,9 @@ _TOKEN_RE = re.compile(
     # words join with "-", "/" and ":" when a letter follows ("lr-SGD", "train/loss", "grad_norm:p2"),
     # and take a ":N" device index before a value ("mem_usage:cuda:0 67.8GB")
     # and take a call's device index: "torch.cuda.memory_reserved(1) 608174080"
-    r"|(?P<word>[A-Za-z_][\w.@]*(?:[-/:][A-Za-z_][\w.@]*)*(?::\d{1,3}(?= [-+.\d])|\(\d{1,3}\)|-\d{1,3}(?= [A-Za-z]))?)"
+    # ("train/loss:nan" is a key and its value, "step:2 - lr:..." a key and its value before a " - " separator)
+    r"|(?P<word>[A-Za-z_][\w.@]*(?:(?:[-/]|:(?!(?i:nan|inf)(?![\w.@])))[A-Za-z_][\w.@]*)*"
+    r"(?::\d{1,3}(?= [-+]?[.\d])|\(\d{1,3}\)|-\d{1,3}(?= [A-Za-z]))?)"
     r"|(?P<str>'[^'\n]{1,120}'|\"[^\"\n]{1,120}\")"
     r"|(?P<space>[ \t]+)"
     r"|(?P<sep>.)"
