@@ -22,8 +22,8 @@ DOC = Path(__file__).resolve().parents[2] / "docs" / "accuracy.md"
 # corpus grew from 192 logs to 330, then to 510 with 180 logs collected without running trainaudit on
 # them; the counts are those of today's code on them (the shares fell with the new logs), and
 # docs/accuracy.md shows the known false alarms and unread logs.
-TOP1_FLOOR = 413
-FIRST_BAD_STEP_FLOOR = 127
+TOP1_FLOOR = 414
+FIRST_BAD_STEP_FLOOR = 128
 FALSE_ALARMS_CEILING = 5
 UNREAD_CEILING = 6
 
