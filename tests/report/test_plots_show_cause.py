@@ -7,8 +7,10 @@ Figure (scales, limits, lines, labels), never on pixels."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +45,16 @@ def _jsonl(path: Path, key: str) -> tuple[list[int], list[float]]:
     return [int(r["step"]) for r in rows], [float(r[key]) if r[key] is not None else math.nan for r in rows]
 
 
+@contextlib.contextmanager
+def _drawn(spec: PlotSpec) -> Iterator[Any]:
+    """The spec's matplotlib figure, cleared after the checks."""
+    fig = figure(spec)
+    try:
+        yield fig
+    finally:
+        fig.clf()
+
+
 def _texts(fig: Any) -> list[str]:
     return [t.get_text() for ax in fig.axes for t in ax.texts] + [t.get_text() for leg in fig.legends
                                                                     for t in leg.get_texts()]
@@ -71,8 +83,7 @@ def test_nan_run_band_narrow_axis_and_readable_pre_failure_range(synth_runs, tmp
     assert [r["label"] for r in chart["right"]] == ["learning-rate"] and chart["right_label"] == "learning rate"
 
     spec = next(s for s in _specs(case.dir) if s.metric == "lm loss")
-    fig = figure(spec)
-    try:
+    with _drawn(spec) as fig:
         ax, lr_ax = fig.axes
         lo, hi = ax.get_xlim()
         assert hi < max(steps)  # the NaN tail does not take the axis
@@ -92,8 +103,6 @@ def test_nan_run_band_narrow_axis_and_readable_pre_failure_range(synth_runs, tmp
         fig.canvas.draw()
         ticks = [t.get_text() for a in fig.axes for t in a.get_yticklabels() if t.get_text()]
         assert ticks and not any("$" in t for t in ticks), ticks  # no raw mathtext
-    finally:
-        fig.clf()
 
 
 def test_run_that_stays_exploded_gets_a_log_axis_with_plain_ticks(synth_runs, tmp_path: Path) -> None:
@@ -103,14 +112,11 @@ def test_run_that_stays_exploded_gets_a_log_axis_with_plain_ticks(synth_runs, tm
     gn = next(c for c in charts if c["metric"] == "grad_norm")
     assert gn["yscale"] == "log" and gn["explosion"] is None
     assert gn["first_bad_step"] == answer["final_answer"]["first_bad_step"]
-    fig = figure(next(s for s in _specs(case.dir) if s.metric == "grad_norm"))
-    try:
+    with _drawn(next(s for s in _specs(case.dir) if s.metric == "grad_norm")) as fig:
         assert fig.axes[0].get_yscale() == "log"
         fig.canvas.draw()
         ticks = [t.get_text() for t in fig.axes[0].get_yticklabels() if t.get_text()]
         assert any("e" in t for t in ticks) and not any("$" in t or "mathdefault" in t for t in ticks), ticks
-    finally:
-        fig.clf()
 
 
 def test_diverging_run_shows_the_lr_warmup_beside_the_loss(synth_runs, tmp_path: Path) -> None:
@@ -122,15 +128,12 @@ def test_diverging_run_shows_the_lr_warmup_beside_the_loss(synth_runs, tmp_path:
     right = loss["right"][0]
     assert right["steps"] == steps and right["values"] == pytest.approx(lr)
     assert loss["first_bad_step"] == answer["final_answer"]["first_bad_step"]
-    fig = figure(next(s for s in _specs(case.dir) if s.metric == "loss"))
-    try:
+    with _drawn(next(s for s in _specs(case.dir) if s.metric == "loss")) as fig:
         ax, lr_ax = fig.axes
         assert lr_ax.get_yscale() == "linear" and lr_ax.get_ylim()[0] == 0 and lr_ax.get_ylim()[1] >= max(lr)
         raw, smooth = ax.get_lines()[:2]
         assert raw.get_alpha() is not None and raw.get_alpha() < 0.5 and smooth.get_alpha() is None
         assert list(smooth.get_ydata()) == pytest.approx(list(ema(raw.get_ydata(), SMOOTHING)))
-    finally:
-        fig.clf()
 
 
 def test_overfitting_run_draws_train_and_validation_loss_on_one_axis(synth_runs, tmp_path: Path) -> None:
@@ -140,8 +143,7 @@ def test_overfitting_run_draws_train_and_validation_loss_on_one_axis(synth_runs,
     chart = next(c for c in charts if c["metric"] == "val_loss")
     assert [c["label"] for c in chart["curves"]] == ["val_loss", "train_loss"]
     assert chart["ylabel"] == "loss" and chart["first_bad_step"] == answer["final_answer"]["first_bad_step"]
-    fig = figure(next(s for s in _specs(case.dir) if s.metric == "val_loss"))
-    try:
+    with _drawn(next(s for s in _specs(case.dir) if s.metric == "val_loss")) as fig:
         ax = fig.axes[0]
         labels = [t.get_text() for t in fig.legends[0].get_texts()]
         assert {"val_loss, smoothed (EMA 0.6)", "train_loss, smoothed (EMA 0.6)"} <= set(labels)
@@ -149,8 +151,6 @@ def test_overfitting_run_draws_train_and_validation_loss_on_one_axis(synth_runs,
         ys = {line.get_label(): line.get_ydata() for line in ax.get_lines()}
         # the gap that shows overfitting: at the end validation loss is far above training loss
         assert ys["val_loss, smoothed (EMA 0.6)"][-1] > 2 * ys["train_loss, smoothed (EMA 0.6)"][-1]
-    finally:
-        fig.clf()
 
 
 def test_golden_chart_has_the_relative_difference_beside_it(tmp_path: Path) -> None:
@@ -181,14 +181,11 @@ def test_golden_chart_has_the_relative_difference_beside_it(tmp_path: Path) -> N
     spec = PlotSpec("lm loss", "lm loss", [Curve("golden", [1, 2, 3], [3.0, 3.0, 3.0]),
                                            Curve("actual", [1, 2, 3], [3.0, 3.18, 3.18])], first_bad_step=2,
                     panel=relative_panel("lm loss", [1, 2, 3], [3.0, 3.18, 3.18], [3.0, 3.0, 3.0], 0.05, 0.0, 2))
-    fig = figure(spec)
-    try:
+    with _drawn(spec) as fig:
         top, low = fig.axes
         assert low.get_ylabel() == "relative difference" and low.get_xlabel() == "step" and top.get_xlabel() == ""
         assert low.get_ylim()[0] <= -0.05 and 0.06 <= low.get_ylim()[1] < 0.2  # band and shift both readable
         assert list(low.get_lines()[0].get_ydata()) == pytest.approx([0.0, 0.06, 0.06])
-    finally:
-        fig.clf()
 
 
 def test_ema_is_tensorboards_smoothing() -> None:

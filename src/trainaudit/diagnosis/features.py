@@ -22,6 +22,7 @@ from trainaudit.diagnosis.engine import Diagnosis, Story
 from trainaudit.model import EventKind, Run
 from trainaudit.rules.base import Context
 from trainaudit.rules.numerics import skip_rate
+from trainaudit.series.stats import monotone_tail
 
 CLASSES: tuple[str, ...] = tuple(c.value for c in Category)
 HEALTHY = Category.HEALTHY.value
@@ -47,17 +48,6 @@ _FAMILY: dict[str, str] = {
 
 
 # -- short-log patterns: each is plain at a handful of points and points at one category ---------
-def _monotone_tail(v: np.ndarray, sign: int) -> int:
-    """How many of the last consecutive differences have ``sign`` (+1 rising, -1 falling)."""
-    d = np.diff(v)
-    n = 0
-    for x in d[::-1]:
-        if np.sign(x) != sign:
-            break
-        n += 1
-    return n
-
-
 def _steps_up(v: np.ndarray, factor: float) -> bool:
     """Whether, at some 1 <= i < len(v) - 1, every value from i on is at least ``factor`` times the
     (positive) median of the values before i."""
@@ -96,7 +86,7 @@ def patterns(run: Run, ctx: Context) -> dict[str, float]:
     val = ctx.series("val_loss", finite=True)
     loss = ctx.series("loss", finite=True)
     if val is not None and len(val) >= 4:
-        rising = _monotone_tail(val.values, +1)
+        rising = monotone_tail(val.values, +1)
         train_falls = True  # over the evaluations where validation rose
         if rising >= 3 and loss is not None and len(loss) >= 3:
             i = min(int(np.searchsorted(loss.steps, val.steps[-rising - 1])), len(loss) - 1)
@@ -118,7 +108,7 @@ def patterns(run: Run, ctx: Context) -> dict[str, float]:
         if ss > 0 and sd / ss >= 0.5:
             out[Category.DATA_PIPELINE.value] = min(1.0, sd / ss)
     mem = ctx.series("memory", finite=True)
-    if mem is not None and len(mem) >= 5 and _monotone_tail(mem.values, +1) == len(mem) - 1 \
+    if mem is not None and len(mem) >= 5 and monotone_tail(mem.values, +1) == len(mem) - 1 \
             and float(mem.values[-1]) > 1.05 * float(mem.values[0]):
         out[Category.MEMORY_GROWTH.value] = 1.0
     return out

@@ -134,7 +134,7 @@ def _skipped_updates(gn: Series, bad: np.ndarray, loss: Series | None) -> bool:
     finite; a NaN that reached them would make every later value non-finite."""
     if loss is None or not len(loss) or not np.all(np.isfinite(loss.values)):
         return False
-    lead = int(np.argmin(bad == np.arange(bad.size))) if not np.array_equal(bad, np.arange(bad.size)) else bad.size
+    lead = int(np.sum(bad == np.arange(bad.size)))  # indices 0, 1, 2, ...: ``bad`` rises, so only a prefix
     # (the first steps in a row are the scaler finding its scale: it starts at 2**16 and halves on each overflow)
     return bad.size <= 0.1 * len(gn) and int(bad[-1]) < len(gn) - 1 and bool(np.all(np.diff(bad[lead:]) > 1))
 

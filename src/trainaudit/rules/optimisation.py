@@ -12,7 +12,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 from trainaudit.answer.schema import Category, Severity
 from trainaudit.model import EventKind, Series
 from trainaudit.rules.base import Context, Guidance, Hit, Role, Rule, Thresholds
-from trainaudit.series.roles import adversarial
+from trainaudit.series.roles import adversarial, norm
 from trainaudit.series.stats import downsample, first_sustained, rolling_median
 
 NOT_LEARNING = Guidance(
@@ -1008,7 +1008,7 @@ class DiversityCollapse(Rule):
 
     def check(self, ctx: Context) -> list[Hit]:
         for name in sorted(ctx.run.series):
-            if "@rank" in name or not _DIVERSITY.search(name.lower().replace(" ", "_")):
+            if "@rank" in name or not _DIVERSITY.search(norm(name)):
                 continue
             s = ctx.run.series[name]
             ok = np.isfinite(s.values)

@@ -9,13 +9,20 @@ from typing import Any
 
 import numpy as np
 
-from trainaudit.model import Event, EventKind, Series
 from trainaudit.answer.schema import Category, Severity
 from trainaudit.ingest import catalogue
-from trainaudit.rules.base import Guidance, Thresholds, Context, Hit, Rule
+from trainaudit.model import Event, EventKind, Series
+from trainaudit.rules.base import Context, Guidance, Hit, Rule, Thresholds
 from trainaudit.rules.numerics import MIN_SCALE_RE
 from trainaudit.series.roles import norm, peak
-from trainaudit.series.stats import change_point, downsample, first_sustained, rolling_median, trend_slope
+from trainaudit.series.stats import (
+    change_point,
+    downsample,
+    first_sustained,
+    monotone_tail,
+    rolling_median,
+    trend_slope,
+)
 
 OOM_GUIDANCE = Guidance(
     fix="If reserved-but-unallocated memory is large set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True; otherwise "
@@ -270,8 +277,7 @@ class MemoryGrowth(Rule):
         held, by more than ``tail_noise`` times that level's own spread and ``short_growth`` of it:
         a leak that started where the rise starts."""
         x = m.values
-        d = np.diff(x)
-        t = int(np.argmin(d[::-1] > 0)) if not np.all(d > 0) else d.size
+        t = monotone_tail(x, +1)
         if t < self.p.tail or t >= x.size - 1:
             return None
         i0 = x.size - 1 - t  # the last point of the level

@@ -177,3 +177,9 @@ def first_sustained(mask: NDArray[np.bool_], min_frac: float = 0.8, min_len: int
     ok = mask & (suffix_true / remain >= min_frac) & (remain >= min_len)
     idx = np.flatnonzero(ok)
     return int(idx[0]) if idx.size else -1
+
+
+def monotone_tail(v: FloatArray, sign: int) -> int:
+    """How many of the last consecutive differences of ``v`` have ``sign`` (+1 rising, -1 falling)."""
+    d = np.sign(np.diff(v)) == sign
+    return d.size if bool(d.all()) else int(np.argmin(d[::-1]))

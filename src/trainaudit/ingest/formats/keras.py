@@ -2,7 +2,7 @@
 CSVLogger file.
 
 Stdout (reader ``keras``): the step is the epoch (1-based, from the ``Epoch a/b`` header). An
-epoch's values are those of its *final* bar state (``n == total``, or an ``Unknown`` target
+epoch's values are those of its *final* bar state (``n >= total``, or an ``Unknown`` target
 without an ETA); in-progress states (``n < total``, ``ETA:``) are running averages and are not
 epoch values. Without ``Epoch`` headers (docs excerpts), final bars that carry metrics are
 numbered 1, 2, ... in order. Bars without metrics (``predict()``) are ignored.
