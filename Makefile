@@ -44,11 +44,14 @@ bench: $(VENV)/.installed-dev
 accuracy: $(VENV)/.installed-dev
 	$(BIN)/python tools/accuracy.py
 
-# Refit the fitted decisions on every labelled case: the diagnosis decision
-# (src/trainaudit/diagnosis/model.json) and the commit ranking (src/trainaudit/history/ranking.json);
-# then `make accuracy`.
+# Refit the fitted decisions on every labelled case: the rules' fitted thresholds
+# (src/trainaudit/rules/fitted.json, inside each evaluation fold and on every case), the diagnosis
+# decision over their findings (src/trainaudit/diagnosis/model.json) and the commit ranking
+# (src/trainaudit/history/ranking.json); then `make accuracy`.
 fit: $(VENV)/.installed-dev
-	$(BIN)/python tools/fit_diagnosis.py
+	tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && \
+	  $(BIN)/python tools/fit_thresholds.py --cases "$$tmp/synth" && \
+	  $(BIN)/python tools/fit_diagnosis.py --cases "$$tmp/synth"
 	$(BIN)/python tools/fit_ranking.py
 
 clean:

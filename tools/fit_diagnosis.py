@@ -20,7 +20,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -36,6 +36,9 @@ from trainaudit.diagnosis.features import CLASSES, FEATURES, confidence_vector
 from trainaudit.diagnosis.model import MODEL_FILE, fit, fit_binary
 from trainaudit.errors import InputError
 from trainaudit.ingest import load_run
+from trainaudit.model import Run
+from trainaudit.rules import Config, rule_class
+from trainaudit.rules.fitted import fitted_file, fitted_thresholds
 
 K = 5
 L2 = 1.0
@@ -94,29 +97,75 @@ def corpus(synth_root: Path | None, runs: Path = RUNS) -> list[Case]:
 
 
 @dataclass
+class Loaded:
+    """A case read once (the threshold fit analyses it under many thresholds)."""
+
+    case: Case
+    run: Run | None  # None: nothing could be read
+    step_text: dict[int, str] = field(default_factory=dict)
+    seconds: float = 0.0
+    detail: str = ""
+
+
+@dataclass
 class Analysed:
     case: Case
     analysis: Analysis | None  # None: nothing could be read
     step_text: dict[int, str] = field(default_factory=dict)
     seconds: float = 0.0
     detail: str = ""
+    # the analysis under each evaluation fold's fitted thresholds, where they differ from what ships
+    folds: dict[int, Analysis] = field(default_factory=dict)
+
+    def at(self, fold: int) -> Analysed:
+        """This case as the model of ``fold`` sees it (analysed with that fold's thresholds)."""
+        a = self.folds.get(fold)
+        return self if a is None else replace(self, analysis=a, folds={})
 
 
-def analyse_all(cases: list[Case]) -> list[Analysed]:
+def load_all(cases: list[Case]) -> list[Loaded]:
     out = []
     for c in cases:
         t0 = time.perf_counter()
         try:
             run, _ = load_run([str(p) for p in c.paths])
         except InputError as exc:
-            out.append(Analysed(c, None, seconds=time.perf_counter() - t0, detail=str(exc)))
+            out.append(Loaded(c, None, seconds=time.perf_counter() - t0, detail=str(exc)))
             continue
         if not run.series and not run.events:
-            out.append(Analysed(c, None, seconds=time.perf_counter() - t0, detail="no metrics or events"))
+            out.append(Loaded(c, None, seconds=time.perf_counter() - t0, detail="no metrics or events"))
             continue
-        a = analyse(run)
-        out.append(Analysed(c, a, dict(run.meta.get("step_text", {})), time.perf_counter() - t0))
+        out.append(Loaded(c, run, dict(run.meta.get("step_text", {})), time.perf_counter() - t0))
     return out
+
+
+def analyse_loaded(loaded: list[Loaded], config: Config | None = None) -> list[Analysed]:
+    """Each case analysed with the shipped thresholds, or ``config``'s over them."""
+    out = []
+    for d in loaded:
+        t0 = time.perf_counter()
+        a = None if d.run is None else analyse(d.run, config)
+        out.append(Analysed(d.case, a, d.step_text, d.seconds + time.perf_counter() - t0, d.detail))
+    return out
+
+
+def fold_configs() -> dict[int, Config]:
+    """The thresholds each evaluation fold was fitted with (``fitted.json``), where they differ
+    from the shipped ones."""
+    shipped_th = fitted_thresholds()
+    folds = fitted_file().get("folds", [])
+    return {f: Config(rules=th) for f, th in enumerate(folds) if th != shipped_th}
+
+
+def analyse_all(cases: list[Case]) -> list[Analysed]:
+    """Each case analysed with the shipped thresholds, and with each fold's where they differ."""
+    loaded = load_all(cases)
+    items = analyse_loaded(loaded)
+    for f, config in fold_configs().items():
+        for a, d in zip(items, loaded):
+            if d.run is not None:
+                a.folds[f] = analyse(d.run, config)
+    return items
 
 
 def _fit_categories(train: list[Analysed], l2: float) -> Model:
@@ -182,14 +231,15 @@ def in_sample(items: list[Analysed], l2: float = L2) -> list[Outcome]:
 
 
 def out_of_sample(items: list[Analysed], k: int = K, l2: float = L2) -> list[Outcome]:
-    """Each case decided by the model fitted on the folds its group is not in; in corpus order."""
+    """Each case decided by the model fitted on the folds its group is not in, every case analysed
+    with the thresholds fitted on those folds; in corpus order."""
     folds = [fold_of(a.case.group, k) for a in items]
     out: list[Outcome | None] = [None] * len(items)
     for f in range(k):
-        model = fit_on([a for a, g in zip(items, folds) if g != f], l2)
+        model = fit_on([a.at(f) for a, g in zip(items, folds) if g != f], l2)
         for i, (a, g) in enumerate(zip(items, folds)):
             if g == f:
-                out[i] = _outcome(a, model)
+                out[i] = _outcome(a.at(f), model)
     return [o for o in out if o is not None]
 
 
@@ -245,6 +295,28 @@ def reliability(outcomes: list[Outcome]) -> list[tuple[str, int, int]]:
     return rows
 
 
+def thresholds_section() -> list[str]:
+    """The fitted rule thresholds: the prior, what ships and what each evaluation fold chose."""
+    data = fitted_file()
+    if not data:
+        return []
+    info = data["fitted"]
+    out = ["### Fitted rule thresholds", "",
+           f"{sum(len(v) for v in data['thresholds'].values())} rule thresholds are fitted "
+           f"(`src/trainaudit/rules/fitted.json`, `{info['command']}`): {info['method']}. Each fold's model above is "
+           f"evaluated with the thresholds fitted without that fold ({info['evaluation']}).", "",
+           "| threshold | prior | shipped | folds 0-4 | training cases right, every case (by value) |", "|---|---|---|---|---|"]
+    for rid, th in data["thresholds"].items():
+        cls = rule_class(rid)
+        for name, value in th.items():
+            prior = cls.defaults()[name] if cls is not None else "-"
+            folds = ", ".join(str(f[rid][name]) for f in data["folds"])
+            scores = ", ".join(f"{v}: {'rejected' if s < 0 else f'{s:g}'}"
+                               for v, s in info["scores"][f"{rid}.{name}"].items())
+            out.append(f"| {rid}.{name} | {prior} | {value} | {folds} | {scores} |")
+    return out
+
+
 def render(items: list[Analysed], k: int = K, l2: float = L2) -> str:
     ins, oos = in_sample(items, l2), out_of_sample(items, k, l2)
     kinds = [kd for kd in ("logs", "runs", "synth") if any(o.kind == kd for o in ins)]
@@ -268,6 +340,7 @@ def render(items: list[Analysed], k: int = K, l2: float = L2) -> str:
                    f"{accuracy._pct(i.right, i.cases)} | {i.top1 - o.top1:+.3f} | "
                    f"{accuracy._pct(o.step_ok, o.stepped)} / {accuracy._pct(i.step_ok, i.stepped)} | "
                    f"{o.false_alarms} of {o.healthy} / {i.false_alarms} of {i.healthy} | {o.inconclusive} |")
+    out += ["", *thresholds_section()]
     a = summarise(oos)
     out += ["", "### Calibration (out of sample, all sets)", "",
             f"Answers with confidence >= {CONFIDENT}: {accuracy._pct(a.confident_right, a.confident)} right "

@@ -26,6 +26,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+import fit_thresholds
 import pytest
 from shared_data import CORPUS_LOGS
 
@@ -36,7 +37,7 @@ from trainaudit.errors import InputError
 from trainaudit.ingest import load_run
 from trainaudit.inspect.model import inspect_target
 from trainaudit.model import Run
-from trainaudit.rules import ALL_RULES, Context, Rule, run_rules
+from trainaudit.rules import ALL_RULES, Context, Rule, configured, run_rules
 from trainaudit.rules.base import Scope
 
 TESTS = Path(__file__).resolve().parents[1]
@@ -70,8 +71,8 @@ def _found(hits: list[Any]) -> list[Found]:
 
 
 def alone(cls: type[Rule], inputs: list[str]) -> list[Found]:
-    """The rule by itself on the run read from ``inputs``."""
-    return _found(cls().check(Context.of(_run(tuple(inputs)))))
+    """The rule by itself (with its fitted thresholds) on the run read from ``inputs``."""
+    return _found(configured(cls).check(Context.of(_run(tuple(inputs)))))
 
 
 def inspected(cls: type[Rule], entry: dict[str, Any]) -> list[Found]:
@@ -113,10 +114,8 @@ def _healthy_logs() -> list[Path]:
 RULES = [pytest.param(cls, id=cls.id) for cls in ALL_RULES]
 RUN_RULES = [pytest.param(cls, id=cls.id) for cls in ALL_RULES if cls.scope is not Scope.GATE]
 HEALTHY = _healthy_logs()
-# the recorded healthy runs (fixtures/SOURCES.md): a tiny classifier, a Megatron log of warmup and
-# cosine decay, a balanced 2-rank DDP run, the live monitor's file of a healthy run
-HEALTHY_RECORDED = [FIXTURES / "data" / p for p in ("tiny/healthy.jsonl", "synth/healthy-warmup-cosine.train.log",
-                                                    "ddp/balanced.log", "monitor/healthy/trainaudit-monitor.jsonl")]
+# the recorded healthy runs (fixtures/SOURCES.md), which the threshold fit also keeps silent
+HEALTHY_RECORDED = [TESTS / p for p in fit_thresholds.HEALTHY_RECORDED]
 
 
 def _entries(kind: str) -> list[Any]:

@@ -110,8 +110,10 @@ def fit(xs: list[np.ndarray], ys: list[int], *, l2: float = 1.0, weights: list[f
         p /= p.sum(axis=1, keepdims=True)
         mean = np.einsum("nk,nkf->nf", p, x)
         grad = a @ (x_y - mean) - l2 * w
-        hess = -(np.einsum("n,nk,nkf,nkg->fg", a, p, x, x) - np.einsum("n,nf,ng->fg", a, mean, mean)) \
-            - l2 * np.eye(n_f)
+        # sum_n a_n (sum_k p_nk x_nk x_nk^T - mean_n mean_n^T), as two matrix products
+        xs_ = (x * np.sqrt(a[:, None] * p)[:, :, None]).reshape(-1, n_f)
+        ms = mean * np.sqrt(a)[:, None]
+        hess = -(xs_.T @ xs_ - ms.T @ ms) - l2 * np.eye(n_f)
         step = np.linalg.solve(hess, grad)
         t = 1.0
         while True:

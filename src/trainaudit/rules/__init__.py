@@ -10,12 +10,19 @@ from dataclasses import dataclass, field
 from trainaudit.model import Run
 from trainaudit.rules.base import CalcSpec, Context, EventRef, Hit, PointRef, Rule
 from trainaudit.rules.config import Config, load_config
+from trainaudit.rules.fitted import fitted_thresholds
 from trainaudit.rules.registry import ALL_RULES, FAMILIES, RULE_CLASSES, rule_class
+
+
+def configured(cls: type[Rule], config: Config | None = None) -> Rule:
+    """The rule with its fitted thresholds, then the configuration's over them."""
+    over = config.rules.get(cls.id, {}) if config is not None else {}
+    return cls.with_overrides({**fitted_thresholds().get(cls.id, {}), **over})
 
 
 def active_rules(config: Config | None = None) -> list[Rule]:
     config = config or Config()
-    return [cls.with_overrides(config.rules.get(cls.id, {})) for cls in RULE_CLASSES if config.enabled(cls.id)]
+    return [configured(cls, config) for cls in RULE_CLASSES if config.enabled(cls.id)]
 
 
 def run_rules(run: Run, config: Config | None = None) -> list[Hit]:
@@ -62,6 +69,7 @@ __all__ = [
     "Rule",
     "RulesRun",
     "active_rules",
+    "configured",
     "load_config",
     "rule_class",
     "run_rules",

@@ -174,6 +174,10 @@ class Guidance:
     verify: str
 
 
+# threshold name -> the values the fit may choose from (the ``Params`` default among them)
+Grid = dict[str, tuple[float, ...]]
+
+
 class Thresholds(BaseModel):
     """A rule's thresholds: typed, with defaults; ``[tool.trainaudit.rules.ID]`` overrides them
     (an unknown name or a value of the wrong type is a configuration error)."""
@@ -196,7 +200,10 @@ class Rule:
     - ``end_of_run``: only meaningful once the run has ended (not evaluated on a live run);
     - ``needs_more_data``: what would settle any finding of this rule (a finding adds its own in
       ``Hit.needs``);
-    - ``scope``: what produces its findings (a Run, the gate, the live monitor).
+    - ``scope``: what produces its findings (a Run, the gate, the live monitor);
+    - ``grid``: the thresholds fitted on the labelled corpus, each with the values the fit may
+      choose from (the ``Params`` default is the prior, kept unless the data say otherwise;
+      :mod:`trainaudit.rules.fitted`).
 
     The class docstring is the rule's documentation (``trainaudit rules ID``): what, why, fix,
     example. Defining the class registers it (:mod:`trainaudit.rules.registry`).
@@ -216,6 +223,7 @@ class Rule:
     end_of_run: ClassVar[bool] = False
     needs_more_data: ClassVar[tuple[str, ...]] = ()
     scope: ClassVar[Scope] = Scope.RUN
+    grid: ClassVar[Grid] = {}
 
     class Params(Thresholds):
         pass

@@ -9,11 +9,25 @@ from pathlib import Path
 from typing import Any
 
 from trainaudit.rules.base import Role, Rule, Scope
+from trainaudit.rules.fitted import fitted_thresholds
 from trainaudit.rules.registry import ALL_RULES, FAMILIES
 
 
-def thresholds(cls: type[Rule]) -> str:
-    return ", ".join(f"{k}={v}" for k, v in cls.defaults().items()) or "-"
+def effective(cls: type[Rule]) -> dict[str, Any]:
+    """The thresholds a rule runs with when nothing is configured: its defaults, fitted ones over them."""
+    return {**cls.defaults(), **fitted_thresholds().get(cls.id, {})}
+
+
+def thresholds(cls: type[Rule], code: str = "") -> str:
+    """``name=value`` of each threshold; a fitted one says so, with the prior it replaced."""
+    fit = fitted_thresholds().get(cls.id, {})
+    prior = cls.defaults()
+
+    def one(k: str, v: Any) -> str:
+        tail = "" if k not in cls.grid else f" (fitted; prior {prior[k]})" if v != prior[k] else " (fitted)"
+        return f"{code}{k}={v}{code}{tail}"
+
+    return ", ".join(one(k, fit.get(k, v)) for k, v in prior.items()) or "-"
 
 
 def rule_info(cls: type[Rule], *, doc: bool = False) -> dict[str, Any]:
@@ -22,7 +36,7 @@ def rule_info(cls: type[Rule], *, doc: bool = False) -> dict[str, Any]:
     out: dict[str, Any] = {"id": cls.id, "name": cls.name, "category": str(cls.category),
                            "severity": str(cls.severity),
                            "severities": cls.severity_range(), "scope": str(cls.scope), "role": str(cls.role),
-                           "thresholds": cls.defaults(), "summary": inspect.cleandoc(cls.__doc__ or "").split("\n\n")[0]
+                           "thresholds": effective(cls), "summary": inspect.cleandoc(cls.__doc__ or "").split("\n\n")[0]
                            .replace("\n", " ")}
     if doc:
         out["doc"] = rule_doc(cls)
@@ -77,7 +91,7 @@ def render() -> str:
            "The file is found by walking up from the current directory; `--config FILE` overrides.", "",
            "| id | name | category | severity | thresholds |", "|---|---|---|---|---|"]
     for c in ALL_RULES:
-        th = ", ".join(f"`{k}={v}`" for k, v in c.defaults().items()) or "-"
+        th = thresholds(c, "`")
         out.append(f"| [{c.id}](#{c.id.lower()}-{c.name}) | {c.name} | {c.category} | {c.severity} | {th} |")
     fam = None
     for c in ALL_RULES:

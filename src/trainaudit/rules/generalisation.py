@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
 
 import numpy as np
 
 from trainaudit.answer.schema import Category, Severity
 from trainaudit.model import Series
-from trainaudit.rules.base import Context, Guidance, Hit, Rule, Thresholds
+from trainaudit.rules.base import Context, Grid, Guidance, Hit, Rule, Thresholds
 from trainaudit.series.stats import rolling_median
 
 
@@ -62,6 +63,8 @@ class Overfitting(Rule):
         train_drop: float = 0.2
         memorised_acc: float = 0.99
         gap_ratio: float = 10.0
+
+    grid: ClassVar[Grid] = {"ratio": (0.05, 0.1, 0.2, 0.3), "short_rise": (0.01, 0.03, 0.1), "min_points": (3, 4, 5, 6)}
 
     def check(self, ctx: Context) -> list[Hit]:
         v = ctx.series("val_loss", finite=True)

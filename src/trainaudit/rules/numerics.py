@@ -5,12 +5,13 @@ from __future__ import annotations
 import itertools
 import math
 import re
+from typing import ClassVar
 
 import numpy as np
 
 from trainaudit.model import Event, EventKind, Series
 from trainaudit.answer.schema import Category, Severity
-from trainaudit.rules.base import Guidance, Role, Thresholds, Context, Hit, Rule
+from trainaudit.rules.base import Context, Grid, Guidance, Hit, Role, Rule, Thresholds
 from trainaudit.series.stats import robust_z, sliding_max, trailing_median_mad
 
 TRAINING_ROLES = ("loss", "grad_norm", "lr", "loss_scale", "val_loss")
@@ -210,6 +211,8 @@ class LossSpike(Rule):
         min_excess: float = 0.1
         short_jump: float = 2.0
 
+    grid: ClassVar[Grid] = {"z": (5.0, 6.0, 8.0, 10.0, 12.0), "short_jump": (1.5, 2.0, 3.0)}
+
     def check(self, ctx: Context) -> list[Hit]:
         s = ctx.series("loss", finite=True, min_points=3)
         if s is None:
@@ -303,6 +306,8 @@ class GradNormSpike(Rule):
         ratio: float = 3.0
         lead_window: int = 10
         min_history: int = 5
+
+    grid: ClassVar[Grid] = {"z": (5.0, 8.0, 12.0), "ratio": (2.0, 3.0, 5.0)}
 
     def check(self, ctx: Context) -> list[Hit]:
         g = ctx.series("grad_norm", finite=True, min_points=self.p.min_history + 3)
@@ -430,6 +435,8 @@ class LossScaleCollapse(Rule):
         skip_frac: float = 0.5
         chain: int = 5
         chain_scale: float = 128.0
+
+    grid: ClassVar[Grid] = {"late_halvings": (4, 6, 8, 12, 16)}
 
     def check(self, ctx: Context) -> list[Hit]:
         mins = ctx.events(EventKind.LOSS_SCALE_MIN) + [

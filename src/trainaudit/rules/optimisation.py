@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import math
 import re
+from typing import ClassVar
 
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
 from trainaudit.answer.schema import Category, Severity
 from trainaudit.model import EventKind, Series
-from trainaudit.rules.base import Context, Guidance, Hit, Role, Rule, Thresholds
+from trainaudit.rules.base import Context, Grid, Guidance, Hit, Role, Rule, Thresholds
 from trainaudit.series.roles import adversarial, norm
 from trainaudit.series.stats import downsample, first_sustained, rolling_median
 
@@ -117,6 +118,8 @@ class Divergence(Rule):
         sustain: float = 0.8
         min_points: int = 8
         short_rise: float = 1.5
+
+    grid: ClassVar[Grid] = {"rel": (0.15, 0.2, 0.3, 0.5), "short_rise": (1.2, 1.5, 2.0, 3.0), "min_points": (6, 8, 10, 12)}
 
     def check(self, ctx: Context) -> list[Hit]:
         s = ctx.series("loss", finite=True, min_points=3)
@@ -271,6 +274,9 @@ class NotLearning(Rule):
         frozen_floor: float = 1e-3
         near_tol: float = 0.005
         max_classes: int = 1000
+
+    grid: ClassVar[Grid] = {"min_improvement": (0.005, 0.01, 0.02, 0.04, 0.08), "flat_tol": (0.005, 0.01, 0.02),
+                              "near_tol": (0.0025, 0.005, 0.01), "min_points": (6, 8, 10, 15, 20), "short_points": (3, 4, 5)}
 
     def check(self, ctx: Context) -> list[Hit]:
         s = ctx.series("loss", finite=True, min_points=self.p.short_points)
@@ -461,6 +467,8 @@ class ExplodingGradients(Rule):
         min_points: int = 10
         jump: float = 40.0
 
+    grid: ClassVar[Grid] = {"factor": (5.0, 10.0, 20.0), "jump": (20.0, 40.0, 80.0)}
+
     def check(self, ctx: Context) -> list[Hit]:
         g = ctx.series("grad_norm", min_points=3)
         if g is None:
@@ -584,6 +592,8 @@ class VanishingGradients(Rule):
         layer_ratio: float = 1e-3
         decay: float = 1e3
         min_points: int = 5
+
+    grid: ClassVar[Grid] = {"decay": (100.0, 1000.0, 10000.0)}
 
     def check(self, ctx: Context) -> list[Hit]:
         g = ctx.series("grad_norm", finite=True)

@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
 from trainaudit.answer.schema import Category, Severity
 from trainaudit.ingest import catalogue
 from trainaudit.model import Event, EventKind, Series
-from trainaudit.rules.base import Context, Guidance, Hit, Rule, Thresholds
+from trainaudit.rules.base import Context, Grid, Guidance, Hit, Rule, Thresholds
 from trainaudit.rules.numerics import MIN_SCALE_RE
 from trainaudit.series.roles import norm, peak
 from trainaudit.series.stats import (
@@ -215,6 +215,9 @@ class MemoryGrowth(Rule):
         creep: float = 0.02
         tail: int = 3
         tail_noise: float = 2.0
+
+    grid: ClassVar[Grid] = {"growth": (0.05, 0.1, 0.2), "short_growth": (0.05, 0.1, 0.2), "min_points": (6, 8, 10, 15),
+                              "short_points": (3, 4, 5, 6)}
 
     def check(self, ctx: Context) -> list[Hit]:
         # every memory figure the log prints (allocated, reserved, peak, used): a leak shows in one
@@ -517,6 +520,9 @@ class ThroughputRegression(Rule):
         short_ratio: float = 1.5
         tiny_ratio: float = 5.0
 
+    grid: ClassVar[Grid] = {"ratio": (1.1, 1.2, 1.3, 1.5), "short_ratio": (1.2, 1.5, 2.0), "min_points": (8, 12, 16, 24),
+                              "short_points": (3, 4, 5, 6)}
+
     def check(self, ctx: Context) -> list[Hit]:
         s, time_like = _time_series(ctx)
         if s is None or len(s) < 2:
@@ -797,6 +803,8 @@ class DataLoaderStall(Rule):
         min_points: int = 20
         min_stall_s: float = 0.01
 
+    grid: ClassVar[Grid] = {"slow_factor": (2.0, 3.0, 5.0)}
+
     def check(self, ctx: Context) -> list[Hit]:
         s = ctx.series("step_time", finite=True, min_points=self.p.min_points)
         if s is None:
@@ -862,6 +870,8 @@ class DataWaitDominates(Rule):
         share: float = 0.5
         min_frac: float = 0.3
         min_hits: int = 2
+
+    grid: ClassVar[Grid] = {"share": (0.3, 0.4, 0.5, 0.6, 0.7)}
 
     def check(self, ctx: Context) -> list[Hit]:
         d = ctx.series("data_time", finite=True, min_points=self.p.min_hits)
