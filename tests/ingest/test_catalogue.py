@@ -44,6 +44,10 @@ LINES = {
     "pytest-test-assert": "tests/test_examples.py:185: AssertionError",
     "assert-not-equal": corpus_log("torchtitan-pytorch-torchtitan-4007")[0],
     "assert-not-close": corpus_log("transformer-engine-NVIDIA-TransformerEngine-3014")[0],
+    "tf-oom": next(ln for ln in corpus_log("tf1-tensorflow-tensorflow-4735") if "OOM when" in ln),
+    "notebook-cuda-oom": next(ln for ln in corpus_log("unsloth-unslothai-unsloth-3373") if "Traceback" in ln),
+    "store-barrier-timeout": next(ln for ln in corpus_log("accelerate-huggingface-accelerate-157-2")
+                                  if "Timed out" in ln),
     "gpt-neox-overflow-exit": next(ln for ln in corpus_log("gpt-neox-EleutherAI-gpt-neox-482") if "in a row" in ln),
     "worker-timeout": next(ln for ln in corpus_log("gluonts-awslabs-gluonts-689") if "Worker timed out" in ln),
     # torch/utils/data/dataloader.py, _try_get_data
@@ -71,6 +75,13 @@ def test_every_entry_has_a_line_and_matches_it() -> None:
 @pytest.mark.parametrize("line", [
     "Killed 3 processes", "loss: 0.5, Tensor had a look", "step 100 | loss 2.1 | grad norm 0.8",
     "INFO: checking whether None of the inputs is empty", "train.py:12: in main",
+    # TensorFlow's allocator retrying, not failing (the op that fails says "OOM when allocating tensor")
+    "W tensorflow/core/common_runtime/bfc_allocator.cc:217] Allocator (GPU_0_bfc) ran out of memory trying to "
+    "allocate 84.60MiB. The caller indicates that this is not a failure",
+    "ValueError                                Traceback (most recent call last)",
+    # a rank waiting for the others to join is no failure yet
+    "Waiting in store based barrier to initialize process group for rank: 0, key: store_based_barrier_key:1 "
+    "(world_size=2, worker_count=1, timeout=0:30:00)",
 ])
 def test_ordinary_lines_match_nothing(line: str) -> None:
     assert catalogue.match(line) is None

@@ -88,6 +88,26 @@ CATALOGUE: tuple[Known, ...] = (
     Known("cpu-alloc-oom", ("DefaultCPUAllocator: can't allocate memory",), EventKind.HOST_OOM,
           "PyTorch's CPU allocator could not get the memory a tensor asked for: the process ran out of host memory",
           "oom", "critical", "https://github.com/pytorch/pytorch/blob/main/c10/core/impl/alloc_cpu.cpp", fatal=True),
+    # TensorFlow's allocation failure, raised as ResourceExhaustedError ("OOM when allocating tensor with
+    # shape[...] and type float on /job:.../device:GPU:0 by allocator GPU_0_bfc"): the op could not run
+    Known("tf-oom", ("OOM when allocating tensor",), EventKind.OOM,
+          "TensorFlow could not allocate a tensor on the device (ResourceExhaustedError): the model, batch or "
+          "activations do not fit in its memory", "oom", "critical",
+          "https://github.com/tensorflow/tensorflow/blob/master/tensorflow/core/framework/op_kernel.cc "
+          "(OpKernelContext::allocate_tensor)", fatal=True),
+    # a notebook (IPython) prints the exception's name before "Traceback", and the message only at the end
+    Known("notebook-cuda-oom", ("OutOfMemoryError", "Traceback (most recent call last)"), EventKind.OOM,
+          "a notebook's traceback of torch.OutOfMemoryError: the CUDA caching allocator could not get the "
+          "memory asked for", "oom", "critical",
+          "https://docs.pytorch.org/docs/stable/generated/torch.cuda.OutOfMemoryError.html", fatal=True,
+          pattern=re.compile(r"^\s*(?:torch\.(?:cuda\.)?)?OutOfMemoryError\s+Traceback \(most recent call last\)")),
+    # torch.distributed's store-based barrier (init_process_group waits for world_size workers to register)
+    Known("store-barrier-timeout", ("Timed out initializing process group in store based barrier",),
+          EventKind.DISTRIBUTED_ERROR,
+          "init_process_group gave up waiting for every rank to join: a rank did not start, died at start-up, or "
+          "the store holds a stale registration from an earlier launch", "distributed_failure", "critical",
+          "https://github.com/pytorch/pytorch/blob/main/torch/distributed/distributed_c10d.py (_store_based_barrier)",
+          fatal=True),
     # gloo (the CPU backend of torch.distributed): the collective lost the other rank
     Known("gloo-peer-closed", ("gloo", "Connection closed by peer"), EventKind.DISTRIBUTED_ERROR,
           "a gloo collective lost its connection to another rank: that rank crashed or exited", "distributed_failure",

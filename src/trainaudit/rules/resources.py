@@ -81,7 +81,9 @@ class CudaOOM(Rule):
     sharding, shorter sequences, bf16.
 
     Example: ``torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 22.78 GiB ... 9.35
-    GiB is reserved by PyTorch but unallocated``.
+    GiB is reserved by PyTorch but unallocated``. TensorFlow's ``ResourceExhaustedError: OOM when
+    allocating tensor with shape[...]`` and a notebook's ``OutOfMemoryError  Traceback`` header
+    count too (without numbers).
 
     Thresholds: ``frag_frac`` reserved-unallocated share of total that, with the free memory
     covering the request, means fragmentation (0.1).
@@ -113,7 +115,10 @@ class CudaOOM(Rule):
         frag = ru is not None and req is not None and (
             ru >= req or (bool(tot) and ru >= self.p.frag_frac * tot and (free or 0.0) + ru >= req))
         parts = [f"{k.replace('_', ' ')} {v:.2f} GiB" for k, v in nums.items()]
-        msg = "CUDA out of memory" + (f" ({', '.join(parts)})" if parts else "")
+        # TensorFlow names the device in its message, not CUDA (a CPU tensor can fail the same way)
+        tf = e.data.get("known") == "tf-oom"
+        what = "out of memory: TensorFlow could not allocate a tensor" if tf else "CUDA out of memory"
+        msg = what + (f" ({', '.join(parts)})" if parts else "")
         if e.rank is not None:
             msg += f" on rank {e.rank}"
         if frag:
@@ -121,7 +126,7 @@ class CudaOOM(Rule):
         ranks = sorted({x.rank for x in ooms if x.rank is not None})
         h = self.hit(msg, 0.97, metric=None, first_bad_step=ctx.step_of(e), last_step=ctx.step_of(e), fatal=True,
                      data={"numbers": nums, "fragmentation": bool(frag), "rank": e.rank, "ranks": ranks})
-        h.ev("oom", e, "CUDA out-of-memory error", value=req, unit="GiB" if req is not None else None)
+        h.ev("oom", e, "TensorFlow's out-of-memory error" if tf else "CUDA out-of-memory error", value=req, unit="GiB" if req is not None else None)
         if req is not None and ru is not None:
             h.ev("oom_ru", e, "reserved by PyTorch but unallocated", value=ru, unit="GiB")
             h.calc("frag", "reserved-but-unallocated memory over the requested allocation", "{oom_ru} / {oom}", unit="ratio")
