@@ -152,3 +152,18 @@ def test_a_bar_past_its_total_closes_the_epoch(tmp_path: Path) -> None:
     run, _ = load_run([str(write_lines(tmp_path / "train.log", lines))])
     assert run.series["loss"].values.tolist() == [1.0097, 1.0090]
     assert run.series["val_loss"].steps.tolist() == [1, 2]
+
+
+def test_a_running_value_that_turns_nan_mid_epoch_is_a_nan_check(tmp_path: Path) -> None:
+    # tf.keras bars as posted in keras-team/keras#3664: the paste ends inside epoch 1
+    lines = ["Epoch 1/2", "128/15998 [..............................] - ETA: 165s - loss: 2.9967 - acc: 0.0625",
+             "256/15998 [..............................] - ETA: 150s - loss: nan - acc: 0.0508",
+             "384/15998 [..............................] - ETA: 145s - loss: nan - acc: 0.0573"]
+    run = _run(tmp_path, lines)
+    nan_ev, phase = run.events
+    assert nan_ev.kind is EventKind.NAN_CHECK and nan_ev.line == 3 and nan_ev.step == 1
+    assert nan_ev.data == {"batch": 256, "epoch": 1, "metrics": ["loss"]}
+    assert phase.kind is EventKind.PHASE and phase.data["nonfinite_metrics"] == ["loss"]
+    # finite running values say nothing
+    run = _run(tmp_path, [*lines[:2], lines[1].replace("128/", "256/")], "ok.log")
+    assert [e.kind for e in run.events] == [EventKind.PHASE]

@@ -8,7 +8,8 @@ epoch values. Without ``Epoch`` headers (docs excerpts), final bars that carry m
 numbered 1, 2, ... in order. Bars without metrics (``predict()``) are ignored.
 
 ``TerminateOnNaN`` prints ``Batch 3: Invalid loss, terminating training`` (often glued to the bar,
-no newline): a ``nan_check`` event. An epoch that never reached its final bar state is reported
+no newline): a ``nan_check`` event. So is the first in-progress bar whose running value of a metric
+is NaN/Inf (a running average is non-finite once one batch was). An epoch that never reached its final bar state is reported
 as a ``phase`` event (``interrupted``) carrying the last in-progress values.
 
 CSVLogger (reader ``keras_csv``): ``epoch,<sorted metric names>``; missing values are ``NA``.
@@ -74,7 +75,8 @@ class KerasReader(LineReader):
         return 0.12 if headers else 0.0
 
     def new_state(self) -> dict:
-        return {"epoch": None, "epochs_seen": 0, "pending": None, "done": None, "framework": False}
+        return {"epoch": None, "epochs_seen": 0, "pending": None, "done": None, "framework": False,
+                "nan_seen": False}
 
     def feed(self, line: Line, sink: Sink, state: dict) -> None:
         text = line.text.replace("\b", "") if "\b" in line.text else line.text
@@ -86,6 +88,7 @@ class KerasReader(LineReader):
                              src, line.no, line.raw, step=_running_epoch(state), rank=line.rank,
                              data={"batch": batch, "epoch": _running_epoch(state)}))
             text = text[: t.start()]  # what precedes the message is the bar it was glued to
+            state["nan_seen"] = True  # said already, by Keras itself
         m = EPOCH_RE.match(text)
         if m:
             self._close_epoch(sink, state, src)
@@ -110,6 +113,16 @@ class KerasReader(LineReader):
             sink.meta("framework", "keras")
         if not final:
             state["pending"] = {"line": line, "values": values, "n": n, "total": total}
+            bad = sorted(k for k, v in values if not math.isfinite(v))
+            if bad and not state["nan_seen"]:
+                # a running average turns NaN/Inf only when a batch's value did: the paste may end
+                # before the epoch does, with no epoch value to show it
+                state["nan_seen"] = True
+                epoch = _running_epoch(state)
+                sink.event(Event(EventKind.NAN_CHECK, f"the running {', '.join(bad)} of epoch {epoch} is non-finite "
+                                 f"from batch {n}/{total}: a batch before it produced a NaN/Inf", src, line.no,
+                                 line.raw, step=epoch, rank=line.rank,
+                                 data={"batch": n, "epoch": epoch, "metrics": bad}))
             return
         if state["epoch"] is None:
             state["epochs_seen"] += 1  # no headers: number the final bars themselves
