@@ -14,7 +14,7 @@ from trainaudit.answer.schema import Category, Severity
 from trainaudit.model import EventKind, Series
 from trainaudit.rules.base import Context, Grid, Guidance, Hit, Role, Rule, Thresholds
 from trainaudit.series.roles import adversarial, norm
-from trainaudit.series.stats import downsample, first_sustained, rolling_median
+from trainaudit.series.stats import downsample, first_sustained, monotone_tail, rolling_median
 
 NOT_LEARNING = Guidance(
     fix="Check that parameters require grad and are in the optimizer, that the lr is > 0 after warm-up, and that "
@@ -87,7 +87,9 @@ class Divergence(Rule):
     Example: loss 4.1 -> 2.3 (best) -> 2.9 -> 3.8 -> 4.4 and never comes back.
 
     A short paste (3 to ``min_points`` points) counts when the loss ends ``short_rise`` times
-    above its lowest point and every point after the rise stays there (at least 2), or when it is
+    above its lowest point and every point after the rise stays there (at least 2; a paste that
+    starts at its lowest point must triple), when it rises at every one of 5 or more points to
+    ``short_rise`` times where it started, or when it is
     pinned at 87.3365, Caffe's clamp of a softmax loss whose probabilities underflowed
     (-ln(FLT_MIN), caffe/src/caffe/layers/softmax_loss_layer.cpp).
 
@@ -178,6 +180,8 @@ class Divergence(Rule):
         j = int(np.argmin(x))
         lo = float(x[j])
         after = x[j + 1:]
+        if j == 0 and lo > 0 and len(x) >= 5 and monotone_tail(x, +1) == len(x) - 1 and float(x[-1]) >= rise * lo:
+            return [self._climb(s, rise)]
         # the loss came down to its lowest point first (a paste that starts at its lowest value and
         # only rises is noise as often as divergence, unless it triples), and stays up over 3 points
         # (2 if tripled)
@@ -199,6 +203,22 @@ class Divergence(Rule):
         h.point("after", s, len(s) - 1, f"{s.name} after it", indices=np.arange(i, len(s)))
         h.calc("ratio", "smallest later loss over the lowest one", "min({after}) / {best}", unit="x")
         return [h]
+
+
+    def _climb(self, s: Series, rise: float) -> Hit:
+        """A short paste whose loss goes up at every point, ``rise`` times or more in all: noise
+        does not climb that steadily."""
+        x = s.values
+        ratio = float(x[-1]) / float(x[0])
+        msg = (f"{s.name} rises at every one of its {len(x)} points, from {float(x[0]):.4g} (step {int(s.steps[0])}) "
+               f"to {float(x[-1]):.4g} ({ratio:.2f}x; few points logged)")
+        h = self.hit(msg, 0.6, metric=s.name, first_bad_step=int(s.steps[1]), last_step=int(s.steps[-1]),
+                     severity="critical" if ratio >= 2 else "high")
+        h.point("best", s, 0, f"first {s.name}")
+        h.point("climb", s, 1, f"{s.name} at each later point", indices=np.arange(1, len(x)))
+        h.point("last", s, len(x) - 1, f"last {s.name}")
+        h.calc("ratio", "last loss over the first one", "{last} / {best}", unit="x")
+        return h
 
 
 _EPOCH_TEXT = re.compile(r"epoch (\d{1,9})\b")
