@@ -4,9 +4,10 @@ score's false alarms, tests/corpus/test_scores.py)."""
 
 from __future__ import annotations
 
+from pathlib import Path
 
 import pytest
-from shared_data import CORPUS_LOGS
+from shared_data import CORPUS_LOGS, write_lines
 
 from trainaudit.ingest import load_run
 from trainaudit.rules import run_rules
@@ -46,6 +47,10 @@ def _hits(case: str) -> dict[str, list]:  # type: ignore[type-arg]
     ("pytorch-loop-juebrauer-code-jb-vanishing-gradients", "TA205", "grad_vanishing", 2),
     # the same translation for two different source sentences
     ("opennmt-OpenNMT-OpenNMT-py-1743", "TA209", "mode_collapse", None),
+    # BLOOM 104B test run: lm loss 6.37 -> 10.24, up at every one of five printed iterations
+    ("megatron-deepspeed-bigscience-workshop-bigscience-tr8-104b-exp2", "TA201", "divergence", 6910),
+    # PaddleOCR: reading data takes 78% and 65% of the two printed batch times
+    ("paddle-PaddlePaddle-PaddleOCR-9740", "TA411", "data_pipeline", 100),
     # SwAV's loss at ln(3000): uniform over its 3000 prototypes
     ("pytorch-loop-facebookresearch-swav-12", "TA202", "mode_collapse", 0),
 ])
@@ -58,3 +63,18 @@ def test_short_log_signal(case: str, rule: str, category: str, step: int | None)
 def test_a_noisy_short_fine_tune_is_not_divergence() -> None:
     # a maintainer's healthy verification run: the loss is noisy after its first fast drop
     assert "TA201" not in _hits("torchtune-meta-pytorch-torchtune-1358")
+
+
+@pytest.mark.parametrize("values,fires", [
+    ([6.4, 6.6, 7.3, 9.1, 10.2], True),  # up at every point, 1.6x
+    ([6.4, 6.6, 7.3, 9.1], False),  # four points: too few for a climb alone
+    ([6.4, 6.5, 6.7, 6.9, 7.0], False),  # up at every point, but only 1.09x
+    ([6.4, 7.3, 6.9, 9.1, 10.2], False),  # not steady
+])
+def test_a_short_loss_that_climbs_at_every_point(tmp_path: Path, values: list[float], fires: bool) -> None:
+    lines = [f"step {10 * (i + 1)} | loss {v}" for i, v in enumerate(values)]
+    run, _ = load_run([str(write_lines(tmp_path / "t.log", lines))])
+    hits = [h for h in run_rules(run) if h.rule == "TA201"]
+    assert bool(hits) is fires, [h.message for h in hits]
+    if fires:
+        assert hits[0].first_bad_step == 20 and "rises at every one of its 5 points" in hits[0].message
