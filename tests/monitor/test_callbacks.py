@@ -174,3 +174,34 @@ def test_lightning_callback_replays_training_step_to_find_the_nan_batch(tmp_path
     assert trainer.global_step == K  # stopped after the update of the NaN batch
     assert module.logged.count("train_loss") == 2 * K  # one per micro-batch: the replay logged nothing
     assert "log" not in vars(module)  # the silenced log is gone again
+
+
+def test_the_hf_callback_leaves_loss_and_grad_norm_on_the_device(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from test_deferred_reads import Still, counting_reads
+
+    from trainaudit.monitor.hf import TrainAuditCallback
+
+    hooks = ("on_train_begin", "on_pre_optimizer_step", "on_optimizer_step", "on_step_end", "on_log", "on_train_end")
+    with counting_reads(monkeypatch, tuple((TrainAuditCallback, h) for h in hooks)) as state:
+        cb = TrainAuditCallback(log_dir=str(tmp_path / "mon"), clock=Still(), **FAST)
+        frameworks.run_hf_healthy(tmp_path, callbacks=[cb])
+    assert len(records(tmp_path / "mon")) == frameworks.STEPS == 200
+    # the batches of 25 steps and the sampled steps (per-layer norms): no read per step, where the
+    # callback used to read the loss and its own grad norm at every step (400 reads)
+    assert sum(state["reads"].values()) <= 20, state["reads"]
+
+
+def test_the_lightning_callback_reads_nothing_of_its_own_per_step(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    from test_deferred_reads import Still, counting_reads
+
+    from trainaudit.monitor.lightning import TrainAuditCallback
+
+    hooks = ("on_train_start", "on_train_batch_start", "on_before_optimizer_step", "on_train_batch_end", "on_train_end")
+    with counting_reads(monkeypatch, tuple((TrainAuditCallback, h) for h in hooks)) as state:
+        cb = TrainAuditCallback(log_dir=str(tmp_path / "mon"), clock=Still(), **FAST)
+        frameworks.run_pl_healthy(tmp_path, callbacks=[cb])
+    assert len(records(tmp_path / "mon")) == 192
+    # the for-each Adam's check before each update is the one read per step left (documented:
+    # fused optimizers take the check on the device); the callback's grad norm is not read
+    assert sum(state["reads"].values()) <= 192 + 20, state["reads"]

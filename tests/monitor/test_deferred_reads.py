@@ -34,10 +34,10 @@ class Still:
 
 
 @contextlib.contextmanager
-def counting_reads(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, Any]]:
+def counting_reads(monkeypatch: pytest.MonkeyPatch, entries: tuple[tuple[type, str], ...] = ()) -> Iterator[dict[str, Any]]:
     """Count host reads of tensors (and CUDA memory queries) made inside monitor code, by step:
-    the monitor's entry points (step, its optimizer hooks, the model's forward pre-hook) are
-    wrapped before the monitor binds them."""
+    the monitor's entry points (step, its optimizer hooks, the model's forward pre-hook, and
+    ``entries``: a framework callback's methods) are wrapped before the monitor binds them."""
     state: dict[str, Any] = {"inside": 0, "step": 0, "reads": collections.Counter(), "mem": collections.Counter()}
 
     def wrap_entry(cls: type, name: str) -> None:
@@ -53,7 +53,7 @@ def counting_reads(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, Any]]:
         monkeypatch.setattr(cls, name, run)
 
     for cls, name in ((Monitor, "step"), (Monitor, "_on_opt_pre"), (Monitor, "_on_opt_post"),
-                      (Monitor, "close"), (NanOrigin, "_on_pre")):
+                      (Monitor, "close"), (NanOrigin, "_on_pre"), *entries):
         wrap_entry(cls, name)
 
     def wrap_read(name: str) -> None:

@@ -215,6 +215,7 @@ class Monitor:
         self.origin_finder = self.origin_class(model) if nan_origin else None
         self._found: dict[str, Any] | None = None  # the origin found before this step's update
         self._grads_bad: bool | None = None  # what the check before this step's update found (None: no check)
+        self._ahead: list[torch.Tensor] = []  # a grad norm the next check screens with the gradients
         self._guarded = False  # this step's update was made conditional on the device check (see before_update)
         self._inflight: collections.deque[_Read] = collections.deque()  # batches being read, oldest first
         # the held calls of the steps whose device check is not read yet: (step, calls, bytes)
@@ -274,6 +275,7 @@ class Monitor:
             if self.origin_finder is not None:
                 self.origin_finder.release()
             self._gstats = self._grads_bad = None
+            self._ahead = []
             self._guarded = False
             self._paused_s += self._now() - t0
             if not self.closed:
@@ -286,11 +288,29 @@ class Monitor:
         if self.origin_finder is not None:
             self.origin_finder.begin(fn, *args, **kwargs)
 
+    def grad_norm_ahead(self, grad_norm: torch.Tensor | float | None) -> None:
+        """A grad norm known before the update (a callback's own, ``clip_grad_norm_``'s result):
+        the check before the update screens it with the gradients, on the device. Finite gradients
+        whose norm overflows (a sum of squares past float32's range) are then caught at their
+        step without reading the norm."""
+        if isinstance(grad_norm, torch.Tensor):
+            self._ahead = [grad_norm.detach().float().reshape(1).clone()]  # the check scales it in place
+
+    def _screened_grads(self) -> list[torch.Tensor]:
+        grads = [g for g in map(_grad_of, self._screened) if g is not None]
+        return [*grads, *self._ahead] if grads else grads
+
     def before_update(self) -> None:
         """Check the gradients before the parameters change, and replay the step if they are
         non-finite. The optimizer's step pre-hook calls it; call it yourself (after backward,
         before the update) when the monitor has no optimizer or the optimizer takes a closure
         (the closure runs the backward after the pre-hook)."""
+        try:
+            self._check_before_update()
+        finally:
+            self._ahead = []
+
+    def _check_before_update(self) -> None:
         finder = self.origin_finder
         if finder is None or not finder.captured:
             return
@@ -327,7 +347,7 @@ class Monitor:
             return False
         if opt.__dict__.get("found_inf", self._found_inf) is not self._found_inf:
             return False  # GradScaler's step: it skips an inf step itself, its flag is left alone
-        grads = [g for g in map(_grad_of, self._screened) if g is not None]
+        grads = self._screened_grads()
         if not grads or not self._screen(grads):
             return False
         opt.found_inf = self._found_inf  # type: ignore[attr-defined]  # may have moved with the model
@@ -446,7 +466,7 @@ class Monitor:
         a sum over the batch of the gradient at its module's output, so a NaN/Inf there, or
         anywhere downstream in the backward (it flows upstream), shows in it: the check reads
         a small share of the gradients. All gradients when the model has no 1-D parameters."""
-        grads = [g for g in map(_grad_of, self._screened) if g is not None]
+        grads = self._screened_grads()
         if not grads:
             return True
         if not self._screen(grads):

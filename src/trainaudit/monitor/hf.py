@@ -50,7 +50,7 @@ class TrainAuditCallback(TrainerCallback):
         self._pending: int | None = None  # a logged step waiting for on_log's grad_norm
         self._hook: Any = None
         self._batch: Any = None
-        self._opt_gn: float | None = None
+        self._opt_gn: torch.Tensor | float | None = None
 
     # -- lifecycle --------------------------------------------------------------------------
     def on_train_begin(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
@@ -76,8 +76,9 @@ class TrainAuditCallback(TrainerCallback):
         if mon is None:
             return
         grads = [p.grad.detach() for p in mon.model.parameters() if p.grad is not None]
-        with torch.no_grad():
-            self._opt_gn = float(torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)))) if grads else 0.0
+        with torch.no_grad():  # a tensor: the monitor reads it with its batch of steps, no sync here
+            self._opt_gn = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads))) if grads else 0.0
+        mon.grad_norm_ahead(self._opt_gn)  # the optimizer's pre-hook screens it with the gradients
 
     def on_optimizer_step(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
                           optimizer: Any = None, **kwargs: Any) -> None:
@@ -121,15 +122,15 @@ class TrainAuditCallback(TrainerCallback):
             self.monitor.close(status, error)
 
     # -- one optimizer step -----------------------------------------------------------------
-    def _record(self, step: int, grad_norm: float | None, control: TrainerControl) -> None:
+    def _record(self, step: int, grad_norm: torch.Tensor | float | None, control: TrainerControl) -> None:
         self._pending = None
         mon = self.monitor
         if mon is None or mon.closed:
             return
         losses, self._losses = self._losses, []
-        loss = None
-        if losses:
-            loss = float(sum(float(x.float()) for x in losses) / len(losses))
+        loss: torch.Tensor | None = None
+        if losses:  # the mean stays on the device (read with the monitor's batch of steps)
+            loss = torch.stack([x.float() for x in losses]).mean()
         if grad_norm is None:
             grad_norm = self._opt_gn
         try:

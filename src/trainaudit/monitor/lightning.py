@@ -47,7 +47,7 @@ class TrainAuditCallback(Callback):
         self.options = options
         self.monitor: Monitor | None = None
         self._lr: float | None = None
-        self._gn: float | None = None
+        self._gn: torch.Tensor | float | None = None
         self._last_step = -1
 
     def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
@@ -65,13 +65,15 @@ class TrainAuditCallback(Callback):
             self.monitor.begin(_quiet_training_step, pl_module, batch, batch_idx)
 
     def on_before_optimizer_step(self, trainer: Trainer, pl_module: LightningModule, optimizer: Any) -> None:
+        grads = [p.grad.detach() for p in pl_module.parameters() if p.grad is not None]
+        with torch.no_grad():  # a tensor: the monitor reads it with its batch of steps, no sync here
+            self._gn = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads))) if grads else 0.0
         if self.monitor is not None:
             # Lightning's optimizer step takes a closure (forward and backward run inside it,
-            # after the optimizer's pre-hooks): the check before the update is called here
+            # after the optimizer's pre-hooks): the check before the update is called here, and
+            # screens the norm with the gradients
+            self.monitor.grad_norm_ahead(self._gn)
             self.monitor.before_update()
-        grads = [p.grad.detach() for p in pl_module.parameters() if p.grad is not None]
-        with torch.no_grad():
-            self._gn = float(torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)))) if grads else 0.0
         self._lr = float(optimizer.param_groups[0]["lr"])
 
     def on_train_batch_end(self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Any,
