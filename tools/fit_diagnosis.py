@@ -13,6 +13,7 @@ its name, the model is refitted on the other folds and decides the cases of the 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import hashlib
 import json
@@ -20,6 +21,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -353,14 +355,21 @@ def render(items: list[Analysed], k: int = K, l2: float = L2) -> str:
     return "\n".join(out) + "\n"
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python tools/fit_diagnosis.py", description=__doc__.split("\n")[0])
+@contextlib.contextmanager
+def corpus_from_args(prog: str, doc: str, argv: list[str] | None) -> Iterator[list[Case]]:
+    """The labelled cases a fitting tool's command line asks for (the generated runs in ``--cases``,
+    or in a temporary folder while the block runs)."""
+    ap = argparse.ArgumentParser(prog=prog, description=doc.split("\n")[0])
     ap.add_argument("--cases", type=Path, help="folder to generate (or reuse) the synth runs in")
     ap.add_argument("--no-synth", action="store_true", help="leave the generated runs out (no torch needed)")
     args = ap.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
-        synth = None if args.no_synth else (args.cases or Path(tmp) / "synth")
-        items = analyse_all(corpus(synth))
+        yield corpus(None if args.no_synth else (args.cases or Path(tmp) / "synth"))
+
+
+def main(argv: list[str] | None = None) -> int:
+    with corpus_from_args("python tools/fit_diagnosis.py", __doc__, argv) as cases:
+        items = analyse_all(cases)
     model = write_model(items)
     ok = sum(o.right for o in in_sample(items))
     print(f"fitted on {sum(model.info['cases'].values())} cases; in sample {ok}/{len(items)} right; "

@@ -21,12 +21,10 @@ findings under the shipped thresholds.
 
 from __future__ import annotations
 
-import argparse
 import datetime
 import json
 import math
 import sys
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -229,15 +227,8 @@ def fit_thresholds(loaded: list[fd.Loaded], cases: list[fd.Case], k: int = fd.K)
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python tools/fit_thresholds.py", description=__doc__.split("\n")[0])
-    ap.add_argument("--cases", type=Path, help="folder to generate (or reuse) the synth runs in")
-    ap.add_argument("--no-synth", action="store_true", help="leave the generated runs out (no torch needed)")
-    args = ap.parse_args(argv)
-    with tempfile.TemporaryDirectory() as tmp:
-        synth = None if args.no_synth else (args.cases or Path(tmp) / "synth")
-        cases = fd.corpus(synth)
-        loaded = fd.load_all(cases)
-        data = fit_thresholds(loaded, cases)
+    with fd.corpus_from_args("python tools/fit_thresholds.py", __doc__, argv) as cases:
+        data = fit_thresholds(fd.load_all(cases), cases)
     FITTED_PATH.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
     moved = {f"{rid}.{n}": v for rid, th in data["thresholds"].items() for n, v in th.items()
              if v != priors()[rid][n]}
