@@ -22,10 +22,10 @@ DOC = Path(__file__).resolve().parents[2] / "docs" / "accuracy.md"
 # corpus grew from 192 logs to 330, then to 510 with 180 logs collected without running trainaudit on
 # them; the counts are those of today's code on them (the shares fell with the new logs), and
 # docs/accuracy.md shows the known false alarms and unread logs.
-TOP1_FLOOR = 414
-FIRST_BAD_STEP_FLOOR = 128
+TOP1_FLOOR = 423
+FIRST_BAD_STEP_FLOOR = 131
 FALSE_ALARMS_CEILING = 5
-UNREAD_CEILING = 6
+UNREAD_CEILING = 5
 
 
 @pytest.fixture(scope="module")
@@ -45,12 +45,12 @@ def _misses(results: list[accuracy.LogResult], ok: str) -> str:
 
 def test_top1_category_does_not_drop(score: accuracy.Score, results: list[accuracy.LogResult]) -> None:
     assert score.cat_ok >= TOP1_FLOOR, _misses(results, "cat_ok")
-    assert score.cat_ok / score.n >= 0.8
+    assert score.cat_ok / score.n >= 0.82
 
 
 def test_first_bad_step_does_not_drop(score: accuracy.Score, results: list[accuracy.LogResult]) -> None:
     assert score.step_ok >= FIRST_BAD_STEP_FLOOR, _misses(results, "step_ok")
-    assert score.step_ok / score.stepped >= 0.63
+    assert score.step_ok / score.stepped >= 0.65
 
 
 def test_no_false_alarm_on_healthy_logs(score: accuracy.Score, results: list[accuracy.LogResult]) -> None:
