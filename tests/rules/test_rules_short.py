@@ -39,6 +39,9 @@ def _hits(case: str) -> dict[str, list]:  # type: ignore[type-arg]
     ("hf-transformers-haotian-liu-LLaVA-918", "TA102", "loss_spike", 2566),
     # grad norm 4.2 -> 5044 -> 1.8e8: an explosion in five printed points
     ("mlx-ml-explore-mlx-lm-1658", "TA204", "grad_explosion", 30),
+    # TF1 Object Detection API: 0.14 at step 408, 25237 at 409 and climbing (the jump sits inside the
+    # smoothing window of the best point: the raw points say where it starts)
+    ("tf1-tensorflow-models-8423", "TA201", "divergence", 409),
     # Caffe's softmax clamp 87.3365 from iteration 100
     ("caffe-BVLC-caffe-6047", "TA201", "divergence", 100),
     # validation loss rises over its last evaluations while the training loss falls

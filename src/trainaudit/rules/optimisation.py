@@ -156,6 +156,13 @@ class Divergence(Rule):
         i = _first_sustained_raw(s.values, start, best_v * (1 + self.p.rel / 2))
         if i < 0:
             i = int(np.searchsorted(s.steps, st[k]))
+        else:
+            # a jump inside the smoothing window lifts the smoothed best itself: the rise starts at
+            # the first of the points before i that all stand above the raw best near it
+            jr = max(0, start - w) + int(np.argmin(s.values[max(0, start - w):start + 1]))
+            above = float(s.values[jr]) * (1 + self.p.rel / 2)
+            while i - 1 > jr and float(s.values[i - 1]) > above:
+                i -= 1
         end = float(np.median(s.values[-max(3, len(s) // 20):]))
         ratio = end / best_v
         sev = "critical" if ratio >= 2 else "high"
