@@ -42,6 +42,8 @@ def _hits(case: str) -> dict[str, list]:  # type: ignore[type-arg]
     # TF1 Object Detection API: 0.14 at step 408, 25237 at 409 and climbing (the jump sits inside the
     # smoothing window of the best point: the raw points say where it starts)
     ("tf1-tensorflow-models-8423", "TA201", "divergence", 409),
+    # a GAN: the generator's loss is NaN at iteration 37, the discriminator's (the loss role) from 38
+    ("numpy-loop-eriklindernoren-ML-From-Scratch-29", "TA101", "nan_inf", 37),
     # Caffe's softmax clamp 87.3365 from iteration 100
     ("caffe-BVLC-caffe-6047", "TA201", "divergence", 100),
     # validation loss rises over its last evaluations while the training loss falls

@@ -12,6 +12,7 @@ import numpy as np
 from trainaudit.model import Event, EventKind, Series
 from trainaudit.answer.schema import Category, Severity
 from trainaudit.rules.base import Context, Grid, Guidance, Hit, Role, Rule, Thresholds
+from trainaudit.series.roles import norm
 from trainaudit.series.stats import robust_z, sliding_max, trailing_median_mad
 
 TRAINING_ROLES = ("loss", "grad_norm", "lr", "loss_scale", "val_loss")
@@ -69,49 +70,17 @@ class NonFiniteMetric(Rule):
             if s is None or s.name in seen:
                 continue
             seen.add(s.name)
-            bad = np.flatnonzero(~np.isfinite(s.values))
-            if bad.size < self.p.min_nonfinite:
-                continue
-            if role == "grad_norm" and _skipped_updates(s, bad, ctx.series("loss")):
-                continue
-            i = int(bad[0])
-            v = float(s.values[i])
-            what = "NaN" if math.isnan(v) else ("+Inf" if v > 0 else "-Inf")
-            first_step = named if named is not None else int(s.steps[i])
-            msg = f"{s.name} is {what} from step {first_step} ({bad.size} of {len(s)} logged values non-finite)"
-            if role == "grad_norm":
-                loss = ctx.series("loss")
-                lv = loss.value_at(int(s.steps[i])) if loss is not None else None
-                if lv is not None and math.isfinite(lv):
-                    msg += f"; the loss still prints {lv:g} at that step, so the NaN is hidden from the loss curve"
-            missing = [e for e in ctx.events(EventKind.MISSING_METRIC)
-                       if e.step == int(s.steps[i]) and s.name in e.data.get("metrics", [s.name])] if role == "loss" else []
-            if missing:
-                msg += " (the loss field is absent from the log line: Megatron omits a NaN/Inf loss)"
-            # (the log must show the start of training: a paste that begins after the NaN says nothing)
-            from_start = role == "loss" and bad.size == len(s) and len(s) >= 2 and int(s.steps[0]) <= 1
-            if from_start:
-                # never a finite value, from the first step on: no update has diverged yet, the inputs,
-                # labels or the loss itself are non-finite; the category stays nan_inf, the
-                # symptom the user sees, and the message says where to look
-                msg += "; it is non-finite from the very first logged step: the data or the loss, not the optimisation"
-            h = self.hit(msg, 0.97 if role != "val_loss" else 0.9, metric=s.name, first_bad_step=first_step,
-                         last_step=named if named is not None else int(s.steps[bad[-1]]),
-                         severity="critical" if role != "val_loss" else "high")
-            h.point("bad", s, i, f"first non-finite {s.name} ({what}) at step {int(s.steps[i])}")
-            if named is not None:  # the step the message gives is the one this check names: quote it
-                h.ev("named", next(e for e in checks if e.step == named and e.data.get("known")),
-                     "the NaN check that names the iteration")
-            if i > 0:
-                h.point("prev", s, i - 1, f"last value of {s.name} before it, step {int(s.steps[i - 1])}")
-            lo = max(0, i - 5)
-            hi = min(len(s), i + 5)
-            h.point("excerpt", s, i, f"{s.name} around the first non-finite value", indices=np.arange(lo, hi))
-            h.calc("n_bad", f"number of non-finite {s.name} values in the excerpt", "len({excerpt}) - sum(isfinite({excerpt}))",
-                   unit="count")
-            if missing:
-                h.ev("missing", missing[0], "log line without the loss field")
-            hits.append(h)
+            h = self._series_hit(ctx, role, s, named, checks)
+            if h is not None:
+                hits.append(h)
+        # another loss (a GAN's other player, a loss component) non-finite before any training
+        # role: the first bad step is its
+        first = min((h.first_bad_step for h in hits if h.first_bad_step is not None), default=None)
+        others = [h for n, x in ctx.run.series.items() if n not in seen and "loss" in norm(n)
+                  if (h := self._series_hit(ctx, "other", x, named, checks)) is not None and h.first_bad_step is not None
+                  and (first is None or h.first_bad_step < first)]
+        if others:
+            hits.insert(0, min(others, key=lambda h: h.first_bad_step or 0))
         if checks:
             e = checks[0]
             first = min((h.first_bad_step for h in hits if h.first_bad_step is not None), default=None)
@@ -126,6 +95,53 @@ class NonFiniteMetric(Rule):
             hits[0].fatal = True  # the framework stopped the run on it
         return hits
 
+
+    def _series_hit(self, ctx: Context, role: str, s: Series, named: int | None, checks: list[Event]) -> Hit | None:
+        """The finding on ``s`` (playing ``role``) when it holds non-finite values."""
+        bad = np.flatnonzero(~np.isfinite(s.values))
+        if bad.size < self.p.min_nonfinite:
+            return None
+        if role == "grad_norm" and _skipped_updates(s, bad, ctx.series("loss")):
+            return None
+        i = int(bad[0])
+        v = float(s.values[i])
+        what = "NaN" if math.isnan(v) else ("+Inf" if v > 0 else "-Inf")
+        first_step = named if named is not None else int(s.steps[i])
+        msg = f"{s.name} is {what} from step {first_step} ({bad.size} of {len(s)} logged values non-finite)"
+        if role == "grad_norm":
+            loss = ctx.series("loss")
+            lv = loss.value_at(int(s.steps[i])) if loss is not None else None
+            if lv is not None and math.isfinite(lv):
+                msg += f"; the loss still prints {lv:g} at that step, so the NaN is hidden from the loss curve"
+        missing = [e for e in ctx.events(EventKind.MISSING_METRIC)
+                   if e.step == int(s.steps[i]) and s.name in e.data.get("metrics", [s.name])] if role == "loss" else []
+        if missing:
+            msg += " (the loss field is absent from the log line: Megatron omits a NaN/Inf loss)"
+        # (the log must show the start of training: a paste that begins after the NaN says nothing)
+        from_start = role == "loss" and bad.size == len(s) and len(s) >= 2 and int(s.steps[0]) <= 1
+        if from_start:
+            # never a finite value, from the first step on: no update has diverged yet, the inputs,
+            # labels or the loss itself are non-finite; the category stays nan_inf, the
+            # symptom the user sees, and the message says where to look
+            msg += "; it is non-finite from the very first logged step: the data or the loss, not the optimisation"
+        h = self.hit(msg, 0.97 if role != "val_loss" else 0.9, metric=s.name, first_bad_step=first_step,
+                     last_step=named if named is not None else int(s.steps[bad[-1]]),
+                     severity="critical" if role != "val_loss" else "high")
+        h.point("bad", s, i, f"first non-finite {s.name} ({what}) at step {int(s.steps[i])}")
+        if named is not None:  # the step the message gives is the one this check names: quote it
+            h.ev("named", next(e for e in checks if e.step == named and e.data.get("known")),
+                 "the NaN check that names the iteration")
+        if i > 0:
+            h.point("prev", s, i - 1, f"last value of {s.name} before it, step {int(s.steps[i - 1])}")
+        lo = max(0, i - 5)
+        hi = min(len(s), i + 5)
+        h.point("excerpt", s, i, f"{s.name} around the first non-finite value", indices=np.arange(lo, hi))
+        h.calc("n_bad", f"number of non-finite {s.name} values in the excerpt", "len({excerpt}) - sum(isfinite({excerpt}))",
+               unit="count")
+        if missing:
+            h.ev("missing", missing[0], "log line without the loss field")
+        return h
+        return None
 
 def _skipped_updates(gn: Series, bad: np.ndarray, loss: Series | None) -> bool:
     """Whether the non-finite grad norms are updates a dynamic loss scaler skipped: each one alone
