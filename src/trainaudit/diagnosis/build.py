@@ -54,7 +54,8 @@ def build_answer(paths: list[str], run: Run, diag: Diagnosis, *, hash_sources: b
             except OSError:
                 sha = None
         kind = "archive_member" if "!" in src.path else src.kind.value
-        sid[src.path] = b.source(display_path(src.path), kind, sha256=sha, description=f"read as {src.format}" if src.format else "")
+        sid[src.path] = b.source(display_path(src.path), kind, sha256=sha, description="; ".join(filter(None, [f"read as {src.format}" if src.format else "",
+                                                                       src.note])))
 
     # Collect every line to quote, then read each source once.
     binary = {s.path for s in run.sources if s.kind in BINARY_KINDS}
