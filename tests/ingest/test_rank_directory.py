@@ -12,7 +12,7 @@ from pathlib import Path
 
 from shared_data import run_cli
 
-from trainaudit.ingest import load_run, scan
+from trainaudit.ingest import detect, load_run, scan
 from trainaudit.ingest.ranks import FEW_SHAPES, HEAD_BYTES, MAX_KEPT, SKIM_MIN_RANKS, TAIL_BYTES, Skim, file_rank,\
     skim
 from trainaudit.ingest.formats.megatron.lines import MegatronReader
@@ -227,3 +227,17 @@ def test_a_large_skimmed_log_keeps_little(tmp_path: Path) -> None:
     # the head and tail only: a few hundred lines of sixty thousand, values kept within the bound
     assert found.parsed * 300 < 2 * (HEAD_BYTES + TAIL_BYTES) + 2 * 300
     assert found.kept <= MAX_KEPT and sink.n_values == 0
+
+
+def test_rank_logs_of_one_shape_are_sniffed_once_and_read_by_their_format(tmp_path: Path) -> None:
+    # megatron on even ranks, torchtitan on odd ones: each log still gets its own format
+    logs = {r: [(_megatron if r % 2 == 0 else _titan)(r, s) for s in range(1, 200)] for r in range(2 * RANKS)}
+    job = _write(tmp_path / "job", logs)
+    detected = detect(expand_inputs([str(job)]), explicit={str(job)})
+    assert [d.reader.name for d in detected] == ["megatron" if r % 2 == 0 else "torchtitan" for r in range(2 * RANKS)]
+    assert [d.rank.rank if d.rank else None for d in detected] == list(range(2 * RANKS))
+    shapes = {d.rank.shape for d in detected if d.rank}
+    assert len(shapes) == 2  # the ranks' numbers differ, their shapes do not
+    run, _ = load_run([str(job)])
+    # one rank of each format read in full (0 and 1), the others skimmed
+    assert [bool(s.note) for s in run.sources] == [r > 1 for r in range(2 * RANKS)]

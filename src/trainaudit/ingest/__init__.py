@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from trainaudit.errors import READABLE_HINT, InputError
 from trainaudit.ingest.base import LineReader, Reader, Sample, fallback_format, looks_like_text
 from trainaudit.ingest.formats import all_readers, best_reader, format_names, reader_by_name
-from trainaudit.ingest.ranks import Skim, describe, plan, skim
+from trainaudit.ingest.ranks import RankHead, Skim, describe, plan, rank_head, skim
 from trainaudit.ingest.sink import RunBuilder, Sink
 from trainaudit.ingest.sources import STREAM_ERRORS, InputFile, context_file, expand_inputs, read_head
 from trainaudit.model import Run, Source
@@ -22,6 +22,7 @@ from trainaudit.safeio import LIMITS
 __all__ = ["Detected", "Position", "Problem", "detect", "format_names", "load_run", "scan"]
 
 INPUT_LIMIT_ERRORS = (RecursionError, OverflowError, MemoryError, ValueError)
+MAX_SHAPES = 1000  # per-rank log head shapes whose format detect remembers
 
 
 @dataclass(slots=True)
@@ -29,6 +30,7 @@ class Detected:
     inp: InputFile
     reader: Reader
     bytes_per_line: float = 0.0  # from the head, to turn a line number into a position
+    rank: RankHead | None = None  # a single rank's log found in a folder: its rank and head's shape
 
 
 @dataclass(slots=True)
@@ -72,6 +74,8 @@ def detect(inputs: list[InputFile], fmt: str | None = None, *, explicit: set[str
             raise InputError(f"--format {fmt}: unknown format (known: {', '.join(format_names())})")
     readers = all_readers()
     out: list[Detected] = []
+    # the format of each per-rank log head shape seen (a job's hundreds of rank logs are sniffed once)
+    by_shape: dict[bytes, Reader | None] = {}
     for inp in inputs:
         direct = explicit is not None and inp.display in explicit
         if inp.skip is not None:
@@ -87,14 +91,20 @@ def detect(inputs: list[InputFile], fmt: str | None = None, *, explicit: set[str
             if direct:
                 raise InputError(f"{inp.display}: file is empty")
             continue
-        sample = Sample.from_head(inp.name, head)
         per_line = len(head) / max(1, head.count(b"\n"))
+        rank = rank_head(inp.name, head) if explicit is not None and not direct else None
         if forced is not None:
-            out.append(Detected(inp, forced, per_line))
+            out.append(Detected(inp, forced, per_line, rank))
             continue
-        best, _ = best_reader(sample, readers)
+        if rank is not None and rank.shape in by_shape:
+            best = by_shape[rank.shape]
+        else:
+            sample = Sample.from_head(inp.name, head)
+            best, _ = best_reader(sample, readers)
+            if rank is not None and len(by_shape) < MAX_SHAPES:
+                by_shape[rank.shape] = best
         if best is None:
-            what = "binary file" if not sample.is_text else "text"
+            what = "binary file" if not looks_like_text(head) else "text"
             if direct:
                 raise InputError(f"{inp.display}: unknown format ({what} that no reader recognises; "
                                  f"use --format, one of: {', '.join(format_names())})")
@@ -108,7 +118,7 @@ def detect(inputs: list[InputFile], fmt: str | None = None, *, explicit: set[str
             if problems is not None:
                 problems.append(Problem(inp.display, f"skipped: {context}, not a log", fatal=False))
             continue
-        out.append(Detected(inp, best, per_line))
+        out.append(Detected(inp, best, per_line, rank))
     return out
 
 
@@ -123,7 +133,7 @@ def scan(paths: list[str], sink: Sink, fmt: str | None = None, position: Positio
     detected = detect(inputs, fmt, explicit=set(paths), problems=problems)
     if not detected:
         raise InputError(f"{', '.join(paths)}: no readable training artifacts found")
-    to_skim = plan([(d.inp, d.reader) for d in detected]) if skims is not None else {}
+    to_skim = plan([(d.inp, d.reader, d.rank) for d in detected]) if skims is not None else {}
     position = position or Position()
     position.total, position.sink = sum(d.inp.size for d in detected), sink
     useful = 0

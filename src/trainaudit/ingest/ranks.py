@@ -30,6 +30,7 @@ it reached and whether its values differ from the rank read in full.
 
 from __future__ import annotations
 
+import hashlib
 import math
 import re
 from array import array
@@ -42,7 +43,7 @@ import numpy as np
 from trainaudit.ingest.base import LineReader, Reader
 from trainaudit.ingest.signatures import SignatureScanner, may_signal
 from trainaudit.ingest.sink import Sink
-from trainaudit.ingest.sources import InputFile, read_head
+from trainaudit.ingest.sources import InputFile
 from trainaudit.ingest.text import ANSI_RE, split_line, strip_prefixes
 from trainaudit.model import Run
 from trainaudit.safeio import LIMITS
@@ -93,22 +94,41 @@ def file_rank(head: bytes) -> int | None:
 
 
 _LOSS_RE = re.compile(r"loss", re.IGNORECASE)
+_NUMBERS_RE = re.compile(rb"[\d ]+")
 
 
-def plan(inputs: list[tuple[InputFile, Reader]]) -> dict[int, int]:
+@dataclass(frozen=True, slots=True)
+class RankHead:
+    """What the head of a per-rank log says: its rank, whether it logs a loss, and its shape (a
+    digest of its name and head with every run of digits and blanks made one): the per-rank logs
+    of one job differ in their numbers only, so one shape is one format."""
+
+    rank: int
+    logs_loss: bool
+    shape: bytes
+
+
+def rank_head(name: str, head: bytes) -> RankHead | None:
+    """The :class:`RankHead` of a per-rank log's head (None: not one rank's log)."""
+    rank = file_rank(head)
+    if rank is None:
+        return None
+    digest = hashlib.blake2b(_NUMBERS_RE.sub(b"0", name.encode("utf-8", "replace")), digest_size=16)
+    digest.update(b"\0")
+    digest.update(_NUMBERS_RE.sub(b"0", head))
+    return RankHead(rank, _LOSS_RE.search(head.decode("utf-8", "replace")) is not None, digest.digest())
+
+
+def plan(inputs: list[tuple[InputFile, Reader, RankHead | None]]) -> dict[int, int]:
     """Which inputs to skim: index -> its rank. Per format of :data:`SKIM_FORMATS`, when at least
     :data:`SKIM_MIN_RANKS` plain files are logs of distinct single ranks, all but one are skimmed:
     the one read in full is the lowest rank whose head logs a loss (else the lowest rank)."""
     groups: dict[str, list[tuple[int, int, bool]]] = {}
-    for i, (inp, reader) in enumerate(inputs):
-        if reader.name not in SKIM_FORMATS or not isinstance(reader, LineReader) or inp.fs_path is None \
-                or inp.compressed or inp.skip is not None:
+    for i, (inp, reader, head) in enumerate(inputs):
+        if head is None or reader.name not in SKIM_FORMATS or not isinstance(reader, LineReader) \
+                or inp.fs_path is None or inp.compressed or inp.skip is not None:
             continue
-        head = read_head(inp)
-        rank = file_rank(head)
-        if rank is not None:
-            groups.setdefault(reader.name, []).append((rank, i, _LOSS_RE.search(head.decode("utf-8", "replace"))
-                                                       is not None))
+        groups.setdefault(reader.name, []).append((head.rank, i, head.logs_loss))
     out: dict[int, int] = {}
     for members in groups.values():
         if len({r for r, _, _ in members}) < SKIM_MIN_RANKS:
