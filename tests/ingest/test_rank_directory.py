@@ -104,6 +104,12 @@ def test_the_rank_that_failed_first_is_named(tmp_path: Path) -> None:
     assert f"rank {fail}, skimmed" in note and f"last step {stop}" in note
     # the failing rank's own traceback was read from the skimmed log, in its own file
     assert any(f["rule"] == "TA410" for f in answer["findings"])
+    # the answer's coverage names the skimmed sources, and its summary line says so
+    refs = {r["id"]: r for r in answer["source_refs"]}
+    ids = answer["final_answer"]["coverage"]["skimmed"]
+    assert sorted(refs[i]["path"].rsplit("/", 1)[-1] for i in ids) == sorted(skimmed)
+    md = (tmp_path / "out" / "answer.md").read_text(encoding="utf-8")
+    assert f"{RANKS - 1} source(s) skimmed" in md
 
 
 def test_skimming_finds_the_events_a_full_read_finds(tmp_path: Path) -> None:
@@ -169,6 +175,7 @@ def test_a_healthy_directory_stays_healthy(tmp_path: Path) -> None:
     assert len(notes) == RANKS - 1
     # identical reduced values on every rank: each skimmed rank agrees with rank 0 where compared
     assert all("equal the run's" in n and "differ" not in n for n in notes)
+    assert len(answer["final_answer"]["coverage"]["skimmed"]) == RANKS - 1
     assert "per-rank logs skimmed" in stderr
 
 
