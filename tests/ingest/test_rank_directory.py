@@ -128,11 +128,12 @@ def test_skimming_finds_the_events_a_full_read_finds(tmp_path: Path) -> None:
     scan([str(job)], full)  # no skims: every line of every rank
     whole = full.build()
 
-    def key(run: Run) -> list[tuple[str, str, int, int | None]]:
-        return sorted((e.kind.value, e.source, e.line, e.rank) for e in run.events)
+    def key(run: Run) -> list[tuple[str, str, int, int | None, int | None]]:
+        return sorted((e.kind.value, e.source, e.line, e.rank, e.step) for e in run.events)
 
     assert key(skimmed) == key(whole)
-    assert {e.rank for e in skimmed.events if e.kind == EventKind.TRACEBACK} == {fail, 5}
+    # the caught traceback in the middle of rank 5's log is placed at its step, as a full read places it
+    assert {(e.rank, e.step) for e in skimmed.events if e.kind == EventKind.TRACEBACK} == {(fail, STEPS), (5, STEPS // 2)}
     assert sum(s.note.startswith("rank ") for s in skimmed.sources) == RANKS - 1
     # the rank read in full is the lowest: its curve is the run's, whole
     assert len(skimmed.series["loss"]) == STEPS

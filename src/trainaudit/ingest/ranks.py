@@ -259,6 +259,16 @@ def _line_start(chunk: bytes, at: int) -> int:
     return chunk.rfind(b"\n", 0, at) + 1
 
 
+def _last_of(masked: bytes, shapes: list[bytes], end: int) -> list[int]:
+    """Where the last line of each of ``shapes`` that ends before ``end`` starts, in ``masked``."""
+    out = []
+    for shape in shapes:
+        at = masked.rfind(b"\n" + shape + b"\n", 0, end) + 1
+        if at or masked.startswith(shape + b"\n"):
+            out.append(at)
+    return out
+
+
 def _wanted(chunk: bytes, offset: int, size: int) -> list[int]:
     """Where the lines of ``chunk`` (whole lines, at ``offset`` in a file of ``size`` bytes) that
     are to be read start: head, tail, lines that may signal or hold a non-finite number, NaN counts."""
@@ -281,13 +291,13 @@ def _wanted(chunk: bytes, offset: int, size: int) -> list[int]:
     masked = chunk.translate(_MASK_DIGITS)
     lines = masked.split(b"\n")
     shapes = Counter(lines)
-    # the last line of the block's commonest shapes (its metric lines): where the rank got to, even
-    # when what it printed last (a dump of C++ frames) is longer than the tail
-    for shape, _ in shapes.most_common(LAST_SHAPES):
-        at = masked.rfind(b"\n" + shape + b"\n") + 1 if shape else 0
-        if at or masked.startswith(shape + b"\n"):
-            out.add(at)
+    # the block's commonest shapes are its metric lines: the last of them says where the rank got
+    # to (even when what it printed last, a dump of C++ frames, is longer than the tail), and the one
+    # before a line that signals gives that line's step, as in a full read
+    tops = [shape for shape, _ in shapes.most_common(LAST_SHAPES) if shape]
+    out.update(_last_of(masked, tops, n))
     hits = {shape for shape in shapes if shape and _signals(shape)}
+    signal: set[int] = set()
     if len(hits) <= FEW_SHAPES:
         for shape in hits:  # every line of that shape: it starts the chunk or follows a newline, and ends at one
             at = 0
@@ -295,14 +305,17 @@ def _wanted(chunk: bytes, offset: int, size: int) -> list[int]:
                 at = hit + 1
                 after = hit + len(shape)
                 if (hit == 0 or masked[hit - 1] == 10) and (after == n or masked[after] == 10):
-                    out.add(hit)
+                    signal.add(hit)
     else:  # many shapes (a log of errors): one pass over the lines
         at = 0
         for shape in lines:
             if shape in hits:
-                out.add(at)
+                signal.add(at)
             at += len(shape) + 1
-    out.update(_line_start(chunk, m.start()) for m in NAN_ITERATIONS_RE.finditer(chunk))
+    signal.update(_line_start(chunk, m.start()) for m in NAN_ITERATIONS_RE.finditer(chunk))
+    out |= signal
+    for at in signal:
+        out.update(_last_of(masked, tops, at))
     return sorted(out)
 
 
