@@ -205,11 +205,11 @@ def test_file_rank_needs_one_rank() -> None:
     assert file_rank(b"") is None
 
 
-def _skim_file(path: Path, rank: int = 1) -> tuple[Skim, RunBuilder]:
+def _skim_file(path: Path, rank: int = 1, keep: int = MAX_KEPT) -> tuple[Skim, RunBuilder]:
     inp = expand_inputs([str(path)])[0]
     sink = RunBuilder()
     sink.begin(Source(inp.display, "megatron"))
-    found = skim(inp, MegatronReader(), sink, rank)
+    found = skim(inp, MegatronReader(), sink, rank, keep)
     sink.end()
     return found, sink
 
@@ -235,6 +235,8 @@ def test_a_large_skimmed_log_keeps_little(tmp_path: Path) -> None:
     # the head and tail only: a few hundred lines of sixty thousand, values kept within the bound
     assert found.parsed * 300 < 2 * (HEAD_BYTES + TAIL_BYTES) + 2 * 300
     assert found.kept <= MAX_KEPT and sink.n_values == 0
+    few, _ = _skim_file(path, keep=10)
+    assert few.kept == 10 and sum(len(steps) for steps, _ in few.values.values()) == 10
 
 
 def test_rank_logs_of_one_shape_are_sniffed_once_and_read_by_their_format(tmp_path: Path) -> None:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from trainaudit.errors import READABLE_HINT, InputError
 from trainaudit.ingest.base import LineReader, Reader, Sample, fallback_format, looks_like_text
 from trainaudit.ingest.formats import all_readers, best_reader, format_names, reader_by_name
-from trainaudit.ingest.ranks import RankHead, Skim, describe, plan, rank_head, skim
+from trainaudit.ingest.ranks import RankHead, Skim, describe, keep_per_rank, plan, rank_head, skim
 from trainaudit.ingest.sink import RunBuilder, Sink
 from trainaudit.ingest.sources import STREAM_ERRORS, InputFile, context_file, expand_inputs, read_head
 from trainaudit.model import Run, Source
@@ -134,6 +134,7 @@ def scan(paths: list[str], sink: Sink, fmt: str | None = None, position: Positio
     if not detected:
         raise InputError(f"{', '.join(paths)}: no readable training artifacts found")
     to_skim = plan([(d.inp, d.reader, d.rank) for d in detected]) if skims is not None else {}
+    keep = keep_per_rank(len(to_skim))
     position = position or Position()
     position.total, position.sink = sum(d.inp.size for d in detected), sink
     useful = 0
@@ -151,7 +152,7 @@ def scan(paths: list[str], sink: Sink, fmt: str | None = None, position: Positio
         try:
             try:
                 if i in to_skim and skims is not None and isinstance(d.reader, LineReader):
-                    skims.append((source, skim(d.inp, d.reader, sink, to_skim[i])))
+                    skims.append((source, skim(d.inp, d.reader, sink, to_skim[i], keep)))
                     source.note = "skimmed"
                 else:
                     d.reader.read(d.inp, sink)

@@ -56,6 +56,7 @@ HEAD_BYTES = 16 << 10  # read in full: the format's settings and the first steps
 TAIL_BYTES = 8 << 10  # read in full: the last steps the rank reached
 BLOCK = 8 << 20  # bytes skimmed at a time (a skim holds about four times this)
 MAX_KEPT = 1024  # finite values a skimmed rank keeps to compare with the rank read in full
+KEPT_BUDGET = 1 << 20  # and all skimmed ranks together (16 MiB): a folder of 100 000 ranks keeps 10 each
 HEAD_LINES = 200  # lines of a log's head that must carry one rank's prefix
 LAST_SHAPES = 3  # a block's commonest line shapes whose last line is read (the last step it reached)
 FEW_SHAPES = 16  # line shapes to signal that are each looked for in the block; more: one pass over its lines
@@ -151,6 +152,7 @@ class Skim:
     events: int = 0
     values: dict[str, tuple[array[int], array[float]]] = field(default_factory=dict)  # kept to compare
     kept: int = 0
+    keep: int = MAX_KEPT  # the most values it may keep
 
 
 class _SkimSink(Sink):
@@ -169,7 +171,7 @@ class _SkimSink(Sink):
         if not math.isfinite(value):
             f.nonfinite += 1
             self.real.add(metric, step, value, line, rank)
-        elif f.kept < MAX_KEPT:
+        elif f.kept < f.keep:
             steps, values = f.values.setdefault(metric, (array("q"), array("d")))
             steps.append(step)
             values.append(value)
@@ -194,9 +196,16 @@ def _signals(shape: bytes) -> bool:
     return may_signal(text) or NONFINITE_RE.search(text) is not None
 
 
-def skim(inp: InputFile, reader: LineReader, sink: Sink, rank: int) -> Skim:
-    """Skim one rank's log into ``sink`` (see the module's docstring for what is read)."""
-    found = Skim(rank)
+def keep_per_rank(n: int) -> int:
+    """Values each of ``n`` skimmed ranks may keep to compare (:data:`MAX_KEPT`, less past
+    :data:`KEPT_BUDGET` in all)."""
+    return min(MAX_KEPT, KEPT_BUDGET // max(1, n))
+
+
+def skim(inp: InputFile, reader: LineReader, sink: Sink, rank: int, keep: int = MAX_KEPT) -> Skim:
+    """Skim one rank's log into ``sink`` (see the module's docstring for what is read), keeping
+    up to ``keep`` of its finite values to compare."""
+    found = Skim(rank, keep=keep)
     proxy = _SkimSink(sink, found)
     scanner = SignatureScanner(inp.display)
     state = reader.new_state()
