@@ -67,7 +67,7 @@ def _frames(rank: int, n: int = 150) -> list[str]:
 
 
 def _write(folder: Path, lines_of: dict[int, list[str]]) -> Path:
-    folder.mkdir()
+    folder.mkdir(parents=True)
     for rank, lines in lines_of.items():
         (folder / f"rank_{rank:03d}.log").write_text("".join(lines), encoding="utf-8")
     return folder
@@ -251,3 +251,15 @@ def test_rank_logs_of_one_shape_are_sniffed_once_and_read_by_their_format(tmp_pa
     run, _ = load_run([str(job)])
     # one rank of each format read in full (0 and 1), the others skimmed
     assert [bool(s.note) for s in run.sources] == [r > 1 for r in range(2 * RANKS)]
+
+
+def test_every_log_of_the_rank_read_in_full_is_read_in_full(tmp_path: Path) -> None:
+    # a restarted job: attempt_1 holds a second log of every rank, from step 301 on
+    job = tmp_path / "job"
+    for attempt, steps in (("attempt_0", range(1, 301)), ("attempt_1", range(301, STEPS + 1))):
+        _write(job / attempt, {r: [_titan(r, s) for s in steps] for r in range(RANKS)})
+    run, _ = load_run([str(job)])
+    full = [s.path for s in run.sources if not s.note]
+    assert sorted(p.split("job/")[1] for p in full) == ["attempt_0/rank_000.log", "attempt_1/rank_000.log"]
+    loss = run.series["loss"]
+    assert len(loss) == STEPS and int(loss.steps[0]) == 1 and int(loss.steps[-1]) == STEPS

@@ -122,8 +122,9 @@ def rank_head(name: str, head: bytes) -> RankHead | None:
 
 def plan(inputs: list[tuple[InputFile, Reader, RankHead | None]]) -> dict[int, int]:
     """Which inputs to skim: index -> its rank. Per format of :data:`SKIM_FORMATS`, when at least
-    :data:`SKIM_MIN_RANKS` plain files are logs of distinct single ranks, all but one are skimmed:
-    the one read in full is the lowest rank whose head logs a loss (else the lowest rank)."""
+    :data:`SKIM_MIN_RANKS` plain files are logs of distinct single ranks, all ranks but one are
+    skimmed: the one read in full (each of its logs, as a restart writes one more) is the lowest
+    rank whose head logs a loss (else the lowest rank)."""
     groups: dict[str, list[tuple[int, int, bool]]] = {}
     for i, (inp, reader, head) in enumerate(inputs):
         if head is None or reader.name not in SKIM_FORMATS or not isinstance(reader, LineReader) \
@@ -136,7 +137,7 @@ def plan(inputs: list[tuple[InputFile, Reader, RankHead | None]]) -> dict[int, i
             continue
         members.sort()
         full = next((m for m in members if m[2]), members[0])
-        out.update({i: r for r, i, _ in members if (r, i) != (full[0], full[1])})
+        out.update({i: r for r, i, _ in members if r != full[0]})  # every log of that rank (restarts too)
     return out
 
 
