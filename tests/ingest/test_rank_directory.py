@@ -263,3 +263,21 @@ def test_every_log_of_the_rank_read_in_full_is_read_in_full(tmp_path: Path) -> N
     assert sorted(p.split("job/")[1] for p in full) == ["attempt_0/rank_000.log", "attempt_1/rank_000.log"]
     loss = run.series["loss"]
     assert len(loss) == STEPS and int(loss.steps[0]) == 1 and int(loss.steps[-1]) == STEPS
+
+
+def test_the_tracebacks_of_ranks_aborted_after_the_root_do_not_name_them(tmp_path: Path) -> None:
+    # every other rank raises DistBackendError once its communicator is aborted: rank 0's traceback comes
+    # first in the folder's order, but it is a consequence; rank 6's own error is the root
+    fail, stop = 6, 400
+    logs = {}
+    for r in range(RANKS):
+        lines = [_megatron(r, s) for s in range(1, stop + 1)]
+        if r == fail:
+            lines += [f"[rank{r}]:{t}\n" for t in TRACEBACK]
+        else:
+            lines += [_timeout(r, stop + 1), *(f"[rank{r}]:{t}\n" for t in TRACEBACK[:-1]),
+                      f"[rank{r}]:torch.distributed.DistBackendError: NCCL communicator was aborted on rank {r}.\n"]
+        logs[r] = lines
+    answer, _ = _diagnose(_write(tmp_path / "job", logs), tmp_path)
+    ta404 = next(f for f in answer["findings"] if f["rule"] == "TA404")
+    assert f"rank {fail} failed first" in ta404["message"], ta404["message"]
