@@ -39,13 +39,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from trainaudit.ingest.base import LineReader, Reader
 from trainaudit.ingest.signatures import SignatureScanner, may_signal
 from trainaudit.ingest.sink import Sink
 from trainaudit.ingest.sources import InputFile
 from trainaudit.ingest.text import ANSI_RE, split_line, strip_prefixes
-from trainaudit.model import Run
+from trainaudit.model import Event, Run
 from trainaudit.safeio import LIMITS
 
 SKIM_MIN_RANKS = 8  # per-rank logs of one format from which all but one are skimmed (one node's worth)
@@ -158,7 +159,7 @@ class Skim:
 
 class _SkimSink(Sink):
     """What the format reads from a skimmed log: non-finite values, events and metadata go on to
-    the run's sink; finite values are kept (up to :data:`MAX_KEPT`) to be compared."""
+    the run's sink; finite values are kept (up to the skim's ``keep``) to be compared."""
 
     def __init__(self, real: Sink, found: Skim) -> None:
         super().__init__()
@@ -178,11 +179,11 @@ class _SkimSink(Sink):
             values.append(value)
             f.kept += 1
 
-    def add_many(self, metric: str, steps: Any, values: Any, lines: Any) -> None:
+    def add_many(self, metric: str, steps: ArrayLike, values: ArrayLike, lines: ArrayLike) -> None:
         for s, v, ln in zip(np.asarray(steps).tolist(), np.asarray(values).tolist(), np.asarray(lines).tolist()):
             self.add(metric, int(s), float(v), int(ln))
 
-    def write_event(self, ev: Any) -> None:
+    def write_event(self, ev: Event) -> None:
         self.found.events += 1
         self.real.event(ev)
 
