@@ -35,6 +35,7 @@ class Source:
     format: str = ""
     kind: SourceKind = SourceKind.LOG
     size: int = 0
+    note: str = ""  # how it was read, when not line by line in full (a skimmed per-rank log)
 
 
 class EventKind(str, enum.Enum):

@@ -18,6 +18,7 @@ import pytest
 
 import trainaudit.history.classify as classify
 import trainaudit.ingest as ingest
+import trainaudit.ingest.ranks as ranks
 from trainaudit.history.classify import FailureShape
 from trainaudit.history.trace import trace
 from trainaudit.ingest import load_run
@@ -108,3 +109,27 @@ def test_series_per_input_are_capped_in_bounded_memory(case: str, tmp_path: Path
     assert len(run.series) <= MAX_SERIES
     assert any(f"beyond the first {MAX_SERIES} left out" in str(p) and not p.fatal for p in problems), problems
     assert got["rss_mb"] < RSS_BUDGET_MB, got
+
+
+RANK_FILES = 2_000
+RANK_LINES_PER_FILE = 4_000  # lines run in ingest/__init__.py and ingest/ranks.py per log: measured 2 570 (its 40 lines all in the head, all read)
+
+
+def test_a_folder_of_many_rank_logs_is_skimmed_in_linear_work_and_bounded_memory(tmp_path: Path) -> None:
+    # thousands of per-rank logs of one job: all but one skimmed, each at a fixed cost, keeping at
+    # most its share of the values it compares (ranks.KEPT_BUDGET in all)
+    folder = tmp_path / "ranks"
+    folder.mkdir()
+    for r in range(RANK_FILES):
+        (folder / f"rank_{r:05d}.log").write_text("".join(
+            f"[rank{r}]: iteration {s:8d}/      40 | lm loss: {2.0 / s:.6E} | grad norm: 1.000 |"
+            " number of nan iterations:   0 |\n" for s in range(1, 41)))
+    with lines_executed((ingest.__file__, ranks.__file__), RANK_LINES_PER_FILE * RANK_FILES) as seen:
+        run, problems = load_run([str(folder)])
+    assert seen["lines"] <= RANK_LINES_PER_FILE * RANK_FILES
+    assert sum(bool(s.note) for s in run.sources) == RANK_FILES - 1
+    assert len(run.series["lm loss"]) == 40  # the rank read in full
+    # one problem names the skimmed ranks as a range, not one by one
+    assert any(f"per-rank logs skimmed (ranks 1-{RANK_FILES - 1})" in p.message for p in problems)
+    # what each may keep to compare shrinks with their number (the skims' own bound: tests/ingest)
+    assert ranks.keep_per_rank(RANK_FILES - 1) == ranks.KEPT_BUDGET // (RANK_FILES - 1) < ranks.MAX_KEPT

@@ -206,6 +206,9 @@ class Coverage(_Model):
     events: int = 0
     rules_run: list[str] = Field(default_factory=list)
     rules_skipped: dict[str, str] = Field(default_factory=dict)
+    # sources read in part (per-rank logs skimmed for errors, timeouts, non-finite values and their
+    # last step): their source_refs ids; each one's description says what was read of it
+    skimmed: list[str] = Field(default_factory=list)
 
 
 class DecisionReason(_Model):

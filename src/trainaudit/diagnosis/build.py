@@ -54,7 +54,8 @@ def build_answer(paths: list[str], run: Run, diag: Diagnosis, *, hash_sources: b
             except OSError:
                 sha = None
         kind = "archive_member" if "!" in src.path else src.kind.value
-        sid[src.path] = b.source(display_path(src.path), kind, sha256=sha, description=f"read as {src.format}" if src.format else "")
+        how = "; ".join(filter(None, [f"read as {src.format}" if src.format else "", src.note]))
+        sid[src.path] = b.source(display_path(src.path), kind, sha256=sha, description=how)
 
     # Collect every line to quote, then read each source once.
     binary = {s.path for s in run.sources if s.kind in BINARY_KINDS}
@@ -127,7 +128,7 @@ def build_answer(paths: list[str], run: Run, diag: Diagnosis, *, hash_sources: b
                                confidence=st.confidence))
     final = FinalAnswer(verdict=diag.verdict, category=diag.category, first_bad_step=diag.first_bad_step,  # type: ignore[arg-type]
                         summary=diag.summary, root_causes=roots, quick_fixes=diag.quick_fixes,
-                        needs_more_data=diag.needs_more_data, coverage=_coverage(diag), decision=_decision(diag))
+                        needs_more_data=diag.needs_more_data, coverage=_coverage(diag, sid), decision=_decision(diag))
     return b.build(final)
 
 
@@ -141,13 +142,14 @@ def _decision(diag: Diagnosis) -> Decision | None:
                     confidence=diag.confidence)
 
 
-def _coverage(diag: Diagnosis) -> Coverage | None:
+def _coverage(diag: Diagnosis, sid: dict[str, str]) -> Coverage | None:
     c = diag.coverage
     if c is None:
         return None
     return Coverage(metrics={name: MetricCoverage(points=m.points, first_step=m.first_step, last_step=m.last_step)
                              for name, m in c.metrics.items()},
-                    events=c.events, rules_run=c.rules_run, rules_skipped=c.rules_skipped)
+                    events=c.events, rules_run=c.rules_run, rules_skipped=c.rules_skipped,
+                    skimmed=[sid[p] for p in c.skimmed if p in sid])
 
 
 def _backing_point(run: Run, h: Hit) -> PointRef | None:

@@ -27,11 +27,12 @@ class Coverage:
     rules_skipped: dict[str, str] = field(default_factory=dict)
     loss_points: int = 0
     roles: dict[str, str] = field(default_factory=dict)
+    skimmed: list[str] = field(default_factory=list)  # paths of the sources read in part (Source.note)
 
 
 def coverage_of(run: Run, ctx: Context, ran: list[str], skipped: dict[str, str]) -> Coverage:
     cov = Coverage(events=len(run.events), rules_run=list(ran), rules_skipped=dict(skipped),
-                   roles=dict(ctx.roles.names))
+                   roles=dict(ctx.roles.names), skimmed=[s.path for s in run.sources if s.note])
     for name, s in sorted(run.series.items()):
         fin = s.finite()
         cov.metrics[name] = MetricCoverage(len(s), int(s.steps[0]) if len(s) else None,

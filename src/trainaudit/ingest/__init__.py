@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from trainaudit.errors import READABLE_HINT, InputError
 from trainaudit.ingest.base import LineReader, Reader, Sample, fallback_format, looks_like_text
 from trainaudit.ingest.formats import all_readers, best_reader, format_names, reader_by_name
+from trainaudit.ingest.ranks import RankHead, Skim, describe, keep_per_rank, plan, rank_head, skim
 from trainaudit.ingest.sink import RunBuilder, Sink
 from trainaudit.ingest.sources import STREAM_ERRORS, InputFile, context_file, expand_inputs, read_head
 from trainaudit.model import Run, Source
@@ -21,6 +22,7 @@ from trainaudit.safeio import LIMITS
 __all__ = ["Detected", "Position", "Problem", "detect", "format_names", "load_run", "scan"]
 
 INPUT_LIMIT_ERRORS = (RecursionError, OverflowError, MemoryError, ValueError)
+MAX_SHAPES = 1000  # per-rank log head shapes whose format detect remembers
 
 
 @dataclass(slots=True)
@@ -28,6 +30,7 @@ class Detected:
     inp: InputFile
     reader: Reader
     bytes_per_line: float = 0.0  # from the head, to turn a line number into a position
+    rank: RankHead | None = None  # a single rank's log found in a folder: its rank and head's shape
 
 
 @dataclass(slots=True)
@@ -71,6 +74,8 @@ def detect(inputs: list[InputFile], fmt: str | None = None, *, explicit: set[str
             raise InputError(f"--format {fmt}: unknown format (known: {', '.join(format_names())})")
     readers = all_readers()
     out: list[Detected] = []
+    # the format of each per-rank log head shape seen (a job's hundreds of rank logs are sniffed once)
+    by_shape: dict[bytes, Reader | None] = {}
     for inp in inputs:
         direct = explicit is not None and inp.display in explicit
         if inp.skip is not None:
@@ -86,14 +91,20 @@ def detect(inputs: list[InputFile], fmt: str | None = None, *, explicit: set[str
             if direct:
                 raise InputError(f"{inp.display}: file is empty")
             continue
-        sample = Sample.from_head(inp.name, head)
         per_line = len(head) / max(1, head.count(b"\n"))
+        rank = rank_head(inp.name, head) if explicit is not None and not direct else None
         if forced is not None:
-            out.append(Detected(inp, forced, per_line))
+            out.append(Detected(inp, forced, per_line, rank))
             continue
-        best, _ = best_reader(sample, readers)
+        if rank is not None and rank.shape in by_shape:
+            best = by_shape[rank.shape]
+        else:
+            sample = Sample.from_head(inp.name, head)
+            best, _ = best_reader(sample, readers)
+            if rank is not None and len(by_shape) < MAX_SHAPES:
+                by_shape[rank.shape] = best
         if best is None:
-            what = "binary file" if not sample.is_text else "text"
+            what = "binary file" if not looks_like_text(head) else "text"
             if direct:
                 raise InputError(f"{inp.display}: unknown format ({what} that no reader recognises; "
                                  f"use --format, one of: {', '.join(format_names())})")
@@ -107,24 +118,29 @@ def detect(inputs: list[InputFile], fmt: str | None = None, *, explicit: set[str
             if problems is not None:
                 problems.append(Problem(inp.display, f"skipped: {context}, not a log", fatal=False))
             continue
-        out.append(Detected(inp, best, per_line))
+        out.append(Detected(inp, best, per_line, rank))
     return out
 
 
-def scan(paths: list[str], sink: Sink, fmt: str | None = None, position: Position | None = None) -> list[Problem]:
+def scan(paths: list[str], sink: Sink, fmt: str | None = None, position: Position | None = None,
+         skims: list[tuple[Source, Skim]] | None = None) -> list[Problem]:
     """Read every input into ``sink``. Returns problems; raises :class:`InputError` when nothing
-    at all could be read. ``position`` is kept up to date for a progress display."""
+    at all could be read. ``position`` is kept up to date for a progress display. With ``skims``,
+    a directory of many per-rank logs has all but its metric-carrying ranks skimmed
+    (:mod:`trainaudit.ingest.ranks`): each skimmed source and what was found in it go there."""
     problems: list[Problem] = []
     inputs = expand_inputs(paths)
     detected = detect(inputs, fmt, explicit=set(paths), problems=problems)
     if not detected:
         raise InputError(f"{', '.join(paths)}: no readable training artifacts found")
+    to_skim = plan([(d.inp, d.reader, d.rank) for d in detected]) if skims is not None else {}
+    keep = keep_per_rank(len(to_skim))
     position = position or Position()
     position.total, position.sink = sum(d.inp.size for d in detected), sink
     useful = 0
     # paths already in the problems list: a lookup per file of a 100 000-file folder must not scan it
     with_problem = {p.path for p in problems}
-    for d in detected:
+    for i, d in enumerate(detected):
         position.current = d
         before_problems = len(problems)
         source = Source(d.inp.display, d.reader.name, d.reader.kind, d.inp.size)
@@ -135,7 +151,11 @@ def scan(paths: list[str], sink: Sink, fmt: str | None = None, position: Positio
             d.inp.line_bytes = LIMITS.line_bytes
         try:
             try:
-                d.reader.read(d.inp, sink)
+                if i in to_skim and skims is not None and isinstance(d.reader, LineReader):
+                    skims.append((source, skim(d.inp, d.reader, sink, to_skim[i], keep)))
+                    source.note = "skimmed"
+                else:
+                    d.reader.read(d.inp, sink)
             except InputError as exc:
                 if not d.reader.numbers_fallback or sink.n_values > before_values or \
                         not looks_like_text(read_head(d.inp)):
@@ -158,7 +178,7 @@ def scan(paths: list[str], sink: Sink, fmt: str | None = None, position: Positio
             sink.end()
             position.current, position.done = None, position.done + d.inp.size
         got = sink.n_values - before_values + sink.n_events - before_events
-        if got:
+        if got or source.note:
             useful += 1
         elif sink.n_meta > before_meta and d.inp.display not in paths:
             pass  # a run folder's params/config files add metadata only: nothing to report
@@ -181,6 +201,34 @@ def scan(paths: list[str], sink: Sink, fmt: str | None = None, position: Positio
 
 
 def load_run(paths: list[str], fmt: str | None = None, position: Position | None = None) -> tuple[Run, list[Problem]]:
+    """The run of ``paths``; a directory of many per-rank logs has its ranks but the metric-carrying
+    ones skimmed (:mod:`trainaudit.ingest.ranks`), each skimmed source saying so in its ``note``."""
     builder = RunBuilder()
-    problems = scan(paths, builder, fmt, position)
-    return builder.build(), problems
+    skims: list[tuple[Source, Skim]] = []
+    problems = scan(paths, builder, fmt, position, skims)
+    run = builder.build()
+    if skims:
+        differ = []
+        for source, found in skims:
+            source.note, metrics = describe(found, run)
+            if metrics:
+                differ.append(found.rank)
+        ranks = sorted(found.rank for _, found in skims)
+        msg = (f"{len(skims)} per-rank logs skimmed (ranks {rank_ranges(ranks)}): their errors, tracebacks, "
+               "timeouts, non-finite values and last steps were read, their other metric lines were not")
+        if differ:
+            msg += (f"; ranks {rank_ranges(sorted(differ))} log values that differ from the rank read in full "
+                    "at the steps compared (give one of those logs alone to see its own curves)")
+        problems.append(Problem(", ".join(paths), msg, fatal=False))
+    return run, problems
+
+
+def rank_ranges(ranks: list[int]) -> str:
+    """Sorted ranks as ranges: ``0-3, 7, 9-10``."""
+    runs: list[list[int]] = []
+    for r in ranks:
+        if runs and r == runs[-1][1] + 1:
+            runs[-1][1] = r
+        else:
+            runs.append([r, r])
+    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)

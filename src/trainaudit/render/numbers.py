@@ -52,7 +52,9 @@ def coverage_line(c: Coverage | None, limit: int = 4) -> str | None:
     skipped = "; ".join(f"{r}: {why}" for r, why in list(c.rules_skipped.items())[:3])
     more = "; ..." if len(c.rules_skipped) > 3 else ""
     could_not = f", {len(c.rules_skipped)} could not ({skipped}{more})" if c.rules_skipped else ""
-    return f"Checked: {seen}; {c.events} event(s); {len(c.rules_run)} rules ran{could_not}."
+    skimmed = (f"; {len(c.skimmed)} source(s) skimmed for errors, timeouts, non-finite values and their last step "
+               "(their descriptions say what was read)") if c.skimmed else ""
+    return f"Checked: {seen}; {c.events} event(s); {len(c.rules_run)} rules ran{could_not}{skimmed}."
 
 
 MAX_VALUES = 12  # values of an excerpt listed inline; answer.json has all

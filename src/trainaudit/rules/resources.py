@@ -316,6 +316,13 @@ class MemoryGrowth(Rule):
         return h
 
 
+# The exception a rank raises when the collective it waits in is aborted or times out because another
+# rank failed (torch.distributed.DistBackendError "NCCL communicator was aborted on rank 3", the
+# watchdog's "Watchdog caught collective operation timeout"): its traceback follows the root's failure.
+_AFTER_ANOTHER_RANK_RE = re.compile(r"Dist(?:Backend|Store|Network)?Error|communicator was aborted|[Ww]atchdog caught"
+                                    r"|collective operation timeout")
+
+
 def _rank_of_root(ctx: Context) -> tuple[int | None, Event | None, str]:
     """The rank that failed first: an elastic 'Root Cause (first observed failure)', else the
     first non-collective fatal event with a rank (the others then time out in NCCL)."""
@@ -326,7 +333,9 @@ def _rank_of_root(ctx: Context) -> tuple[int | None, Event | None, str]:
                 return int(r), e, "torch.distributed.elastic reports it as the first observed failure"
     primary = [e for e in ctx.run.events if e.kind in (EventKind.OOM, EventKind.TRACEBACK, EventKind.SIGNAL,
                                                        EventKind.HOST_OOM, EventKind.NAN_CHECK, EventKind.XID,
-                                                       EventKind.ECC, EventKind.GPU_LOST) and e.rank is not None]
+                                                       EventKind.ECC, EventKind.GPU_LOST) and e.rank is not None
+               and not (e.kind == EventKind.TRACEBACK and _AFTER_ANOTHER_RANK_RE.search(
+                   f"{e.data.get('exc_type', '')}: {e.data.get('message', '')}"))]
     if primary:
         return primary[0].rank, primary[0], f"its {primary[0].kind.value} comes before the collective failures"
     return None, None, ""
