@@ -1,0 +1,216 @@
+"""A line format's log read a chunk of physical lines at a time, by line shape.
+
+A line's shape is the line with every digit a ``0``. Lines of one shape differ in their digits
+only, so whatever a format's line reader does with one of them it does with all of them but for
+the numbers, which stand at the same offsets in each: the format looks at one line of a shape
+(``classify``) and then reads the numbers of every line of that shape at once, from a matrix of
+lines (:class:`~trainaudit.ingest.formats.text.bulk.SpanNumbers`).
+
+Each physical line gets one of four kinds from its shape:
+
+- ``OTHER``: read by the line reader, exactly as :class:`~trainaudit.ingest.base.LineReader.read`
+  reads it (a launcher prefix, ANSI codes, non-ASCII or control bytes, what the signature scanner
+  may speak of, a line the format's ``classify`` leaves to the line reader, a shape too long or one
+  past :data:`MAX_SHAPES`);
+- ``BLANK``: no segment but blanks (the line reader does nothing with it);
+- ``QUIET``: the format's gate finds nothing in it (the line reader skips it, but for the first
+  non-blank segment when the format awaits the next line);
+- ``ROW``: a record the format's ``place`` reads in bulk.
+
+A run of lines without ``OTHER`` is handed to the format's ``place`` while no traceback is open
+and the format has found something (:class:`SpareNumbers` no longer reads along): those lines then
+never reach the scanner (it would find nothing in them, :func:`may_signal`) nor the extractor.
+``place`` returns where the line reader takes over again (its state must then be what the line
+reader would have left there). Which lines the signature scanner may speak of is decided on the
+shape with the scanner's literals, digits zeroed (a literal in a line is then in its shape), so no
+line of a shape can hold one that its shape does not.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from itertools import repeat
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from trainaudit.ingest.base import SIGNALS_RAW, LineReader, SpareNumbers
+from trainaudit.ingest.chunks import stream_chunks
+from trainaudit.ingest.extract import _ZERO_BYTES
+from trainaudit.ingest.formats.text.bulk import ChunkLines
+from trainaudit.ingest.signatures import SIGNAL_LITERALS, SignatureScanner
+from trainaudit.ingest.sink import Sink
+from trainaudit.ingest.sources import InputFile
+from trainaudit.ingest.text import gated_split, literals, strip_prefixes, trie_pattern
+
+OTHER, BLANK, QUIET, ROW = 0, 1, 2, 3
+CHUNK_SIZE = 4 << 20
+MAX_SHAPES = 16384  # then new shapes are read by the line reader (a log of ever new shapes stays bounded)
+MAX_LEN = 4096  # longer lines are read by the line reader (a shape is a key held in memory)
+
+# bytes a segment read in bulk never holds: control bytes but tab (ANSI escapes among them), and DEL
+_ODD = re.compile(rb"[\x00-\x08\x0a-\x1f\x7f]")
+
+
+def zeroed_pattern(pattern: str) -> re.Pattern[bytes]:
+    """The literals of ``pattern`` (see :func:`literals`) with their digits zeroed, as one bytes
+    pattern: what it finds nothing in, in a shape, no line of the shape holds a literal of."""
+    words = {w.encode("ascii").translate(_ZERO_BYTES).decode("ascii") for w in literals(pattern)}
+    return re.compile(trie_pattern(sorted(words)).encode("ascii"))
+
+
+SIGNALS_ZEROED = zeroed_pattern(SIGNAL_LITERALS)
+
+
+@dataclass(slots=True)
+class Shape:
+    """What one segment shape's segments are, and what the format keeps of it (``info``)."""
+
+    kind: int
+    info: Any = None
+
+
+@dataclass(slots=True)
+class Chunk:
+    """A chunk's physical lines with their kinds; for each line, the shape id and start of its first
+    non-blank segment and of its ``ROW`` segment (0 where none)."""
+
+    lines: ChunkLines
+    kind: NDArray[np.int8]
+    first: NDArray[np.int64]
+    first_at: NDArray[np.int64]
+    row: NDArray[np.int64]
+    row_at: NDArray[np.int64]
+
+
+_SEGMENT_KEYS = bytes.maketrans(b"123456789\r", b"000000000\n")  # digits zeroed, CR a break too
+
+
+class ShapeTable:
+    """The shapes of a file's carriage-return segments. ``classify(text, quiet)`` is the format's
+    look at one segment of a new shape (decoded; valid UTF-8 without control characters but tab,
+    not blank, without launcher prefix; ``quiet``: its gate finds nothing in it) and returns its
+    :class:`Shape`, ``QUIET``, ``ROW`` or ``OTHER``, with offsets in the segment's bytes
+    (:func:`byte_offset`): segments of a shape have the same bytes but for ASCII digits.
+
+    A line is ``OTHER`` when a segment is, or when two are ``ROW``s; ``BLANK`` when all are blank;
+    ``ROW`` when one is; else ``QUIET``."""
+
+    def __init__(self, gate_literals: str, classify: Callable[[str, bool], Shape]) -> None:
+        self.ids: dict[bytes, int] = {}
+        self.shapes: list[Shape] = [Shape(OTHER)]  # id 0: the line reader's
+        self.gate = zeroed_pattern(gate_literals)
+        self.classify = classify
+
+    def chunk(self, data: bytes) -> Chunk:
+        lines = ChunkLines(data)
+        n = len(lines)
+        buf = lines.buf
+        brk = np.flatnonzero((buf == 10) | (buf == 13))
+        starts = np.concatenate(([0], brk + 1))
+        ends = np.append(brk, len(data))
+        line_of = np.concatenate(([0], np.cumsum(buf[brk] == 10)))
+        keep = line_of < n  # (the empty segment after the last newline belongs to no line)
+        keys = data.translate(_SEGMENT_KEYS).split(b"\n")
+        sid = np.fromiter(map(self.ids.get, keys, repeat(-1)), dtype=np.int64, count=len(keys))
+        for i in np.flatnonzero(sid < 0).tolist():
+            key = keys[i]
+            got = self.ids.get(key)
+            if got is None:
+                if len(key) > MAX_LEN or len(self.ids) >= MAX_SHAPES:
+                    sid[i] = 0
+                    continue
+                got = self.ids[key] = len(self.shapes)
+                self.shapes.append(self._shape(data[int(starts[i]):int(ends[i])], key))
+            sid[i] = got
+        sid, starts, line_of = sid[keep], starts[keep], line_of[keep]
+        skind = np.array([s.kind for s in self.shapes], dtype=np.int8)[sid]
+        others = np.bincount(line_of[skind == OTHER], minlength=n)
+        is_row = np.flatnonzero(skind == ROW)
+        rows = np.bincount(line_of[is_row], minlength=n)
+        shown = np.flatnonzero(skind != BLANK)
+        has, at = np.unique(line_of[shown], return_index=True)
+        first = np.zeros(n, dtype=np.int64)
+        first_at = np.zeros(n, dtype=np.int64)
+        first[has], first_at[has] = sid[shown[at]], starts[shown[at]]
+        row = np.zeros(n, dtype=np.int64)
+        row_at = np.zeros(n, dtype=np.int64)
+        row[line_of[is_row]], row_at[line_of[is_row]] = sid[is_row], starts[is_row]
+        kind = np.full(n, QUIET, dtype=np.int8)
+        kind[np.bincount(line_of[shown], minlength=n) == 0] = BLANK
+        kind[rows == 1] = ROW
+        kind[(others > 0) | (rows > 1)] = OTHER
+        return Chunk(lines, kind, first, first_at, row, row_at)
+
+    def _shape(self, raw: bytes, key: bytes) -> Shape:
+        if _ODD.search(raw) is not None or SIGNALS_ZEROED.search(key) is not None:
+            return Shape(OTHER)
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            return Shape(OTHER)
+        if not text.strip():
+            return Shape(BLANK)
+        if strip_prefixes(text) != (text, None):
+            return Shape(OTHER)
+        return self.classify(text, self.gate.search(key) is None)
+
+
+def byte_offset(text: str, at: int) -> int:
+    """Where character ``at`` of ``text`` starts in its UTF-8 bytes."""
+    return at if text.isascii() else len(text[:at].encode("utf-8"))
+
+
+Place = Callable[[Chunk, int, int, int], int]
+
+
+def read_shaped(reader: LineReader, inp: InputFile, sink: Sink, table: ShapeTable, state: dict,
+                place: Place) -> None:
+    """What ``reader.read`` (:class:`LineReader`) does with ``inp``, runs of lines without
+    ``OTHER`` placed by ``place(chunk, start, stop, base)`` (``base``: the lines before the chunk), which returns the first line the line reader must read again."""
+    gate = reader.gate
+    assert gate is not None
+    scanner = SignatureScanner(inp.display)
+    spare = SpareNumbers(sink, along=reader.numbers_fallback)
+
+    def everything() -> bool:
+        return scanner.busy or spare.reading
+
+    def one(no: int, raw: bytes) -> None:
+        wait = not everything() and reader.awaits(state)
+        if not (wait or everything()) and gate.raw.search(raw) is None:
+            return
+        for line in gated_split(no, raw, gate.text, everything, SIGNALS_RAW, wait):
+            reader.feed(line, sink, state)
+            events = scanner.feed(line)
+            for ev in events:
+                sink.event(ev)
+            spare.line(line, events, scanner.busy)
+
+    base = 0
+    with inp.open() as stream:
+        for data in stream_chunks(stream, CHUNK_SIZE):
+            got = table.chunk(data)
+            lines, kind = got.lines, got.kind
+            n = len(lines)
+            others = np.flatnonzero(kind == OTHER)
+            i = 0
+            while i < n:
+                if kind[i] == OTHER or everything():
+                    one(base + i + 1, lines[i])
+                    i += 1
+                    continue
+                k = int(np.searchsorted(others, i))
+                end = int(others[k]) if k < others.shape[0] else n
+                for j in range(place(got, i, end, base), end):
+                    one(base + j + 1, lines[j])
+                i = end
+            base += n
+    for ev in scanner.finish():
+        sink.event(ev)
+    reader.finish(sink, state)
+    if reader.numbers_fallback:
+        spare.end(inp)
