@@ -134,6 +134,49 @@ class _LineShape:
     numbers: SpanNumbers | None = None
 
 
+class _Numbered:
+    """A chunk's numbers read at once: for each line, the count, total and total's width (0: none)
+    of the bar in its first non-blank segment and, for each key of a train dict read in bulk, the
+    value in the line's dict (a column a key, ``has`` where the line's dict holds it)."""
+
+    def __init__(self, chunk: Chunk, info: list[Any]) -> None:
+        n = chunk.kind.shape[0]
+        buf = chunk.lines.buf
+        self.counts = np.zeros(n, dtype=np.int64)
+        self.totals = np.zeros(n, dtype=np.int64)
+        self.widths = np.zeros(n, dtype=np.int64)
+        read = np.flatnonzero((chunk.kind == QUIET) | (chunk.kind == ROW))
+        fsid = chunk.first[read]
+        for s in np.unique(fsid).tolist():
+            bar = info[s].bar
+            if bar is None:
+                continue
+            sel = read[fsid == s]
+            at = chunk.first_at[sel]
+            self.counts[sel] = _digits(buf, at + bar[0], bar[1] - bar[0])
+            self.totals[sel] = _digits(buf, at + bar[2], bar[3] - bar[2])
+            self.widths[sel] = bar[3] - bar[2]
+        rows = np.flatnonzero(chunk.kind == ROW)
+        self.row_shape = chunk.row
+        self.columns: dict[str, tuple[NDArray[np.float64], NDArray[np.bool_]]] = {}
+        keys: dict[int, tuple[str, ...]] = {}
+        rsid = chunk.row[rows]
+        for s in np.unique(rsid).tolist():
+            sel = rows[rsid == s]
+            values = info[s].numbers.read_at(buf, chunk.row_at[sel])
+            keys[s] = info[s].keys
+            for c, key in enumerate(info[s].keys):
+                if key not in self.columns:
+                    self.columns[key] = (np.full(n, np.nan), np.zeros(n, dtype=bool))
+                self.columns[key][0][sel] = values[:, c]
+                self.columns[key][1][sel] = True
+        self._keys = keys
+
+    def keys_of(self, line: int) -> tuple[str, ...]:
+        """The keys of the dict of a ``ROW`` line, in its order."""
+        return self._keys[int(self.row_shape[line])]
+
+
 def _digits(buf: NDArray[np.uint8], at: NDArray[np.int64], width: int) -> NDArray[np.int64]:
     """The decimal integers of ``width`` digits at offsets ``at`` of ``buf``."""
     d = (buf[at[:, None] + np.arange(width)] - 48).astype(np.int64)
@@ -287,51 +330,44 @@ class HFReader(LineReader):
                base: int) -> int:
         """The lines ``start`` to ``stop`` (no ``OTHER``) as :meth:`feed` reads them: each train
         dict is written at the count of the bar in the first non-blank segment of the next
-        non-blank line. The last one, when that line is past ``stop``, is left to the line
-        reader: its line is returned (the dict before it is written already)."""
+        non-blank line; the last one, when that line is past ``stop``, is left pending as
+        :meth:`feed` leaves it."""
         idx = np.arange(start, stop)
         kinds = chunk.kind[start:stop]
         shown = idx[kinds != BLANK]
         if not shown.shape[0]:
             return stop
-        info = [s.info for s in table.shapes]
+        got = chunk.cache.get(self.name)
+        if got is None:
+            got = chunk.cache[self.name] = _Numbered(chunk, [s.info for s in table.shapes])
         if state["pending"] is not None:
             f = int(shown[0])
-            bar = info[int(chunk.first[f])].bar
-            at = int(chunk.first_at[f])
-            data = chunk.lines.data
-            self._flush(sink, state, None if bar is None else int(data[at + bar[0]:at + bar[1]]),
-                        None if bar is None else data[at + bar[2]:at + bar[3]].decode("ascii"))
+            w = int(got.widths[f])
+            self._flush(sink, state, int(got.counts[f]) if w else None, str(int(got.totals[f])).zfill(w) if w else None)
         rows = idx[kinds == ROW]
         if not rows.shape[0]:
             return stop
         nxt = np.searchsorted(shown, rows, side="right")
-        resume = stop
-        if nxt[-1] >= shown.shape[0]:
-            resume = int(rows[-1])
+        last = None
+        if nxt[-1] >= shown.shape[0]:  # the last dict waits for a line past the run
+            last = int(rows[-1])
             rows, nxt = rows[:-1], nxt[:-1]
         if rows.shape[0]:
-            self._rows(info, sink, state, chunk, rows, shown[nxt], base)
-        return resume
+            self._rows(got, sink, state, rows, shown[nxt], base)
+        if last is not None:
+            state["n_train"] += 1
+            logs: dict[str, float | str] = {key: float(got.columns[key][0][last]) for key in got.keys_of(last)}
+            raw = chunk.lines[last].decode("utf-8").rstrip("\r\n")
+            at = int(chunk.row_at[last] - chunk.lines.starts[last])
+            text = chunk.lines[last][at:].split(b"\r", 1)[0].decode("utf-8")
+            state["pending"] = (logs, Line(base + last + 1, text, None, raw))
+        return stop
 
-    def _rows(self, info: list[Any], sink: Sink, state: dict, chunk: Chunk, rows: NDArray[np.int64],
-              bars: NDArray[np.int64], base: int) -> None:
+    def _rows(self, got: _Numbered, sink: Sink, state: dict, rows: NDArray[np.int64], bars: NDArray[np.int64],
+              base: int) -> None:
         """Train dicts at lines ``rows``, each flushed by the bar of line ``bars`` (same order)."""
         n = rows.shape[0]
-        buf = chunk.lines.buf
-        counts = np.zeros(n, dtype=np.int64)
-        totals = np.zeros(n, dtype=np.int64)
-        widths = np.zeros(n, dtype=np.int64)  # of the total as printed (0: no bar)
-        bsid = chunk.first[bars]
-        for s in np.unique(bsid).tolist():
-            bar = info[s].bar
-            if bar is None:
-                continue
-            sel = bsid == s
-            at = chunk.first_at[bars[sel]]
-            counts[sel] = _digits(buf, at + bar[0], bar[1] - bar[0])
-            totals[sel] = _digits(buf, at + bar[2], bar[3] - bar[2])
-            widths[sel] = bar[3] - bar[2]
+        counts, totals, widths = got.counts[bars], got.totals[bars], got.widths[bars]
         n0, last = state["n_train"], state["last_step"]
         total = str(int(totals[0])).zfill(int(widths[0])) if widths[0] else None
         if (total is not None and bool((widths == widths[0]).all()) and bool((totals == totals[0]).all())
@@ -347,29 +383,32 @@ class HFReader(LineReader):
             for k, (c, t, w) in enumerate(zip(counts.tolist(), totals.tolist(), widths.tolist())):
                 state["n_train"] += 1
                 steps[k] = self._step(state, c if w else None, str(t).zfill(w) if w else None)
-        # the values, a column a key, in the order the keys first come
-        rsid = chunk.row[rows]
-        shapes, first = np.unique(rsid, return_index=True)
-        columns: dict[str, tuple[NDArray[np.float64], NDArray[np.bool_]]] = {}
-        for s in shapes[np.argsort(first)].tolist():
-            sel = np.flatnonzero(rsid == s)
-            got = info[s].numbers.read_at(buf, chunk.row_at[rows[sel]])
-            for c, key in enumerate(info[s].keys):
-                if key not in columns:
-                    columns[key] = (np.full(n, np.nan), np.zeros(n, dtype=bool))
-                columns[key][0][sel] = got[:, c]
-                columns[key][1][sel] = True
         if "framework" not in state:
             state["framework"] = True
             sink.meta("framework", "hf")
         line_nos = rows + base + 1
-        for key, (values, has) in columns.items():
-            sink.add_many(key, steps[has], values[has], line_nos[has])
+        # the keys in the order they first come (a row's keys in its dict's order)
+        shapes = got.row_shape[rows]
+        order: list[str] = []
+        if bool((shapes == shapes[0]).all()):
+            order = list(got.keys_of(int(rows[0])))
+        else:
+            _, first = np.unique(shapes, return_index=True)
+            for k in np.sort(first).tolist():
+                order += [key for key in got.keys_of(int(rows[k])) if key not in order]
+        for key in order:
+            values, has = got.columns[key]
+            h = has[rows]
+            if h.all():
+                sink.add_many(key, steps, values[rows], line_nos)
+            else:
+                sink.add_many(key, steps[h], values[rows][h], line_nos[h])
         sink.last_step = int(steps[-1])
-        if "epoch" in columns:
+        if "epoch" in got.columns:
             texts = state["texts"]
-            values, has = columns["epoch"]
-            pairs = zip(steps[has].tolist(), values[has].tolist())
+            values, has = got.columns["epoch"]
+            h = has[rows]
+            pairs = zip(steps[h].tolist(), values[rows][h].tolist())
             if len(texts) + n < MAX_TEXTS:
                 texts.update((s, f"epoch {e:g}") for s, e in pairs)
             else:

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import repeat
 from typing import Any
 
@@ -84,6 +84,7 @@ class Chunk:
     first_at: NDArray[np.int64]
     row: NDArray[np.int64]
     row_at: NDArray[np.int64]
+    cache: dict[str, Any] = field(default_factory=dict)  # what a format read of the chunk at once
 
 
 _SEGMENT_KEYS = bytes.maketrans(b"123456789\r", b"000000000\n")  # digits zeroed, CR a break too
