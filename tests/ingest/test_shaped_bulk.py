@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -18,7 +19,8 @@ from test_text_bulk import snapshot
 from trainaudit.ingest import load_run
 from trainaudit.ingest.formats import shaped
 from trainaudit.ingest.formats.hf import HFReader
-from trainaudit.ingest.formats.shaped import ROW, ShapeTable
+from trainaudit.ingest.formats.lightning import LightningReader
+from trainaudit.ingest.formats.shaped import ShapeTable
 
 NUMBERS = ["0.5", "10.7052", "1.4999999998982809e-05", "nan", "inf", "-inf", "3", "0.0", "2.5E+00", "1e-3",
            "123456789012345678", ".5", "-0.25"]
@@ -69,7 +71,7 @@ HEAD = "".join(f"{{'loss': {3 - i / 10}, 'grad_norm': 1.0, 'learning_rate': 0.00
 
 
 class Placed:
-    """Counts the ROW lines handed to the formats' ``place``."""
+    """Counts the ROW segments the formats' bulk path found."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.rows = 0
@@ -77,7 +79,7 @@ class Placed:
 
         def spy(table: ShapeTable, data: bytes) -> shaped.Chunk:
             got = real(table, data)
-            self.rows += int((got.kind == ROW).sum())
+            self.rows += int(got.segments.shape[1])
             return got
 
         monkeypatch.setattr(ShapeTable, "chunk", spy)
@@ -118,6 +120,88 @@ def test_a_plain_hf_log_is_placed_in_bulk(tmp_path: Path, monkeypatch: pytest.Mo
     got, want = both(path, monkeypatch)
     assert got == want
     assert placed.rows > 250
-    series = dict((k, (steps, lines_)) for k, steps, _, lines_ in got[0])
+    series = {k: (steps, lines_) for k, steps, _, lines_ in got[0]}
     assert series["loss"][0][:3] == [2, 3, 4]  # each dict at the count of the bar after it
     assert "eval_loss" in series
+
+
+@st.composite
+def lightning_bars(draw: st.DrawFn) -> str:
+    total = draw(st.sampled_from([40, 1000]))
+    n = draw(st.integers(0, total))
+    desc = draw(st.sampled_from(["Epoch 0", "Epoch 1", "Epoch 3", "Validation DataLoader 0", "Sanity Checking"]))
+    loss = draw(st.sampled_from(["10.8", "2.31", "nan.0", "inf.0", "-inf.", "0.5", "1.63e+6", "x"]))
+    items = draw(st.sampled_from([f"v_num={draw(st.integers(0, 9))}, train_loss={loss}", f"train_loss={loss}",
+                                  f"loss={loss}, acc=0.{draw(st.integers(0, 99))}", ""]))
+    postfix = f", {items}" if items else ""
+    return f"{desc}: {n * 100 // total:3d}%|{'█' * (n * 10 // total):10s}| {n}/{total} [00:01<00:09, 27.42it/s{postfix}]"
+
+
+LIGHTNING_PIECES = st.one_of(
+    lightning_bars(), lightning_bars(), lightning_bars(),
+    st.sampled_from([" " * 20, "", "[rank1]: ", "\x1b[32m", "Traceback (most recent call last):",
+                     '  File "train.py", line 3, in main', "RuntimeError: CUDA out of memory", "\xff",
+                     "The loss returned in `training_step` is nan.", "`Trainer.fit` stopped: `max_epochs=2` reached.",
+                     "Epoch 1/1 ━━━━━━━━ 4/4 0:00:00 • 0:00:00 801.66it/s v_num: 0.000", "    train_loss: 0.500",
+                     "GPU available: True (cuda), used: True", "Epoch 2: 50%|█████     | 2/4 [00:01<?, ?it/s]",
+                     "Epoch 4: 0%|          | 17/? [00:01<?, ?it/s, train_loss=0.5]",
+                     "Epoch 1: 0%|          | 9/? [00:01<?, ?it/s, train_loss=0.25]"]),
+)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(segments=st.lists(st.lists(LIGHTNING_PIECES, min_size=0, max_size=8), min_size=1, max_size=30),
+       chunk=st.sampled_from([64, 301, 4096]))
+def test_lightning_bulk_reads_what_the_line_reader_reads(segments: list[list[str]], chunk: int, tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(shaped, "CHUNK_SIZE", chunk)
+    head = "\r".join(f"Epoch 0:   {k}%|          | {k}/40 [00:00<00:36, 27.42it/s, v_num=3, train_loss=10.8]"
+                     for k in range(1, 4))
+    body = head + "\n" + "\n".join("\r".join(segs) for segs in segments) + "\n"
+    path = tmp_path / "l.log"
+    path.write_bytes(body.encode("utf-8", "surrogateescape").replace("\xff".encode(), b"\xff"))
+    bulk, _ = load_run([str(path)], "lightning")
+    with monkeypatch.context() as m:
+        m.setattr(LightningReader, "bulk", False)
+        lines, _ = load_run([str(path)], "lightning")
+    assert snapshot(bulk) == snapshot(lines)
+
+
+def test_a_plain_lightning_log_is_placed_in_bulk(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(shaped, "CHUNK_SIZE", 4096)
+    placed = Placed(monkeypatch)
+    epochs = []
+    for epoch in range(3):
+        bars = [f"Epoch {epoch}: {k * 100 // 200:3d}%|{'█' * (k // 20):10s}| {k}/200 [00:01<00:09, 27.42it/s, "
+                f"v_num=3, train_loss={'nan.0' if epoch == 2 and k > 100 else f'{10 / k:.4g}'}]" for k in range(1, 201)]
+        val = [f"Validation DataLoader 0: {k * 10}%|          | {k}/10 [00:00<00:00, 90.00it/s]" for k in range(11)]
+        epochs.append("\r".join(bars + val))
+    path = tmp_path / "l.log"
+    path.write_text("\n".join(epochs) + "\n", encoding="utf-8")
+    bulk, _ = load_run([str(path)], "lightning")
+    with monkeypatch.context() as m:
+        m.setattr(LightningReader, "bulk", False)
+        lines, _ = load_run([str(path)], "lightning")
+    assert snapshot(bulk) == snapshot(lines)
+    assert placed.rows >= 400
+    loss = bulk.series["train_loss"]
+    assert loss.steps[-1] == 600 and np.isnan(loss.values[-1])
+
+
+def test_lightning_bars_without_total_count_on_from_the_bulk_rows(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """A bar of unknown total starts its epoch where the last epoch's count ended (its last ``n``,
+    kept by the bulk rows since the epoch changed)."""
+    first = "\r".join(f"Epoch 0: {k}%|          | {k}/40 [00:00<00:36, 27.42it/s, train_loss={10 - k / 10}]"
+                      for k in range(1, 31))
+    second = "\r".join(f"Epoch 1: {k}%|          | {k}/40 [00:00<00:36, 27.42it/s, train_loss={5 - k / 10}]"
+                       for k in range(1, 6))
+    path = tmp_path / "l.log"
+    path.write_text(f"{first}\n{first}\r{second}\nEpoch 2: 0%|          | 7/? [00:01<?, ?it/s, train_loss=0.5]\n",
+                    encoding="utf-8")
+    bulk, _ = load_run([str(path)], "lightning")
+    with monkeypatch.context() as m:
+        m.setattr(LightningReader, "bulk", False)
+        lines, _ = load_run([str(path)], "lightning")
+    assert snapshot(bulk) == snapshot(lines)
+    assert bulk.series["train_loss"].steps[-1] == 40 + 5 + 7

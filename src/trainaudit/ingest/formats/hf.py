@@ -153,8 +153,8 @@ class _Numbered:
                 continue
             sel = read[fsid == s]
             at = chunk.first_at[sel]
-            self.counts[sel] = _digits(buf, at + bar[0], bar[1] - bar[0])
-            self.totals[sel] = _digits(buf, at + bar[2], bar[3] - bar[2])
+            self.counts[sel] = digits_at(buf, at + bar[0], bar[1] - bar[0])
+            self.totals[sel] = digits_at(buf, at + bar[2], bar[3] - bar[2])
             self.widths[sel] = bar[3] - bar[2]
         rows = np.flatnonzero(chunk.kind == ROW)
         self.row_shape = chunk.row
@@ -177,7 +177,7 @@ class _Numbered:
         return self._keys[int(self.row_shape[line])]
 
 
-def _digits(buf: NDArray[np.uint8], at: NDArray[np.int64], width: int) -> NDArray[np.int64]:
+def digits_at(buf: NDArray[np.uint8], at: NDArray[np.int64], width: int) -> NDArray[np.int64]:
     """The decimal integers of ``width`` digits at offsets ``at`` of ``buf``."""
     d = (buf[at[:, None] + np.arange(width)] - 48).astype(np.int64)
     return d @ (10 ** np.arange(width - 1, -1, -1, dtype=np.int64))

@@ -21,15 +21,14 @@ A run of lines without ``OTHER`` is handed to the format's ``place`` while no tr
 and the format has found something (:class:`SpareNumbers` no longer reads along): those lines then
 never reach the scanner (it would find nothing in them, :func:`may_signal`) nor the extractor.
 ``place`` returns where the line reader takes over again (its state must then be what the line
-reader would have left there). Which lines the signature scanner may speak of is decided on the
-shape with the scanner's literals, digits zeroed (a literal in a line is then in its shape), so no
-line of a shape can hold one that its shape does not.
+reader would have left there). Which segments the signature scanner may speak of is decided once
+a shape (:func:`~trainaudit.ingest.signatures.may_speak` is blind to digits).
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from itertools import repeat
 from typing import Any
@@ -41,10 +40,10 @@ from trainaudit.ingest.base import SIGNALS_RAW, LineReader, SpareNumbers
 from trainaudit.ingest.chunks import stream_chunks
 from trainaudit.ingest.extract import _ZERO_BYTES
 from trainaudit.ingest.formats.text.bulk import ChunkLines
-from trainaudit.ingest.signatures import SIGNAL_LITERALS, SignatureScanner
+from trainaudit.ingest.signatures import SignatureScanner, may_speak
 from trainaudit.ingest.sink import Sink
 from trainaudit.ingest.sources import InputFile
-from trainaudit.ingest.text import gated_split, literals, strip_prefixes, trie_pattern
+from trainaudit.ingest.text import Line, gated_split, literals, split_line, strip_prefixes, trie_pattern
 
 OTHER, BLANK, QUIET, ROW = 0, 1, 2, 3
 CHUNK_SIZE = 4 << 20
@@ -60,9 +59,6 @@ def zeroed_pattern(pattern: str) -> re.Pattern[bytes]:
     pattern: what it finds nothing in, in a shape, no line of the shape holds a literal of."""
     words = {w.encode("ascii").translate(_ZERO_BYTES).decode("ascii") for w in literals(pattern)}
     return re.compile(trie_pattern(sorted(words)).encode("ascii"))
-
-
-SIGNALS_ZEROED = zeroed_pattern(SIGNAL_LITERALS)
 
 
 @dataclass(slots=True)
@@ -84,6 +80,7 @@ class Chunk:
     first_at: NDArray[np.int64]
     row: NDArray[np.int64]
     row_at: NDArray[np.int64]
+    segments: NDArray[np.int64]  # the chunk's ROW segments: shape id, start, line (a row each)
     cache: dict[str, Any] = field(default_factory=dict)  # what a format read of the chunk at once
 
 
@@ -97,13 +94,16 @@ class ShapeTable:
     :class:`Shape`, ``QUIET``, ``ROW`` or ``OTHER``, with offsets in the segment's bytes
     (:func:`byte_offset`): segments of a shape have the same bytes but for ASCII digits.
 
-    A line is ``OTHER`` when a segment is, or when two are ``ROW``s; ``BLANK`` when all are blank;
-    ``ROW`` when one is; else ``QUIET``."""
+    A line is ``OTHER`` when a segment is, or (``one_row``) when two are ``ROW``s; ``BLANK`` when all
+    are blank; ``ROW`` when one is (or more); else ``QUIET``. A format without a gate has no
+    ``quiet`` segments (its line reader reads every line)."""
 
-    def __init__(self, gate_literals: str, classify: Callable[[str, bool], Shape]) -> None:
+    def __init__(self, gate_literals: str | None, classify: Callable[[str, bool], Shape], *,
+                 one_row: bool = True) -> None:
         self.ids: dict[bytes, int] = {}
         self.shapes: list[Shape] = [Shape(OTHER)]  # id 0: the line reader's
-        self.gate = zeroed_pattern(gate_literals)
+        self.gate = None if gate_literals is None else zeroed_pattern(gate_literals)
+        self.one_row = one_row  # a line with two ROW segments is the line reader's
         self.classify = classify
 
     def chunk(self, data: bytes) -> Chunk:
@@ -142,22 +142,25 @@ class ShapeTable:
         row[line_of[is_row]], row_at[line_of[is_row]] = sid[is_row], starts[is_row]
         kind = np.full(n, QUIET, dtype=np.int8)
         kind[np.bincount(line_of[shown], minlength=n) == 0] = BLANK
-        kind[rows == 1] = ROW
-        kind[(others > 0) | (rows > 1)] = OTHER
-        return Chunk(lines, kind, first, first_at, row, row_at)
+        kind[rows >= 1] = ROW
+        kind[(others > 0) | ((rows > 1) & self.one_row)] = OTHER
+        segments = np.stack([sid[is_row], starts[is_row], line_of[is_row]])
+        return Chunk(lines, kind, first, first_at, row, row_at, segments)
 
     def _shape(self, raw: bytes, key: bytes) -> Shape:
-        if _ODD.search(raw) is not None or SIGNALS_ZEROED.search(key) is not None:
+        if _ODD.search(raw) is not None:
             return Shape(OTHER)
         try:
             text = raw.decode("utf-8")
         except UnicodeDecodeError:
             return Shape(OTHER)
+        if may_speak(text):
+            return Shape(OTHER)
         if not text.strip():
             return Shape(BLANK)
         if strip_prefixes(text) != (text, None):
             return Shape(OTHER)
-        return self.classify(text, self.gate.search(key) is None)
+        return self.classify(text, self.gate is not None and self.gate.search(key) is None)
 
 
 def byte_offset(text: str, at: int) -> int:
@@ -173,7 +176,6 @@ def read_shaped(reader: LineReader, inp: InputFile, sink: Sink, table: ShapeTabl
     """What ``reader.read`` (:class:`LineReader`) does with ``inp``, runs of lines without
     ``OTHER`` placed by ``place(chunk, start, stop, base)`` (``base``: the lines before the chunk), which returns the first line the line reader must read again."""
     gate = reader.gate
-    assert gate is not None
     scanner = SignatureScanner(inp.display)
     spare = SpareNumbers(sink, along=reader.numbers_fallback)
 
@@ -181,10 +183,14 @@ def read_shaped(reader: LineReader, inp: InputFile, sink: Sink, table: ShapeTabl
         return scanner.busy or spare.reading
 
     def one(no: int, raw: bytes) -> None:
-        wait = not everything() and reader.awaits(state)
-        if not (wait or everything()) and gate.raw.search(raw) is None:
-            return
-        for line in gated_split(no, raw, gate.text, everything, SIGNALS_RAW, wait):
+        if gate is None:
+            got: Iterable[Line] = split_line(no, raw)
+        else:
+            wait = not everything() and reader.awaits(state)
+            if not (wait or everything()) and gate.raw.search(raw) is None:
+                return
+            got = gated_split(no, raw, gate.text, everything, SIGNALS_RAW, wait)
+        for line in got:
             reader.feed(line, sink, state)
             events = scanner.feed(line)
             for ev in events:
