@@ -14,13 +14,20 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_text_bulk import snapshot
+from test_text_bulk import snapshot as run_snapshot
 
 from trainaudit.ingest import load_run
 from trainaudit.ingest.formats import shaped
 from trainaudit.ingest.formats.hf import HFReader
+from trainaudit.ingest.formats.keras import KerasReader
 from trainaudit.ingest.formats.lightning import LightningReader
 from trainaudit.ingest.formats.shaped import ShapeTable
+from trainaudit.model import Run
+
+def snapshot(run: Run) -> tuple:
+    """The series, events (their raw text included) and metadata of a run."""
+    return run_snapshot(run), [(e.line, e.raw) for e in run.events]
+
 
 NUMBERS = ["0.5", "10.7052", "1.4999999998982809e-05", "nan", "inf", "-inf", "3", "0.0", "2.5E+00", "1e-3",
            "123456789012345678", ".5", "-0.25"]
@@ -120,7 +127,7 @@ def test_a_plain_hf_log_is_placed_in_bulk(tmp_path: Path, monkeypatch: pytest.Mo
     got, want = both(path, monkeypatch)
     assert got == want
     assert placed.rows > 250
-    series = {k: (steps, lines_) for k, steps, _, lines_ in got[0]}
+    series = {k: (steps, lines_) for k, steps, _, lines_ in got[0][0]}
     assert series["loss"][0][:3] == [2, 3, 4]  # each dict at the count of the bar after it
     assert "eval_loss" in series
 
@@ -205,3 +212,65 @@ def test_lightning_bars_without_total_count_on_from_the_bulk_rows(tmp_path: Path
         lines, _ = load_run([str(path)], "lightning")
     assert snapshot(bulk) == snapshot(lines)
     assert bulk.series["train_loss"].steps[-1] == 40 + 5 + 7
+
+
+@st.composite
+def keras_bars(draw: st.DrawFn) -> str:
+    total = draw(st.sampled_from(["120", "8", "Unknown"]))
+    size = int(total) if total.isdigit() else 50
+    n = draw(st.one_of(st.integers(0, 130), st.sampled_from([size - 1, size, size + 1])))
+    loss = draw(st.sampled_from(["10.8040", "nan", "inf", "0.5", "1.5e-05", "7"]))
+    bar = draw(st.sampled_from(["[>.........] - ", "━━━━━━━━━━ ", "- "]))
+    timing = draw(st.sampled_from(["ETA: 2s - ", "1s 8ms/step - ", "0s - ", ""]))
+    metrics = draw(st.sampled_from([f"loss: {loss} - accuracy: 0.4861", f"loss: {loss}", "", f"loss: {loss} - loss: 1.0"]))
+    return f"{n:3d}/{total} {bar}{timing}{metrics}" + "\b" * draw(st.sampled_from([0, 3, 40]))
+
+
+KERAS_PIECES = st.one_of(
+    *[keras_bars()] * 8,
+    st.sampled_from(["Epoch 1/3", "Epoch 2/3", "Epoch 3/3", "", " " * 5, "\b\b\b", "[rank1]: ", "\x1b[32m",
+                     "Batch 3: Invalid loss, terminating training", "Traceback (most recent call last):",
+                     '  File "train.py", line 3, in main', "RuntimeError: boom", "\xff", 'Model: "sequential"']),
+)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(segments=st.lists(st.lists(KERAS_PIECES, min_size=0, max_size=8), min_size=1, max_size=30),
+       chunk=st.sampled_from([64, 301, 4096]))
+def test_keras_bulk_reads_what_the_line_reader_reads(segments: list[list[str]], chunk: int, tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(shaped, "CHUNK_SIZE", chunk)
+    # a first epoch with its final bar: the format has found something, the rest may be read in bulk
+    head = ("Epoch 1/3\n" + "\r".join(f"  {k}/8 [>.......] - ETA: 2s - loss: 1.{k}" for k in range(1, 8))
+            + "\r  8/8 [========] - 1s 8ms/step - loss: 1.0\n")
+    body = head + "\n".join("\r".join(segs) for segs in segments) + "\n"
+    path = tmp_path / "k.log"
+    path.write_bytes(body.encode("utf-8", "surrogateescape").replace("\xff".encode(), b"\xff"))
+    bulk, _ = load_run([str(path)], "keras")
+    with monkeypatch.context() as m:
+        m.setattr(KerasReader, "bulk", False)
+        lines, _ = load_run([str(path)], "keras")
+    assert snapshot(bulk) == snapshot(lines)
+
+
+def test_a_plain_keras_log_is_placed_in_bulk(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(shaped, "CHUNK_SIZE", 4096)
+    placed = Placed(monkeypatch)
+    out = []
+    for epoch in range(1, 6):
+        loss = "nan" if epoch == 5 else f"{3 / epoch:.4f}"
+        bars = [f"{k:3d}/40 [{'=' * (k // 4)}>{'.' * (10 - k // 4)}] - ETA: 1s - loss: {loss}" + "\b" * 50
+                for k in range(1, 40)]
+        out.append(f"Epoch {epoch}/6\n" + "\r".join(bars) + f"\r 40/40 [==========] - 1s 8ms/step - loss: {loss}")
+    out.append("Epoch 6/6\n" + "\r".join(f"{k:3d}/40 [>.........] - ETA: 1s - loss: 0.{k:02d}" for k in range(1, 9)))
+    path = tmp_path / "k.log"
+    path.write_text("\n".join(out) + "\n", encoding="utf-8")
+    bulk, _ = load_run([str(path)], "keras")
+    with monkeypatch.context() as m:
+        m.setattr(KerasReader, "bulk", False)
+        lines, _ = load_run([str(path)], "keras")
+    assert snapshot(bulk) == snapshot(lines)
+    assert placed.rows >= 150
+    assert bulk.series["loss"].steps.tolist() == [1, 2, 3, 4, 5] and np.isnan(bulk.series["loss"].values[-1])
+    interrupted = [e for e in bulk.events if e.kind.value == "phase"]
+    assert interrupted and interrupted[-1].data["batch"] == 8

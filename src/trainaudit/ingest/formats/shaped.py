@@ -50,8 +50,9 @@ CHUNK_SIZE = 4 << 20
 MAX_SHAPES = 16384  # then new shapes are read by the line reader (a log of ever new shapes stays bounded)
 MAX_LEN = 4096  # longer lines are read by the line reader (a shape is a key held in memory)
 
-# bytes a segment read in bulk never holds: control bytes but tab (ANSI escapes among them), and DEL
-_ODD = re.compile(rb"[\x00-\x08\x0a-\x1f\x7f]")
+# bytes a segment read in bulk never holds: control bytes but tab and backspace (Keras redraws with
+# it; the formats read it as any other character), ANSI escapes among them, and DEL
+_ODD = re.compile(rb"[\x00-\x07\x0a-\x1f\x7f]")
 
 
 def zeroed_pattern(pattern: str) -> re.Pattern[bytes]:
@@ -89,7 +90,7 @@ _SEGMENT_KEYS = bytes.maketrans(b"123456789\r", b"000000000\n")  # digits zeroed
 
 class ShapeTable:
     """The shapes of a file's carriage-return segments. ``classify(text, quiet)`` is the format's
-    look at one segment of a new shape (decoded; valid UTF-8 without control characters but tab,
+    look at one segment of a new shape (decoded; valid UTF-8 without control characters but tab and BS,
     not blank, without launcher prefix; ``quiet``: its gate finds nothing in it) and returns its
     :class:`Shape`, ``QUIET``, ``ROW`` or ``OTHER``, with offsets in the segment's bytes
     (:func:`byte_offset`): segments of a shape have the same bytes but for ASCII digits.
