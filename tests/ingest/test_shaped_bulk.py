@@ -93,10 +93,11 @@ class Placed:
 
 
 def both(path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[tuple, tuple]:
-    bulk, _ = load_run([str(path)], "hf")
+    bulk, problems = load_run([str(path)], "hf")
     with monkeypatch.context() as m:
         m.setattr(HFReader, "bulk", False)
-        lines, _ = load_run([str(path)], "hf")
+        lines, problems_lines = load_run([str(path)], "hf")
+    assert problems == problems_lines  # (a reader's error is a problem of the input)
     return snapshot(bulk), snapshot(lines)
 
 
@@ -167,11 +168,11 @@ def test_lightning_bulk_reads_what_the_line_reader_reads(segments: list[list[str
     body = head + "\n" + "\n".join("\r".join(segs) for segs in segments) + "\n"
     path = tmp_path / "l.log"
     path.write_bytes(body.encode("utf-8", "surrogateescape").replace("\xff".encode(), b"\xff"))
-    bulk, _ = load_run([str(path)], "lightning")
+    bulk, problems = load_run([str(path)], "lightning")
     with monkeypatch.context() as m:
         m.setattr(LightningReader, "bulk", False)
-        lines, _ = load_run([str(path)], "lightning")
-    assert snapshot(bulk) == snapshot(lines)
+        lines, problems_lines = load_run([str(path)], "lightning")
+    assert snapshot(bulk) == snapshot(lines) and problems == problems_lines
 
 
 def test_a_plain_lightning_log_is_placed_in_bulk(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -185,11 +186,11 @@ def test_a_plain_lightning_log_is_placed_in_bulk(tmp_path: Path, monkeypatch: py
         epochs.append("\r".join(bars + val))
     path = tmp_path / "l.log"
     path.write_text("\n".join(epochs) + "\n", encoding="utf-8")
-    bulk, _ = load_run([str(path)], "lightning")
+    bulk, problems = load_run([str(path)], "lightning")
     with monkeypatch.context() as m:
         m.setattr(LightningReader, "bulk", False)
-        lines, _ = load_run([str(path)], "lightning")
-    assert snapshot(bulk) == snapshot(lines)
+        lines, problems_lines = load_run([str(path)], "lightning")
+    assert snapshot(bulk) == snapshot(lines) and problems == problems_lines
     assert placed.rows >= 400
     loss = bulk.series["train_loss"]
     assert loss.steps[-1] == 600 and np.isnan(loss.values[-1])
@@ -206,11 +207,11 @@ def test_lightning_bars_without_total_count_on_from_the_bulk_rows(tmp_path: Path
     path = tmp_path / "l.log"
     path.write_text(f"{first}\n{first}\r{second}\nEpoch 2: 0%|          | 7/? [00:01<?, ?it/s, train_loss=0.5]\n",
                     encoding="utf-8")
-    bulk, _ = load_run([str(path)], "lightning")
+    bulk, problems = load_run([str(path)], "lightning")
     with monkeypatch.context() as m:
         m.setattr(LightningReader, "bulk", False)
-        lines, _ = load_run([str(path)], "lightning")
-    assert snapshot(bulk) == snapshot(lines)
+        lines, problems_lines = load_run([str(path)], "lightning")
+    assert snapshot(bulk) == snapshot(lines) and problems == problems_lines
     assert bulk.series["train_loss"].steps[-1] == 40 + 5 + 7
 
 
@@ -246,11 +247,11 @@ def test_keras_bulk_reads_what_the_line_reader_reads(segments: list[list[str]], 
     body = head + "\n".join("\r".join(segs) for segs in segments) + "\n"
     path = tmp_path / "k.log"
     path.write_bytes(body.encode("utf-8", "surrogateescape").replace("\xff".encode(), b"\xff"))
-    bulk, _ = load_run([str(path)], "keras")
+    bulk, problems = load_run([str(path)], "keras")
     with monkeypatch.context() as m:
         m.setattr(KerasReader, "bulk", False)
-        lines, _ = load_run([str(path)], "keras")
-    assert snapshot(bulk) == snapshot(lines)
+        lines, problems_lines = load_run([str(path)], "keras")
+    assert snapshot(bulk) == snapshot(lines) and problems == problems_lines
 
 
 def test_a_plain_keras_log_is_placed_in_bulk(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -265,11 +266,11 @@ def test_a_plain_keras_log_is_placed_in_bulk(tmp_path: Path, monkeypatch: pytest
     out.append("Epoch 6/6\n" + "\r".join(f"{k:3d}/40 [>.........] - ETA: 1s - loss: 0.{k:02d}" for k in range(1, 9)))
     path = tmp_path / "k.log"
     path.write_text("\n".join(out) + "\n", encoding="utf-8")
-    bulk, _ = load_run([str(path)], "keras")
+    bulk, problems = load_run([str(path)], "keras")
     with monkeypatch.context() as m:
         m.setattr(KerasReader, "bulk", False)
-        lines, _ = load_run([str(path)], "keras")
-    assert snapshot(bulk) == snapshot(lines)
+        lines, problems_lines = load_run([str(path)], "keras")
+    assert snapshot(bulk) == snapshot(lines) and problems == problems_lines
     assert placed.rows >= 150
     assert bulk.series["loss"].steps.tolist() == [1, 2, 3, 4, 5] and np.isnan(bulk.series["loss"].values[-1])
     interrupted = [e for e in bulk.events if e.kind.value == "phase"]

@@ -36,7 +36,9 @@ from numpy.typing import NDArray
 
 from trainaudit.errors import InputError
 from trainaudit.ingest.base import Gate, LineReader, Reader, Sample, gate_pattern
-from trainaudit.ingest.formats.shaped import BLANK, OTHER, QUIET, ROW, Chunk, Shape, ShapeTable, byte_offset, read_shaped
+from trainaudit.ingest.formats.shaped import (
+    BLANK, OTHER, QUIET, ROW, Chunk, Shape, ShapeTable, Where, byte_offset, digits_at, read_shaped,
+)
 from trainaudit.ingest.formats.text.bulk import SpanNumbers
 from trainaudit.ingest.sink import Sink
 from trainaudit.ingest.sources import InputFile
@@ -177,12 +179,6 @@ class _Numbered:
         return self._keys[int(self.row_shape[line])]
 
 
-def digits_at(buf: NDArray[np.uint8], at: NDArray[np.int64], width: int) -> NDArray[np.int64]:
-    """The decimal integers of ``width`` digits at offsets ``at`` of ``buf``."""
-    d = (buf[at[:, None] + np.arange(width)] - 48).astype(np.int64)
-    return d @ (10 ** np.arange(width - 1, -1, -1, dtype=np.int64))
-
-
 def _dict_kind(keys: list[str]) -> str:
     if any(k.startswith(("eval_", "test_")) for k in keys):
         return "eval"
@@ -288,11 +284,13 @@ class HFReader(LineReader):
         read_shaped(self, inp, sink, table, state, place)
 
     @staticmethod
-    def _classify(text: str, quiet: bool) -> Shape:
+    def _classify(text: str, quiet: bool, where: Where) -> Shape:
         """What :meth:`feed` does with a carriage-return segment (see :class:`ShapeTable`), for every
         segment of its shape: ``QUIET`` (the gate finds nothing in it) or ``ROW`` (a train dict of
         numbers without a step: it waits for the next line's bar), with the bar it holds (read when
         it is its line's first non-blank segment), else ``OTHER``."""
+        if not where.plain:
+            return Shape(OTHER)  # ANSI codes or a launcher prefix: the line reader's
         m = BAR_RE.search(text) if "/" in text and "[" in text else None
         bar: tuple[int, int, int, int] | None = None
         if m is not None:

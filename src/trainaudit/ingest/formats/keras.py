@@ -27,9 +27,11 @@ from numpy.typing import NDArray
 
 from trainaudit.errors import InputError
 from trainaudit.ingest.base import LineReader, Reader, Sample
-from trainaudit.ingest.formats.hf import NUMBER_RE, digits_at
+from trainaudit.ingest.formats.hf import NUMBER_RE
 from trainaudit.ingest.formats.lightning import csv_header, read_csv_rows
-from trainaudit.ingest.formats.shaped import OTHER, QUIET, ROW, Chunk, Shape, ShapeTable, byte_offset, read_shaped
+from trainaudit.ingest.formats.shaped import (
+    OTHER, QUIET, ROW, Chunk, Shape, ShapeTable, Where, byte_offset, digits_at, read_shaped,
+)
 from trainaudit.ingest.formats.text.bulk import SpanNumbers
 from trainaudit.ingest.sink import Sink
 from trainaudit.ingest.sources import InputFile
@@ -112,10 +114,12 @@ class KerasReader(LineReader):
         read_shaped(self, inp, sink, table, state, place)
 
     @staticmethod
-    def _classify(text: str, quiet: bool) -> Shape:
+    def _classify(text: str, quiet: bool, where: Where) -> Shape:
         """What :meth:`feed` does with a segment (see :class:`ShapeTable`), for every segment of its
         shape: ``ROW`` for a bar with metrics (its backspaces after them), ``QUIET`` for a segment it
         does nothing with, else ``OTHER`` (an epoch header, TerminateOnNaN)."""
+        if not where.plain:
+            return Shape(OTHER)  # ANSI codes or a launcher prefix: the line reader's
         t = text.replace("\b", "")
         if TERMINATE_RE.search(t) or EPOCH_RE.match(t):
             return Shape(OTHER)
@@ -154,7 +158,7 @@ class KerasReader(LineReader):
                base: int) -> int:
         """The bars of lines ``start`` to ``stop`` (no ``OTHER``) as :meth:`feed` reads them: the
         final ones write their values at the epoch, the last in-progress one is left pending."""
-        sid, at, seg_line = chunk.segments
+        sid, at, seg_line, _ = chunk.segments
         lo, hi = (int(x) for x in np.searchsorted(seg_line, [start, stop]))
         if hi <= lo:
             return stop

@@ -48,8 +48,10 @@ from numpy.typing import NDArray
 
 from trainaudit.errors import InputError
 from trainaudit.ingest.base import LineReader, Reader, Sample, fallback_format
-from trainaudit.ingest.formats.hf import NUMBER_RE, digits_at
-from trainaudit.ingest.formats.shaped import OTHER, QUIET, ROW, Chunk, Shape, ShapeTable, byte_offset, read_shaped
+from trainaudit.ingest.formats.hf import NUMBER_RE
+from trainaudit.ingest.formats.shaped import (
+    OTHER, QUIET, ROW, Chunk, Shape, ShapeTable, Where, byte_offset, digits_at, read_shaped,
+)
 from trainaudit.ingest.formats.text.bulk import SpanNumbers
 from trainaudit.ingest.sink import Sink
 from trainaudit.ingest.sources import InputFile
@@ -238,11 +240,13 @@ class LightningReader(LineReader):
 
     # -- bulk reading ---------------------------------------------------------------------------
     @staticmethod
-    def _classify(text: str, quiet: bool) -> Shape:
+    def _classify(text: str, quiet: bool, where: Where) -> Shape:
         """What :meth:`feed` does with a segment (see :class:`ShapeTable`) while no Rich bar is
         open, for every segment of its shape: ``ROW`` for a TQDM epoch bar of a known total whose
         postfix holds numbers (and ``v_num``), ``QUIET`` for a segment it does nothing with (another
         bar, a message none of its patterns finds), else ``OTHER``."""
+        if not where.plain:
+            return Shape(OTHER)  # ANSI codes or a launcher prefix: the line reader's
         if "Epoch" in text and "•" in text and RICH_BAR_RE.match(text):
             return Shape(OTHER)
         m = BAR_RE.search(text) if "%" in text else None
@@ -358,7 +362,7 @@ class _Bars:
     and each postfix key's values (``has`` where the segment's postfix holds the key)."""
 
     def __init__(self, chunk: Chunk, info: list[Any]) -> None:
-        sid, at, _ = chunk.segments
+        sid, at, _, _ = chunk.segments
         buf = chunk.lines.buf
         k = sid.shape[0]
         self.sid, self.at, self.info = sid, at, info

@@ -9,9 +9,8 @@ lines (:class:`~trainaudit.ingest.formats.text.bulk.SpanNumbers`).
 Each physical line gets one of four kinds from its shape:
 
 - ``OTHER``: read by the line reader, exactly as :class:`~trainaudit.ingest.base.LineReader.read`
-  reads it (a launcher prefix, ANSI codes, non-ASCII or control bytes, what the signature scanner
-  may speak of, a line the format's ``classify`` leaves to the line reader, a shape too long or one
-  past :data:`MAX_SHAPES`);
+  reads it (invalid UTF-8 or control bytes, what the signature scanner may speak of, a line the
+  format's ``classify`` leaves to the line reader, a shape too long or one past :data:`MAX_SHAPES`);
 - ``BLANK``: no segment but blanks (the line reader does nothing with it);
 - ``QUIET``: the format's gate finds nothing in it (the line reader skips it, but for the first
   non-blank segment when the format awaits the next line);
@@ -43,7 +42,7 @@ from trainaudit.ingest.formats.text.bulk import ChunkLines
 from trainaudit.ingest.signatures import SignatureScanner, may_speak
 from trainaudit.ingest.sink import Sink
 from trainaudit.ingest.sources import InputFile
-from trainaudit.ingest.text import Line, gated_split, literals, split_line, strip_prefixes, trie_pattern
+from trainaudit.ingest.text import ANSI_RE, Line, gated_split, literals, split_line, strip_prefixes, trie_pattern
 
 OTHER, BLANK, QUIET, ROW = 0, 1, 2, 3
 CHUNK_SIZE = 4 << 20
@@ -52,7 +51,7 @@ MAX_LEN = 4096  # longer lines are read by the line reader (a shape is a key hel
 
 # bytes a segment read in bulk never holds: control bytes but tab and backspace (Keras redraws with
 # it; the formats read it as any other character), ANSI escapes among them, and DEL
-_ODD = re.compile(rb"[\x00-\x07\x0a-\x1f\x7f]")
+_ODD = re.compile(rb"[\x00-\x07\x0a-\x1a\x1c-\x1f\x7f]")
 
 
 def zeroed_pattern(pattern: str) -> re.Pattern[bytes]:
@@ -68,6 +67,7 @@ class Shape:
 
     kind: int
     info: Any = None
+    rank: tuple[int, int] | None = None  # the bytes of a ROW segment's launcher rank
 
 
 @dataclass(slots=True)
@@ -81,7 +81,7 @@ class Chunk:
     first_at: NDArray[np.int64]
     row: NDArray[np.int64]
     row_at: NDArray[np.int64]
-    segments: NDArray[np.int64]  # the chunk's ROW segments: shape id, start, line (a row each)
+    segments: NDArray[np.int64]  # the chunk's ROW segments: shape id, start, line, rank or -1 (a row each)
     cache: dict[str, Any] = field(default_factory=dict)  # what a format read of the chunk at once
 
 
@@ -89,17 +89,19 @@ _SEGMENT_KEYS = bytes.maketrans(b"123456789\r", b"000000000\n")  # digits zeroed
 
 
 class ShapeTable:
-    """The shapes of a file's carriage-return segments. ``classify(text, quiet)`` is the format's
-    look at one segment of a new shape (decoded; valid UTF-8 without control characters but tab and BS,
-    not blank, without launcher prefix; ``quiet``: its gate finds nothing in it) and returns its
-    :class:`Shape`, ``QUIET``, ``ROW`` or ``OTHER``, with offsets in the segment's bytes
-    (:func:`byte_offset`): segments of a shape have the same bytes but for ASCII digits.
+    """The shapes of a file's carriage-return segments. ``classify(body, quiet, where)`` is the
+    format's look at one segment of a new shape (valid UTF-8 without control characters but tab,
+    BS and the ANSI codes the cleaner removes, not blank, no line the scanner may speak of), as
+    the line reader sees it (``body``: cleaned, launcher prefixes stripped; ``where``: how that maps
+    to the segment's bytes, its rank), with ``quiet`` when its gate finds nothing in it, and
+    returns its :class:`Shape`, ``QUIET``, ``ROW`` or ``OTHER``, with offsets in the segment's
+    bytes: segments of a shape have the same bytes but for ASCII digits.
 
     A line is ``OTHER`` when a segment is, or (``one_row``) when two are ``ROW``s; ``BLANK`` when all
     are blank; ``ROW`` when one is (or more); else ``QUIET``. A format without a gate has no
     ``quiet`` segments (its line reader reads every line)."""
 
-    def __init__(self, gate_literals: str | None, classify: Callable[[str, bool], Shape], *,
+    def __init__(self, gate_literals: str | None, classify: Callable[[str, bool, Where], Shape], *,
                  one_row: bool = True) -> None:
         self.ids: dict[bytes, int] = {}
         self.shapes: list[Shape] = [Shape(OTHER)]  # id 0: the line reader's
@@ -145,7 +147,14 @@ class ShapeTable:
         kind[np.bincount(line_of[shown], minlength=n) == 0] = BLANK
         kind[rows >= 1] = ROW
         kind[(others > 0) | ((rows > 1) & self.one_row)] = OTHER
-        segments = np.stack([sid[is_row], starts[is_row], line_of[is_row]])
+        ranks = np.full(is_row.shape[0], -1, dtype=np.int64)
+        rsid = sid[is_row]
+        for s in np.unique(rsid).tolist():
+            span = self.shapes[s].rank
+            if span is not None:
+                sel = rsid == s
+                ranks[sel] = digits_at(buf, starts[is_row][sel] + span[0], span[1] - span[0])
+        segments = np.stack([rsid, starts[is_row], line_of[is_row], ranks])
         return Chunk(lines, kind, first, first_at, row, row_at, segments)
 
     def _shape(self, raw: bytes, key: bytes) -> Shape:
@@ -155,18 +164,76 @@ class ShapeTable:
             text = raw.decode("utf-8")
         except UnicodeDecodeError:
             return Shape(OTHER)
-        if may_speak(text):
-            return Shape(OTHER)
-        if not text.strip():
+        where = Where(text)
+        if "\x1b" in where.clean:
+            return Shape(OTHER)  # an escape the cleaner leaves
+        if not where.clean.strip():
             return Shape(BLANK)
-        if strip_prefixes(text) != (text, None):
+        if may_speak(where.body):
             return Shape(OTHER)
-        return self.classify(text, self.gate is not None and self.gate.search(key) is None)
+        if where.rank_span is False:
+            return Shape(OTHER)
+        got = self.classify(where.body, self.gate is not None and self.gate.search(key) is None, where)
+        if got.kind == ROW and isinstance(where.rank_span, tuple):
+            got.rank = where.raw_span(*where.rank_span, body=False)
+        return got
 
 
 def byte_offset(text: str, at: int) -> int:
     """Where character ``at`` of ``text`` starts in its UTF-8 bytes."""
     return at if text.isascii() else len(text[:at].encode("utf-8"))
+
+
+class Where:
+    """A segment as the line cleaner makes it: ``clean`` (ANSI codes removed), ``body`` (launcher
+    prefixes stripped, ``rank`` theirs), ``plain`` when both are the segment itself. ``raw_span``
+    maps a span of the body to the segment's bytes (None when an escape code stands inside it);
+    ``rank_span`` is the span of the rank's digits in ``clean`` (None: no rank; False: the rank is
+    not one run of digits that lines of the shape share the place of)."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.kept: list[int] = []  # the segment's index of each character of clean
+        if "\x1b" in text:
+            pos = 0
+            for m in ANSI_RE.finditer(text):
+                self.kept += range(pos, m.start())
+                pos = m.end()
+            self.kept += range(pos, len(text))
+            self.clean = "".join(text[i] for i in self.kept)
+        else:
+            self.kept = list(range(len(text)))
+            self.clean = text
+        self.body, self.rank = strip_prefixes(self.clean)
+        self.plen = len(self.clean) - len(self.body)
+        self.plain = self.body == text
+        self.rank_span: tuple[int, int] | bool | None = None
+        if self.rank is not None:
+            # the digits of the prefix whose change changes the rank (lines of a shape differ in digits only)
+            moved = [i for i in range(self.plen) if self.clean[i] in "0123456789"
+                     and strip_prefixes(self.clean[:i] + ("1" if self.clean[i] != "1" else "2") + self.clean[i + 1:])
+                     [1] != self.rank]
+            ok = bool(moved) and moved == list(range(moved[0], moved[-1] + 1)) and \
+                self.clean[moved[0]:moved[-1] + 1].isascii() and int(self.clean[moved[0]:moved[-1] + 1]) == self.rank
+            self.rank_span = (moved[0], moved[-1] + 1) if ok else False
+
+    def raw_span(self, a: int, b: int, body: bool = True) -> tuple[int, int] | None:
+        """The bytes of the segment that hold characters ``a`` to ``b`` of the body (of ``clean``
+        with ``body`` False)."""
+        if body:
+            a, b = a + self.plen, b + self.plen
+        if b <= a:
+            return None
+        ra, rb = self.kept[a], self.kept[b - 1] + 1
+        if rb - ra != b - a:
+            return None
+        return byte_offset(self.text, ra), byte_offset(self.text, rb)
+
+
+def digits_at(buf: NDArray[np.uint8], at: NDArray[np.int64], width: int) -> NDArray[np.int64]:
+    """The decimal integers of ``width`` ASCII digits at offsets ``at`` of ``buf``."""
+    d = (buf[at[:, None] + np.arange(width)] - 48).astype(np.int64)
+    return d @ (10 ** np.arange(width - 1, -1, -1, dtype=np.int64))
 
 
 Place = Callable[[Chunk, int, int, int], int]
