@@ -22,6 +22,7 @@ from trainaudit.ingest.formats.hf import HFReader
 from trainaudit.ingest.formats.keras import KerasReader
 from trainaudit.ingest.formats.lightning import LightningReader
 from trainaudit.ingest.formats.shaped import ShapeTable
+from trainaudit.ingest.formats.torchtitan import TorchtitanReader
 from trainaudit.model import Run
 
 def snapshot(run: Run) -> tuple:
@@ -275,3 +276,68 @@ def test_a_plain_keras_log_is_placed_in_bulk(tmp_path: Path, monkeypatch: pytest
     assert bulk.series["loss"].steps.tolist() == [1, 2, 3, 4, 5] and np.isnan(bulk.series["loss"].values[-1])
     interrupted = [e for e in bulk.events if e.kind.value == "phase"]
     assert interrupted and interrupted[-1].data["batch"] == 8
+
+
+@st.composite
+def titan_lines(draw: st.DrawFn) -> str:
+    step = draw(st.integers(1, 6))
+    loss = draw(st.sampled_from(["10.79512", "nan", "inf", "3.2", "1e-3"]))
+    tps = draw(st.sampled_from(["10,003", "9,955", "812", "1,234,567", "N/A"]))
+    mfu = draw(st.sampled_from(["14.05%", "N/A", "0.17%"]))
+    validate = draw(st.sampled_from(["", "validate "]))
+    body = (f"{validate}step: {step:2d}  loss: {loss}  grad_norm:  0.7758  memory: 66.91GiB(37.51%)  tps: {tps}  "
+            f"tflops: 315.51  mfu: {mfu}")
+    colour = draw(st.booleans())
+    if colour:
+        body = f"\x1b[32m{body}\x1b[39m"
+    line = f"[titan] 2026-02-24 19:46:11,684 - root - INFO - {body}"
+    prefix = draw(st.sampled_from(["", "[rank0]:", "[rank1]:", "[rank12]:", "3: ", "[default2]:"]))
+    return prefix + line
+
+
+TITAN_PIECES = st.one_of(
+    *[titan_lines()] * 6,
+    st.sampled_from(["", " " * 4, "[titan] 2026-02-24 19:46:10,000 - root - INFO - Starting job: Llama 3 8B training",
+                     "Traceback (most recent call last):", '  File "train.py", line 3, in main', "RuntimeError: boom",
+                     "\xff", "W0224 19:46:09.113000 1234 torch/distributed/run.py:793] Setting OMP_NUM_THREADS"]),
+)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(lines=st.lists(st.lists(TITAN_PIECES, min_size=1, max_size=2), min_size=1, max_size=40),
+       chunk=st.sampled_from([64, 301, 4096]))
+def test_torchtitan_bulk_reads_what_the_line_reader_reads(lines: list[list[str]], chunk: int, tmp_path: Path,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(shaped, "CHUNK_SIZE", chunk)
+    head = "[titan] 2026-02-24 19:46:11,684 - root - INFO - step:  1  loss: 10.79512  grad_norm:  0.7758\n"
+    body = head + "\n".join("\r".join(segs) for segs in lines) + "\n"
+    path = tmp_path / "t.log"
+    path.write_bytes(body.encode("utf-8", "surrogateescape").replace("\xff".encode(), b"\xff"))
+    bulk, problems = load_run([str(path)], "torchtitan")
+    with monkeypatch.context() as m:
+        m.setattr(TorchtitanReader, "bulk", False)
+        lines_run, problems_lines = load_run([str(path)], "torchtitan")
+    assert snapshot(bulk) == snapshot(lines_run) and problems == problems_lines
+
+
+def test_torchrun_ranks_are_placed_in_bulk(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(shaped, "CHUNK_SIZE", 4096)
+    placed = Placed(monkeypatch)
+    out = ["[titan] 2026-02-24 19:46:10,000 - root - INFO - Starting job"]
+    for step in range(1, 101):
+        for rank in (0, 1, 2):
+            loss = "nan" if step > 90 else f"{10 - step / 20:.5f}"
+            out.append(f"[rank{rank}]:[titan] 2026-02-24 19:46:11,684 - root - INFO - \x1b[32mstep: {step:3d}  "
+                       f"loss: {loss}  memory: 66.91GiB(37.51%)  tps: {9000 + rank * 700 + step:,}\x1b[39m")
+        out.append(out[-1])  # a copy of the same rank's line
+    path = tmp_path / "t.log"
+    path.write_text("\n".join(out) + "\n", encoding="utf-8")
+    bulk, _ = load_run([str(path)], "torchtitan")
+    with monkeypatch.context() as m:
+        m.setattr(TorchtitanReader, "bulk", False)
+        lines, _ = load_run([str(path)], "torchtitan")
+    assert snapshot(bulk) == snapshot(lines)
+    assert placed.rows >= 390
+    assert list(bulk.series)[:4] == ["loss", "memory(GiB)", "memory(%)", "tps"]
+    assert bulk.series["tps@rank2"].values[0] == 10401.0 and np.isnan(bulk.series["loss@rank1"].values[-1])
+    assert bulk.meta["torchtitan.lines_per_step"] == 2
