@@ -37,7 +37,8 @@ from numpy.typing import NDArray
 from trainaudit.errors import InputError
 from trainaudit.ingest.base import Gate, LineReader, Reader, Sample, gate_pattern
 from trainaudit.ingest.formats.shaped import (
-    BLANK, OTHER, QUIET, ROW, Chunk, Shape, ShapeTable, Where, byte_offset, digits_at, read_shaped,
+    BLANK, DIGIT_RE, OTHER, QUIET, ROW, Chunk, Shape, ShapeTable, Where, byte_offset, digits_at, read_shaped,
+    zeroed_pattern,
 )
 from trainaudit.ingest.formats.text.bulk import SpanNumbers
 from trainaudit.ingest.sink import Sink
@@ -66,6 +67,7 @@ PAIR_RE = re.compile(
 # one right after a train dict (HFReader.awaits)
 HF_GATE_LITERALS = r"\}"
 HF_GATE = gate_pattern(HF_GATE_LITERALS)
+HF_GATE_SHAPE = re.compile(zeroed_pattern(HF_GATE_LITERALS))  # the gate in a line's shape
 HF_KEYS = ("'loss'", "'learning_rate'", "'epoch'", "'eval_", "'train_runtime'", "'grad_norm'")
 SUMMARY_KEYS = ("train_runtime", "train_samples_per_second", "train_steps_per_second")
 SWIFT_STEP_KEY = "global_step/max_steps"
@@ -276,7 +278,7 @@ class HFReader(LineReader):
             super().read(inp, sink)
             return
         state = self.new_state()
-        table = ShapeTable(HF_GATE_LITERALS, self._classify)
+        table = ShapeTable(HF_GATE_SHAPE, self._classify)
 
         def place(chunk: Chunk, start: int, stop: int, base: int) -> int:
             return self._place(table, sink, state, chunk, start, stop, base)
@@ -315,7 +317,7 @@ class HFReader(LineReader):
             return Shape(OTHER)
         for _, a, b in spans:
             value = d.group(1)[a:b]
-            if re.search("[0-9]", value) and NUMBER_RE.fullmatch(value) is None:
+            if DIGIT_RE.search(value) and NUMBER_RE.fullmatch(value) is None:
                 return Shape(OTHER)
         off = d.start(1)
         byte_spans = tuple((byte_offset(text, off + a), byte_offset(text, off + b)) for _, a, b in spans)

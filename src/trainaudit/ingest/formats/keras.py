@@ -30,7 +30,7 @@ from trainaudit.ingest.base import LineReader, Reader, Sample
 from trainaudit.ingest.formats.hf import NUMBER_RE
 from trainaudit.ingest.formats.lightning import csv_header, read_csv_rows
 from trainaudit.ingest.formats.shaped import (
-    OTHER, QUIET, ROW, Chunk, Shape, ShapeTable, Where, byte_offset, digits_at, read_shaped,
+    DIGIT_RE, OTHER, QUIET, ROW, Chunk, Shape, ShapeTable, Where, byte_offset, digits_at, read_shaped,
 )
 from trainaudit.ingest.formats.text.bulk import SpanNumbers
 from trainaudit.ingest.sink import Sink
@@ -133,7 +133,7 @@ class KerasReader(LineReader):
             v = parse_number(m.group(2))
             if v is None:
                 continue
-            if re.search("[0-9]", m.group(2)) and NUMBER_RE.fullmatch(m.group(2)) is None:
+            if DIGIT_RE.search(m.group(2)) and NUMBER_RE.fullmatch(m.group(2)) is None:
                 return Shape(OTHER)
             keys.append(m.group(1))
             values.append(v)

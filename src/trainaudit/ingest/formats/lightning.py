@@ -50,7 +50,7 @@ from trainaudit.errors import InputError
 from trainaudit.ingest.base import LineReader, Reader, Sample, fallback_format
 from trainaudit.ingest.formats.hf import NUMBER_RE
 from trainaudit.ingest.formats.shaped import (
-    OTHER, QUIET, ROW, Chunk, Shape, ShapeTable, Where, byte_offset, digits_at, read_shaped,
+    DIGIT_RE, OTHER, QUIET, ROW, Chunk, Shape, ShapeTable, Where, byte_offset, digits_at, read_shaped,
 )
 from trainaudit.ingest.formats.text.bulk import SpanNumbers
 from trainaudit.ingest.sink import Sink
@@ -273,11 +273,11 @@ class LightningReader(LineReader):
                 continue
             v = parse_bar_number(raw)
             if v is None:
-                if re.search("[0-9]", raw):
+                if DIGIT_RE.search(raw):
                     return Shape(OTHER)  # a number of another spelling on another line of the shape
                 continue
             token = raw.strip()
-            if re.search("[0-9]", token) and NUMBER_RE.fullmatch(token) is None:
+            if DIGIT_RE.search(token) and NUMBER_RE.fullmatch(token) is None:
                 return Shape(OTHER)
             keys.append(key)
             values.append(v)

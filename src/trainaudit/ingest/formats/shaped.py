@@ -54,11 +54,16 @@ MAX_LEN = 4096  # longer lines are read by the line reader (a shape is a key hel
 _ODD = re.compile(rb"[\x00-\x07\x0a-\x1a\x1c-\x1f\x7f]")
 
 
-def zeroed_pattern(pattern: str) -> re.Pattern[bytes]:
+DIGIT_RE = re.compile(r"[0-9]")
+DIGITS_RE = re.compile(r"[0-9]+")
+
+
+def zeroed_pattern(pattern: str) -> bytes:
     """The literals of ``pattern`` (see :func:`literals`) with their digits zeroed, as one bytes
-    pattern: what it finds nothing in, in a shape, no line of the shape holds a literal of."""
+    pattern (compile it where it is defined): what it finds nothing in, in a shape, no line of the
+    shape holds a literal of."""
     words = {w.encode("ascii").translate(_ZERO_BYTES).decode("ascii") for w in literals(pattern)}
-    return re.compile(trie_pattern(sorted(words)).encode("ascii"))
+    return trie_pattern(sorted(words)).encode("ascii")
 
 
 @dataclass(slots=True)
@@ -101,11 +106,11 @@ class ShapeTable:
     are blank; ``ROW`` when one is (or more); else ``QUIET``. A format without a gate has no
     ``quiet`` segments (its line reader reads every line)."""
 
-    def __init__(self, gate_literals: str | None, classify: Callable[[str, bool, Where], Shape], *,
+    def __init__(self, gate: re.Pattern[bytes] | None, classify: Callable[[str, bool, Where], Shape], *,
                  one_row: bool = True) -> None:
         self.ids: dict[bytes, int] = {}
         self.shapes: list[Shape] = [Shape(OTHER)]  # id 0: the line reader's
-        self.gate = None if gate_literals is None else zeroed_pattern(gate_literals)
+        self.gate = gate  # the format's gate literals, zeroed (zeroed_pattern)
         self.one_row = one_row  # a line with two ROW segments is the line reader's
         self.classify = classify
 

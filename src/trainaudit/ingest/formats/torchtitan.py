@@ -28,7 +28,7 @@ from numpy.typing import NDArray
 from trainaudit.ingest.base import LineReader, Sample
 from trainaudit.ingest.formats.hf import NUMBER_RE
 from trainaudit.ingest.formats.shaped import (
-    OTHER, QUIET, ROW, Chunk, Shape, ShapeTable, Where, digits_at, read_shaped,
+    DIGIT_RE, DIGITS_RE, OTHER, QUIET, ROW, Chunk, Shape, ShapeTable, Where, digits_at, read_shaped,
 )
 from trainaudit.ingest.formats.text.bulk import SpanNumbers
 from trainaudit.ingest.sink import Sink
@@ -126,7 +126,7 @@ class TorchtitanReader(LineReader):
                 continue
             token = raw.rstrip("%")
             v = parse_number(token)
-            has_digits = re.search("[0-9]", token) is not None
+            has_digits = DIGIT_RE.search(token) is not None
             if v is None:
                 if has_digits:
                     return Shape(OTHER)
@@ -138,7 +138,7 @@ class TorchtitanReader(LineReader):
                 if COMMAS_RE.fullmatch(token) is None:
                     return Shape(OTHER)
                 at = span[0]
-                groups = tuple((at + g.start(), at + g.end()) for g in re.finditer("[0-9]+", token))
+                groups = tuple((at + g.start(), at + g.end()) for g in DIGITS_RE.finditer(token))
                 commas[len(names)] = groups
                 names.append(prefix + RENAME.get(name, name))
                 continue
