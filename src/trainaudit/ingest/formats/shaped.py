@@ -45,7 +45,7 @@ from trainaudit.ingest.sources import InputFile
 from trainaudit.ingest.text import ANSI_RE, Line, gated_split, literals, split_line, strip_prefixes, trie_pattern
 
 OTHER, BLANK, QUIET, ROW = 0, 1, 2, 3
-CHUNK_SIZE = 4 << 20
+CHUNK_SIZE = 1 << 20  # (larger chunks cost more memory in transient arrays than they save time)
 MAX_SHAPES = 16384  # then new shapes are read by the line reader (a log of ever new shapes stays bounded)
 MAX_LEN = 4096  # longer lines are read by the line reader (a shape is a key held in memory)
 
