@@ -1,27 +1,33 @@
-"""A line format's log read a chunk of physical lines at a time, by line shape.
+"""A line format's log read a chunk of physical lines at a time, by the shape of their
+carriage-return segments (for the formats of progress bars and metric lines: HF Trainer dicts,
+Lightning and Keras bars, torchtitan lines).
 
-A line's shape is the line with every digit a ``0``. Lines of one shape differ in their digits
-only, so whatever a format's line reader does with one of them it does with all of them but for
-the numbers, which stand at the same offsets in each: the format looks at one line of a shape
-(``classify``) and then reads the numbers of every line of that shape at once, from a matrix of
-lines (:class:`~trainaudit.ingest.formats.text.bulk.SpanNumbers`).
+A segment's shape is its bytes with every digit a ``0``. Segments of one shape differ in their
+digits only, so whatever a format's line reader does with one of them it does with all of them
+but for the numbers, which stand at the same offsets in each: the format looks at one segment of
+a shape (``classify``) and then reads the numbers of every segment of that shape at once, from a
+matrix of segments (:class:`~trainaudit.ingest.formats.text.bulk.SpanNumbers`). The shapes of a
+chunk's segments are found in C (one ``bytes.translate``, one ``split``, one dict lookup each).
 
-Each physical line gets one of four kinds from its shape:
+Each segment gets a kind from its shape, and each physical line one from its segments':
 
 - ``OTHER``: read by the line reader, exactly as :class:`~trainaudit.ingest.base.LineReader.read`
-  reads it (invalid UTF-8 or control bytes, what the signature scanner may speak of, a line the
-  format's ``classify`` leaves to the line reader, a shape too long or one past :data:`MAX_SHAPES`);
-- ``BLANK``: no segment but blanks (the line reader does nothing with it);
-- ``QUIET``: the format's gate finds nothing in it (the line reader skips it, but for the first
-  non-blank segment when the format awaits the next line);
+  reads it (invalid UTF-8 or control bytes, what the signature scanner may speak of, what the
+  format's ``classify`` leaves to the line reader, a shape too long or one past
+  :data:`MAX_SHAPES`);
+- ``BLANK``: blanks only (the line reader does nothing with it);
+- ``QUIET``: the format does nothing with it (its gate finds nothing in it, or its feed ignores it),
+  but for the bar a waiting format reads in a line's first non-blank segment;
 - ``ROW``: a record the format's ``place`` reads in bulk.
 
 A run of lines without ``OTHER`` is handed to the format's ``place`` while no traceback is open
 and the format has found something (:class:`SpareNumbers` no longer reads along): those lines then
-never reach the scanner (it would find nothing in them, :func:`may_signal`) nor the extractor.
-``place`` returns where the line reader takes over again (its state must then be what the line
-reader would have left there). Which segments the signature scanner may speak of is decided once
-a shape (:func:`~trainaudit.ingest.signatures.may_speak` is blind to digits).
+never reach the scanner (it would find nothing in them) nor the extractor. ``place`` returns where
+the line reader takes over again (its state must then be what the line reader would have left
+there). Which segments the signature scanner may speak of is decided once a shape
+(:func:`~trainaudit.ingest.signatures.may_speak` is blind to digits). ANSI codes and launcher
+prefixes are removed as the line cleaner removes them (:class:`Where`), the rank's digits read per
+segment.
 """
 
 from __future__ import annotations
