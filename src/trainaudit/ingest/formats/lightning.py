@@ -52,6 +52,7 @@ from trainaudit.ingest.formats.hf import NUMBER_RE
 from trainaudit.ingest.formats.shaped import (
     DIGIT_RE, OTHER, QUIET, ROW, Chunk, Shape, ShapeTable, Where, byte_offset, digits_at, read_shaped,
 )
+from trainaudit.ingest.formats import shaped
 from trainaudit.ingest.formats.text.bulk import SpanNumbers
 from trainaudit.ingest.sink import Sink
 from trainaudit.ingest.sources import InputFile
@@ -142,7 +143,9 @@ class LightningReader(LineReader):
             def place(chunk: Chunk, start: int, stop: int, base: int) -> int:
                 return self._place(table, sink, state, chunk, start, stop, base)
 
-            read_shaped(self, inp, sink, table, state, place)
+            # a line is an epoch of redraws: a chunk of a few lines holds hundreds of bar shapes, whose
+            # numbers are read once a chunk, so larger chunks (a few of these lines each) pay
+            read_shaped(self, inp, sink, table, state, place, shaped.CHUNK_SIZE * 4)
         else:
             super().read(inp, sink)
         if sink.n_values == before:

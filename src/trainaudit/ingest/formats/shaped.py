@@ -251,9 +251,11 @@ Place = Callable[[Chunk, int, int, int], int]
 
 
 def read_shaped(reader: LineReader, inp: InputFile, sink: Sink, table: ShapeTable, state: dict,
-                place: Place) -> None:
+                place: Place, chunk_size: int | None = None) -> None:
     """What ``reader.read`` (:class:`LineReader`) does with ``inp``, runs of lines without
-    ``OTHER`` placed by ``place(chunk, start, stop, base)`` (``base``: the lines before the chunk), which returns the first line the line reader must read again."""
+    ``OTHER`` placed by ``place(chunk, start, stop, base)`` (``base``: the lines before the chunk),
+    which returns the first line the line reader must read again; ``chunk_size``: the bytes read at
+    a time (:data:`CHUNK_SIZE` when None)."""
     gate = reader.gate
     scanner = SignatureScanner(inp.display)
     spare = SpareNumbers(sink, along=reader.numbers_fallback)
@@ -278,7 +280,7 @@ def read_shaped(reader: LineReader, inp: InputFile, sink: Sink, table: ShapeTabl
 
     base = 0
     with inp.open() as stream:
-        for data in stream_chunks(stream, CHUNK_SIZE):
+        for data in stream_chunks(stream, chunk_size or CHUNK_SIZE):
             got = table.chunk(data)
             lines, kind = got.lines, got.kind
             n = len(lines)
