@@ -46,6 +46,7 @@ BAR_RE = re.compile(
 )
 METRIC_RE = re.compile(r"-\s*([A-Za-z_][\w/.]*): (" + NUM + r")")
 TERMINATE_RE = re.compile(r"Batch (\d+): Invalid loss, terminating training")
+MAX_FINITE = 300  # digits of a value without exponent: no more can reach 1.8e308 (float's overflow to inf)
 CSV_EXCLUDE = ("train/box_loss", "metrics/mAP50(B)")  # Ultralytics results.csv also starts with epoch
 
 
@@ -145,6 +146,11 @@ class KerasReader(LineReader):
             return Shape(OTHER)  # (offsets in the text are the segment's up to its first backspace)
         total = b.group("total")
         final: bool | None = False if b.group("eta") is not None else (True if total == "Unknown" else None)
+        if final is not True and any(not math.isfinite(v) or len(t[a:e]) > MAX_FINITE or "e" in t[a:e].lower()
+                                     for v, (a, e) in zip(values, spans)):
+            # a running value that is or may be NaN/Inf (an exponent, hundreds of digits): the line
+            # reader's, which may say so the first time
+            return Shape(OTHER)
         numbers = SpanNumbers(text.encode("utf-8").decode("latin-1"),
                               tuple((byte_offset(text, a), byte_offset(text, e)) for a, e in spans))
         for j in numbers.const:
