@@ -21,7 +21,7 @@ from trainaudit.ingest import load_run, text
 from trainaudit.ingest.base import LineReader
 from trainaudit.ingest.formats import FORMATS, deepspeed
 from trainaudit.ingest.formats.deepspeed import DS_GATES, ENGINE_GATE
-from trainaudit.ingest.formats.hf import HF_GATE_LITERALS
+from trainaudit.ingest.formats.hf import HF_GATE_LITERALS, HFReader
 from trainaudit.ingest.text import iter_gated, iter_lines, literals, trie_pattern
 
 GATED = sorted(c.name for c in FORMATS if issubclass(c, LineReader) and c.gate is not None)
@@ -92,6 +92,7 @@ def test_tqdm_redraws_are_not_read(tmp_path: Path, monkeypatch: pytest.MonkeyPat
             yield line
 
     monkeypatch.setattr("trainaudit.ingest.base.iter_gated", spy)
+    monkeypatch.setattr(HFReader, "bulk", False)  # line by line, through the gate
     load_run([str(log)])
     with open(log, "rb") as f:
         every = [ln.text for ln in iter_lines(f)]

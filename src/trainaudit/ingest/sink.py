@@ -113,9 +113,19 @@ class Sink:
         s = np.asarray(steps, dtype=np.int64)
         if s.size == 0 or not self._admit(metric, int(s.size)):
             return
-        self._flush(metric)
         ln = np.asarray(lines, dtype=np.int64)
-        self.write_values(metric, s, np.asarray(values, dtype=np.float64), ln)
+        if not self.flushes_early and s.size < FLUSH_POINTS:
+            # a consumer that keeps everything to the end: short runs join the metric's buffer, one
+            # growing array, not thousands of small ones that the allocator cannot give back
+            buf = self._buffers.get(metric)
+            if buf is None:
+                buf = self._buffers[metric] = _Buffer()
+            buf.steps.frombytes(s.tobytes())
+            buf.values.frombytes(np.asarray(values, dtype=np.float64).tobytes())
+            buf.lines.frombytes(ln.tobytes())
+        else:
+            self._flush(metric)
+            self.write_values(metric, s, np.asarray(values, dtype=np.float64), ln)
         self.n_values += int(s.size)
         self.last_step = int(s[-1])
         self._bulk_line = max(self._bulk_line, int(ln[-1]))

@@ -149,17 +149,25 @@ def iter_gated(stream: BinaryIO, gate: re.Pattern[str], raw_gate: re.Pattern[byt
                 nl = data.find(b"\n", m.end(), end)
                 stop = end if nl < 0 else nl + 1
             no += 1
-            # a segment's cleaned text is the segment less its prefixes: what the gate finds there
-            # it finds in the segment (a line that may wake everything() is split whole)
-            keep = None if raw_wakes is None or everything() or raw_wakes.search(data, pos, stop) else gate
-            for i, line in enumerate(split_line(no, data[pos:stop], keep, first=wait)):
-                # a line the gate was not asked of, or found in its prefix only, is one more line read
-                if keep is not None or everything() or (wait and i == 0) or gate.search(line.text) is not None:
-                    yield line
+            yield from gated_split(no, data[pos:stop], gate, everything, raw_wakes, wait)
             pos = stop
         if not block:
             return
         rest = data[end:]
+
+
+def gated_split(no: int, braw: bytes, gate: re.Pattern[str], everything: Callable[[], bool],
+                raw_wakes: re.Pattern[bytes] | None, wait: bool) -> Iterator[Line]:
+    """The lines of physical line ``no`` that :func:`iter_gated` yields once it reads the line
+    (``wait``: the reader awaits the line whatever it holds). ``everything()`` is asked again as
+    each line is reached: the reader may have changed it with the line before."""
+    # a segment's cleaned text is the segment less its prefixes: what the gate finds there
+    # it finds in the segment (a line that may wake everything() is split whole)
+    keep = None if raw_wakes is None or everything() or raw_wakes.search(braw) else gate
+    for i, line in enumerate(split_line(no, braw, keep, first=wait)):
+        # a line the gate was not asked of, or found in its prefix only, is one more line read
+        if keep is not None or everything() or (wait and i == 0) or gate.search(line.text) is not None:
+            yield line
 
 
 def split_line(no: int, braw: bytes, gate: re.Pattern[str] | None = None, first: bool = False) -> list[Line]:

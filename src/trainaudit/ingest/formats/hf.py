@@ -28,10 +28,19 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import numpy as np
+from numpy.typing import NDArray
 
 from trainaudit.errors import InputError
 from trainaudit.ingest.base import Gate, LineReader, Reader, Sample, gate_pattern
+from trainaudit.ingest.formats.shaped import (
+    BLANK, DIGIT_RE, OTHER, QUIET, ROW, Chunk, Shape, ShapeTable, Where, byte_offset, digits_at, read_shaped,
+    zeroed_pattern,
+)
+from trainaudit.ingest.formats.text.bulk import SpanNumbers
 from trainaudit.ingest.sink import Sink
 from trainaudit.ingest.sources import InputFile
 from trainaudit.ingest.text import Line, json_number, parse_number
@@ -58,11 +67,15 @@ PAIR_RE = re.compile(
 # one right after a train dict (HFReader.awaits)
 HF_GATE_LITERALS = r"\}"
 HF_GATE = gate_pattern(HF_GATE_LITERALS)
+HF_GATE_SHAPE = re.compile(zeroed_pattern(HF_GATE_LITERALS))  # the gate in a line's shape
 HF_KEYS = ("'loss'", "'learning_rate'", "'epoch'", "'eval_", "'train_runtime'", "'grad_norm'")
 SUMMARY_KEYS = ("train_runtime", "train_samples_per_second", "train_steps_per_second")
 SWIFT_STEP_KEY = "global_step/max_steps"
 # tqdm's count and total: "  2%|2         | 5/200 [00:00<00:00, 541.72it/s]"
 BAR_RE = re.compile(r"\|\s*+(\d{1,12})/(\d{1,12}) \[")
+# a value a row of a shape is read with in bulk: float() reads it, and so does numpy's cast of its text
+NUMBER_RE = re.compile(r"[-+]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?")
+MAX_TEXTS = 200_000  # steps whose epoch is kept as the step's text
 STATE_META_KEYS = ("max_steps", "num_train_epochs", "logging_steps", "eval_steps", "save_steps",
                    "train_batch_size", "global_step", "epoch", "best_metric", "best_model_checkpoint",
                    "best_global_step", "total_flos", "num_input_tokens_seen")
@@ -92,6 +105,82 @@ def parse_log_dict(body: str) -> dict[str, float | str]:
     return out
 
 
+def log_dict_spans(body: str) -> list[tuple[str, int, int]]:
+    """The keys of ``body`` as :func:`parse_log_dict` reads them, each with the span of its value's
+    text (quotes left out) in ``body``."""
+    out: list[tuple[str, int, int]] = []
+    pos = 0
+    while pos <= len(body):
+        item = ITEM_RE.match(body, pos)
+        end = item.end() if item is not None else len(body)
+        piece = body[pos:end]
+        m = PAIR_RE.match(piece.strip())
+        if m is not None:
+            at = pos + len(piece) - len(piece.lstrip())
+            raw = m.group(3)
+            a = at + m.start(3) + len(raw) - len(raw.lstrip())
+            b = at + m.end(3) - (len(raw) - len(raw.rstrip()))
+            if raw.strip()[:1] in ("'", '"'):
+                a, b = a + 1, b - 1
+            out.append((m.group(1) if m.group(1) is not None else m.group(2), a, b))
+        pos = end + 1
+    return out
+
+
+@dataclass(slots=True)
+class _LineShape:
+    """An HF log line's shape: the spans of the count and total of the progress bar in its first
+    non-blank segment (None: no bar there) and, for a train dict read in bulk, its keys and how to
+    read their values."""
+
+    bar: tuple[int, int, int, int] | None
+    keys: tuple[str, ...] = ()
+    numbers: SpanNumbers | None = None
+
+
+class _Numbered:
+    """A chunk's numbers read at once: for each line, the count, total and total's width (0: none)
+    of the bar in its first non-blank segment and, for each key of a train dict read in bulk, the
+    value in the line's dict (a column a key, ``has`` where the line's dict holds it)."""
+
+    def __init__(self, chunk: Chunk, info: list[Any]) -> None:
+        n = chunk.kind.shape[0]
+        buf = chunk.lines.buf
+        self.counts = np.zeros(n, dtype=np.int64)
+        self.totals = np.zeros(n, dtype=np.int64)
+        self.widths = np.zeros(n, dtype=np.int64)
+        read = np.flatnonzero((chunk.kind == QUIET) | (chunk.kind == ROW))
+        fsid = chunk.first[read]
+        for s in np.unique(fsid).tolist():
+            bar = info[s].bar
+            if bar is None:
+                continue
+            sel = read[fsid == s]
+            at = chunk.first_at[sel]
+            self.counts[sel] = digits_at(buf, at + bar[0], bar[1] - bar[0])
+            self.totals[sel] = digits_at(buf, at + bar[2], bar[3] - bar[2])
+            self.widths[sel] = bar[3] - bar[2]
+        rows = np.flatnonzero(chunk.kind == ROW)
+        self.row_shape = chunk.row
+        self.columns: dict[str, tuple[NDArray[np.float64], NDArray[np.bool_]]] = {}
+        keys: dict[int, tuple[str, ...]] = {}
+        rsid = chunk.row[rows]
+        for s in np.unique(rsid).tolist():
+            sel = rows[rsid == s]
+            values = info[s].numbers.read_at(buf, chunk.row_at[sel])
+            keys[s] = info[s].keys
+            for c, key in enumerate(info[s].keys):
+                if key not in self.columns:
+                    self.columns[key] = (np.full(n, np.nan), np.zeros(n, dtype=bool))
+                self.columns[key][0][sel] = values[:, c]
+                self.columns[key][1][sel] = True
+        self._keys = keys
+
+    def keys_of(self, line: int) -> tuple[str, ...]:
+        """The keys of the dict of a ``ROW`` line, in its order."""
+        return self._keys[int(self.row_shape[line])]
+
+
 def _dict_kind(keys: list[str]) -> str:
     if any(k.startswith(("eval_", "test_")) for k in keys):
         return "eval"
@@ -105,6 +194,7 @@ class HFReader(LineReader):
     kind = SourceKind.LOG
     description = "HF Trainer / TRL / axolotl / ms-swift stdout log dicts ({'loss': ..., 'epoch': ...})"
     gate = Gate(re.compile(HF_GATE), re.compile(HF_GATE.encode() + b"|\x1b"))
+    bulk: ClassVar[bool] = True  # runs of plain dict and bar lines read by shape (False: line by line)
 
     def sniff(self, sample: Sample) -> float:
         n = 0
@@ -123,7 +213,7 @@ class HFReader(LineReader):
         return state["pending"] is not None
 
     def finish(self, sink: Sink, state: dict) -> None:
-        self._flush(sink, state, None)
+        self._flush(sink, state, None, None)
         if state["texts"]:
             sink.meta("step_text", state["texts"])  # the step is the dict's number; the log prints the epoch
 
@@ -131,7 +221,7 @@ class HFReader(LineReader):
         if state["pending"] is not None:
             bar = BAR_RE.search(line.text) if "/" in line.text and "[" in line.text else None
             if bar is not None or line.text.strip():
-                self._flush(sink, state, bar)
+                self._flush(sink, state, None if bar is None else int(bar.group(1)), None if bar is None else bar.group(2))
         if "'" not in line.text or not line.text.rstrip().endswith("}"):
             return
         m = DICT_RE.search(line.text)
@@ -153,27 +243,178 @@ class HFReader(LineReader):
             step = state["last_step"]
         self._write(logs, kind, step, line, sink, state)
 
-    def _flush(self, sink: Sink, state: dict, bar: re.Match[str] | None) -> None:
-        """Write the pending train dict at the bar's count (a count that moves forward on the
-        training bar), else one interval after the previous train dict."""
+    def _flush(self, sink: Sink, state: dict, count: int | None, total: str | None) -> None:
+        """Write the pending train dict at the count of the bar that follows it (``total``: the
+        bar's total as printed; None: no bar)."""
         pending, state["pending"] = state["pending"], None
         if pending is None:
             return
         logs, line = pending
+        step = self._step(state, count, total)
+        epoch = logs.get("epoch")
+        if isinstance(epoch, float) and len(state["texts"]) < MAX_TEXTS:
+            state["texts"][step] = f"epoch {epoch:g}"
+        self._write(logs, "train", step, line, sink, state)
+
+    @staticmethod
+    def _step(state: dict, count: int | None, total: str | None) -> int:
+        """The step of the train dict flushed now: the bar's count (a count that moves forward on
+        the training bar), else one interval after the previous train dict."""
         last = state["last_step"]
         step = None
-        if bar is not None and state["bar_total"] in (None, bar.group(2)) and int(bar.group(1)) > last:
-            step = int(bar.group(1))
+        if count is not None and state["bar_total"] in (None, total) and count > last:
+            step = count
             if state["n_train"] > 1:
                 state["interval"] = step - last
-            state["bar_total"] = bar.group(2)
+            state["bar_total"] = total
         if step is None:
             step = last + state["interval"] if state["interval"] else state["n_train"]
-        epoch = logs.get("epoch")
-        if isinstance(epoch, float) and len(state["texts"]) < 200_000:
-            state["texts"][step] = f"epoch {epoch:g}"
         state["last_step"] = step
-        self._write(logs, "train", step, line, sink, state)
+        return step
+
+    # -- bulk reading ---------------------------------------------------------------------------
+    def read(self, inp: InputFile, sink: Sink) -> None:
+        if not self.bulk or self.gate is None:
+            super().read(inp, sink)
+            return
+        state = self.new_state()
+        table = ShapeTable(HF_GATE_SHAPE, self._classify)
+
+        def place(chunk: Chunk, start: int, stop: int, base: int) -> int:
+            return self._place(table, sink, state, chunk, start, stop, base)
+
+        read_shaped(self, inp, sink, table, state, place)
+
+    @staticmethod
+    def _classify(text: str, quiet: bool, where: Where) -> Shape:
+        """What :meth:`feed` does with a carriage-return segment (see :class:`ShapeTable`), for every
+        segment of its shape: ``QUIET`` (the gate finds nothing in it) or ``ROW`` (a train dict of
+        numbers without a step: it waits for the next line's bar), with the bar it holds (read when
+        it is its line's first non-blank segment), else ``OTHER``."""
+        if not where.plain:
+            return Shape(OTHER)  # ANSI codes or a launcher prefix: the line reader's
+        m = BAR_RE.search(text) if "/" in text and "[" in text else None
+        bar: tuple[int, int, int, int] | None = None
+        if m is not None:
+            if not (m.group(1) + m.group(2)).isascii():
+                return Shape(OTHER)
+            bar = (byte_offset(text, m.start(1)), byte_offset(text, m.end(1)), byte_offset(text, m.start(2)),
+                   byte_offset(text, m.end(2)))
+        if quiet:
+            return Shape(QUIET, _LineShape(bar))
+        if "'" not in text or not text.rstrip().endswith("}"):
+            return Shape(OTHER)
+        d = DICT_RE.search(text)
+        if d is None:
+            return Shape(OTHER)
+        logs = parse_log_dict(d.group(1))
+        if (not logs or not all(isinstance(v, float) for v in logs.values()) or _dict_kind(list(logs)) != "train"
+                or "step" in logs or SWIFT_STEP_KEY in logs):
+            return Shape(OTHER)
+        spans = log_dict_spans(d.group(1))
+        keys = tuple(key for key, _, _ in spans)
+        if len(set(keys)) != len(keys) or set(keys) != set(logs):
+            return Shape(OTHER)
+        for _, a, b in spans:
+            value = d.group(1)[a:b]
+            if DIGIT_RE.search(value) and NUMBER_RE.fullmatch(value) is None:
+                return Shape(OTHER)
+        off = d.start(1)
+        byte_spans = tuple((byte_offset(text, off + a), byte_offset(text, off + b)) for _, a, b in spans)
+        numbers = SpanNumbers(text.encode("utf-8").decode("latin-1"), byte_spans)  # a character a byte
+        for j in numbers.const:
+            numbers.const[j] = float(logs[keys[j]])  # "nan", "inf": as parse_number reads them
+        return Shape(ROW, _LineShape(bar, keys, numbers))
+
+    def _place(self, table: ShapeTable, sink: Sink, state: dict, chunk: Chunk, start: int, stop: int,
+               base: int) -> int:
+        """The lines ``start`` to ``stop`` (no ``OTHER``) as :meth:`feed` reads them: each train
+        dict is written at the count of the bar in the first non-blank segment of the next
+        non-blank line; the last one, when that line is past ``stop``, is left pending as
+        :meth:`feed` leaves it."""
+        idx = np.arange(start, stop)
+        kinds = chunk.kind[start:stop]
+        shown = idx[kinds != BLANK]
+        if not shown.shape[0]:
+            return stop
+        got = chunk.cache.get(self.name)
+        if got is None:
+            got = chunk.cache[self.name] = _Numbered(chunk, [s.info for s in table.shapes])
+        if state["pending"] is not None:
+            f = int(shown[0])
+            w = int(got.widths[f])
+            self._flush(sink, state, int(got.counts[f]) if w else None, str(int(got.totals[f])).zfill(w) if w else None)
+        rows = idx[kinds == ROW]
+        if not rows.shape[0]:
+            return stop
+        nxt = np.searchsorted(shown, rows, side="right")
+        last = None
+        if nxt[-1] >= shown.shape[0]:  # the last dict waits for a line past the run
+            last = int(rows[-1])
+            rows, nxt = rows[:-1], nxt[:-1]
+        if rows.shape[0]:
+            self._rows(got, sink, state, rows, shown[nxt], base)
+        if last is not None:
+            state["n_train"] += 1
+            logs: dict[str, float | str] = {key: float(got.columns[key][0][last]) for key in got.keys_of(last)}
+            raw = chunk.lines[last].decode("utf-8").rstrip("\r\n")
+            at = int(chunk.row_at[last] - chunk.lines.starts[last])
+            text = chunk.lines[last][at:].split(b"\r", 1)[0].decode("utf-8")
+            state["pending"] = (logs, Line(base + last + 1, text, None, raw))
+        return stop
+
+    def _rows(self, got: _Numbered, sink: Sink, state: dict, rows: NDArray[np.int64], bars: NDArray[np.int64],
+              base: int) -> None:
+        """Train dicts at lines ``rows``, each flushed by the bar of line ``bars`` (same order)."""
+        n = rows.shape[0]
+        counts, totals, widths = got.counts[bars], got.totals[bars], got.widths[bars]
+        n0, last = state["n_train"], state["last_step"]
+        total = str(int(totals[0])).zfill(int(widths[0])) if widths[0] else None
+        if (total is not None and bool((widths == widths[0]).all()) and bool((totals == totals[0]).all())
+                and state["bar_total"] in (None, total) and counts[0] > last and bool((np.diff(counts) > 0).all())):
+            steps = counts  # every dict at its bar's count
+            if n >= 2:
+                state["interval"] = int(counts[-1] - counts[-2])
+            elif n0 >= 1:
+                state["interval"] = int(counts[0]) - last
+            state["n_train"], state["last_step"], state["bar_total"] = n0 + n, int(counts[-1]), total
+        else:
+            steps = np.empty(n, dtype=np.int64)
+            for k, (c, t, w) in enumerate(zip(counts.tolist(), totals.tolist(), widths.tolist())):
+                state["n_train"] += 1
+                steps[k] = self._step(state, c if w else None, str(t).zfill(w) if w else None)
+        if "framework" not in state:
+            state["framework"] = True
+            sink.meta("framework", "hf")
+        line_nos = rows + base + 1
+        # the keys in the order they first come (a row's keys in its dict's order)
+        shapes = got.row_shape[rows]
+        order: list[str] = []
+        if bool((shapes == shapes[0]).all()):
+            order = list(got.keys_of(int(rows[0])))
+        else:
+            _, first = np.unique(shapes, return_index=True)
+            for k in np.sort(first).tolist():
+                order += [key for key in got.keys_of(int(rows[k])) if key not in order]
+        for key in order:
+            values, has = got.columns[key]
+            h = has[rows]
+            if h.all():
+                sink.add_many(key, steps, values[rows], line_nos)
+            else:
+                sink.add_many(key, steps[h], values[rows][h], line_nos[h])
+        sink.last_step = int(steps[-1])
+        if "epoch" in got.columns:
+            texts = state["texts"]
+            values, has = got.columns["epoch"]
+            h = has[rows]
+            pairs = zip(steps[h].tolist(), values[rows][h].tolist())
+            if len(texts) + n < MAX_TEXTS:
+                texts.update((s, f"epoch {e:g}") for s, e in pairs)
+            else:
+                for s, e in pairs:
+                    if len(texts) < MAX_TEXTS:
+                        texts[s] = f"epoch {e:g}"
 
     def _write(self, logs: dict[str, float | str], kind: str, step: int, line: Line, sink: Sink, state: dict) -> None:
         if "framework" not in state:

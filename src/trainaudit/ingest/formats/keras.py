@@ -20,10 +20,20 @@ from __future__ import annotations
 
 import math
 import re
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import numpy as np
+from numpy.typing import NDArray
 
 from trainaudit.errors import InputError
 from trainaudit.ingest.base import LineReader, Reader, Sample
+from trainaudit.ingest.formats.hf import NUMBER_RE
 from trainaudit.ingest.formats.lightning import csv_header, read_csv_rows
+from trainaudit.ingest.formats.shaped import (
+    DIGIT_RE, OTHER, QUIET, ROW, Chunk, Shape, ShapeTable, Where, byte_offset, digits_at, read_shaped,
+)
+from trainaudit.ingest.formats.text.bulk import SpanNumbers
 from trainaudit.ingest.sink import Sink
 from trainaudit.ingest.sources import InputFile
 from trainaudit.ingest.text import Line, parse_number
@@ -37,6 +47,7 @@ BAR_RE = re.compile(
 )
 METRIC_RE = re.compile(r"-\s*([A-Za-z_][\w/.]*): (" + NUM + r")")
 TERMINATE_RE = re.compile(r"Batch (\d+): Invalid loss, terminating training")
+MAX_FINITE = 300  # digits of a value without exponent: no more can reach 1.8e308 (float's overflow to inf)
 CSV_EXCLUDE = ("train/box_loss", "metrics/mAP50(B)")  # Ultralytics results.csv also starts with epoch
 
 
@@ -47,6 +58,19 @@ def _running_epoch(state: dict) -> int:
     if state["done"] == epoch or state["epoch"] is None:
         epoch += 1
     return int(epoch)
+
+
+@dataclass(slots=True)
+class _BarShape:
+    """A bar segment's shape: whether it is final (None: when its count reaches its total, whose
+    spans it then gives), its metrics (keys, how to read their values) and its total as printed."""
+
+    final: bool | None
+    n: tuple[int, int]
+    total: tuple[int, int] | None
+    total_text: str | None  # "Unknown"
+    keys: tuple[str, ...]
+    numbers: SpanNumbers
 
 
 class KerasReader(LineReader):
@@ -74,9 +98,136 @@ class KerasReader(LineReader):
         # when that reads the file's numbers
         return 0.12 if headers else 0.0
 
+    bulk: ClassVar[bool] = True  # runs of bars read by shape (False: line by line)
+
     def new_state(self) -> dict:
         return {"epoch": None, "epochs_seen": 0, "pending": None, "done": None, "framework": False,
                 "nan_seen": False}
+
+    def read(self, inp: InputFile, sink: Sink) -> None:
+        if not self.bulk:
+            super().read(inp, sink)
+            return
+        state = self.new_state()
+        table = ShapeTable(None, self._classify, one_row=False)
+
+        def place(chunk: Chunk, start: int, stop: int, base: int) -> int:
+            return self._place(table, sink, state, chunk, start, stop, base)
+
+        read_shaped(self, inp, sink, table, state, place)
+
+    @staticmethod
+    def _classify(text: str, quiet: bool, where: Where) -> Shape:
+        """What :meth:`feed` does with a segment (see :class:`ShapeTable`), for every segment of its
+        shape: ``ROW`` for a bar with metrics (its backspaces after them), ``QUIET`` for a segment it
+        does nothing with, else ``OTHER`` (an epoch header, TerminateOnNaN)."""
+        if not where.plain:
+            return Shape(OTHER)  # ANSI codes or a launcher prefix: the line reader's
+        t = text.replace("\b", "")
+        if TERMINATE_RE.search(t) or EPOCH_RE.match(t):
+            return Shape(OTHER)
+        b = BAR_RE.match(t)
+        if b is None:
+            return Shape(QUIET)
+        keys: list[str] = []
+        spans: list[tuple[int, int]] = []
+        values: list[float] = []
+        for m in METRIC_RE.finditer(t, b.end()):
+            v = parse_number(m.group(2))
+            if v is None:
+                continue
+            if DIGIT_RE.search(m.group(2)) and NUMBER_RE.fullmatch(m.group(2)) is None:
+                return Shape(OTHER)
+            keys.append(m.group(1))
+            values.append(v)
+            spans.append(m.span(2))
+        if not keys:
+            return Shape(QUIET)  # predict()/evaluate() bars without metrics
+        back = text.find("\b")
+        if len(set(keys)) != len(keys) or (back >= 0 and back < spans[-1][1]) or not b.group("n").isascii():
+            return Shape(OTHER)  # (offsets in the text are the segment's up to its first backspace)
+        total = b.group("total")
+        final: bool | None = False if b.group("eta") is not None else (True if total == "Unknown" else None)
+        if final is not True and any(not math.isfinite(v) or len(t[a:e]) > MAX_FINITE or "e" in t[a:e].lower()
+                                     for v, (a, e) in zip(values, spans)):
+            # a running value that is or may be NaN/Inf (an exponent, hundreds of digits): the line
+            # reader's, which may say so the first time
+            return Shape(OTHER)
+        numbers = SpanNumbers(text.encode("utf-8").decode("latin-1"),
+                              tuple((byte_offset(text, a), byte_offset(text, e)) for a, e in spans))
+        for j in numbers.const:
+            numbers.const[j] = values[j]
+        return Shape(ROW, _BarShape(final, (byte_offset(text, b.start("n")), byte_offset(text, b.end("n"))),
+                                    None if total == "Unknown" else (byte_offset(text, b.start("total")),
+                                                                     byte_offset(text, b.end("total"))),
+                                    total if total == "Unknown" else None, tuple(keys), numbers))
+
+    def _place(self, table: ShapeTable, sink: Sink, state: dict, chunk: Chunk, start: int, stop: int,
+               base: int) -> int:
+        """The bars of lines ``start`` to ``stop`` (no ``OTHER``) as :meth:`feed` reads them: the
+        final ones write their values at the epoch, the last in-progress one is left pending."""
+        sid, at, seg_line, _ = chunk.segments
+        lo, hi = (int(x) for x in np.searchsorted(seg_line, [start, stop]))
+        if hi <= lo:
+            return stop
+        info: list[Any] = [s.info for s in table.shapes]
+        buf = chunk.lines.buf
+        k = hi - lo
+        s_sid, s_at = sid[lo:hi], at[lo:hi]
+        final = np.zeros(k, dtype=bool)
+        for s in np.unique(s_sid).tolist():
+            shape: _BarShape = info[s]
+            sel = s_sid == s
+            if shape.final is not None:
+                final[sel] = shape.final
+            else:
+                assert shape.total is not None
+                n = digits_at(buf, s_at[sel] + shape.n[0], shape.n[1] - shape.n[0])
+                total = digits_at(buf, s_at[sel] + shape.total[0], shape.total[1] - shape.total[0])
+                final[sel] = n >= total
+        if not state["framework"]:
+            state["framework"] = True
+            sink.meta("framework", "keras")
+        done = np.flatnonzero(final)
+        if done.shape[0]:
+            if state["epoch"] is None:
+                steps = state["epochs_seen"] + 1 + np.arange(done.shape[0], dtype=np.int64)
+                state["epochs_seen"] += int(done.shape[0])
+            else:
+                steps = np.full(done.shape[0], int(state["epoch"]), dtype=np.int64)
+            line_nos = seg_line[lo:hi][done] + base + 1
+            d_sid = s_sid[done]
+            columns: dict[str, tuple[NDArray[np.float64], NDArray[np.bool_]]] = {}
+            shapes, first = np.unique(d_sid, return_index=True)
+            for s in shapes[np.argsort(first)].tolist():
+                sel = np.flatnonzero(d_sid == s)
+                values = info[s].numbers.read_at(buf, s_at[done[sel]])
+                for c, key in enumerate(info[s].keys):
+                    if key not in columns:
+                        columns[key] = (np.full(done.shape[0], np.nan), np.zeros(done.shape[0], dtype=bool))
+                    columns[key][0][sel] = values[:, c]
+                    columns[key][1][sel] = True
+            for key, (values, has) in columns.items():
+                sink.add_many(key, steps[has], values[has], line_nos[has])
+            sink.last_step = int(steps[-1])
+            state["done"] = int(steps[-1])
+        if final[-1]:
+            state["pending"] = None
+        else:
+            # the last in-progress bar, as feed keeps it (its line, its running values)
+            last = hi - 1
+            shape = info[int(sid[last])]
+            a = int(at[last])
+            values = shape.numbers.read_at(buf, np.array([a], dtype=np.int64))[0].tolist()
+            no = int(seg_line[last])
+            raw = chunk.lines[no].decode("utf-8").rstrip("\r\n")
+            line = Line(base + no + 1, chunk.lines.data[a:].split(b"\r", 1)[0].split(b"\n", 1)[0].decode("utf-8"),
+                        None, raw)
+            count = int(chunk.lines.data[a + shape.n[0]:a + shape.n[1]])
+            of = shape.total_text if shape.total is None else \
+                chunk.lines.data[a + shape.total[0]:a + shape.total[1]].decode("ascii")
+            state["pending"] = {"line": line, "values": list(zip(shape.keys, values)), "n": count, "total": of}
+        return stop
 
     def feed(self, line: Line, sink: Sink, state: dict) -> None:
         text = line.text.replace("\b", "") if "\b" in line.text else line.text

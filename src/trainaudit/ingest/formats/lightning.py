@@ -40,9 +40,20 @@ import csv
 import io
 import math
 import re
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import numpy as np
+from numpy.typing import NDArray
 
 from trainaudit.errors import InputError
 from trainaudit.ingest.base import LineReader, Reader, Sample, fallback_format
+from trainaudit.ingest.formats.hf import NUMBER_RE
+from trainaudit.ingest.formats.shaped import (
+    DIGIT_RE, OTHER, QUIET, ROW, Chunk, Shape, ShapeTable, Where, byte_offset, digits_at, read_shaped,
+)
+from trainaudit.ingest.formats import shaped
+from trainaudit.ingest.formats.text.bulk import SpanNumbers
 from trainaudit.ingest.sink import Sink
 from trainaudit.ingest.sources import InputFile
 from trainaudit.ingest.text import Line, parse_number
@@ -86,6 +97,19 @@ def parse_bar_number(text: str) -> float | None:
     return None
 
 
+@dataclass(slots=True)
+class _BarShape:
+    """An epoch bar segment's shape: the spans of its epoch, count and total, its postfix's numeric
+    keys (with how to read them) and the span of its ``v_num``."""
+
+    epoch: tuple[int, int]
+    n: tuple[int, int]
+    total: tuple[int, int]
+    keys: tuple[str, ...]
+    numbers: SpanNumbers
+    meta: tuple[tuple[str, int, int], ...]
+
+
 class LightningReader(LineReader):
     name = "lightning"
     kind = SourceKind.LOG
@@ -108,9 +132,22 @@ class LightningReader(LineReader):
         # Lightning's banner and model summary.
         return 0.5 if summary >= 2 else 0.0
 
+    bulk: ClassVar[bool] = True  # runs of epoch bars read by shape (False: line by line)
+
     def read(self, inp: InputFile, sink: Sink) -> None:
         before = sink.n_values
-        super().read(inp, sink)
+        if self.bulk:
+            state = self.new_state()
+            table = ShapeTable(None, self._classify, one_row=False)
+
+            def place(chunk: Chunk, start: int, stop: int, base: int) -> int:
+                return self._place(table, sink, state, chunk, start, stop, base)
+
+            # a line is an epoch of redraws: a chunk of a few lines holds hundreds of bar shapes, whose
+            # numbers are read once a chunk, so larger chunks (a few of these lines each) pay
+            read_shaped(self, inp, sink, table, state, place, shaped.CHUNK_SIZE * 4)
+        else:
+            super().read(inp, sink)
         if sink.n_values == before:
             # claimed by its banner, but no bar held a value (enable_progress_bar=False, or a run
             # that died before its first batch): what the script printed itself is read as any log
@@ -204,6 +241,110 @@ class LightningReader(LineReader):
         sink.add("epoch", step, float(epoch), line.no, line.rank)
         return step
 
+    # -- bulk reading ---------------------------------------------------------------------------
+    @staticmethod
+    def _classify(text: str, quiet: bool, where: Where) -> Shape:
+        """What :meth:`feed` does with a segment (see :class:`ShapeTable`) while no Rich bar is
+        open, for every segment of its shape: ``ROW`` for a TQDM epoch bar of a known total whose
+        postfix holds numbers (and ``v_num``), ``QUIET`` for a segment it does nothing with (another
+        bar, a message none of its patterns finds), else ``OTHER``."""
+        if not where.plain:
+            return Shape(OTHER)  # ANSI codes or a launcher prefix: the line reader's
+        if "Epoch" in text and "•" in text and RICH_BAR_RE.match(text):
+            return Shape(OTHER)
+        m = BAR_RE.search(text) if "%" in text else None
+        if m is None:
+            quiet_message = not any(p.search(text) for p in (*NONFINITE_RES, FIT_STOPPED_RE))
+            return Shape(QUIET if quiet_message else OTHER)
+        em = EPOCH_DESC_RE.match(m.group("desc"))
+        if em is None:
+            return Shape(QUIET)  # validation / sanity / test bars: progress only
+        if m.group("total") == "?" or not (em.group(1) + m.group("n") + m.group("total")).isascii():
+            return Shape(OTHER)
+        keys: list[str] = []
+        spans: list[tuple[int, int]] = []
+        meta: list[tuple[str, int, int]] = []
+        values: list[float] = []
+        postfix = m.group("postfix")
+        at = m.start("postfix")
+        for item in POSTFIX_ITEM_RE.finditer(postfix or ""):
+            key, raw = item.group(1), item.group(2)
+            a = at + item.start(2) + len(raw) - len(raw.lstrip())
+            b = at + item.end(2) - (len(raw) - len(raw.rstrip()))
+            if key in META_ITEMS:
+                meta.append((key, byte_offset(text, a), byte_offset(text, b)))
+                continue
+            v = parse_bar_number(raw)
+            if v is None:
+                if DIGIT_RE.search(raw):
+                    return Shape(OTHER)  # a number of another spelling on another line of the shape
+                continue
+            token = raw.strip()
+            if DIGIT_RE.search(token) and NUMBER_RE.fullmatch(token) is None:
+                return Shape(OTHER)
+            keys.append(key)
+            values.append(v)
+            spans.append((byte_offset(text, a), byte_offset(text, b)))
+        if len(set(keys)) != len(keys):
+            return Shape(OTHER)
+        numbers = SpanNumbers(text.encode("utf-8").decode("latin-1"), tuple(spans))  # a character a byte
+        for j in numbers.const:
+            numbers.const[j] = values[j]  # "nan.0", "inf": as parse_bar_number reads them
+        e0 = m.start("desc") + em.start(1)
+        return Shape(ROW, _BarShape((byte_offset(text, e0), byte_offset(text, e0 + len(em.group(1)))),
+                                    (byte_offset(text, m.start("n")), byte_offset(text, m.end("n"))),
+                                    (byte_offset(text, m.start("total")), byte_offset(text, m.end("total"))),
+                                    tuple(keys), numbers, tuple(meta)))
+
+    def _place(self, table: ShapeTable, sink: Sink, state: dict, chunk: Chunk, start: int, stop: int,
+               base: int) -> int:
+        """The epoch bars of lines ``start`` to ``stop`` (no ``OTHER``) as :meth:`feed` reads them,
+        each at ``offset(epoch) + n``; with a Rich bar open, the lines are the line reader's."""
+        if state["rich"] is not None:
+            return start
+        got = chunk.cache.get(self.name)
+        if got is None:
+            got = chunk.cache[self.name] = _Bars(chunk, [s.info for s in table.shapes])
+        seg_line = chunk.segments[2]
+        lo, hi = np.searchsorted(seg_line, [start, stop])
+        if hi <= lo:
+            return stop
+        e, n, t = got.epoch[lo:hi], got.n[lo:hi], got.total[lo:hi]
+        if not state["framework"]:
+            state["framework"] = True
+            sink.meta("framework", "lightning")
+        prev = state["epoch"]
+        change = np.empty(e.shape[0], dtype=bool)
+        change[0] = prev is None or int(e[0]) != prev
+        change[1:] = e[1:] != e[:-1]
+        at = np.maximum.accumulate(np.where(change, np.arange(e.shape[0]), -1))
+        offset = np.where(at >= 0, e[np.maximum(at, 0)] * t[np.maximum(at, 0)], state["offset"])
+        if state["total"] is None:
+            state["total"] = int(t[0])
+            sink.meta("lightning.batches_per_epoch", int(t[0]))
+        changes = np.flatnonzero(change)
+        if changes.shape[0]:
+            state["last_n"] = int(n[int(changes[-1]):].max())
+        else:
+            state["last_n"] = max(state["last_n"], int(n.max()))
+        state["epoch"], state["offset"] = int(e[-1]), int(offset[-1])
+        keep = n != 0  # before the epoch's first batch: no step, no value
+        if not keep.any():
+            return stop
+        steps = (offset + n)[keep]
+        line_nos = seg_line[lo:hi][keep] + base + 1
+        sink.add_many("epoch", steps, e[keep].astype(np.float64), line_nos)
+        sel = np.flatnonzero(keep) + lo
+        for key in got.order(sel):
+            values, has = got.columns[key]
+            h = has[sel]
+            sink.add_many(key, steps[h], values[sel][h], line_nos[h])
+        first = int(sel[0])
+        for key, (a, b) in got.meta_of(first).items():
+            sink.meta(f"lightning.{key}", chunk.lines.data[a:b].decode("utf-8").strip())
+        sink.last_step = int(steps[-1])
+        return stop
+
     def _message(self, line: Line, sink: Sink, state: dict) -> None:
         text = line.text
         src = sink.source.path if sink.source else ""
@@ -217,6 +358,47 @@ class LightningReader(LineReader):
         if m:
             sink.event(Event(EventKind.PHASE, text.strip(), src, line.no, line.raw, rank=line.rank,
                              data={"phase": "fit stopped", "reason": m.group(1).strip(), "completed": True}))
+
+
+class _Bars:
+    """A chunk's epoch bars read at once (a row a ``ROW`` segment, in order): epoch, count, total,
+    and each postfix key's values (``has`` where the segment's postfix holds the key)."""
+
+    def __init__(self, chunk: Chunk, info: list[Any]) -> None:
+        sid, at, _, _ = chunk.segments
+        buf = chunk.lines.buf
+        k = sid.shape[0]
+        self.sid, self.at, self.info = sid, at, info
+        self.epoch = np.zeros(k, dtype=np.int64)
+        self.n = np.zeros(k, dtype=np.int64)
+        self.total = np.zeros(k, dtype=np.int64)
+        self.columns: dict[str, tuple[NDArray[np.float64], NDArray[np.bool_]]] = {}
+        for s in np.unique(sid).tolist():
+            sel = np.flatnonzero(sid == s)
+            shape: _BarShape = info[s]
+            where = at[sel]
+            for out, (a, b) in ((self.epoch, shape.epoch), (self.n, shape.n), (self.total, shape.total)):
+                out[sel] = digits_at(buf, where + a, b - a)
+            values = shape.numbers.read_at(buf, where)
+            for c, key in enumerate(shape.keys):
+                if key not in self.columns:
+                    self.columns[key] = (np.full(k, np.nan), np.zeros(k, dtype=bool))
+                self.columns[key][0][sel] = values[:, c]
+                self.columns[key][1][sel] = True
+
+    def order(self, sel: NDArray[np.int64]) -> list[str]:
+        """The postfix keys of the segments ``sel`` in the order they first come."""
+        shapes = self.sid[sel]
+        _, first = np.unique(shapes, return_index=True)
+        out: list[str] = []
+        for k in np.sort(first).tolist():
+            out += [key for key in self.info[int(shapes[k])].keys if key not in out]
+        return out
+
+    def meta_of(self, i: int) -> dict[str, tuple[int, int]]:
+        """Where in the chunk the meta items of segment ``i`` stand."""
+        at = int(self.at[i])
+        return {key: (at + a, at + b) for key, a, b in self.info[int(self.sid[i])].meta}
 
 
 # -- CSV loggers (shared with keras_csv) ----------------------------------------------------------

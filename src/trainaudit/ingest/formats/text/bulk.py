@@ -62,7 +62,7 @@ def _slow(raw: bytes) -> float:
     return float("nan") if v is None else v
 
 
-class _Numbers:
+class SpanNumbers:
     """The numbers at a shape's spans, for the lines of that shape (a row a line): vectorised where
     :class:`~trainaudit.ingest.fastnum.FixedNumbers` can, the same text on every line where a span
     has no digit ("nan"); else a column of texts cast by numpy, which parses each as ``float()``
@@ -77,16 +77,19 @@ class _Numbers:
         self.digits = np.array(digits, dtype=np.int64)
 
     def read(self, lines: ChunkLines, rows: NDArray[np.int64]) -> NDArray[np.float64]:
-        starts = lines.starts[rows]
-        out = np.empty((rows.shape[0], len(self.spans)))
-        vals, ok = self.fixed.read_at(lines.buf, starts)
+        return self.read_at(lines.buf, lines.starts[rows])
+
+    def read_at(self, buf: NDArray[np.uint8], starts: NDArray[np.int64]) -> NDArray[np.float64]:
+        """The numbers of the lines (or segments) of this shape that start at ``starts`` of ``buf``."""
+        out = np.empty((starts.shape[0], len(self.spans)))
+        vals, ok = self.fixed.read_at(buf, starts)
         out[:, self.digits] = vals
         bad = ~ok
         for q in np.flatnonzero(bad.any(axis=0)).tolist():
             at = starts[bad[:, q]]
             j = int(self.digits[q])
             a, b = self.spans[j]
-            texts = lines.buf[at[:, None] + np.arange(a, b)].view(f"S{b - a}").ravel()
+            texts = buf[at[:, None] + np.arange(a, b)].view(f"S{b - a}").ravel()
             try:
                 with np.errstate(all="ignore"):  # an overflow to inf is float()'s result too
                     out[bad[:, q], j] = texts.astype(np.float64)
@@ -159,7 +162,7 @@ class _Kind:
     :class:`LineShape` for each facts of them seen (None: those lines are read one by one)."""
 
     kind: int
-    numbers: _Numbers | None = None
+    numbers: SpanNumbers | None = None
     variants: dict[bytes, int] | None = None  # facts of the numbers -> variant id (-1: none)
 
 
@@ -270,7 +273,7 @@ class ShapeBook:
             if shape.header_row:
                 self.shapes.append(shape)
                 return _Kind(HEADER, variants={b"": len(self.shapes) - 1})
-        return _Kind(RECORD, _Numbers(text, tuple(spans)), {})
+        return _Kind(RECORD, SpanNumbers(text, tuple(spans)), {})
 
     def _variant(self, k: _Kind, facts: bytes, raw: bytes) -> int:
         assert k.variants is not None

@@ -1,0 +1,343 @@
+"""The bulk path of the line formats that read by segment shape (``formats/shaped.py``) gives what
+their line reader gives: the same series (steps, values bitwise, lines), events and metadata, on
+logs built from the pieces real logs mix (tqdm redraws with carriage returns, train and eval dicts,
+NaN/inf, quoted values, launcher prefixes, ANSI colours, a traceback in the middle of a line of
+redraws, broken UTF-8, blank lines, CRLF), with chunks small enough that their edges fall inside
+dicts and runs of redraws. The bulk path must also be used: a test cannot pass with every line
+left to the line reader."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from test_text_bulk import snapshot as run_snapshot
+
+from trainaudit.ingest import load_run
+from trainaudit.ingest.formats import shaped
+from trainaudit.ingest.formats.hf import HFReader
+from trainaudit.ingest.formats.keras import KerasReader
+from trainaudit.ingest.formats.lightning import LightningReader
+from trainaudit.ingest.formats.shaped import ShapeTable
+from trainaudit.ingest.formats.torchtitan import TorchtitanReader
+from trainaudit.model import Run
+
+def snapshot(run: Run) -> tuple:
+    """The series, events (their raw text included) and metadata of a run."""
+    return run_snapshot(run), [(e.line, e.raw) for e in run.events]
+
+
+NUMBERS = ["0.5", "10.7052", "1.4999999998982809e-05", "nan", "inf", "-inf", "3", "0.0", "2.5E+00", "1e-3",
+           "123456789012345678", ".5", "-0.25"]
+
+
+@st.composite
+def dicts(draw: st.DrawFn) -> str:
+    keys = draw(st.lists(st.sampled_from(["loss", "grad_norm", "learning_rate", "epoch", "eval_loss", "step",
+                                          "train_runtime", "mean_token_accuracy"]), min_size=1, max_size=4,
+                         unique=True))
+    quote = draw(st.sampled_from(["", "'"]))
+    items = []
+    for k in keys:
+        v = draw(st.sampled_from(NUMBERS)) if k != "step" else str(draw(st.integers(0, 99)))
+        items.append(f"'{k}': {quote}{v}{quote}")
+    return "{" + ", ".join(items) + "}"
+
+
+@st.composite
+def bars(draw: st.DrawFn) -> str:
+    total = draw(st.sampled_from([50, 200, 1000]))
+    n = draw(st.integers(0, total))
+    fill = draw(st.sampled_from(["", "█", "##"]))
+    return f"{n * 100 // total:3d}%|{fill * (n * 10 // total):10s}| {n}/{total} [00:01<00:09, {draw(st.integers(1, 99))}.00it/s]"
+
+
+PIECES = st.one_of(
+    dicts(), bars(), bars(), bars(),
+    st.sampled_from([" " * 20, "", "[rank1]: ", "\x1b[32m", "\x1b[0m", "Traceback (most recent call last):",
+                     '  File "train.py", line 3, in main', "RuntimeError: CUDA out of memory", "\xff",
+                     "***** Running training *****", "{'eval_loss': 2.5, 'epoch': 1.0}", "}", "noise {"]),
+)
+
+
+@st.composite
+def logs(draw: st.DrawFn) -> bytes:
+    lines = []
+    for _ in range(draw(st.integers(1, 60))):
+        segs = draw(st.lists(PIECES, min_size=0, max_size=5))
+        lines.append("\r".join(segs))
+    ending = draw(st.sampled_from(["\n", "\r\n"]))
+    data = ending.join(lines) + draw(st.sampled_from(["", ending]))
+    return data.encode("utf-8", "surrogateescape").replace("\xff".encode(), b"\xff")
+
+
+HEAD = "".join(f"{{'loss': {3 - i / 10}, 'grad_norm': 1.0, 'learning_rate': 0.001, 'epoch': {i / 10}}}\n"
+               for i in range(3)).encode()
+
+
+class Placed:
+    """Counts the ROW segments the formats' bulk path found."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.rows = 0
+        real = ShapeTable.chunk
+
+        def spy(table: ShapeTable, data: bytes) -> shaped.Chunk:
+            got = real(table, data)
+            self.rows += int(got.segments.shape[1])
+            return got
+
+        monkeypatch.setattr(ShapeTable, "chunk", spy)
+
+
+def both(path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[tuple, tuple]:
+    bulk, problems = load_run([str(path)], "hf")
+    with monkeypatch.context() as m:
+        m.setattr(HFReader, "bulk", False)
+        lines, problems_lines = load_run([str(path)], "hf")
+    assert problems == problems_lines  # (a reader's error is a problem of the input)
+    return snapshot(bulk), snapshot(lines)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(body=logs(), chunk=st.sampled_from([64, 301, 4096]))
+def test_hf_bulk_reads_what_the_line_reader_reads(body: bytes, chunk: int, tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(shaped, "CHUNK_SIZE", chunk)
+    path = tmp_path / "r.log"
+    path.write_bytes(HEAD + body)
+    got, want = both(path, monkeypatch)
+    assert got == want
+
+
+def test_a_plain_hf_log_is_placed_in_bulk(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(shaped, "CHUNK_SIZE", 4096)
+    placed = Placed(monkeypatch)
+    lines = []
+    for step in range(1, 301):
+        redraws = "".join(f"\r{step * 100 // 300:3d}%|{'█' * (step // 30):10s}| {k}/300 [00:01<00:09,  2.{k % 10}0it/s]"
+                          for k in range(step, step + 3))
+        lines.append(redraws + f"\r{{'loss': {10 / step!r}, 'grad_norm': {'nan' if step > 250 else 1 / step!r}, "
+                     f"'learning_rate': {step * 1e-6!r}, 'epoch': {step / 100:.2f}}}")
+        if step % 100 == 0:
+            lines.append(f"{{'eval_loss': {step / 7:.4f}, 'epoch': {step / 100:.2f}}}")
+    path = tmp_path / "hf.log"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    got, want = both(path, monkeypatch)
+    assert got == want
+    assert placed.rows > 250
+    series = {k: (steps, lines_) for k, steps, _, lines_ in got[0][0]}
+    assert series["loss"][0][:3] == [2, 3, 4]  # each dict at the count of the bar after it
+    assert "eval_loss" in series
+
+
+@st.composite
+def lightning_bars(draw: st.DrawFn) -> str:
+    total = draw(st.sampled_from([40, 1000]))
+    n = draw(st.integers(0, total))
+    desc = draw(st.sampled_from(["Epoch 0", "Epoch 1", "Epoch 3", "Validation DataLoader 0", "Sanity Checking"]))
+    loss = draw(st.sampled_from(["10.8", "2.31", "nan.0", "inf.0", "-inf.", "0.5", "1.63e+6", "x"]))
+    items = draw(st.sampled_from([f"v_num={draw(st.integers(0, 9))}, train_loss={loss}", f"train_loss={loss}",
+                                  f"loss={loss}, acc=0.{draw(st.integers(0, 99))}", ""]))
+    postfix = f", {items}" if items else ""
+    return f"{desc}: {n * 100 // total:3d}%|{'█' * (n * 10 // total):10s}| {n}/{total} [00:01<00:09, 27.42it/s{postfix}]"
+
+
+LIGHTNING_PIECES = st.one_of(
+    lightning_bars(), lightning_bars(), lightning_bars(),
+    st.sampled_from([" " * 20, "", "[rank1]: ", "\x1b[32m", "Traceback (most recent call last):",
+                     '  File "train.py", line 3, in main', "RuntimeError: CUDA out of memory", "\xff",
+                     "The loss returned in `training_step` is nan.", "`Trainer.fit` stopped: `max_epochs=2` reached.",
+                     "Epoch 1/1 ━━━━━━━━ 4/4 0:00:00 • 0:00:00 801.66it/s v_num: 0.000", "    train_loss: 0.500",
+                     "GPU available: True (cuda), used: True", "Epoch 2: 50%|█████     | 2/4 [00:01<?, ?it/s]",
+                     "Epoch 4: 0%|          | 17/? [00:01<?, ?it/s, train_loss=0.5]",
+                     "Epoch 1: 0%|          | 9/? [00:01<?, ?it/s, train_loss=0.25]"]),
+)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(segments=st.lists(st.lists(LIGHTNING_PIECES, min_size=0, max_size=8), min_size=1, max_size=30),
+       chunk=st.sampled_from([64, 301, 4096]))
+def test_lightning_bulk_reads_what_the_line_reader_reads(segments: list[list[str]], chunk: int, tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(shaped, "CHUNK_SIZE", chunk)
+    head = "\r".join(f"Epoch 0:   {k}%|          | {k}/40 [00:00<00:36, 27.42it/s, v_num=3, train_loss=10.8]"
+                     for k in range(1, 4))
+    body = head + "\n" + "\n".join("\r".join(segs) for segs in segments) + "\n"
+    path = tmp_path / "l.log"
+    path.write_bytes(body.encode("utf-8", "surrogateescape").replace("\xff".encode(), b"\xff"))
+    bulk, problems = load_run([str(path)], "lightning")
+    with monkeypatch.context() as m:
+        m.setattr(LightningReader, "bulk", False)
+        lines, problems_lines = load_run([str(path)], "lightning")
+    assert snapshot(bulk) == snapshot(lines) and problems == problems_lines
+
+
+def test_a_plain_lightning_log_is_placed_in_bulk(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(shaped, "CHUNK_SIZE", 4096)
+    placed = Placed(monkeypatch)
+    epochs = []
+    for epoch in range(3):
+        bars = [f"Epoch {epoch}: {k * 100 // 200:3d}%|{'█' * (k // 20):10s}| {k}/200 [00:01<00:09, 27.42it/s, "
+                f"v_num=3, train_loss={'nan.0' if epoch == 2 and k > 100 else f'{10 / k:.4g}'}]" for k in range(1, 201)]
+        val = [f"Validation DataLoader 0: {k * 10}%|          | {k}/10 [00:00<00:00, 90.00it/s]" for k in range(11)]
+        epochs.append("\r".join(bars + val))
+    path = tmp_path / "l.log"
+    path.write_text("\n".join(epochs) + "\n", encoding="utf-8")
+    bulk, problems = load_run([str(path)], "lightning")
+    with monkeypatch.context() as m:
+        m.setattr(LightningReader, "bulk", False)
+        lines, problems_lines = load_run([str(path)], "lightning")
+    assert snapshot(bulk) == snapshot(lines) and problems == problems_lines
+    assert placed.rows >= 400
+    loss = bulk.series["train_loss"]
+    assert loss.steps[-1] == 600 and np.isnan(loss.values[-1])
+
+
+def test_lightning_bars_without_total_count_on_from_the_bulk_rows(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """A bar of unknown total starts its epoch where the last epoch's count ended (its last ``n``,
+    kept by the bulk rows since the epoch changed)."""
+    first = "\r".join(f"Epoch 0: {k}%|          | {k}/40 [00:00<00:36, 27.42it/s, train_loss={10 - k / 10}]"
+                      for k in range(1, 31))
+    second = "\r".join(f"Epoch 1: {k}%|          | {k}/40 [00:00<00:36, 27.42it/s, train_loss={5 - k / 10}]"
+                       for k in range(1, 6))
+    path = tmp_path / "l.log"
+    path.write_text(f"{first}\n{first}\r{second}\nEpoch 2: 0%|          | 7/? [00:01<?, ?it/s, train_loss=0.5]\n",
+                    encoding="utf-8")
+    bulk, problems = load_run([str(path)], "lightning")
+    with monkeypatch.context() as m:
+        m.setattr(LightningReader, "bulk", False)
+        lines, problems_lines = load_run([str(path)], "lightning")
+    assert snapshot(bulk) == snapshot(lines) and problems == problems_lines
+    assert bulk.series["train_loss"].steps[-1] == 40 + 5 + 7
+
+
+@st.composite
+def keras_bars(draw: st.DrawFn) -> str:
+    total = draw(st.sampled_from(["120", "8", "Unknown"]))
+    size = int(total) if total.isdigit() else 50
+    n = draw(st.one_of(st.integers(0, 130), st.sampled_from([size - 1, size, size + 1])))
+    loss = draw(st.sampled_from(["10.8040", "nan", "inf", "0.5", "1.5e-05", "7"]))
+    bar = draw(st.sampled_from(["[>.........] - ", "━━━━━━━━━━ ", "- "]))
+    timing = draw(st.sampled_from(["ETA: 2s - ", "1s 8ms/step - ", "0s - ", ""]))
+    metrics = draw(st.sampled_from([f"loss: {loss} - accuracy: 0.4861", f"loss: {loss}", "", f"loss: {loss} - loss: 1.0"]))
+    return f"{n:3d}/{total} {bar}{timing}{metrics}" + "\b" * draw(st.sampled_from([0, 3, 40]))
+
+
+KERAS_PIECES = st.one_of(
+    *[keras_bars()] * 8,
+    st.sampled_from(["Epoch 1/3", "Epoch 2/3", "Epoch 3/3", "", " " * 5, "\b\b\b", "[rank1]: ", "\x1b[32m",
+                     "Batch 3: Invalid loss, terminating training", "Traceback (most recent call last):",
+                     '  File "train.py", line 3, in main', "RuntimeError: boom", "\xff", 'Model: "sequential"']),
+)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(segments=st.lists(st.lists(KERAS_PIECES, min_size=0, max_size=8), min_size=1, max_size=30),
+       chunk=st.sampled_from([64, 301, 4096]))
+def test_keras_bulk_reads_what_the_line_reader_reads(segments: list[list[str]], chunk: int, tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(shaped, "CHUNK_SIZE", chunk)
+    # a first epoch with its final bar: the format has found something, the rest may be read in bulk
+    head = ("Epoch 1/3\n" + "\r".join(f"  {k}/8 [>.......] - ETA: 2s - loss: 1.{k}" for k in range(1, 8))
+            + "\r  8/8 [========] - 1s 8ms/step - loss: 1.0\n")
+    body = head + "\n".join("\r".join(segs) for segs in segments) + "\n"
+    path = tmp_path / "k.log"
+    path.write_bytes(body.encode("utf-8", "surrogateescape").replace("\xff".encode(), b"\xff"))
+    bulk, problems = load_run([str(path)], "keras")
+    with monkeypatch.context() as m:
+        m.setattr(KerasReader, "bulk", False)
+        lines, problems_lines = load_run([str(path)], "keras")
+    assert snapshot(bulk) == snapshot(lines) and problems == problems_lines
+
+
+def test_a_plain_keras_log_is_placed_in_bulk(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(shaped, "CHUNK_SIZE", 4096)
+    placed = Placed(monkeypatch)
+    out = []
+    for epoch in range(1, 6):
+        loss = "nan" if epoch == 5 else f"{3 / epoch:.4f}"
+        bars = [f"{k:3d}/40 [{'=' * (k // 4)}>{'.' * (10 - k // 4)}] - ETA: 1s - loss: {loss}" + "\b" * 50
+                for k in range(1, 40)]
+        out.append(f"Epoch {epoch}/6\n" + "\r".join(bars) + f"\r 40/40 [==========] - 1s 8ms/step - loss: {loss}")
+    out.append("Epoch 6/6\n" + "\r".join(f"{k:3d}/40 [>.........] - ETA: 1s - loss: 0.{k:02d}" for k in range(1, 9)))
+    path = tmp_path / "k.log"
+    path.write_text("\n".join(out) + "\n", encoding="utf-8")
+    bulk, problems = load_run([str(path)], "keras")
+    with monkeypatch.context() as m:
+        m.setattr(KerasReader, "bulk", False)
+        lines, problems_lines = load_run([str(path)], "keras")
+    assert snapshot(bulk) == snapshot(lines) and problems == problems_lines
+    assert placed.rows >= 150
+    assert bulk.series["loss"].steps.tolist() == [1, 2, 3, 4, 5] and np.isnan(bulk.series["loss"].values[-1])
+    interrupted = [e for e in bulk.events if e.kind.value == "phase"]
+    assert interrupted and interrupted[-1].data["batch"] == 8
+
+
+@st.composite
+def titan_lines(draw: st.DrawFn) -> str:
+    step = draw(st.integers(1, 6))
+    loss = draw(st.sampled_from(["10.79512", "nan", "inf", "3.2", "1e-3"]))
+    tps = draw(st.sampled_from(["10,003", "9,955", "812", "1,234,567", "N/A"]))
+    mfu = draw(st.sampled_from(["14.05%", "N/A", "0.17%"]))
+    validate = draw(st.sampled_from(["", "validate "]))
+    body = (f"{validate}step: {step:2d}  loss: {loss}  grad_norm:  0.7758  memory: 66.91GiB(37.51%)  tps: {tps}  "
+            f"tflops: 315.51  mfu: {mfu}")
+    colour = draw(st.booleans())
+    if colour:
+        body = f"\x1b[32m{body}\x1b[39m"
+    line = f"[titan] 2026-02-24 19:46:11,684 - root - INFO - {body}"
+    prefix = draw(st.sampled_from(["", "[rank0]:", "[rank1]:", "[rank12]:", "3: ", "[default2]:"]))
+    return prefix + line
+
+
+TITAN_PIECES = st.one_of(
+    *[titan_lines()] * 6,
+    st.sampled_from(["", " " * 4, "[titan] 2026-02-24 19:46:10,000 - root - INFO - Starting job: Llama 3 8B training",
+                     "Traceback (most recent call last):", '  File "train.py", line 3, in main', "RuntimeError: boom",
+                     "\xff", "W0224 19:46:09.113000 1234 torch/distributed/run.py:793] Setting OMP_NUM_THREADS"]),
+)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(lines=st.lists(st.lists(TITAN_PIECES, min_size=1, max_size=2), min_size=1, max_size=40),
+       chunk=st.sampled_from([64, 301, 4096]))
+def test_torchtitan_bulk_reads_what_the_line_reader_reads(lines: list[list[str]], chunk: int, tmp_path: Path,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(shaped, "CHUNK_SIZE", chunk)
+    head = "[titan] 2026-02-24 19:46:11,684 - root - INFO - step:  1  loss: 10.79512  grad_norm:  0.7758\n"
+    body = head + "\n".join("\r".join(segs) for segs in lines) + "\n"
+    path = tmp_path / "t.log"
+    path.write_bytes(body.encode("utf-8", "surrogateescape").replace("\xff".encode(), b"\xff"))
+    bulk, problems = load_run([str(path)], "torchtitan")
+    with monkeypatch.context() as m:
+        m.setattr(TorchtitanReader, "bulk", False)
+        lines_run, problems_lines = load_run([str(path)], "torchtitan")
+    assert snapshot(bulk) == snapshot(lines_run) and problems == problems_lines
+
+
+def test_torchrun_ranks_are_placed_in_bulk(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(shaped, "CHUNK_SIZE", 4096)
+    placed = Placed(monkeypatch)
+    out = ["[titan] 2026-02-24 19:46:10,000 - root - INFO - Starting job"]
+    for step in range(1, 101):
+        for rank in (0, 1, 2):
+            loss = "nan" if step > 90 else f"{10 - step / 20:.5f}"
+            out.append(f"[rank{rank}]:[titan] 2026-02-24 19:46:11,684 - root - INFO - \x1b[32mstep: {step:3d}  "
+                       f"loss: {loss}  memory: 66.91GiB(37.51%)  tps: {9000 + rank * 700 + step:,}\x1b[39m")
+        out.append(out[-1])  # a copy of the same rank's line
+    path = tmp_path / "t.log"
+    path.write_text("\n".join(out) + "\n", encoding="utf-8")
+    bulk, _ = load_run([str(path)], "torchtitan")
+    with monkeypatch.context() as m:
+        m.setattr(TorchtitanReader, "bulk", False)
+        lines, _ = load_run([str(path)], "torchtitan")
+    assert snapshot(bulk) == snapshot(lines)
+    assert placed.rows >= 390
+    assert list(bulk.series)[:4] == ["loss", "memory(GiB)", "memory(%)", "tps"]
+    assert bulk.series["tps@rank2"].values[0] == 10401.0 and np.isnan(bulk.series["loss@rank1"].values[-1])
+    assert bulk.meta["torchtitan.lines_per_step"] == 2
