@@ -23,7 +23,7 @@ DOC = Path(__file__).resolve().parents[2] / "docs" / "accuracy.md"
 # them; the counts are those of today's code on them (the shares fell with the new logs), and
 # docs/accuracy.md shows the known false alarms and unread logs.
 TOP1_FLOOR = 423
-FIRST_BAD_STEP_FLOOR = 131
+FIRST_BAD_STEP_FLOOR = 133
 FALSE_ALARMS_CEILING = 5
 UNREAD_CEILING = 5
 
