@@ -73,12 +73,12 @@ class NonFiniteMetric(Rule):
             h = self._series_hit(ctx, role, s, named, checks)
             if h is not None:
                 hits.append(h)
-        # another loss (a GAN's other player, a loss component) non-finite before any training
-        # role: the first bad step is its
+        # another loss (a GAN's other player, a loss component) non-finite before the training
+        # roles were: the first bad step is its (it only moves the step of a finding already made)
         first = min((h.first_bad_step for h in hits if h.first_bad_step is not None), default=None)
-        others = [h for n, x in ctx.run.series.items() if n not in seen and "loss" in norm(n)
+        others = [h for n, x in ctx.run.series.items() if first is not None and n not in seen and "loss" in norm(n)
                   if (h := self._series_hit(ctx, "other", x, named, checks)) is not None and h.first_bad_step is not None
-                  and (first is None or h.first_bad_step < first)]
+                  and h.first_bad_step < first]
         if others:
             hits.insert(0, min(others, key=lambda h: h.first_bad_step or 0))
         if checks:
