@@ -29,7 +29,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
@@ -37,7 +37,7 @@ from numpy.typing import NDArray
 from trainaudit.errors import InputError
 from trainaudit.ingest.base import Gate, LineReader, Reader, Sample, gate_pattern
 from trainaudit.ingest.formats.shaped import (
-    BLANK, DIGIT_RE, OTHER, QUIET, ROW, Chunk, Shape, ShapeTable, Where, byte_offset, digits_at, read_shaped,
+    BLANK, DIGIT_RE, OTHER, QUIET, ROW, Chunk, Shape, ShapeTable, ShapedReader, Where, byte_offset, digits_at,
     zeroed_pattern,
 )
 from trainaudit.ingest.formats.text.bulk import SpanNumbers
@@ -189,12 +189,11 @@ def _dict_kind(keys: list[str]) -> str:
     return "train"
 
 
-class HFReader(LineReader):
+class HFReader(ShapedReader):
     name = "hf"
     kind = SourceKind.LOG
     description = "HF Trainer / TRL / axolotl / ms-swift stdout log dicts ({'loss': ..., 'epoch': ...})"
     gate = Gate(re.compile(HF_GATE), re.compile(HF_GATE.encode() + b"|\x1b"))
-    bulk: ClassVar[bool] = True  # runs of plain dict and bar lines read by shape (False: line by line)
 
     def sniff(self, sample: Sample) -> float:
         n = 0
@@ -274,16 +273,13 @@ class HFReader(LineReader):
 
     # -- bulk reading ---------------------------------------------------------------------------
     def read(self, inp: InputFile, sink: Sink) -> None:
-        if not self.bulk or self.gate is None:
-            super().read(inp, sink)
+        if self.gate is None:  # ungated (every line decoded): line by line, as before the gate
+            LineReader.read(self, inp, sink)
             return
-        state = self.new_state()
-        table = ShapeTable(HF_GATE_SHAPE, self._classify)
+        super().read(inp, sink)
 
-        def place(chunk: Chunk, start: int, stop: int, base: int) -> int:
-            return self._place(table, sink, state, chunk, start, stop, base)
-
-        read_shaped(self, inp, sink, table, state, place)
+    def shape_table(self) -> ShapeTable:
+        return ShapeTable(HF_GATE_SHAPE, self._classify)
 
     @staticmethod
     def _classify(text: str, quiet: bool, where: Where) -> Shape:
@@ -326,8 +322,8 @@ class HFReader(LineReader):
             numbers.const[j] = float(logs[keys[j]])  # "nan", "inf": as parse_number reads them
         return Shape(ROW, _LineShape(bar, keys, numbers))
 
-    def _place(self, table: ShapeTable, sink: Sink, state: dict, chunk: Chunk, start: int, stop: int,
-               base: int) -> int:
+    def place_run(self, table: ShapeTable, sink: Sink, state: dict, chunk: Chunk, start: int, stop: int,
+                  base: int) -> int:
         """The lines ``start`` to ``stop`` (no ``OTHER``) as :meth:`feed` reads them: each train
         dict is written at the count of the bar in the first non-blank segment of the next
         non-blank line; the last one, when that line is past ``stop``, is left pending as

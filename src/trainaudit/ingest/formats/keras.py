@@ -21,17 +21,17 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
 from trainaudit.errors import InputError
-from trainaudit.ingest.base import LineReader, Reader, Sample
+from trainaudit.ingest.base import Reader, Sample
 from trainaudit.ingest.formats.hf import NUMBER_RE
 from trainaudit.ingest.formats.lightning import csv_header, read_csv_rows
 from trainaudit.ingest.formats.shaped import (
-    DIGIT_RE, OTHER, QUIET, ROW, Chunk, Shape, ShapeTable, Where, byte_offset, digits_at, read_shaped,
+    DIGIT_RE, OTHER, QUIET, ROW, Chunk, Shape, ShapeTable, ShapedReader, Where, byte_offset, digits_at,
 )
 from trainaudit.ingest.formats.text.bulk import SpanNumbers
 from trainaudit.ingest.sink import Sink
@@ -73,7 +73,7 @@ class _BarShape:
     numbers: SpanNumbers
 
 
-class KerasReader(LineReader):
+class KerasReader(ShapedReader):
     name = "keras"
     kind = SourceKind.LOG
     description = "Keras fit() stdout: 'Epoch 1/15' headers, progress bars and verbose=2 epoch lines"
@@ -98,23 +98,13 @@ class KerasReader(LineReader):
         # when that reads the file's numbers
         return 0.12 if headers else 0.0
 
-    bulk: ClassVar[bool] = True  # runs of bars read by shape (False: line by line)
 
     def new_state(self) -> dict:
         return {"epoch": None, "epochs_seen": 0, "pending": None, "done": None, "framework": False,
                 "nan_seen": False}
 
-    def read(self, inp: InputFile, sink: Sink) -> None:
-        if not self.bulk:
-            super().read(inp, sink)
-            return
-        state = self.new_state()
-        table = ShapeTable(None, self._classify, one_row=False)
-
-        def place(chunk: Chunk, start: int, stop: int, base: int) -> int:
-            return self._place(table, sink, state, chunk, start, stop, base)
-
-        read_shaped(self, inp, sink, table, state, place)
+    def shape_table(self) -> ShapeTable:
+        return ShapeTable(None, self._classify, one_row=False)
 
     @staticmethod
     def _classify(text: str, quiet: bool, where: Where) -> Shape:
@@ -162,8 +152,8 @@ class KerasReader(LineReader):
                                                                      byte_offset(text, b.end("total"))),
                                     total if total == "Unknown" else None, tuple(keys), numbers))
 
-    def _place(self, table: ShapeTable, sink: Sink, state: dict, chunk: Chunk, start: int, stop: int,
-               base: int) -> int:
+    def place_run(self, table: ShapeTable, sink: Sink, state: dict, chunk: Chunk, start: int, stop: int,
+                  base: int) -> int:
         """The bars of lines ``start`` to ``stop`` (no ``OTHER``) as :meth:`feed` reads them: the
         final ones write their values at the epoch, the last in-progress one is left pending."""
         sid, at, seg_line, _ = chunk.segments

@@ -41,16 +41,16 @@ import io
 import math
 import re
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
 from trainaudit.errors import InputError
-from trainaudit.ingest.base import LineReader, Reader, Sample, fallback_format
+from trainaudit.ingest.base import Reader, Sample, fallback_format
 from trainaudit.ingest.formats.hf import NUMBER_RE
 from trainaudit.ingest.formats.shaped import (
-    DIGIT_RE, OTHER, QUIET, ROW, Chunk, Shape, ShapeTable, Where, byte_offset, digits_at, read_shaped,
+    DIGIT_RE, OTHER, QUIET, ROW, Chunk, Shape, ShapeTable, ShapedReader, Where, byte_offset, digits_at,
 )
 from trainaudit.ingest.formats import shaped
 from trainaudit.ingest.formats.text.bulk import SpanNumbers
@@ -110,7 +110,7 @@ class _BarShape:
     meta: tuple[tuple[str, int, int], ...]
 
 
-class LightningReader(LineReader):
+class LightningReader(ShapedReader):
     name = "lightning"
     kind = SourceKind.LOG
     description = "PyTorch Lightning TQDM progress bar stdout ('Epoch 0:  92%|...| 932/1016 [..., loss=0.223]')"
@@ -132,22 +132,17 @@ class LightningReader(LineReader):
         # Lightning's banner and model summary.
         return 0.5 if summary >= 2 else 0.0
 
-    bulk: ClassVar[bool] = True  # runs of epoch bars read by shape (False: line by line)
+
+    # a line is an epoch of redraws: a chunk of a few lines holds hundreds of bar shapes, whose
+    # numbers are read once a chunk, so larger chunks (a few of these lines each) pay
+    chunk_size = shaped.CHUNK_SIZE * 4
+
+    def shape_table(self) -> ShapeTable:
+        return ShapeTable(None, self._classify, one_row=False)
 
     def read(self, inp: InputFile, sink: Sink) -> None:
         before = sink.n_values
-        if self.bulk:
-            state = self.new_state()
-            table = ShapeTable(None, self._classify, one_row=False)
-
-            def place(chunk: Chunk, start: int, stop: int, base: int) -> int:
-                return self._place(table, sink, state, chunk, start, stop, base)
-
-            # a line is an epoch of redraws: a chunk of a few lines holds hundreds of bar shapes, whose
-            # numbers are read once a chunk, so larger chunks (a few of these lines each) pay
-            read_shaped(self, inp, sink, table, state, place, shaped.CHUNK_SIZE * 4)
-        else:
-            super().read(inp, sink)
+        super().read(inp, sink)
         if sink.n_values == before:
             # claimed by its banner, but no bar held a value (enable_progress_bar=False, or a run
             # that died before its first batch): what the script printed itself is read as any log
@@ -296,8 +291,8 @@ class LightningReader(LineReader):
                                     (byte_offset(text, m.start("total")), byte_offset(text, m.end("total"))),
                                     tuple(keys), numbers, tuple(meta)))
 
-    def _place(self, table: ShapeTable, sink: Sink, state: dict, chunk: Chunk, start: int, stop: int,
-               base: int) -> int:
+    def place_run(self, table: ShapeTable, sink: Sink, state: dict, chunk: Chunk, start: int, stop: int,
+                  base: int) -> int:
         """The epoch bars of lines ``start`` to ``stop`` (no ``OTHER``) as :meth:`feed` reads them,
         each at ``offset(epoch) + n``; with a Rich bar open, the lines are the line reader's."""
         if state["rich"] is not None:

@@ -36,7 +36,7 @@ import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from itertools import repeat
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 from numpy.typing import NDArray
@@ -302,3 +302,32 @@ def read_shaped(reader: LineReader, inp: InputFile, sink: Sink, table: ShapeTabl
     reader.finish(sink, state)
     if reader.numbers_fallback:
         spare.end(inp)
+
+
+class ShapedReader(LineReader):
+    """A line reader that reads runs of its records by shape (:func:`read_shaped`), and line by
+    line when ``bulk`` is False (the tests compare the two). A subclass gives its
+    :meth:`shape_table` and :meth:`place_run`, which places the records of lines ``start`` to
+    ``stop`` (no ``OTHER``) as its ``feed`` would and returns the first line to read again."""
+
+    bulk: ClassVar[bool] = True
+    chunk_size: ClassVar[int | None] = None  # bytes read at a time (:data:`CHUNK_SIZE` when None)
+
+    def shape_table(self) -> ShapeTable:
+        raise NotImplementedError
+
+    def place_run(self, table: ShapeTable, sink: Sink, state: dict, chunk: Chunk, start: int, stop: int,
+                  base: int) -> int:
+        raise NotImplementedError
+
+    def read(self, inp: InputFile, sink: Sink) -> None:
+        if not self.bulk:
+            super().read(inp, sink)
+            return
+        state = self.new_state()
+        table = self.shape_table()
+
+        def place(chunk: Chunk, start: int, stop: int, base: int) -> int:
+            return self.place_run(table, sink, state, chunk, start, stop, base)
+
+        read_shaped(self, inp, sink, table, state, place, self.chunk_size)

@@ -20,19 +20,18 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
-from trainaudit.ingest.base import LineReader, Sample
+from trainaudit.ingest.base import Sample
 from trainaudit.ingest.formats.hf import NUMBER_RE
 from trainaudit.ingest.formats.shaped import (
-    DIGIT_RE, DIGITS_RE, OTHER, QUIET, ROW, Chunk, Shape, ShapeTable, Where, digits_at, read_shaped,
+    DIGITS_RE, DIGIT_RE, OTHER, QUIET, ROW, Chunk, Shape, ShapeTable, ShapedReader, Where, digits_at,
 )
 from trainaudit.ingest.formats.text.bulk import SpanNumbers
 from trainaudit.ingest.sink import Sink
-from trainaudit.ingest.sources import InputFile
 from trainaudit.ingest.text import Line, parse_number
 from trainaudit.model import SourceKind
 
@@ -58,7 +57,7 @@ class _LineShape:
     commas: dict[int, tuple[tuple[int, int], ...]]
 
 
-class TorchtitanReader(LineReader):
+class TorchtitanReader(ShapedReader):
     name = "torchtitan"
     kind = SourceKind.LOG
     description = "torchtitan '[titan] ... step: N  loss: X  grad_norm: Y  memory: ZGiB(P%)  tps: T' lines"
@@ -74,22 +73,12 @@ class TorchtitanReader(LineReader):
             return 0.9
         return 0.5 if titan else 0.0
 
-    bulk: ClassVar[bool] = True  # runs of metric lines read by shape (False: line by line)
 
     def new_state(self) -> dict:
         return {"last": None, "copies": 1, "max_copies": 1, "framework": False}
 
-    def read(self, inp: InputFile, sink: Sink) -> None:
-        if not self.bulk:
-            super().read(inp, sink)
-            return
-        state = self.new_state()
-        table = ShapeTable(None, self._classify, one_row=False)
-
-        def place(chunk: Chunk, start: int, stop: int, base: int) -> int:
-            return self._place(table, sink, state, chunk, start, stop, base)
-
-        read_shaped(self, inp, sink, table, state, place)
+    def shape_table(self) -> ShapeTable:
+        return ShapeTable(None, self._classify, one_row=False)
 
     @staticmethod
     def _classify(text: str, quiet: bool, where: Where) -> Shape:
@@ -154,8 +143,8 @@ class TorchtitanReader(LineReader):
             numbers.const[j] = v
         return Shape(ROW, _LineShape(m.group(1) is not None, step, tuple(names), numbers, tuple(plain), commas))
 
-    def _place(self, table: ShapeTable, sink: Sink, state: dict, chunk: Chunk, start: int, stop: int,
-               base: int) -> int:
+    def place_run(self, table: ShapeTable, sink: Sink, state: dict, chunk: Chunk, start: int, stop: int,
+                  base: int) -> int:
         """The metric lines of lines ``start`` to ``stop`` (no ``OTHER``) as :meth:`feed` reads
         them: a line repeating the last one's (rank, validation, step) is a copy, counted; the
         others' values go to their rank's series."""
