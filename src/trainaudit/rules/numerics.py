@@ -95,7 +95,6 @@ class NonFiniteMetric(Rule):
             hits[0].fatal = True  # the framework stopped the run on it
         return hits
 
-
     def _series_hit(self, ctx: Context, role: str, s: Series, named: int | None, checks: list[Event]) -> Hit | None:
         """The finding on ``s`` (playing ``role``) when it holds non-finite values."""
         bad = np.flatnonzero(~np.isfinite(s.values))

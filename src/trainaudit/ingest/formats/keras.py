@@ -9,8 +9,9 @@ numbered 1, 2, ... in order. Bars without metrics (``predict()``) are ignored.
 
 ``TerminateOnNaN`` prints ``Batch 3: Invalid loss, terminating training`` (often glued to the bar,
 no newline): a ``nan_check`` event. So is the first in-progress bar whose running value of a metric
-is NaN/Inf (a running average is non-finite once one batch was). An epoch that never reached its final bar state is reported
-as a ``phase`` event (``interrupted``) carrying the last in-progress values.
+is NaN/Inf (a running average is non-finite once one batch was). An epoch that never reached its
+final bar state is reported as a ``phase`` event (``interrupted``) carrying the last in-progress
+values.
 
 CSVLogger (reader ``keras_csv``): ``epoch,<sorted metric names>``; missing values are ``NA``.
 The step is the file's own ``epoch`` column, which is 0-based (the screen shows epoch+1).
