@@ -37,7 +37,7 @@ from numpy.typing import NDArray
 from trainaudit.errors import InputError
 from trainaudit.ingest.base import Gate, LineReader, Reader, Sample, gate_pattern
 from trainaudit.ingest.formats.shaped import (
-    BLANK, DIGIT_RE, OTHER, QUIET, ROW, Chunk, Shape, ShapeTable, ShapedReader, Where, byte_offset, digits_at,
+    BLANK, DIGIT_RE, OTHER, QUIET, ROW, Chunk, Columns, Shape, ShapeTable, ShapedReader, Where, byte_offset, digits_at,
     zeroed_pattern,
 )
 from trainaudit.ingest.formats.text.bulk import SpanNumbers
@@ -162,7 +162,7 @@ class _Numbered:
             self.widths[sel] = bar[3] - bar[2]
         rows = np.flatnonzero(chunk.kind == ROW)
         self.row_shape = chunk.row
-        self.columns: dict[str, tuple[NDArray[np.float64], NDArray[np.bool_]]] = {}
+        self.columns = Columns(n)
         keys: dict[int, tuple[str, ...]] = {}
         rsid = chunk.row[rows]
         for s in np.unique(rsid).tolist():
@@ -170,10 +170,7 @@ class _Numbered:
             values = info[s].numbers.read_at(buf, chunk.row_at[sel])
             keys[s] = info[s].keys
             for c, key in enumerate(info[s].keys):
-                if key not in self.columns:
-                    self.columns[key] = (np.full(n, np.nan), np.zeros(n, dtype=bool))
-                self.columns[key][0][sel] = values[:, c]
-                self.columns[key][1][sel] = True
+                self.columns.put(key, sel, values[:, c])
         self._keys = keys
 
     def keys_of(self, line: int) -> tuple[str, ...]:

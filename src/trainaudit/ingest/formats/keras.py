@@ -25,14 +25,13 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from numpy.typing import NDArray
 
 from trainaudit.errors import InputError
 from trainaudit.ingest.base import Reader, Sample
 from trainaudit.ingest.formats.hf import NUMBER_RE
 from trainaudit.ingest.formats.lightning import csv_header, read_csv_rows
 from trainaudit.ingest.formats.shaped import (
-    DIGIT_RE, OTHER, QUIET, ROW, Chunk, Shape, ShapeTable, ShapedReader, Where, byte_offset, digits_at,
+    DIGIT_RE, OTHER, QUIET, ROW, Chunk, Columns, Shape, ShapeTable, ShapedReader, Where, byte_offset, digits_at,
 )
 from trainaudit.ingest.formats.text.bulk import SpanNumbers
 from trainaudit.ingest.sink import Sink
@@ -188,16 +187,13 @@ class KerasReader(ShapedReader):
                 steps = np.full(done.shape[0], int(state["epoch"]), dtype=np.int64)
             line_nos = seg_line[lo:hi][done] + base + 1
             d_sid = s_sid[done]
-            columns: dict[str, tuple[NDArray[np.float64], NDArray[np.bool_]]] = {}
+            columns = Columns(done.shape[0])
             shapes, first = np.unique(d_sid, return_index=True)
             for s in shapes[np.argsort(first)].tolist():
                 sel = np.flatnonzero(d_sid == s)
                 values = info[s].numbers.read_at(buf, s_at[done[sel]])
                 for c, key in enumerate(info[s].keys):
-                    if key not in columns:
-                        columns[key] = (np.full(done.shape[0], np.nan), np.zeros(done.shape[0], dtype=bool))
-                    columns[key][0][sel] = values[:, c]
-                    columns[key][1][sel] = True
+                    columns.put(key, sel, values[:, c])
             for key, (values, has) in columns.items():
                 sink.add_many(key, steps[has], values[has], line_nos[has])
             sink.last_step = int(steps[-1])

@@ -50,7 +50,7 @@ from trainaudit.errors import InputError
 from trainaudit.ingest.base import Reader, Sample, fallback_format
 from trainaudit.ingest.formats.hf import NUMBER_RE
 from trainaudit.ingest.formats.shaped import (
-    DIGIT_RE, OTHER, QUIET, ROW, Chunk, Shape, ShapeTable, ShapedReader, Where, byte_offset, digits_at,
+    DIGIT_RE, OTHER, QUIET, ROW, Chunk, Columns, Shape, ShapeTable, ShapedReader, Where, byte_offset, digits_at,
 )
 from trainaudit.ingest.formats import shaped
 from trainaudit.ingest.formats.text.bulk import SpanNumbers
@@ -367,7 +367,7 @@ class _Bars:
         self.epoch = np.zeros(k, dtype=np.int64)
         self.n = np.zeros(k, dtype=np.int64)
         self.total = np.zeros(k, dtype=np.int64)
-        self.columns: dict[str, tuple[NDArray[np.float64], NDArray[np.bool_]]] = {}
+        self.columns = Columns(k)
         for s in np.unique(sid).tolist():
             sel = np.flatnonzero(sid == s)
             shape: _BarShape = info[s]
@@ -376,10 +376,7 @@ class _Bars:
                 out[sel] = digits_at(buf, where + a, b - a)
             values = shape.numbers.read_at(buf, where)
             for c, key in enumerate(shape.keys):
-                if key not in self.columns:
-                    self.columns[key] = (np.full(k, np.nan), np.zeros(k, dtype=bool))
-                self.columns[key][0][sel] = values[:, c]
-                self.columns[key][1][sel] = True
+                self.columns.put(key, sel, values[:, c])
 
     def order(self, sel: NDArray[np.int64]) -> list[str]:
         """The postfix keys of the segments ``sel`` in the order they first come."""

@@ -247,6 +247,21 @@ def digits_at(buf: NDArray[np.uint8], at: NDArray[np.int64], width: int) -> NDAr
     return d @ (10 ** np.arange(width - 1, -1, -1, dtype=np.int64))
 
 
+class Columns(dict[str, tuple[NDArray[np.float64], NDArray[np.bool_]]]):
+    """Each key's values over ``k`` rows of a chunk (NaN where a row lacks it) and where a row has it."""
+
+    def __init__(self, k: int) -> None:
+        super().__init__()
+        self.k = k
+
+    def put(self, key: str, sel: NDArray[np.int64], values: NDArray[np.float64]) -> None:
+        """The values of ``key`` at rows ``sel``."""
+        if key not in self:
+            self[key] = (np.full(self.k, np.nan), np.zeros(self.k, dtype=bool))
+        self[key][0][sel] = values
+        self[key][1][sel] = True
+
+
 Place = Callable[[Chunk, int, int, int], int]
 
 

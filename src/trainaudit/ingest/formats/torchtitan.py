@@ -28,7 +28,7 @@ from numpy.typing import NDArray
 from trainaudit.ingest.base import Sample
 from trainaudit.ingest.formats.hf import NUMBER_RE
 from trainaudit.ingest.formats.shaped import (
-    DIGITS_RE, DIGIT_RE, OTHER, QUIET, ROW, Chunk, Shape, ShapeTable, ShapedReader, Where, digits_at,
+    DIGITS_RE, DIGIT_RE, OTHER, QUIET, ROW, Chunk, Columns, Shape, ShapeTable, ShapedReader, Where, digits_at,
 )
 from trainaudit.ingest.formats.text.bulk import SpanNumbers
 from trainaudit.ingest.sink import Sink
@@ -254,7 +254,7 @@ class _Metrics:
         k = sid.shape[0]
         self.validate = np.zeros(k, dtype=bool)
         self.step = np.zeros(k, dtype=np.int64)
-        self.columns: dict[str, tuple[NDArray[np.float64], NDArray[np.bool_]]] = {}
+        self.columns = Columns(k)
         for s in np.unique(sid).tolist():
             sel = np.flatnonzero(sid == s)
             shape: _LineShape = info[s]
@@ -263,18 +263,12 @@ class _Metrics:
             self.step[sel] = digits_at(buf, where + shape.step[0], shape.step[1] - shape.step[0])
             values = shape.numbers.read_at(buf, where)
             for c, j in enumerate(shape.plain):
-                self._put(shape.names[j], sel, values[:, c], k)
+                self.columns.put(shape.names[j], sel, values[:, c])
             for j, groups in shape.commas.items():
                 total = np.zeros(sel.shape[0], dtype=np.int64)
                 for a, b in groups:
                     total = total * 10 ** (b - a) + digits_at(buf, where + a, b - a)
-                self._put(shape.names[j], sel, total.astype(np.float64), k)
-
-    def _put(self, name: str, sel: NDArray[np.int64], values: NDArray[np.float64], k: int) -> None:
-        if name not in self.columns:
-            self.columns[name] = (np.full(k, np.nan), np.zeros(k, dtype=bool))
-        self.columns[name][0][sel] = values
-        self.columns[name][1][sel] = True
+                self.columns.put(shape.names[j], sel, total.astype(np.float64))
 
     def field(self, row: int, name: str) -> int:
         """The place of series ``name`` among the fields of ``row``'s line."""
