@@ -21,7 +21,7 @@ from trainaudit.ingest.formats import shaped
 from trainaudit.ingest.formats.hf import HFReader
 from trainaudit.ingest.formats.keras import KerasReader
 from trainaudit.ingest.formats.lightning import LightningReader
-from trainaudit.ingest.formats.shaped import ShapeTable
+from trainaudit.ingest.formats.shaped import ShapedReader, ShapeTable
 from trainaudit.ingest.formats.torchtitan import TorchtitanReader
 from trainaudit.model import Run
 
@@ -93,13 +93,17 @@ class Placed:
         monkeypatch.setattr(ShapeTable, "chunk", spy)
 
 
-def both(path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[tuple, tuple]:
-    bulk, problems = load_run([str(path)], "hf")
+def both(path: Path, reader: type[ShapedReader], monkeypatch: pytest.MonkeyPatch) -> tuple[Run, tuple]:
+    """The run ``reader`` reads in bulk and its snapshot, once the line reader has read the same:
+    series, events, metadata and input problems (a reader's error is a problem of the input)."""
+    bulk, problems = load_run([str(path)], reader.name)
     with monkeypatch.context() as m:
-        m.setattr(HFReader, "bulk", False)
-        lines, problems_lines = load_run([str(path)], "hf")
-    assert problems == problems_lines  # (a reader's error is a problem of the input)
-    return snapshot(bulk), snapshot(lines)
+        m.setattr(reader, "bulk", False)
+        lines, problems_lines = load_run([str(path)], reader.name)
+    got = snapshot(bulk)
+    assert got == snapshot(lines)
+    assert problems == problems_lines
+    return bulk, got
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -109,8 +113,7 @@ def test_hf_bulk_reads_what_the_line_reader_reads(body: bytes, chunk: int, tmp_p
     monkeypatch.setattr(shaped, "CHUNK_SIZE", chunk)
     path = tmp_path / "r.log"
     path.write_bytes(HEAD + body)
-    got, want = both(path, monkeypatch)
-    assert got == want
+    both(path, HFReader, monkeypatch)
 
 
 def test_a_plain_hf_log_is_placed_in_bulk(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -126,8 +129,7 @@ def test_a_plain_hf_log_is_placed_in_bulk(tmp_path: Path, monkeypatch: pytest.Mo
             lines.append(f"{{'eval_loss': {step / 7:.4f}, 'epoch': {step / 100:.2f}}}")
     path = tmp_path / "hf.log"
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    got, want = both(path, monkeypatch)
-    assert got == want
+    _, got = both(path, HFReader, monkeypatch)
     assert placed.rows > 250
     series = {k: (steps, lines_) for k, steps, _, lines_ in got[0][0]}
     assert series["loss"][0][:3] == [2, 3, 4]  # each dict at the count of the bar after it
@@ -169,11 +171,7 @@ def test_lightning_bulk_reads_what_the_line_reader_reads(segments: list[list[str
     body = head + "\n" + "\n".join("\r".join(segs) for segs in segments) + "\n"
     path = tmp_path / "l.log"
     path.write_bytes(body.encode("utf-8", "surrogateescape").replace("\xff".encode(), b"\xff"))
-    bulk, problems = load_run([str(path)], "lightning")
-    with monkeypatch.context() as m:
-        m.setattr(LightningReader, "bulk", False)
-        lines, problems_lines = load_run([str(path)], "lightning")
-    assert snapshot(bulk) == snapshot(lines) and problems == problems_lines
+    both(path, LightningReader, monkeypatch)
 
 
 def test_a_plain_lightning_log_is_placed_in_bulk(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -187,11 +185,7 @@ def test_a_plain_lightning_log_is_placed_in_bulk(tmp_path: Path, monkeypatch: py
         epochs.append("\r".join(bars + val))
     path = tmp_path / "l.log"
     path.write_text("\n".join(epochs) + "\n", encoding="utf-8")
-    bulk, problems = load_run([str(path)], "lightning")
-    with monkeypatch.context() as m:
-        m.setattr(LightningReader, "bulk", False)
-        lines, problems_lines = load_run([str(path)], "lightning")
-    assert snapshot(bulk) == snapshot(lines) and problems == problems_lines
+    bulk, _ = both(path, LightningReader, monkeypatch)
     assert placed.rows >= 400
     loss = bulk.series["train_loss"]
     assert loss.steps[-1] == 600 and np.isnan(loss.values[-1])
@@ -208,11 +202,7 @@ def test_lightning_bars_without_total_count_on_from_the_bulk_rows(tmp_path: Path
     path = tmp_path / "l.log"
     path.write_text(f"{first}\n{first}\r{second}\nEpoch 2: 0%|          | 7/? [00:01<?, ?it/s, train_loss=0.5]\n",
                     encoding="utf-8")
-    bulk, problems = load_run([str(path)], "lightning")
-    with monkeypatch.context() as m:
-        m.setattr(LightningReader, "bulk", False)
-        lines, problems_lines = load_run([str(path)], "lightning")
-    assert snapshot(bulk) == snapshot(lines) and problems == problems_lines
+    bulk, _ = both(path, LightningReader, monkeypatch)
     assert bulk.series["train_loss"].steps[-1] == 40 + 5 + 7
 
 
@@ -248,11 +238,7 @@ def test_keras_bulk_reads_what_the_line_reader_reads(segments: list[list[str]], 
     body = head + "\n".join("\r".join(segs) for segs in segments) + "\n"
     path = tmp_path / "k.log"
     path.write_bytes(body.encode("utf-8", "surrogateescape").replace("\xff".encode(), b"\xff"))
-    bulk, problems = load_run([str(path)], "keras")
-    with monkeypatch.context() as m:
-        m.setattr(KerasReader, "bulk", False)
-        lines, problems_lines = load_run([str(path)], "keras")
-    assert snapshot(bulk) == snapshot(lines) and problems == problems_lines
+    both(path, KerasReader, monkeypatch)
 
 
 def test_a_plain_keras_log_is_placed_in_bulk(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -267,11 +253,7 @@ def test_a_plain_keras_log_is_placed_in_bulk(tmp_path: Path, monkeypatch: pytest
     out.append("Epoch 6/6\n" + "\r".join(f"{k:3d}/40 [>.........] - ETA: 1s - loss: 0.{k:02d}" for k in range(1, 9)))
     path = tmp_path / "k.log"
     path.write_text("\n".join(out) + "\n", encoding="utf-8")
-    bulk, problems = load_run([str(path)], "keras")
-    with monkeypatch.context() as m:
-        m.setattr(KerasReader, "bulk", False)
-        lines, problems_lines = load_run([str(path)], "keras")
-    assert snapshot(bulk) == snapshot(lines) and problems == problems_lines
+    bulk, _ = both(path, KerasReader, monkeypatch)
     assert placed.rows >= 150
     assert bulk.series["loss"].steps.tolist() == [1, 2, 3, 4, 5] and np.isnan(bulk.series["loss"].values[-1])
     interrupted = [e for e in bulk.events if e.kind.value == "phase"]
@@ -313,11 +295,7 @@ def test_torchtitan_bulk_reads_what_the_line_reader_reads(lines: list[list[str]]
     body = head + "\n".join("\r".join(segs) for segs in lines) + "\n"
     path = tmp_path / "t.log"
     path.write_bytes(body.encode("utf-8", "surrogateescape").replace("\xff".encode(), b"\xff"))
-    bulk, problems = load_run([str(path)], "torchtitan")
-    with monkeypatch.context() as m:
-        m.setattr(TorchtitanReader, "bulk", False)
-        lines_run, problems_lines = load_run([str(path)], "torchtitan")
-    assert snapshot(bulk) == snapshot(lines_run) and problems == problems_lines
+    both(path, TorchtitanReader, monkeypatch)
 
 
 def test_torchrun_ranks_are_placed_in_bulk(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -332,11 +310,7 @@ def test_torchrun_ranks_are_placed_in_bulk(tmp_path: Path, monkeypatch: pytest.M
         out.append(out[-1])  # a copy of the same rank's line
     path = tmp_path / "t.log"
     path.write_text("\n".join(out) + "\n", encoding="utf-8")
-    bulk, _ = load_run([str(path)], "torchtitan")
-    with monkeypatch.context() as m:
-        m.setattr(TorchtitanReader, "bulk", False)
-        lines, _ = load_run([str(path)], "torchtitan")
-    assert snapshot(bulk) == snapshot(lines)
+    bulk, _ = both(path, TorchtitanReader, monkeypatch)
     assert placed.rows >= 390
     assert list(bulk.series)[:4] == ["loss", "memory(GiB)", "memory(%)", "tps"]
     assert bulk.series["tps@rank2"].values[0] == 10401.0 and np.isnan(bulk.series["loss@rank1"].values[-1])
