@@ -80,14 +80,19 @@ def counting_reads(monkeypatch: pytest.MonkeyPatch, entries: tuple[tuple[type, s
     yield state
 
 
-def _loop(tmp_path: Path, state: dict[str, Any], steps: int, *, fused: bool, **options: Any) -> Monitor:
-    """A loop that reads nothing itself: loss and clip_grad_norm_'s norm go to step() as tensors."""
+def _monitored(tmp_path: Path, *, fused: bool = True,
+               **options: Any) -> tuple[torch.nn.Module, torch.optim.Optimizer, Monitor, torch.Generator]:
+    """The seeded tiny model, its Adam, a monitor on a still clock, and the batches' generator."""
     torch.manual_seed(0)
     model = build()
     opt = torch.optim.Adam(model.parameters(), lr=1e-3, fused=fused)
-    mon = Monitor(model, opt, tmp_path, clock=Still(), **FAST, **options)
+    return model, opt, Monitor(model, opt, tmp_path, clock=Still(), **FAST, **options), torch.Generator().manual_seed(1)
+
+
+def _loop(tmp_path: Path, state: dict[str, Any], steps: int, *, fused: bool, **options: Any) -> Monitor:
+    """A loop that reads nothing itself: loss and clip_grad_norm_'s norm go to step() as tensors."""
+    model, opt, mon, g = _monitored(tmp_path, fused=fused, **options)
     mon._cuda = True  # as on a GPU machine (torch.cuda.is_initialized is patched)
-    g = torch.Generator().manual_seed(1)
     with mon:
         for s in range(1, steps + 1):
             state["step"] = s
@@ -220,11 +225,7 @@ def test_the_replay_time_is_not_a_step_time(tmp_path: Path, monkeypatch: pytest.
 def test_with_a_closure_the_check_called_inside_it_holds_the_update_too(tmp_path: Path) -> None:
     # optimizer.step(closure): the forward and backward run inside step(), after its pre-hooks;
     # the loop calls before_update() after the backward (as the Lightning callback does)
-    torch.manual_seed(0)
-    model = build()
-    opt = torch.optim.Adam(model.parameters(), lr=1e-3, fused=True)
-    mon = Monitor(model, opt, tmp_path, clock=Still(), **FAST)
-    g = torch.Generator().manual_seed(1)
+    model, opt, mon, g = _monitored(tmp_path)
     seen: dict[int, torch.Tensor] = {}
     with mon:
         for s in range(1, 61):
@@ -249,11 +250,7 @@ def test_with_a_closure_the_check_called_inside_it_holds_the_update_too(tmp_path
 
 
 def test_paused_reads_the_pending_steps_first_so_a_held_nan_is_located_before_the_block(tmp_path: Path) -> None:
-    torch.manual_seed(0)
-    model = build()
-    opt = torch.optim.Adam(model.parameters(), lr=1e-3, fused=True)
-    mon = Monitor(model, opt, tmp_path, clock=Still(), **FAST)
-    g = torch.Generator().manual_seed(1)
+    model, opt, mon, g = _monitored(tmp_path)
 
     def step(s: int, monitored: bool) -> None:
         x, y = torch.randn(32, 16, generator=g), torch.randint(0, 4, (32,), generator=g)
