@@ -89,6 +89,10 @@ def render() -> str:
            "```toml", "[tool.trainaudit]", 'select = ["TA1", "TA2", "TA3", "TA4"]   # id prefixes or ids; default all',
            'ignore = ["TA405"]', "", "[tool.trainaudit.rules.TA102]", "z = 6.0", "```", "",
            "The file is found by walking up from the current directory; `--config FILE` overrides.", "",
+           "A threshold marked *fitted* was chosen on the labelled corpus, inside the folds of the out-of-sample "
+           "evaluation, from the values its rule allows (`src/trainaudit/rules/fitted.json`, written by `make fit`; "
+           "`docs/accuracy.md` shows the choice); its prior is the rule's default. Configuration goes over a fitted "
+           "value as over any default.", "",
            "| id | name | category | severity | thresholds |", "|---|---|---|---|---|"]
     for c in ALL_RULES:
         th = thresholds(c, "`")
