@@ -93,6 +93,14 @@ class Placed:
         monkeypatch.setattr(ShapeTable, "chunk", spy)
 
 
+def written(path: Path, head: str, lines: list[list[str]]) -> Path:
+    """``head``, then a line of carriage-return segments for each of ``lines`` ("\\xff" as a raw
+    byte: invalid UTF-8)."""
+    body = head + "\n".join("\r".join(segs) for segs in lines) + "\n"
+    path.write_bytes(body.encode("utf-8", "surrogateescape").replace("\xff".encode(), b"\xff"))
+    return path
+
+
 def both(path: Path, reader: type[ShapedReader], monkeypatch: pytest.MonkeyPatch) -> tuple[Run, tuple]:
     """The run ``reader`` reads in bulk and its snapshot, once the line reader has read the same:
     series, events, metadata and input problems (a reader's error is a problem of the input)."""
@@ -168,10 +176,7 @@ def test_lightning_bulk_reads_what_the_line_reader_reads(segments: list[list[str
     monkeypatch.setattr(shaped, "CHUNK_SIZE", chunk)
     head = "\r".join(f"Epoch 0:   {k}%|          | {k}/40 [00:00<00:36, 27.42it/s, v_num=3, train_loss=10.8]"
                      for k in range(1, 4))
-    body = head + "\n" + "\n".join("\r".join(segs) for segs in segments) + "\n"
-    path = tmp_path / "l.log"
-    path.write_bytes(body.encode("utf-8", "surrogateescape").replace("\xff".encode(), b"\xff"))
-    both(path, LightningReader, monkeypatch)
+    both(written(tmp_path / "l.log", head + "\n", segments), LightningReader, monkeypatch)
 
 
 def test_a_plain_lightning_log_is_placed_in_bulk(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -235,10 +240,7 @@ def test_keras_bulk_reads_what_the_line_reader_reads(segments: list[list[str]], 
     # a first epoch with its final bar: the format has found something, the rest may be read in bulk
     head = ("Epoch 1/3\n" + "\r".join(f"  {k}/8 [>.......] - ETA: 2s - loss: 1.{k}" for k in range(1, 8))
             + "\r  8/8 [========] - 1s 8ms/step - loss: 1.0\n")
-    body = head + "\n".join("\r".join(segs) for segs in segments) + "\n"
-    path = tmp_path / "k.log"
-    path.write_bytes(body.encode("utf-8", "surrogateescape").replace("\xff".encode(), b"\xff"))
-    both(path, KerasReader, monkeypatch)
+    both(written(tmp_path / "k.log", head, segments), KerasReader, monkeypatch)
 
 
 def test_a_plain_keras_log_is_placed_in_bulk(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -292,10 +294,7 @@ def test_torchtitan_bulk_reads_what_the_line_reader_reads(lines: list[list[str]]
                                                            monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(shaped, "CHUNK_SIZE", chunk)
     head = "[titan] 2026-02-24 19:46:11,684 - root - INFO - step:  1  loss: 10.79512  grad_norm:  0.7758\n"
-    body = head + "\n".join("\r".join(segs) for segs in lines) + "\n"
-    path = tmp_path / "t.log"
-    path.write_bytes(body.encode("utf-8", "surrogateescape").replace("\xff".encode(), b"\xff"))
-    both(path, TorchtitanReader, monkeypatch)
+    both(written(tmp_path / "t.log", head, lines), TorchtitanReader, monkeypatch)
 
 
 def test_torchrun_ranks_are_placed_in_bulk(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
