@@ -48,6 +48,10 @@ LINES = {
     "notebook-cuda-oom": next(ln for ln in corpus_log("unsloth-unslothai-unsloth-3373") if "Traceback" in ln),
     "store-barrier-timeout": next(ln for ln in corpus_log("accelerate-huggingface-accelerate-157-2")
                                   if "Timed out" in ln),
+    # a rank waiting for the others to join: context (no category), no failure by itself
+    "store-barrier-wait": next(ln for ln in corpus_log("yolov5-ultralytics-yolov5-4409") if ln.startswith("Waiting")),
+    "accelerate-collective-shapes": next(ln for ln in corpus_log(
+        "accelerate-huggingface-accelerate-docs-troubleshooting-shape-mismatch") if "DistributedOperation" in ln),
     "gpt-neox-overflow-exit": next(ln for ln in corpus_log("gpt-neox-EleutherAI-gpt-neox-482") if "in a row" in ln),
     "worker-timeout": next(ln for ln in corpus_log("gluonts-awslabs-gluonts-689") if "Worker timed out" in ln),
     # torch/utils/data/dataloader.py, _try_get_data
@@ -79,12 +83,14 @@ def test_every_entry_has_a_line_and_matches_it() -> None:
     "W tensorflow/core/common_runtime/bfc_allocator.cc:217] Allocator (GPU_0_bfc) ran out of memory trying to "
     "allocate 84.60MiB. The caller indicates that this is not a failure",
     "ValueError                                Traceback (most recent call last)",
-    # a rank waiting for the others to join is no failure yet
-    "Waiting in store based barrier to initialize process group for rank: 0, key: store_based_barrier_key:1 "
-    "(world_size=2, worker_count=1, timeout=0:30:00)",
 ])
 def test_ordinary_lines_match_nothing(line: str) -> None:
     assert catalogue.match(line) is None
+
+
+def test_waiting_in_the_store_barrier_is_context_only() -> None:
+    k = catalogue.match(LINES["store-barrier-wait"])
+    assert k is not None and k.category is None and not k.fatal
 
 
 def test_a_known_warning_becomes_a_finding_with_its_category(tmp_path: Path) -> None:

@@ -120,6 +120,30 @@ def test_segfault_is_a_crash_and_sigkill_a_host_oom(tmp_path):
     assert d.category == "oom"
 
 
+_WAIT = ("Waiting in store based barrier to initialize process group for rank: 0, key: store_based_barrier_key:1 "
+         "(world_size=2, worker_count=1, timeout=0:30:00)")
+
+
+def test_a_cut_traceback_while_the_process_group_forms_is_a_distributed_failure(tmp_path):
+    # the shape of a public paste (RVT): ranks wait in the store barrier, then a traceback cut before its exception
+    cut = ["Traceback (most recent call last):", '  File "train.py", line 143, in main',
+           "    trainer = pl.Trainer(", '  File "lightning/trainer.py", line 88, in __init__', "    self._setup()"]
+    _, hits, d = _diag(tmp_path, [_WAIT, _WAIT] + cut)
+    assert hits["TA410"].category == "distributed_failure" and "init_process_group" in hits["TA410"].message
+    assert (d.verdict, d.category) == ("crash", "distributed_failure")
+    # a traceback that ends in its exception says what failed: that is the crash
+    _, hits, d = _diag(tmp_path, [_WAIT] + cut + ["ValueError: bad config value"], "whole.log")
+    assert hits["TA410"].category == "crash" and d.category == "crash"
+    # and a cut traceback far from any wait is a crash of its own
+    _, hits, _ = _diag(tmp_path, [_WAIT] + [f"epoch {i} loss 1.0" for i in range(60)] + cut, "later.log")
+    assert hits["TA410"].category == "crash"
+
+
+def test_waiting_for_the_ranks_alone_is_no_finding(tmp_path):
+    _, hits, _ = _diag(tmp_path, [_WAIT] * 5)
+    assert all(h.severity == "info" for h in hits.values()) and "TA410" not in hits
+
+
 def test_healthy_public_excerpts(tmp_path):
     for key in ("Megatron-LM/issues/756", "Megatron-Bridge/issues/4024"):
         _, hits, d = _diag(tmp_path, sample_block("megatron.txt", key), key.replace("/", "_") + ".log")

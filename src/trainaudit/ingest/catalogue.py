@@ -108,6 +108,18 @@ CATALOGUE: tuple[Known, ...] = (
           "the store holds a stale registration from an earlier launch", "distributed_failure", "critical",
           "https://github.com/pytorch/pytorch/blob/main/torch/distributed/distributed_c10d.py (_store_based_barrier)",
           fatal=True),
+    # printed every few seconds while init_process_group waits for the other ranks: no failure by
+    # itself, but a run that dies right after it died joining the process group
+    Known("store-barrier-wait", ("Waiting in store based barrier to initialize process group",), EventKind.WARNING,
+          "init_process_group is waiting for every rank to register in the store (world_size ranks expected, "
+          "worker_count joined so far)", None, "info",
+          "https://github.com/pytorch/pytorch/blob/main/torch/distributed/distributed_c10d.py (_store_based_barrier)"),
+    # accelerate checks the shapes of a collective's inputs on every process before running it
+    Known("accelerate-collective-shapes", ("DistributedOperationException",), EventKind.DISTRIBUTED_ERROR,
+          "an accelerate collective (gather, broadcast, reduce) got tensors of different shapes on different "
+          "processes: the ranks disagree on what they exchange", "distributed_failure", "critical",
+          "https://github.com/huggingface/accelerate/blob/main/src/accelerate/utils/operations.py "
+          "(verify_operation)", fatal=True),
     # gloo (the CPU backend of torch.distributed): the collective lost the other rank
     Known("gloo-peer-closed", ("gloo", "Connection closed by peer"), EventKind.DISTRIBUTED_ERROR,
           "a gloo collective lost its connection to another rank: that rank crashed or exited", "distributed_failure",

@@ -961,6 +961,17 @@ def _follows(tb: Event, known: list[Event], lines: int = 40) -> bool:
     return any(k.source == tb.source and 0 <= tb.line - k.line <= lines for k in known)
 
 
+def _joining(ctx: Context, tb: Event, lines: int = 40) -> Event | None:
+    """The store-barrier wait (init_process_group waiting for the other ranks) printed in the
+    traceback's file within ``lines`` lines before it, if any: a cut traceback right after it is the
+    process group failing to form."""
+    start = tb.data.get("start_line")
+    start = start if isinstance(start, int) else tb.line
+    waits = [w for w in ctx.events(EventKind.WARNING) if w.data.get("known") == "store-barrier-wait"
+             and w.source == tb.source and 0 <= start - w.line <= lines]
+    return waits[-1] if waits else None
+
+
 # the deepest frames of a traceback that died waiting for a DataLoader worker's batch
 _WAITING_FOR_DATA = ("torch/utils/data/dataloader.py", "multiprocessing/queues.py", "multiprocessing/connection.py")
 
@@ -994,6 +1005,10 @@ class Crash(Rule):
     Fix: read the exception and the deepest user frame; for signals, a native-library crash
     (mismatched CUDA/NCCL/driver versions, a bad custom kernel): run with
     ``CUDA_LAUNCH_BLOCKING=1`` and ``faulthandler``.
+
+    A traceback cut before its exception line, printed right after torch.distributed's
+    "Waiting in store based barrier" lines, died while the process group was forming: a
+    distributed failure (a rank that never joined), not a crash of its own.
 
     Example: ``RuntimeError: shape '[4, -1]' is invalid for input of size 30`` from
     ``train.py:88 in forward``.
@@ -1029,12 +1044,19 @@ class Crash(Rule):
         if waiting:
             msg = ("the run died waiting for a batch from the DataLoader (the deepest frames are the loader's queue "
                    "and poll): the input pipeline stalled")
-        h = self.hit(msg, 0.85, first_bad_step=ctx.step_of(e), last_step=ctx.step_of(e), fatal=True,
-                     category=Category.DATA_PIPELINE if waiting else self.category,
-                     guidance=_STALLED_LOADER if waiting else None,
+        joining = _joining(ctx, e) if tbs and e.data.get("incomplete") else None
+        if joining is not None:
+            msg = ("the run died while init_process_group waited for the other ranks to join (the traceback is cut "
+                   "before its exception): a rank did not start, or died at start-up")
+        category = Category.DATA_PIPELINE if waiting else Category.DISTRIBUTED_FAILURE if joining else self.category
+        h = self.hit(msg, 0.85 if joining is None else 0.7, first_bad_step=ctx.step_of(e), last_step=ctx.step_of(e),
+                     fatal=True, category=category,
+                     guidance=_STALLED_LOADER if waiting else DISTRIBUTED_GUIDANCE if joining else None,
                      data={"user_frames": frames[-5:], "rank": e.rank, "exception": e.data.get("exception")},
                      needs=[] if frames else ["the full stderr with the Python traceback"])
         h.ev("exc", e, "last exception" if tbs else "fatal signal" if sigs else "fatal error")
+        if joining is not None:
+            h.ev("joining", joining, "the last wait for the other ranks before the traceback")
         return [h]
 
 
