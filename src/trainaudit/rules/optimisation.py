@@ -277,8 +277,9 @@ class NotLearning(Rule):
     ``chance_acc`` accuracy at or below which a flat loss is not learning (0.01). In a short paste,
     a loss equal to every printed digit on its last ``short_points`` points or more counts too
     (frozen weights), unless it is below ``frozen_floor`` (1e-3: a loss printed as 0.0000); so does a
-    loss within ``near_tol`` (0.005) of ln(C) on all of its 6 or more points, C a class count up to
-    ``max_classes`` (1000; a language model's first steps sit near ln(vocabulary) while warming up).
+    loss (or validation loss) within ``near_tol`` (0.005) of ln(C) on all of its 6 or more points, C a
+    class count up to ``max_classes`` (1000; a language model's first steps sit near ln(vocabulary)
+    while warming up).
     """
 
     id = "TA202"
@@ -378,8 +379,12 @@ class NotLearning(Rule):
             chance = acc is not None
             # the same value to every printed digit, again and again: the weights do not change
             same = int(np.argmin(x[::-1] == x[-1])) if not np.all(x == x[-1]) else len(x)
-            # a classifier's loss at ln(C), moving only in its last digits, epoch after epoch
+            # a classifier's loss at ln(C), moving only in its last digits, epoch after epoch; the
+            # validation loss shows it as well when the training loss still drifts down to ln(C)
             near = uniform_size(x, self.p.near_tol) if len(x) >= 2 * k else None
+            if near is None and (v := ctx.series("val_loss", finite=True, min_points=2 * k)) is not None:
+                near = uniform_size(v.values, self.p.near_tol)
+                s, x = (v, v.values) if near is not None else (s, x)
             if near is not None and near <= self.p.max_classes:
                 start = 0
                 msg = (f"{s.name} sits at {float(np.median(x)):.4g}, next to ln({near}) = {math.log(near):.4g}, on all its "
