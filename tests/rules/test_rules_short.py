@@ -58,6 +58,10 @@ def _hits(case: str) -> dict[str, list]:  # type: ignore[type-arg]
     ("paddle-PaddlePaddle-PaddleOCR-9740", "TA411", "data_pipeline", 100),
     # SwAV's loss at ln(3000): uniform over its 3000 prototypes
     ("pytorch-loop-facebookresearch-swav-12", "TA202", "mode_collapse", 0),
+    # Keras CIFAR-10: the epoch loss comes down to 1.093 at epoch 4, then rises at each of the next five
+    ("keras-keras-team-keras-5239", "TA201", "divergence", 5),
+    # Lasagne MNIST: the validation loss sits at ln(10) = 2.3026 on all six epochs
+    ("lasagne-Lasagne-Lasagne-525", "TA202", "plateau", 1),
 ])
 def test_short_log_signal(case: str, rule: str, category: str, step: int | None) -> None:
     hits = _hits(case).get(rule, [])
@@ -83,3 +87,19 @@ def test_a_short_loss_that_climbs_at_every_point(tmp_path: Path, values: list[fl
     assert bool(hits) is fires, [h.message for h in hits]
     if fires:
         assert hits[0].first_bad_step == 20 and "rises at every one of its 5 points" in hits[0].message
+
+
+@pytest.mark.parametrize("values,fires", [
+    ([2.0, 1.4, 1.1, 1.12, 1.15, 1.19, 1.22, 1.26], True),  # down, then up at each of the last 5 points, 1.15x
+    ([2.0, 1.4, 1.1, 1.12, 1.15, 1.19, 1.22], False),  # four rises
+    ([2.0, 1.4, 1.1, 1.11, 1.12, 1.13, 1.14, 1.15], False),  # five rises, but only 1.05x
+    ([2.0, 1.4, 1.1, 1.12, 1.15, 1.13, 1.22, 1.26], False),  # not steady
+    ([2.0] + [1.0 + 0.01 * (i % 7) for i in range(40)] + [1.05, 1.1, 1.15, 1.2, 1.25], False),  # a long log
+])
+def test_a_loss_that_came_down_then_climbs_at_every_point(tmp_path: Path, values: list[float], fires: bool) -> None:
+    lines = [f"epoch {i + 1} | loss {v}" for i, v in enumerate(values)]
+    run, _ = load_run([str(write_lines(tmp_path / "t.log", lines))])
+    hits = [h for h in run_rules(run) if h.rule == "TA201"]
+    assert bool(hits) is fires, [h.message for h in hits]
+    if fires:
+        assert hits[0].first_bad_step == 4 and "rises at every one of its last 5 points" in hits[0].message

@@ -93,6 +93,10 @@ class Divergence(Rule):
     pinned at 87.3365, Caffe's clamp of a softmax loss whose probabilities underflowed
     (-ln(FLT_MIN), caffe/src/caffe/layers/softmax_loss_layer.cpp).
 
+    A paste of at most ``steady_max_points`` points (epoch means) whose loss came down and then
+    rises at every one of its last ``steady_rises`` (5) points, ending ``steady_rel`` (0.1) above
+    the start of that climb, diverged too: noise does not climb that steadily.
+
     One player's loss in a GAN (``d_loss``, ``g_loss``, ``Loss_D``) is not looked at: it trades
     against the other player's, so a rise is no divergence.
 
@@ -120,8 +124,12 @@ class Divergence(Rule):
         sustain: float = 0.8
         min_points: int = 8
         short_rise: float = 1.5
+        steady_rises: int = 5
+        steady_rel: float = 0.1
+        steady_max_points: int = 30
 
-    grid: ClassVar[Grid] = {"rel": (0.15, 0.2, 0.3, 0.5), "short_rise": (1.2, 1.5, 2.0, 3.0), "min_points": (6, 8, 10, 12)}
+    grid: ClassVar[Grid] = {"rel": (0.15, 0.2, 0.3, 0.5), "short_rise": (1.2, 1.5, 2.0, 3.0), "min_points": (6, 8, 10, 12),
+                              "steady_rises": (4, 5, 6), "steady_rel": (0.05, 0.1, 0.2)}
 
     def check(self, ctx: Context) -> list[Hit]:
         s = ctx.series("loss", finite=True, min_points=3)
@@ -137,9 +145,9 @@ class Divergence(Rule):
             h.calc("value", f"median {s.name} on the clamped points", "median({clamp})")
             return [h]
         if len(s) < self.p.min_points:
-            return self._short(s)
+            return self._short(s) or self._steady(s)
         # a jump in the last few points is too short for the smoothed test: only a clear one (3x) counts
-        return self._long(s) or self._short(s, rise=2 * self.p.short_rise)
+        return self._long(s) or self._short(s, rise=2 * self.p.short_rise) or self._steady(s)
 
     def _long(self, s: Series) -> list[Hit]:
         st, sm, w = _smooth(s)
@@ -211,6 +219,27 @@ class Divergence(Rule):
         h.calc("ratio", "smallest later loss over the lowest one", "min({after}) / {best}", unit="x")
         return [h]
 
+
+    def _steady(self, s: Series) -> list[Hit]:
+        """An epoch-level paste whose loss came down, then rises at every one of its last
+        ``steady_rises`` points or more and ends ``steady_rel`` above where the climb began: an
+        epoch's mean loss does not climb that steadily by chance."""
+        x = s.values
+        t = monotone_tail(x, +1)
+        j = len(x) - 1 - t
+        if len(x) > self.p.steady_max_points or t < self.p.steady_rises or j < 1 or not 0 < x[j] < x[0] \
+                or float(x[-1]) < (1 + self.p.steady_rel) * float(x[j]):
+            return []
+        ratio = float(x[-1]) / float(x[j])
+        msg = (f"{s.name} came down to {float(x[j]):.4g} (step {int(s.steps[j])}), then rises at every one of its last "
+               f"{t} points, to {float(x[-1]):.4g} ({ratio:.2f}x; few points logged)")
+        h = self.hit(msg, 0.6, metric=s.name, first_bad_step=int(s.steps[j + 1]), last_step=int(s.steps[-1]),
+                     severity="critical" if ratio >= 2 else "high")
+        h.point("best", s, j, f"lowest {s.name} before the climb")
+        h.point("climb", s, j + 1, f"{s.name} at each point of the climb", indices=np.arange(j + 1, len(x)))
+        h.point("last", s, len(x) - 1, f"last {s.name}")
+        h.calc("ratio", "last loss over the lowest one before the climb", "{last} / {best}", unit="x")
+        return [h]
 
     def _climb(self, s: Series, rise: float) -> Hit:
         """A short paste whose loss goes up at every point, ``rise`` times or more in all: noise
