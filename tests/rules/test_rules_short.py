@@ -4,6 +4,7 @@ score's false alarms, tests/corpus/test_scores.py)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -74,6 +75,12 @@ def test_a_noisy_short_fine_tune_is_not_divergence() -> None:
     assert "TA201" not in _hits("torchtune-meta-pytorch-torchtune-1358")
 
 
+def _divergence(tmp_path: Path, label: Callable[[int], str], values: list[float]) -> list:  # type: ignore[type-arg]
+    lines = [f"{label(i + 1)} | loss {v}" for i, v in enumerate(values)]
+    run, _ = load_run([str(write_lines(tmp_path / "t.log", lines))])
+    return [h for h in run_rules(run) if h.rule == "TA201"]
+
+
 @pytest.mark.parametrize("values,fires", [
     ([6.4, 6.6, 7.3, 9.1, 10.2], True),  # up at every point, 1.6x
     ([6.4, 6.6, 7.3, 9.1], False),  # four points: too few for a climb alone
@@ -81,9 +88,7 @@ def test_a_noisy_short_fine_tune_is_not_divergence() -> None:
     ([6.4, 7.3, 6.9, 9.1, 10.2], False),  # not steady
 ])
 def test_a_short_loss_that_climbs_at_every_point(tmp_path: Path, values: list[float], fires: bool) -> None:
-    lines = [f"step {10 * (i + 1)} | loss {v}" for i, v in enumerate(values)]
-    run, _ = load_run([str(write_lines(tmp_path / "t.log", lines))])
-    hits = [h for h in run_rules(run) if h.rule == "TA201"]
+    hits = _divergence(tmp_path, lambda i: f"step {10 * i}", values)
     assert bool(hits) is fires, [h.message for h in hits]
     if fires:
         assert hits[0].first_bad_step == 20 and "rises at every one of its 5 points" in hits[0].message
@@ -97,9 +102,7 @@ def test_a_short_loss_that_climbs_at_every_point(tmp_path: Path, values: list[fl
     ([2.0] + [1.0 + 0.01 * (i % 7) for i in range(40)] + [1.05, 1.1, 1.15, 1.2, 1.25], False),  # a long log
 ])
 def test_a_loss_that_came_down_then_climbs_at_every_point(tmp_path: Path, values: list[float], fires: bool) -> None:
-    lines = [f"epoch {i + 1} | loss {v}" for i, v in enumerate(values)]
-    run, _ = load_run([str(write_lines(tmp_path / "t.log", lines))])
-    hits = [h for h in run_rules(run) if h.rule == "TA201"]
+    hits = _divergence(tmp_path, lambda i: f"epoch {i}", values)
     assert bool(hits) is fires, [h.message for h in hits]
     if fires:
         assert hits[0].first_bad_step == 4 and "rises at every one of its last 5 points" in hits[0].message
