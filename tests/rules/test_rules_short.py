@@ -61,6 +61,8 @@ def _hits(case: str) -> dict[str, list]:  # type: ignore[type-arg]
     ("pytorch-loop-facebookresearch-swav-12", "TA202", "mode_collapse", 0),
     # Keras CIFAR-10: the epoch loss comes down to 1.093 at epoch 4, then rises at each of the next five
     ("keras-keras-team-keras-5239", "TA201", "divergence", 5),
+    # GPT-NeoX resumed from a checkpoint: lm_loss 2.28 at iteration 1, 11.05 at iteration 2
+    ("gpt-neox-EleutherAI-gpt-neox-947", "TA201", "divergence", 2),
     # Lasagne MNIST: the validation loss sits at ln(10) = 2.3026 on all six epochs
     ("lasagne-Lasagne-Lasagne-525", "TA202", "plateau", 1),
 ])
@@ -106,3 +108,22 @@ def test_a_loss_that_came_down_then_climbs_at_every_point(tmp_path: Path, values
     assert bool(hits) is fires, [h.message for h in hits]
     if fires:
         assert hits[0].first_bad_step == 4 and "rises at every one of its last 5 points" in hits[0].message
+
+
+@pytest.mark.parametrize("values,fires", [
+    ([2.3, 11.0], True),  # a loss of a few nats that more than triples
+    ([2.3, 6.0], False),  # 2.6x
+    ([0.05, 0.2], False),  # 4x, but a loss near 0 jumps by multiples in healthy runs
+    ([2.3, 11.0, 2.2], False),  # it came back: a spike, not divergence
+])
+def test_a_short_loss_that_jumps_and_stays_up(tmp_path: Path, values: list[float], fires: bool) -> None:
+    hits = _divergence(tmp_path, lambda i: f"step {10 * i}", values)
+    assert bool(hits) is fires, [h.message for h in hits]
+    if fires:
+        assert hits[0].first_bad_step == 20 and "jumps from 2.3 (step 10) to 11" in hits[0].message
+
+
+def test_healthy_short_pastes_of_a_small_loss_are_not_divergence() -> None:
+    # PaddlePaddle's MNIST tutorials: per-batch losses between 0.002 and 0.09
+    for case in ("paddle-PaddlePaddle-docs-quick-start-mnist", "paddle-PaddlePaddle-docs-train-eval-predict-mnist"):
+        assert "TA201" not in _hits(case)

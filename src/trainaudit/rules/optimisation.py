@@ -93,6 +93,9 @@ class Divergence(Rule):
     pinned at 87.3365, Caffe's clamp of a softmax loss whose probabilities underflowed
     (-ln(FLT_MIN), caffe/src/caffe/layers/softmax_loss_layer.cpp).
 
+    A short paste whose loss, at ``jump_floor`` (1.0) or more, triples and stays there counts from
+    its second point: a loss near 0 jumps by multiples in healthy runs, a loss of a few nats does not.
+
     A paste of at most ``steady_max_points`` points (epoch means) whose loss came down and then
     rises at every one of its last ``steady_rises`` (5) points, ending ``steady_rel`` (0.1) above
     the start of that climb, diverged too: noise does not climb that steadily.
@@ -127,12 +130,14 @@ class Divergence(Rule):
         steady_rises: int = 5
         steady_rel: float = 0.1
         steady_max_points: int = 30
+        jump_floor: float = 1.0
 
     grid: ClassVar[Grid] = {"rel": (0.15, 0.2, 0.3, 0.5), "short_rise": (1.2, 1.5, 2.0, 3.0), "min_points": (6, 8, 10, 12),
-                              "steady_rises": (4, 5, 6), "steady_rel": (0.05, 0.1, 0.2)}
+                              "steady_rises": (4, 5, 6), "steady_rel": (0.05, 0.1, 0.2),
+                              "jump_floor": (0.5, 1.0, 2.0)}
 
     def check(self, ctx: Context) -> list[Hit]:
-        s = ctx.series("loss", finite=True, min_points=3)
+        s = ctx.series("loss", finite=True, min_points=2)
         if s is None or adversarial(s.name):
             return []
         clamp = np.flatnonzero(np.abs(s.values - CAFFE_CLAMP) < 1e-3)
@@ -145,7 +150,7 @@ class Divergence(Rule):
             h.calc("value", f"median {s.name} on the clamped points", "median({clamp})")
             return [h]
         if len(s) < self.p.min_points:
-            return self._short(s) or self._steady(s)
+            return self._short(s, jumps=True) or self._steady(s)
         # a jump in the last few points is too short for the smoothed test: only a clear one (3x) counts
         return self._long(s) or self._short(s, rise=2 * self.p.short_rise) or self._steady(s)
 
@@ -189,7 +194,7 @@ class Divergence(Rule):
                unit="x")
         return [h]
 
-    def _short(self, s: Series, rise: float | None = None) -> list[Hit]:
+    def _short(self, s: Series, rise: float | None = None, jumps: bool = False) -> list[Hit]:
         rise = rise or self.p.short_rise
         x = s.values
         j = int(np.argmin(x))
@@ -197,12 +202,15 @@ class Divergence(Rule):
         after = x[j + 1:]
         if j == 0 and lo > 0 and len(x) >= 5 and monotone_tail(x, +1) == len(x) - 1 and float(x[-1]) >= rise * lo:
             return [self._climb(s, rise)]
+        # a loss of ``jump_floor`` or more that triples and stays there is no noise, at any number of
+        # points (a loss near 0 jumps by multiples in healthy runs: 0.02 -> 0.08)
+        jump = jumps and lo >= self.p.jump_floor and after.size >= 1 and float(np.min(after)) >= 3 * lo
         # the loss came down to its lowest point first (a paste that starts at its lowest value and
         # only rises is noise as often as divergence, unless it triples), and stays up over 3 points
         # (2 if tripled)
-        if lo <= 0 or after.size < 2 or float(np.min(after)) < rise * lo:
+        if lo <= 0 or (after.size < 2 and not jump) or float(np.min(after)) < rise * lo:
             return []
-        if j == 0 and (after.size < 3 or float(np.min(after)) < 3 * lo):
+        if j == 0 and not jump and (after.size < 3 or float(np.min(after)) < 3 * lo):
             return []
         if after.size < 3 and float(np.min(after)) < 2 * rise * lo:
             return []
@@ -212,6 +220,9 @@ class Divergence(Rule):
         ratio = float(x[-1]) / lo
         msg = (f"{s.name} rises from its lowest {lo:.4g} (step {int(s.steps[j])}) and stays up: every later point is "
                f"{float(np.min(after)) / lo:.2f}x it or more, ending at {float(x[-1]):.4g} (few points logged)")
+        if after.size == 1:
+            msg = (f"{s.name} jumps from {lo:.4g} (step {int(s.steps[j])}) to {float(x[-1]):.4g} ({ratio:.2f}x) at its "
+                   "last point (few points logged)")
         h = self.hit(msg, 0.6, metric=s.name, first_bad_step=int(s.steps[i]), last_step=int(s.steps[-1]),
                      severity="critical" if ratio >= 2 else "high")
         h.point("best", s, j, f"lowest {s.name}")
