@@ -63,6 +63,8 @@ def _hits(case: str) -> dict[str, list]:  # type: ignore[type-arg]
     ("keras-keras-team-keras-5239", "TA201", "divergence", 5),
     # GPT-NeoX resumed from a checkpoint: lm_loss 2.28 at iteration 1, 11.05 at iteration 2
     ("gpt-neox-EleutherAI-gpt-neox-947", "TA201", "divergence", 2),
+    # Megatron-LLM: 84.6 s, 142.5 s, 202.4 s per iteration over three printed iterations
+    ("megatron-lm-epfLLM-Megatron-LLM-22", "TA406", "throughput_regression", 15),
     # Lasagne MNIST: the validation loss sits at ln(10) = 2.3026 on all six epochs
     ("lasagne-Lasagne-Lasagne-525", "TA202", "plateau", 1),
 ])
@@ -127,3 +129,23 @@ def test_healthy_short_pastes_of_a_small_loss_are_not_divergence() -> None:
     # PaddlePaddle's MNIST tutorials: per-batch losses between 0.002 and 0.09
     for case in ("paddle-PaddlePaddle-docs-quick-start-mnist", "paddle-PaddlePaddle-docs-train-eval-predict-mnist"):
         assert "TA201" not in _hits(case)
+
+
+@pytest.mark.parametrize("times,fires", [
+    ([840.0, 1420.0, 2020.0], True),  # slower at every point, 2.4x
+    ([840.0, 1000.0, 1300.0], False),  # slower at every point, 1.5x
+    ([2020.0, 1420.0, 840.0], False),  # faster at every point: warm-up
+    ([840.0, 2020.0, 1420.0], False),  # not steady
+])
+def test_a_short_step_time_that_grows_at_every_point(tmp_path: Path, times: list[float], fires: bool) -> None:
+    lines = [f"iteration {5 * (i + 2)} | elapsed time per iteration (ms): {t} | lm loss: 2.1" for i, t in enumerate(times)]
+    run, _ = load_run([str(write_lines(tmp_path / "t.log", lines))])
+    hits = [h for h in run_rules(run) if h.rule == "TA406"]
+    assert bool(hits) is fires, [h.message for h in hits]
+    if fires:
+        assert hits[0].first_bad_step == 15 and "at every one of its 3 logged points" in hits[0].message
+
+
+def test_a_clock_running_through_the_epoch_is_no_step_time() -> None:
+    # TFLearn prints the time elapsed in the epoch ("time: 2.792s", "5.079s", "7.356s"): it grows at every point
+    assert "TA406" not in _hits("tflearn-tflearn-tflearn-530")

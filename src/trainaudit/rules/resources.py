@@ -503,14 +503,17 @@ class ThroughputRegression(Rule):
     point from some step on at least ``short_ratio`` times worse than every point before it (at
     least 3 points before, 2 after). Fewer points (an epoch-level log of two or three epochs)
     count only for a break of ``tiny_ratio`` or more ("60/60 [00:37, 1.61it/s]" then
-    "60/60 [06:06, 6.11s/it]" for epochs of the same size), with a low confidence.
+    "60/60 [06:06, 6.11s/it]" for epochs of the same size), with a low confidence. So does a short
+    paste (3 points or more) worse at every point, ``climb_ratio`` times from first to last, when the
+    series is a rate or its name says it is per iteration, step or batch (a bare "time" may be a
+    clock running through the epoch).
 
     Thresholds: ``ratio`` slowdown (1.2), ``warmup_frac`` points ignored at the start (0.05),
     ``consistency`` fraction of points after the change that are slower (0.7), ``min_delta_s``
     smallest step-time increase that matters, in seconds (0.002; the unit is read from the name:
     ``(ms)``/``_ms`` means milliseconds, otherwise seconds; a rate in iterations per second such as
     tqdm's ``it/s`` is a step time once inverted), ``min_points`` (12),
-    ``short_points`` (5), ``short_ratio`` (1.5), ``tiny_ratio`` (5).
+    ``short_points`` (5), ``short_ratio`` (1.5), ``tiny_ratio`` (5), ``climb_ratio`` (2).
     """
 
     id = "TA406"
@@ -533,9 +536,10 @@ class ThroughputRegression(Rule):
         short_points: int = 5
         short_ratio: float = 1.5
         tiny_ratio: float = 5.0
+        climb_ratio: float = 2.0
 
     grid: ClassVar[Grid] = {"ratio": (1.1, 1.2, 1.3, 1.5), "short_ratio": (1.2, 1.5, 2.0), "min_points": (8, 12, 16, 24),
-                              "short_points": (3, 4, 5, 6)}
+                              "short_points": (3, 4, 5, 6), "climb_ratio": (1.5, 2.0, 3.0)}
 
     def check(self, ctx: Context) -> list[Hit]:
         s, time_like = _time_series(ctx)
@@ -604,12 +608,23 @@ class ThroughputRegression(Rule):
         bad = v if time_like else 1.0 / v
         found = _clean_break(bad, self.p.tiny_ratio, before=1, after=1) if tiny else \
             _clean_break(bad, self.p.short_ratio)
+        what = "slows down" if time_like else "drops"
+        # worse at every logged point, ``climb_ratio`` times in all: a slowdown that grows step after
+        # step (warm-up goes the other way: the first steps are the slow ones). A bare "time" may be a
+        # clock that runs through the epoch (TFLearn's "time: 5.079s"), which grows at every point.
+        per_step = not time_like or any(w in s.name.lower() for w in ("iter", "step", "batch", "/it"))
+        climbing = found is None and per_step and bad.size >= 3 and monotone_tail(bad, +1) == bad.size - 1 \
+            and float(bad[-1]) >= self.p.climb_ratio * float(bad[0])
+        if climbing:
+            found = (1, float(bad[-1]) / float(bad[0]))
         if found is None:
             return []
         k, r = found
-        what = "slows down" if time_like else "drops"
         msg = (f"{s.name} {what} {r:.2f}x or more from step {int(s.steps[k])}: every later point is worse than every "
                f"earlier one ({float(np.median(v[:k])):.4g} -> {float(np.median(v[k:])):.4g}, few points logged)")
+        if climbing:
+            msg = (f"{s.name} {what} at every one of its {len(v)} logged points, {float(v[0]):.4g} -> {float(v[-1]):.4g} "
+                   f"({r:.2f}x; few points logged)")
         h = self.hit(msg, 0.5 if tiny else 0.65, metric=s.name, first_bad_step=int(s.steps[k]),
                      last_step=int(s.steps[-1]), severity="high" if r >= 2 else "medium", data={"ratio": r},
                      needs=[f"more points of {s.name}: {len(s)} logged"] if tiny else [])
