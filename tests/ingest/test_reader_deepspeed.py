@@ -132,6 +132,24 @@ def test_scale_at_floor_is_flagged(tmp_path: Path) -> None:
     assert ev.data["attempted"] == 1.0 and ev.data["new"] == 1.0 and ev.data["at_minimum"] is True
 
 
+def test_overflows_before_the_first_bar_take_the_bar_step(tmp_path: Path) -> None:
+    # transformers#14531: the paste starts with an overflow, then "98/24128 [...]" glued to the next one
+    run = _load(tmp_path, corpus_log("deepspeed-huggingface-transformers-14531"))
+    steps = [e.step for e in run.events if e.kind == EventKind.LOSS_SCALE]
+    assert steps[:3] == [98, 99, 100]  # the first overflow was step 98, the bar showed it done
+    assert run.series["loss scale"].steps.tolist()[0] == 98
+
+
+def test_overflows_before_a_step_line_end_at_its_step(tmp_path: Path) -> None:
+    overflow = ("[2021-01-01 00:00:00,000] [INFO] [stage2.py:1628:step] [deepspeed] OVERFLOW! Rank 0 Skipping step. "
+                "Attempted loss scale: 65536, reducing to 32768")
+    run = _load(tmp_path, [overflow, overflow.replace("65536, reducing to 32768", "32768, reducing to 16384"),
+                           PROGRESS[0]])
+    step = int(PROGRESS[0].split("step=")[1].split(",")[0])
+    assert [e.step for e in run.events if e.kind == EventKind.LOSS_SCALE] == [step - 1, step]
+    assert run.series["loss scale"].values.tolist() == [32768.0, 16384.0]
+
+
 def test_min_scale_exception_is_one_event(tmp_path: Path) -> None:
     # Whether the shared signature scanner or this reader reports it, it is reported exactly once.
     run = _load(tmp_path, COGVIDEO + MIN_SCALE)

@@ -29,8 +29,10 @@ Step of an overflow: the engine's step counter is printed only every ``steps_per
 (``step=N`` lines, ThroughputTimer ``global_step``). Every overflow line is one skipped optimizer
 step, and the engine still counts skipped steps, so the k-th overflow after the last known step N
 is at step N + k. With no step line yet, an overflow glued to a tqdm bar ``n/total [...]`` (the
-HF Trainer's optimizer-step bar) is at step n + 1; otherwise the step is the count of overflow
-lines seen (1-based).
+HF Trainer's optimizer-step bar) is at step n + 1; an overflow before any step at all (a paste that
+starts mid-run) waits for the first step the log shows: the m overflows before a bar showing n
+(or a first step line n) are at steps n - m + 1 .. n, each skipped step being counted by the bar.
+A log that never shows a step numbers them by count (1-based).
 Such steps are marked ``step_estimated`` in the event data. Timer breakdown lines take the last
 known step the same way.
 """
@@ -136,7 +138,7 @@ class DeepSpeedReader(LineReader):
                     before = sink.last_step
                     delegate.feed(line, sink, dstate)
                     if sink.last_step is not None and sink.last_step != before:
-                        self._anchor(state, sink.last_step)  # overflows count from the framework's own step
+                        self._anchor(state, sink.last_step, sink)  # overflows count from the framework's own step
                 events = scanner.feed(line)
                 for ev in events:
                     sink.event(ev)
@@ -145,6 +147,7 @@ class DeepSpeedReader(LineReader):
             sink.event(ev)
         if delegate is not None:
             delegate.finish(sink, dstate)
+        self.finish(sink, state)
         spare.end(inp)
 
     def _delegate(self, inp: InputFile) -> LineReader | None:
@@ -161,13 +164,24 @@ class DeepSpeedReader(LineReader):
         return best if score >= 0.3 else None
 
     def new_state(self) -> dict:
-        return {"anchor": None, "since": 0, "overflows": 0, "breakdowns": 0, "scale": None}
+        return {"anchor": None, "since": 0, "overflows": 0, "breakdowns": 0, "scale": None, "pending": []}
 
     def feed(self, line: Line, sink: Sink, state: dict) -> None:
         self._engine(line, sink, state)
 
-    def _anchor(self, state: dict, step: int) -> None:
+    def finish(self, sink: Sink, state: dict) -> None:
+        self._settle(sink, state, len(state["pending"]))  # no step ever shown: by count
+
+    def _anchor(self, state: dict, step: int, sink: Sink | None = None) -> None:
         state["anchor"], state["since"] = step, 0
+        if sink is not None:
+            self._settle(sink, state, step)
+
+    def _settle(self, sink: Sink, state: dict, last: int) -> None:
+        """Write the overflows seen before any step, the last of them at step ``last``."""
+        pending, state["pending"] = state["pending"], []
+        for i, (line, data, new) in enumerate(pending):
+            self._emit(line, sink, state, data, new, max(1, last - len(pending) + 1 + i))
 
     def _engine(self, line: Line, sink: Sink, state: dict) -> bool:
         """Handle one DeepSpeed line; False if the line is not DeepSpeed's."""
@@ -198,7 +212,7 @@ class DeepSpeedReader(LineReader):
         m = PROGRESS_RE.search(text) if ", skipped=" in text else None
         if m:
             step = int(m.group(1))
-            self._anchor(state, step)
+            self._anchor(state, step, sink)
             sink.add("skipped", step, float(m.group(2)), line.no, line.rank)
             lrs = [num(x) for x in m.group(3).split(",") if x.strip()]
             for i, lr in enumerate(lrs):
@@ -216,7 +230,7 @@ class DeepSpeedReader(LineReader):
                 sink.add("micro_step", step, float(m.group(2)), line.no, line.rank)
             else:
                 step = int(m.group(5))
-            self._anchor(state, step)
+            self._anchor(state, step, sink)
             for key, raw, _gb in TPUT_FIELD_RE.findall(m.group(6)):
                 v = num(raw)
                 if v is not None:
@@ -225,7 +239,7 @@ class DeepSpeedReader(LineReader):
         m = PIPE_RE.search(text) if "iter time (s): " in text else None
         if m:
             step = int(m.group(1))
-            self._anchor(state, step)
+            self._anchor(state, step, sink)
             loss = num(m.group(2))
             if loss is not None:
                 sink.add("loss", step, loss, line.no, line.rank)
@@ -255,12 +269,17 @@ class DeepSpeedReader(LineReader):
                   bar_step: int | None = None) -> None:
         state["overflows"] += 1
         if bar_step is not None:  # the progress bar on the same line says where the run is
+            self._settle(sink, state, bar_step - 1)
             step = bar_step
         elif state["anchor"] is not None:
             state["since"] += 1
             step = state["anchor"] + state["since"]
         else:
-            step = state["overflows"]
+            state["pending"].append((line, data, new))  # its step is known once the log shows one
+            return
+        self._emit(line, sink, state, data, new, step)
+
+    def _emit(self, line: Line, sink: Sink, state: dict, data: dict, new: float | None, step: int) -> None:
         data["step_estimated"] = True
         attempted = data.get("attempted")
         if attempted is not None and new is not None and attempted == new and "hysteresis" not in data:
