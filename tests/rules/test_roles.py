@@ -26,3 +26,14 @@ def test_gan_players_losses_and_peak_counters_are_named() -> None:
     assert not any(adversarial(n) for n in ("loss", "lm loss", "dice_loss", "val_loss", "grad_norm"))
     assert all(peak(n) for n in ("MaxMemAllocated", "max_memory_allocated", "mem_max_allocated_bytes", "peak_mem"))
     assert not any(peak(n) for n in ("MemAllocated", "memory_reserved", "gpu_mem", "mem_total"))
+
+
+def test_a_count_of_iterations_is_no_step_time() -> None:
+    # Stable-Baselines3 logs time/iterations (1, 2, 3, ...) and time/total_timesteps beside time/fps
+    names = ("time/iterations", "time/total_timesteps", "time/fps")
+    run = Run(series={n: _series(n, 5) for n in names})
+    roles = find_roles(run).names
+    assert "step_time" not in roles and roles["throughput"] == "time/fps"
+    # a time per so many steps is a step time
+    assert find_roles(Run(series={"time per 100 steps": _series("time per 100 steps", 5)})).names["step_time"] \
+        == "time per 100 steps"

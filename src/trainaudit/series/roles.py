@@ -75,6 +75,9 @@ _EXACT: dict[str, list[str]] = {
 }
 
 
+_COUNTS = ("iterations", "timesteps", "steps", "updates", "epochs", "batches")
+
+
 def _keyword(role: str, n: str) -> bool:
     is_val = bool(_VAL.search(n))
     if role == "loss":
@@ -89,11 +92,13 @@ def _keyword(role: str, n: str) -> bool:
     if role == "loss_scale":
         return "loss_scale" in n or n.endswith("scaler_scale")
     if role == "step_time":
+        # a count is no time: Stable-Baselines3's time/iterations and time/total_timesteps count
         return ("time" in n and any(k in n for k in ("iter", "step", "batch", "delta", "epoch", "per"))
-                and not is_val and "data" not in n)
+                and not is_val and "data" not in n and ("per" in n or not n.endswith(_COUNTS)))
     if role == "throughput":
+        # fps: environment steps per second in RL loggers (Stable-Baselines3's time/fps)
         return any(k in n for k in ("per_sec", "per_second", "tflop", "throughput", "tokens_s", "speed", "samples_s",
-                                    "it_s", "it_sec"))
+                                    "it_s", "it_sec")) or n == "fps" or n.endswith("_fps")
     if role == "memory":
         return (("mem" in n and any(k in n for k in ("alloc", "reserved", "used", "gb", "mb", "bytes", "current", "peak",
                                                       "usage"))) or "memory" in n
