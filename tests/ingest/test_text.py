@@ -54,6 +54,16 @@ def test_ansi_cr_crlf_bad_utf8_and_truncated_last_line() -> None:
     assert lines[-1].rank == 1 and lines[0].raw.startswith("\x1b[32m")
 
 
+def test_markdown_bold_around_pasted_numbers_is_dropped() -> None:
+    # a Megatron line as pasted into a GitHub issue, with the slow field in bold (Megatron-LM#371)
+    data = (b"iteration 5/200 | **elapsed time per iteration (ms): 4900.0** | lm loss: 1.089136E+01 |\n"
+            b"    result = self.forward(*input, **kwargs)\n")
+    lines = _lines(data)
+    assert lines[0].text == "iteration 5/200 | elapsed time per iteration (ms): 4900.0 | lm loss: 1.089136E+01 |"
+    assert lines[0].raw.count("**") == 2  # the evidence quotes the line as posted
+    assert lines[1].text == "    result = self.forward(*input, **kwargs)"  # one ** is no bold
+
+
 def test_number_spellings() -> None:
     assert parse_number("1.825991E+00") == 1.825991
     assert parse_number("7,282") == 7282.0

@@ -19,6 +19,10 @@ from typing import Any, BinaryIO, cast
 
 ANSI_RE = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[()][0-9A-Za-z]|\x1b[=>]")
 
+# Markdown bold a user added to the numbers of a log pasted into an issue ("**0.5574**"); GitHub's
+# renderer drops the markers, a reader must too. Possessive: one pass over the line.
+_BOLD_RE = re.compile(r"\*\*([^*\n]++)\*\*")
+
 # Launcher prefixes, tried repeatedly at the start of a line (they stack: "29: [rank29]: ...").
 _PREFIXES = [
     re.compile(r"\[(?:rank|default|[A-Za-z_]*?)(\d+)\]:[ ]?"),  # torchrun --tee / TORCH_LOGS
@@ -179,6 +183,8 @@ def split_line(no: int, braw: bytes, gate: re.Pattern[str] | None = None, first:
     if not raw:
         return []
     text = ANSI_RE.sub("", raw) if "\x1b" in raw else raw
+    if "**" in text:
+        text = _BOLD_RE.sub(r"\1", text)
     if "\r" in text:
         segs = text.split("\r")
         if gate is not None:
