@@ -51,3 +51,24 @@ def test_overflows_in_a_row_down_to_a_tiny_scale(tmp_path: Path) -> None:
 def test_the_scaler_calibrating_at_the_start_is_silent(tmp_path: Path) -> None:
     # DeepSpeed starts at 2**16 and halves until the scale fits: a few overflows to 2048 are normal
     assert "TA104" not in _hits(tmp_path, _overflows(65536, 5))
+
+
+def _fairseq(scales: list[float]) -> str:
+    # fairseq's train_inner JSON lines, the loss scale as it logs it (fairseq/trainer.py, train_step)
+    return "".join(f'| INFO | train_inner | {{"epoch": 1, "loss": "{16.4 - 0.1 * i:.3f}", "num_updates": "{i}", '
+                   f'"loss_scale": "{s:g}"}}\n' for i, s in enumerate(scales, 1))
+
+
+def test_a_small_initial_scale_settling_at_one_is_no_collapse(tmp_path: Path) -> None:
+    # fairseq's FSDP example starts at --fp16-init-scale 4: two halvings to 1 and it trains on
+    assert "TA104" not in _hits(tmp_path, _fairseq([4, 4, 1, 1, 1, 1, 1, 1, 1, 1]))
+    h = _hits(tmp_path, _fairseq([16, 16, 8, 4, 2, 1, 1, 1, 1, 1]))["TA104"]  # four halvings down to 1
+    assert h.category == "loss_scale_collapse" and h.first_bad_step == 3
+
+
+def test_a_loss_that_jumps_around_is_not_flat(tmp_path: Path) -> None:
+    # the same first and last tenths, but it moves 20-50% between logged points: not a plateau
+    noisy = [16.5, 16.4, 25.2, 18.1, 23.7, 20.4, 19.0, 22.5, 17.9, 16.6]
+    assert "TA202" not in _hits(tmp_path, "".join(f"step {i} loss {v}\n" for i, v in enumerate(noisy, 1)))
+    flat = [2.303, 2.302, 2.304, 2.303, 2.301, 2.303, 2.302, 2.304, 2.303, 2.302]
+    assert _hits(tmp_path, "".join(f"step {i} loss {v}\n" for i, v in enumerate(flat, 1)))["TA202"].category == "plateau"

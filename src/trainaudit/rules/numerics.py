@@ -425,7 +425,8 @@ class LossScaleCollapse(Rule):
     Example: ``OVERFLOW! Rank 0 Skipping step. Attempted loss scale: 2, reducing to 1`` followed
     by ``Current loss scale already at minimum - cannot decrease scale anymore. Exiting run.``
 
-    Thresholds: ``min_scale`` a scale at or below this counts as collapsed (1.0),
+    Thresholds: ``min_scale`` a scale at or below this counts as collapsed (1.0) when it got there
+    in ``floor_reductions`` (3) reductions or more, or the run says it is at its minimum,
     ``late_halvings`` halvings after the first ``calibration_frac`` of the run that count as a
     collapse even above the floor (8), ``skip_frac`` share of the optimizer steps in the last
     quarter that were skipped (0.5), ``chain`` overflows in a row, each reducing the scale again, down to
@@ -450,8 +451,9 @@ class LossScaleCollapse(Rule):
         skip_frac: float = 0.5
         chain: int = 5
         chain_scale: float = 128.0
+        floor_reductions: int = 3
 
-    grid: ClassVar[Grid] = {"late_halvings": (4, 6, 8, 12, 16)}
+    grid: ClassVar[Grid] = {"late_halvings": (4, 6, 8, 12, 16), "floor_reductions": (1, 2, 3, 4)}
 
     def check(self, ctx: Context) -> list[Hit]:
         mins = ctx.events(EventKind.LOSS_SCALE_MIN) + [
@@ -469,7 +471,10 @@ class LossScaleCollapse(Rule):
                 tail_dec = dec[dec >= start]
                 calib_end = max(int(len(s) * self.p.calibration_frac), self._calibration(x) - 1)
                 late = dec[dec > calib_end]
-                floor_hit = x[-1] <= self.p.min_scale < float(np.max(x))
+                # two halvings from a small initial scale (fairseq's --fp16-init-scale 4 -> 1) are the
+                # scaler settling, not a collapse, unless the run says it is at its minimum
+                floor_hit = x[-1] <= self.p.min_scale < float(np.max(x)) and (
+                    bool(mins) or tail_dec.size >= self.p.floor_reductions)
                 if tail_dec.size and (floor_hit or late.size >= self.p.late_halvings):
                     i = int(tail_dec[0])
                     msg = (f"{s.name} fell from {x[i - 1]:g} to {x[-1]:g} over {tail_dec.size} reductions from step "
@@ -487,8 +492,9 @@ class LossScaleCollapse(Rule):
             calib = self._calibration(vals)
             n_late = n - max(int(n * self.p.calibration_frac), calib)
             settled = vals[calib - 1] if calib else vals[0]
-            if vals[-1] <= self.p.min_scale or (n_late >= self.p.late_halvings
-                                                 and vals[-1] < settled / 2 ** self.p.late_halvings):
+            at_floor = vals[-1] <= self.p.min_scale and (
+                n >= self.p.floor_reductions or bool(mins) or any(e.data.get("at_minimum") for e, _ in overflow))
+            if at_floor or (n_late >= self.p.late_halvings and vals[-1] < settled / 2 ** self.p.late_halvings):
                 e0 = overflow[0][0]
                 k = next((j for j in range(n) if vals[j] <= vals[0] / 2), 0) if n > 1 else 0
                 msg = (f"{n} fp16 overflows reduced the loss scale to {vals[-1]:g}"

@@ -310,6 +310,9 @@ class NotLearning(Rule):
     ``pinned_tol``) on its last ``short_points`` points, or flat (``flat_tol``) while the accuracy
     sits at chance.
 
+    A loss that moves from one logged point to the next by more than ``max_noise`` (0.03) of its
+    level (median absolute step) is not flat, whatever its first and last tenths say.
+
     Thresholds: ``min_improvement`` relative (0.02), ``uniform_tol`` relative distance to ln(C)
     (0.05), ``learned`` relative drop of the best 10% stretch (0.1), ``min_points`` (10),
     ``short_points`` (3), ``pinned_tol`` (0.003), ``pinned_spread`` relative spread of the last points
@@ -342,9 +345,11 @@ class NotLearning(Rule):
         frozen_floor: float = 1e-3
         near_tol: float = 0.005
         max_classes: int = 1000
+        max_noise: float = 0.03
 
     grid: ClassVar[Grid] = {"min_improvement": (0.005, 0.01, 0.02, 0.04, 0.08), "flat_tol": (0.005, 0.01, 0.02),
-                              "near_tol": (0.0025, 0.005, 0.01), "min_points": (6, 8, 10, 15, 20), "short_points": (3, 4, 5)}
+                              "near_tol": (0.0025, 0.005, 0.01), "min_points": (6, 8, 10, 15, 20), "short_points": (3, 4, 5),
+                              "max_noise": (0.02, 0.03, 0.05, 0.1)}
 
     def check(self, ctx: Context) -> list[Hit]:
         s = ctx.series("loss", finite=True, min_points=self.p.short_points)
@@ -357,6 +362,10 @@ class NotLearning(Rule):
             return []
         improvement = (head - tail) / abs(head)
         if improvement >= self.p.min_improvement or improvement < -0.3:  # a big rise is divergence's
+            return []
+        # a loss that moves by more than ``max_noise`` of its level from one logged point to the next is
+        # not flat: its head and tail differ by less than its noise, which decides nothing
+        if float(np.median(np.abs(np.diff(s.values)))) > self.p.max_noise * abs(float(np.median(s.values))):
             return []
         k = max(1, len(s) // 10)
         stretches = np.median(s.values[: len(s) // k * k].reshape(-1, k), axis=1)
