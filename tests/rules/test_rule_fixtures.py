@@ -176,7 +176,6 @@ KNOWN_LOUD: dict[str, tuple[str, ...]] = {
     "corpus/logs/keras-keras-team-keras-io-text-classification-imdb/log.txt": ("TA301",),
     "corpus/logs/tf1-kujason-avod-28/log.txt": ("TA102",),
     "corpus/logs/diffusers-huggingface-notebooks-sdxl-dreambooth-lora-advanced/log.txt": ("TA406",),
-    "corpus/logs/hf-transformers-othorizedshogun-poem-generator/trainer_state.json": ("TA202",),
 }
 
 
