@@ -72,3 +72,16 @@ def test_a_loss_that_jumps_around_is_not_flat(tmp_path: Path) -> None:
     assert "TA202" not in _hits(tmp_path, "".join(f"step {i} loss {v}\n" for i, v in enumerate(noisy, 1)))
     flat = [2.303, 2.302, 2.304, 2.303, 2.301, 2.303, 2.302, 2.304, 2.303, 2.302]
     assert _hits(tmp_path, "".join(f"step {i} loss {v}\n" for i, v in enumerate(flat, 1)))["TA202"].category == "plateau"
+
+
+def _hf_dicts(grad_norms: list[str]) -> str:
+    return "".join(f"{{'loss': 0.0, 'grad_norm': {g}, 'learning_rate': 1e-05, 'epoch': {0.01 * i:.2f}}}\n"
+                   for i, g in enumerate(grad_norms, 1))
+
+
+def test_a_zero_loss_with_flowing_gradients_is_a_surrogate_not_a_dead_loss(tmp_path: Path) -> None:
+    # TRL's GRPO logs loss 0.0 with a grad norm of ~0.1 at every step: expected (trl#3452)
+    assert "TA203" not in _hits(tmp_path, _hf_dicts(["0.0866", "0.0967", "0.1059", "0.1036"]))
+    # all labels masked: the loss is 0 and nothing reaches the weights
+    assert _hits(tmp_path, _hf_dicts(["0.0", "0.0", "0.0", "0.0"]))["TA203"].category == "plateau"
+    assert "TA203" in _hits(tmp_path, _hf_dicts(["nan", "nan", "nan", "nan"]))

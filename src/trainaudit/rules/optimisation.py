@@ -460,6 +460,18 @@ class NotLearning(Rule):
         return [h]
 
 
+def _gradients_flow(ctx: Context, steps: np.ndarray, at_least: int) -> bool:
+    """Whether the gradient norm is finite and non-zero at every one of ``steps`` it was logged at (at
+    least ``at_least`` of them): a loss whose value is 0 by construction while its gradient is not, such
+    as a policy-gradient surrogate at its first iteration (TRL's GRPO loss: the importance ratio is 1 and
+    the advantages are centred, https://github.com/huggingface/trl/issues/3452)."""
+    g = ctx.series("grad_norm")
+    if g is None:
+        return False
+    at = g.values[np.isin(g.steps, steps)]
+    return at.size >= at_least and bool(np.all(np.isfinite(at) & (at > 0)))
+
+
 class ZeroLossOrGrad(Rule):
     """Detects a training loss or gradient norm that is exactly 0 for several logged steps.
 
@@ -471,6 +483,10 @@ class ZeroLossOrGrad(Rule):
     with DeepSpeed fp16, check for skipped steps (TA104).
 
     Example: ``{'loss': 0.0, 'grad_norm': nan, ...}`` repeated.
+
+    A loss of exactly 0 while the gradient norm logged at the same steps is finite and non-zero is
+    a loss whose value is 0 by construction (a policy-gradient surrogate such as TRL's GRPO loss):
+    gradients flow, nothing is masked out.
 
     Thresholds: ``min_run`` consecutive exact zeros (3).
     """
@@ -504,6 +520,8 @@ class ZeroLossOrGrad(Rule):
             if idx.size == 0:
                 continue
             i = int(idx[0])
+            if role == "loss" and _gradients_flow(ctx, s.steps[z], k):
+                continue
             h = self.hit(f"{s.name} is exactly 0 from step {int(s.steps[i])} ({int(z.sum())} of {len(s)} logged values)",
                          0.85, metric=s.name, first_bad_step=int(s.steps[i]), last_step=int(s.steps[np.flatnonzero(z)[-1]]))
             h.point("zeros", s, i, f"{s.name} from the first exact zero", indices=np.arange(i, min(len(s), i + 10)))
