@@ -312,3 +312,11 @@ def test_key_colon_value_pairs_between_dash_separators() -> None:
     assert math.isnan(got["train/loss"])
     # a device index before its value stays part of the key
     assert [(pr.key, pr.value) for pr in parse_line_full("mem_usage:cuda:0 67.8GB").pairs] == [("mem_usage:cuda:0", 67.8)]
+
+
+def test_a_counter_in_parentheses_after_another_is_the_finer_step() -> None:
+    # LLMs-from-scratch prints "Ep 1 (Step 000005): Train loss 8.066, Val loss 8.332"
+    keys = [(p.key, p.value) for p in parse_line("Ep 1 (Step 000005): Train loss 8.066, Val loss 8.332").pairs]
+    assert keys == [("Ep", 1.0), ("Step", 5.0), ("Train loss", 8.066), ("Val loss", 8.332)]
+    # a value's own parenthesised note stays out of the pairs
+    assert [p.key for p in parse_line("loss 2.3 (avg 2.1) step 5").pairs] == ["loss", "step"]

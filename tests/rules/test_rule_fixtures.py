@@ -176,6 +176,8 @@ KNOWN_LOUD: dict[str, tuple[str, ...]] = {
     "corpus/logs/keras-keras-team-keras-io-text-classification-imdb/log.txt": ("TA301",),
     "corpus/logs/tf1-kujason-avod-28/log.txt": ("TA102",),
     "corpus/logs/diffusers-huggingface-notebooks-sdxl-dreambooth-lora-advanced/log.txt": ("TA406",),
+    "corpus/logs/yolov5-ultralytics-yolov5-684/log.txt": ("unread",),
+    "corpus/logs/pytorch-loop-rasbt-LLMs-from-scratch-appendix-e-lora/log.txt": ("TA102", "TA301"),
 }
 
 

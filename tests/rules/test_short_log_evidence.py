@@ -85,3 +85,16 @@ def test_a_zero_loss_with_flowing_gradients_is_a_surrogate_not_a_dead_loss(tmp_p
     # all labels masked: the loss is 0 and nothing reaches the weights
     assert _hits(tmp_path, _hf_dicts(["0.0", "0.0", "0.0", "0.0"]))["TA203"].category == "plateau"
     assert "TA203" in _hits(tmp_path, _hf_dicts(["nan", "nan", "nan", "nan"]))
+
+
+def test_a_validation_loss_climbing_at_the_end_past_a_later_minimum(tmp_path: Path) -> None:
+    # the shape of LLMs-from-scratch chapter 5: val 6.13 at step 60, then up at each evaluation to 6.37
+    val = [9.9, 8.3, 7.0, 6.6, 6.5, 6.38, 6.26, 6.29, 6.13, 6.18, 6.12, 6.15, 6.133, 6.186, 6.23, 6.251, 6.278, 6.373]
+    train = [9.8 * 0.88 ** i for i in range(len(val))]
+    text = "".join(f"Ep 1 (Step {5 * i:06d}): Train loss {t:.3f}, Val loss {v:.3f}\n" for i, (t, v) in enumerate(zip(train, val)))
+    h = _hits(tmp_path, text)["TA301"]
+    assert h.category == "overfitting" and h.first_bad_step == 65 and "last 5 evaluations" in h.message
+    # the same validation loss while the training loss has stopped falling: not overfitting
+    flat = "".join(f"Ep 1 (Step {5 * i:06d}): Train loss {max(t, 3.0):.3f}, Val loss {v:.3f}\n"
+                   for i, (t, v) in enumerate(zip(train, val)))
+    assert "TA301" not in _hits(tmp_path, flat)

@@ -9,7 +9,7 @@ import numpy as np
 from trainaudit.answer.schema import Category, Severity
 from trainaudit.model import Series
 from trainaudit.rules.base import Context, Grid, Guidance, Hit, Rule, Thresholds
-from trainaudit.series.stats import rolling_median
+from trainaudit.series.stats import monotone_tail, rolling_median
 
 
 class Overfitting(Rule):
@@ -33,6 +33,10 @@ class Overfitting(Rule):
 
     A validation loss up at every evaluation since its minimum, more than ``min_after`` times and by
     ``short_rise`` or more, counts too (with a lower confidence) when it has not yet reached ``ratio``.
+
+    So does a validation loss up at each of its last ``min_after`` + 2 evaluations, ending
+    ``short_rise`` above where that climb began, while the training loss falls ``train_drop`` over
+    the same steps (a later, shallower minimum than the global one).
 
     The end level must also stand 3 robust standard deviations above the validation loss's level
     between its early descent and its minimum: a noisy curve is not overfitting for one high
@@ -91,7 +95,7 @@ class Overfitting(Rule):
         steady = bool(np.all(np.diff(after) >= 0)) and int(np.sum(np.diff(after) > 0)) > self.p.min_after \
             and (float(after[-1]) - vmin) / abs(vmin) >= self.p.short_rise
         if rise < self.p.ratio and not steady:
-            return []
+            return self._climbing_tail(v, t)
         # and out of the validation loss's own noise: 3 robust standard deviations above its level
         # between the end of the early descent and the minimum (a noisy curve that dips once is
         # not overfitting when it comes back to where it was)
@@ -129,6 +133,28 @@ class Overfitting(Rule):
         return [h]
 
 
+
+    def _climbing_tail(self, v: Series, t: Series) -> list[Hit]:
+        """The validation loss up at each of its last ``min_after`` + 2 evaluations or more, ending
+        ``short_rise`` above where that climb began, while the training loss falls ``train_drop``
+        or more over the same steps: overfitting past a later, shallower minimum than the global one."""
+        x = v.values
+        n_up = monotone_tail(x, +1)
+        j = len(x) - 1 - n_up
+        if n_up < self.p.min_after + 2 or x[j] <= 0:
+            return []
+        rise = (float(x[-1]) - float(x[j])) / float(x[j])
+        ti = max(int(np.searchsorted(t.steps, v.steps[j], side="right")) - 1, 0)
+        t0, t1 = float(t.values[ti]), float(t.values[-1])
+        drop = (t0 - t1) / abs(t0) if t0 else 0.0
+        if rise < self.p.short_rise or drop < self.p.train_drop:
+            return []
+        msg = (f"{v.name} rises at each of its last {n_up} evaluations, from {x[j]:.4g} at step {int(v.steps[j])} to "
+               f"{x[-1]:.4g} (+{rise:.0%}), while {t.name} falls from {t0:.4g} to {t1:.4g}")
+        h = self._hit(msg, 0.6, v, j, rise)
+        h.point("t0", t, ti, f"{t.name} at the step the validation loss starts to rise")
+        h.point("t1", t, len(t) - 1, f"last {t.name}")
+        return [h]
 
     def _short(self, ctx: Context, v: Series, t: Series | None) -> list[Hit]:
         x = v.values
