@@ -399,8 +399,8 @@ def parse_line_full(text: str, asked: list[int] | None = None) -> Parsed:
         if val == "(":
             # "Ep 1 (Step 000005): ...": a counter inside the parentheses after another counter is the
             # finer step, read as a pair of its own
-            inner = last is not None and counter_rank(last.key) is not None and counter_rank(_next_word(toks, i)) is not None
-            if last is not None and not words and not inner:
+            nested = last is not None and counter_rank(last.key) is not None and counter_rank(_next_word(toks, i)) is not None
+            if last is not None and not words and not nested:
                 depth_after_value += 1
             elif words and i + 1 < n and toks[i][0] == "word" and toks[i][1].lower() in _KEY_UNITS and \
                     toks[i + 1][1] == ")":
