@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import re
 
-from trainaudit.ingest.base import LineReader, Sample
+from trainaudit.ingest.base import Gate, LineReader, Sample, gate_pattern
 from trainaudit.ingest.formats.generic import num, parse_json_object
 from trainaudit.ingest.sink import Sink
 from trainaudit.ingest.text import Line
@@ -52,12 +52,16 @@ TAG_RE = re.compile(r"\| (?:INFO|WARNING) \| (train_inner|train|valid|[\w.]+) \|
 KV_RE = re.compile(r"(?<!\w)(\w++)=([^,\s]*)")
 FAIRSEQ_KEYS = ("num_updates", "wps", "ups", "wpb", "bsz", "nll_loss", "gnorm")
 NON_SERIES = {"epoch", "num_updates", "update"}
+# Literals in every line ``feed`` acts on: each of its patterns holds "epoch" (simple, pipe, JSON and
+# tqdm records) or "overflow" (the fp16 notice), and so does every line that names the framework.
+FAIRSEQ_GATE = gate_pattern("epoch|overflow")
 
 
 class FairseqReader(LineReader):
     name = "fairseq"
     kind = SourceKind.LOG
     description = "fairseq / metaseq logs: simple ('epoch 001:  450 / 1891 k=v'), pipe summaries, json, tqdm, overflow notices"
+    gate = Gate(re.compile(FAIRSEQ_GATE), re.compile(FAIRSEQ_GATE.encode() + b"|\x1b"))
 
     def sniff(self, sample: Sample) -> float:
         n = 0
@@ -79,24 +83,29 @@ class FairseqReader(LineReader):
             if m:
                 self._overflow(m, line, sink, state)
                 return
-        m = JSON_RE.search(text)
+        # Each search only where its pattern's literal is in the line (a pattern cannot match without
+        # it): most lines the gate lets through are none of these records.
+        m = JSON_RE.search(text) if '{"epoch": ' in text else None
         if m:
             obj = parse_json_object(m.group(1))
             if obj is not None:
                 self._json(obj, line, sink, state)
                 return
-        m = INNER_RE.search(text)
-        if m and "%|" not in text:
-            pairs = [(k, v) for k, v in KV_RE.findall(m.group(4))]
-            fallback = (int(m.group(1)) - 1) * int(m.group(3)) + int(m.group(2))
-            self._emit(pairs, "", fallback, line, sink, state)
-            return
-        m = PIPES_RE.search(text)
-        if m:
-            subset = m.group(2)
-            pairs = [tuple(p.split(" ", 1)) for p in m.group(3).split(" | ")]
-            prefix = f"{subset}_" if subset else "train_"
-            self._emit(pairs, prefix, None, line, sink, state, epoch=int(m.group(1)))  # type: ignore[arg-type]
+        if "epoch " in text:
+            m = INNER_RE.search(text)
+            if m and "%|" not in text:
+                pairs = [(k, v) for k, v in KV_RE.findall(m.group(4))]
+                fallback = (int(m.group(1)) - 1) * int(m.group(3)) + int(m.group(2))
+                self._emit(pairs, "", fallback, line, sink, state)
+                return
+            m = PIPES_RE.search(text) if " | " in text else None
+            if m:
+                subset = m.group(2)
+                pairs = [tuple(p.split(" ", 1)) for p in m.group(3).split(" | ")]
+                prefix = f"{subset}_" if subset else "train_"
+                self._emit(pairs, prefix, None, line, sink, state, epoch=int(m.group(1)))  # type: ignore[arg-type]
+                return
+        if "%|" not in text:
             return
         for bm in TQDM_RE.finditer(text):
             pairs = KV_RE.findall(bm.group(4))
