@@ -47,7 +47,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -433,6 +433,7 @@ class _WithHF(LineReader):
             got = chunk.cache["deepspeed"] = NumberedLines(chunk, [s.info for s in table.shapes])
         shapes = table.shapes
         ds, hs = state["ds"], state["hf"]
+        sink = into = _Values(sink)
         engine, hf = self.engine, self.hf
         first, row, kind = chunk.first, chunk.row, chunk.kind
         counts, totals, widths = got.counts, got.totals, got.widths
@@ -474,4 +475,43 @@ class _WithHF(LineReader):
                 data: dict = {"tag": info.tag, "rank": int(v[0]), "attempted": v[1], "new": v[2]}
                 raw = chunk.lines[i].decode("utf-8").rstrip("\r\n")
                 engine._overflow(Line(no, "", None, raw), sink, ds, data, v[2], int(v[3]) + 1 if info.counted else None)
+        into.done()
         return stop
+
+
+class _Values(Sink):
+    """What a run of lines adds to ``sink``: the values kept per metric in the order they come and
+    handed over at once (``add_many``, each metric in the order of its first value) by ``done``;
+    events and metadata passed on as they come."""
+
+    def __init__(self, sink: Sink) -> None:
+        super().__init__()
+        self.sink = sink
+        self.source = sink.source
+        self.last_step = sink.last_step
+        self.got: dict[str, tuple[list[int], list[float], list[int]]] = {}
+
+    def add(self, metric: str, step: int, value: float, line: int, rank: int | None = None) -> None:
+        if rank is not None:
+            metric = self.sink.metric_for(metric, rank)
+        got = self.got.get(metric)
+        if got is None:
+            got = self.got[metric] = ([], [], [])
+        got[0].append(step)
+        got[1].append(value)
+        got[2].append(line)
+        self.last_step = step
+
+    def event(self, ev: Event) -> None:
+        if ev.step is None:
+            ev.step = self.last_step
+        self.sink.event(ev)
+
+    def meta(self, key: str, value: Any) -> None:
+        self.sink.meta(key, value)
+
+    def done(self) -> None:
+        for metric, (steps, values, lines) in self.got.items():
+            self.sink.add_many(metric, steps, values, lines)
+        self.got = {}
+        self.sink.last_step = self.last_step
