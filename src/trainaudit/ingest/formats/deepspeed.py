@@ -47,7 +47,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import numpy as np
 
@@ -55,7 +55,7 @@ from trainaudit.ingest.base import Gate, LineReader, Priority, Sample, SpareNumb
 from trainaudit.ingest.formats.generic import num
 from trainaudit.ingest.formats.hf import HF_GATE_LITERALS, NUMBER_RE, HFReader, NumberedLines
 from trainaudit.ingest.formats.shaped import (
-    BLANK, OTHER, ROW, Chunk, Shape, ShapeTable, Where, byte_offset, read_shaped, zeroed_pattern,
+    BLANK, OTHER, ROW, Chunk, RunValues, Shape, ShapeTable, Where, byte_offset, read_shaped, zeroed_pattern,
 )
 from trainaudit.ingest.formats.text.bulk import SpanNumbers
 from trainaudit.ingest.signatures import SignatureScanner
@@ -433,7 +433,7 @@ class _WithHF(LineReader):
             got = chunk.cache["deepspeed"] = NumberedLines(chunk, [s.info for s in table.shapes])
         shapes = table.shapes
         ds, hs = state["ds"], state["hf"]
-        sink = into = _Values(sink)
+        sink = into = RunValues(sink)
         engine, hf = self.engine, self.hf
         first, row, kind = chunk.first, chunk.row, chunk.kind
         counts, totals, widths = got.counts, got.totals, got.widths
@@ -478,40 +478,3 @@ class _WithHF(LineReader):
         into.done()
         return stop
 
-
-class _Values(Sink):
-    """What a run of lines adds to ``sink``: the values kept per metric in the order they come and
-    handed over at once (``add_many``, each metric in the order of its first value) by ``done``;
-    events and metadata passed on as they come."""
-
-    def __init__(self, sink: Sink) -> None:
-        super().__init__()
-        self.sink = sink
-        self.source = sink.source
-        self.last_step = sink.last_step
-        self.got: dict[str, tuple[list[int], list[float], list[int]]] = {}
-
-    def add(self, metric: str, step: int, value: float, line: int, rank: int | None = None) -> None:
-        if rank is not None:
-            metric = self.sink.metric_for(metric, rank)
-        got = self.got.get(metric)
-        if got is None:
-            got = self.got[metric] = ([], [], [])
-        got[0].append(step)
-        got[1].append(value)
-        got[2].append(line)
-        self.last_step = step
-
-    def event(self, ev: Event) -> None:
-        if ev.step is None:
-            ev.step = self.last_step
-        self.sink.event(ev)
-
-    def meta(self, key: str, value: Any) -> None:
-        self.sink.meta(key, value)
-
-    def done(self) -> None:
-        for metric, (steps, values, lines) in self.got.items():
-            self.sink.add_many(metric, steps, values, lines)
-        self.got = {}
-        self.sink.last_step = self.last_step
