@@ -19,6 +19,7 @@ from test_text_bulk import snapshot as run_snapshot
 from trainaudit.ingest import load_run
 from trainaudit.ingest.formats import shaped
 from trainaudit.ingest.formats.deepspeed import DeepSpeedReader
+from trainaudit.ingest.formats.fairseq import FairseqReader
 from trainaudit.ingest.formats.hf import HFReader
 from trainaudit.ingest.formats.keras import KerasReader
 from trainaudit.ingest.formats.lightning import LightningReader
@@ -407,3 +408,64 @@ def test_a_plain_deepspeed_log_is_placed_in_bulk(tmp_path: Path, monkeypatch: py
     assert bulk.series["lr"].steps[-1] == 300 and bulk.series["CurrSamplesPerSec"].values[0] == 81.5
     overflows = [e for e in bulk.events if e.kind.value == "loss_scale"]
     assert len(overflows) == 20 and overflows[0].step == 282 and overflows[-1].data["at_minimum"]
+
+
+@st.composite
+def fairseq_lines(draw: st.DrawFn) -> str:
+    """fairseq's records (pipe summaries of train and of a subset, with and without
+    ``num_updates``, simple, JSON and tqdm records, overflow notices) and lines that only name an
+    epoch, with values and keys the bulk path must leave to the line reader."""
+    epoch = draw(st.integers(0, 999))
+    value = draw(st.sampled_from(["6.326", "nan", "1,234", "12%", "-0.5", "2e-05", "3", "x1"]))
+    key = draw(st.sampled_from(["loss", "nll_loss", "ppl", "wps", "layer2", "lr", "update", "epoch", "train_loss"]))
+    updates = draw(st.sampled_from(["", f" | num_updates {draw(st.integers(0, 99999))}", " | num_updates nan"]))
+    subset = draw(st.sampled_from(["", "valid on 'valid' subset | ", "valid on 'test2' subset | "]))
+    return draw(st.sampled_from([
+        f"| epoch {epoch:03d} | {subset}{key} {value} | loss 6.5{updates} | best 6.4",
+        f"[2024-03-05 10:11:15] epoch {epoch} | step {epoch * 7} | {key} {value} | grad_norm 0.864 | lr 9.0e-07",
+        f"epoch {epoch:03d} | {key} {value}{updates}",
+        f"epoch {epoch:03d}:   2800 / 160368 loss=9.255, {key}={value}, num_updates=2800",
+        f'{{"epoch": {epoch}, "loss": "3.1", "num_updates": "40"}}',
+        f"epoch {epoch:03d}:  10%|█ | 5/50 [00:01<00:09, loss={value}, ppl=5.6]",
+        "overflow detected, setting loss scale to: 64.0",
+        f"{{'loss': {value}, 'epoch': 0.{epoch}}}",
+    ]))
+
+
+FAIRSEQ_PIECES = st.one_of(fairseq_lines(), fairseq_lines(), fairseq_lines(), bars(),
+                           st.sampled_from(["", " " * 8, "[rank1]: ", "\x1b[32m", "Traceback (most recent call last):",
+                                            "RuntimeError: CUDA out of memory", "\xff", "noise 12 | 3",
+                                            "Saving checkpoint to /checkpoints/run-108/step_24.pt"]))
+FAIRSEQ_HEADS = ["| epoch 001 | loss 9.5 | nll_loss 9.1 | num_updates 100\n", "| epoch 002 | loss 9.5 | nll_loss 9.1\n"]
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(lines=st.lists(st.lists(FAIRSEQ_PIECES, min_size=0, max_size=2), min_size=1, max_size=40),
+       chunk=st.sampled_from([64, 301, 4096]), ending=st.sampled_from(["\n", "\r\n"]),
+       head=st.sampled_from(FAIRSEQ_HEADS))
+def test_fairseq_bulk_reads_what_the_line_reader_reads(lines: list[list[str]], chunk: int, ending: str, head: str,
+                                                       tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(shaped, "CHUNK_SIZE", chunk)
+    path = written(tmp_path / "f.log", head, lines)
+    path.write_bytes(path.read_bytes().replace(b"\n", ending.encode()))
+    both(path, FairseqReader, monkeypatch)
+
+
+def test_fairseq_pipe_summaries_are_placed_in_bulk(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Pipe summaries among lines fairseq does nothing with: the summaries with ``num_updates``
+    are at that step, those without at the last one, the subset's named after it."""
+    monkeypatch.setattr(shaped, "CHUNK_SIZE", 4096)
+    placed = Placed(monkeypatch)
+    out = []
+    for k in range(1, 301):
+        out.append(f"| epoch {k // 100 + 1:03d} | loss {10 / k!r} | nll_loss {'nan' if k > 280 else 9 / k!r} "
+                   f"| num_updates {k * 10}")
+        out.append(f"{{'loss': 2.5, 'epoch': {k / 100:.2f}}}")
+        if k % 50 == 0:
+            out.append(f"| epoch {k // 100 + 1:03d} | valid on 'valid' subset | loss {5 / k:.5f} | best 1.5")
+    path = tmp_path / "f.log"
+    path.write_text("\n".join(out) + "\n", encoding="utf-8")
+    bulk, _ = both(path, FairseqReader, monkeypatch)
+    assert placed.rows >= 300
+    assert bulk.series["train_loss"].steps[-1] == 3000 and np.isnan(bulk.series["train_nll_loss"].values[-1])
+    assert bulk.series["valid_loss"].steps.tolist()[:2] == [500, 1000] and "valid_best" in bulk.series
