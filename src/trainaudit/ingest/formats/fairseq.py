@@ -25,6 +25,10 @@ Step = ``num_updates`` (fairseq's global step). Lines without it take, in order:
 overflow notice is printed between logged updates; the k-th notice after the last logged
 ``num_updates`` N is put at N + k (``step_estimated`` in the event data). fairseq losses are
 base 2 (``ppl = 2 ** loss``): values are kept as printed.
+
+Pipe summaries of plain numbers are read by segment shape
+(:mod:`~trainaudit.ingest.formats.shaped`), their numbers at once, and the lines without a record
+skipped by shape; every other record goes through :meth:`FairseqReader.feed` as before.
 """
 
 from __future__ import annotations
