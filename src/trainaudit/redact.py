@@ -299,6 +299,7 @@ def csv_cell(text: str) -> str:
 # The spellings of non-finite numbers in JSON outputs (a chart of a NaN run holds thousands): no
 # secret and no control in them, so masking them again and again is skipped.
 NONFINITE_TEXTS = frozenset({"nan", "inf", "-inf"})
+_PLAIN = frozenset({int, float, str})  # the types of a list that may hold nothing to mask
 
 
 def json_clean(value: Any) -> Any:
@@ -309,6 +310,10 @@ def json_clean(value: Any) -> Any:
     if isinstance(value, dict):
         return {json_clean(k): json_clean(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
+        # a curve's values: numbers and non-finite spellings, told apart in C (no call a point)
+        if _PLAIN.issuperset(map(type, value)) and NONFINITE_TEXTS.issuperset(
+                x for x in set(value) if type(x) is str):
+            return list(value)
         return [json_clean(v) for v in value]
     return value
 

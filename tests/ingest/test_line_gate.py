@@ -81,6 +81,25 @@ def test_generated_logs_read_the_same(fmt: str, fail: bool, tmp_path: Path, monk
     assert snapshot(run) == snapshot(whole)
 
 
+def test_fairseq_logs_read_the_same(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Real fairseq logs of the corpus and the generated mix of generic lines (which the fairseq
+    reader claims by its pipe records): gated, the lines without "epoch" or "overflow" are skipped."""
+    mix = tmp_path / "generic.log"
+    subprocess.run([sys.executable, str(REPO / "benchmarks" / "gen_format_logs.py"), "generic", str(mix), "--size",
+                    "300K"], check=True, capture_output=True)
+    logs = [mix, *sorted((REPO / "tests" / "corpus" / "logs").glob("fairseq-*/log.txt"))]
+    monkeypatch.setattr(text, "GATED_BLOCK", 4093)
+    read = 0
+    for log in logs:
+        run, _ = load_run([str(log)], "fairseq")
+        read += len(run.series)
+        with monkeypatch.context() as m:
+            ungated(m)
+            whole, _ = load_run([str(log)], "fairseq")
+        assert snapshot(run) == snapshot(whole), log.name
+    assert len(logs) > 3 and read > 0
+
+
 def test_tqdm_redraws_are_not_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     log = generated(tmp_path, "hf", False)
     seen: list[str] = []
@@ -107,7 +126,10 @@ def test_tqdm_redraws_are_not_read(tmp_path: Path, monkeypatch: pytest.MonkeyPat
 PIECES = ["{'loss': 2.5, 'epoch': 0.1}", "{'eval_loss': nan}", "DeepSpeed info: version=0.14", "step=3, skipped=0, lr=[0.1]",
           "[rank3]:", "[default1]:", "12: ", "\x1b[32m", "\x1b[0m", "\r", "\r\n", " step: 4 ", "{'loss': 1.5}",
           "Traceback (most recent call last):", '  File "x.py", line 3, in f', "RuntimeError: boom", "**",
-          "PRED 3: a b", "\xff\xfe", "é", "}", "loss", "CUDA out of memory", "noise ", "  ", "H-1\t-0.5\tx"]
+          "PRED 3: a b", "\xff\xfe", "é", "}", "loss", "CUDA out of memory", "noise ", "  ", "H-1\t-0.5\tx",
+          "epoch 001:   2800 / 160368 loss=9.255, num_updates=2800, lr=2.8e-05", "| epoch 008 | loss 6.326 | num_updates 21",
+          "overflow detected, setting loss scale to: 64.0", '{"epoch": 2, "loss": "3.1", "num_updates": "40"}',
+          "epoch 002:  10%|█ | 5/50 [00:01<00:09, loss=2.5, ppl=5.6]"]
 
 
 def random_log(rng: random.Random, n: int) -> bytes:
@@ -136,7 +158,7 @@ def test_iter_gated_is_iter_lines_filtered(seed: int, tmp_path: Path, monkeypatc
 
 
 @pytest.mark.parametrize("seed", range(10))
-@pytest.mark.parametrize("fmt", ["hf", "deepspeed"])
+@pytest.mark.parametrize("fmt", ["hf", "deepspeed", "fairseq"])
 def test_random_logs_read_the_same(fmt: str, seed: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Tracebacks that open in the middle of a line of redraws, prefixes, colours, broken bytes."""
     rng = random.Random(seed)

@@ -18,6 +18,8 @@ from test_text_bulk import snapshot as run_snapshot
 
 from trainaudit.ingest import load_run
 from trainaudit.ingest.formats import shaped
+from trainaudit.ingest.formats.deepspeed import DeepSpeedReader
+from trainaudit.ingest.formats.fairseq import FairseqReader
 from trainaudit.ingest.formats.hf import HFReader
 from trainaudit.ingest.formats.keras import KerasReader
 from trainaudit.ingest.formats.lightning import LightningReader
@@ -101,7 +103,7 @@ def written(path: Path, head: str, lines: list[list[str]]) -> Path:
     return path
 
 
-def both(path: Path, reader: type[ShapedReader], monkeypatch: pytest.MonkeyPatch) -> tuple[Run, tuple]:
+def both(path: Path, reader: type[ShapedReader | DeepSpeedReader], monkeypatch: pytest.MonkeyPatch) -> tuple[Run, tuple]:
     """The run ``reader`` reads in bulk and its snapshot, once the line reader has read the same:
     series, events, metadata and input problems (a reader's error is a problem of the input)."""
     bulk, problems = load_run([str(path)], reader.name)
@@ -314,3 +316,156 @@ def test_torchrun_ranks_are_placed_in_bulk(tmp_path: Path, monkeypatch: pytest.M
     assert list(bulk.series)[:4] == ["loss", "memory(GiB)", "memory(%)", "tps"]
     assert bulk.series["tps@rank2"].values[0] == 10401.0 and np.isnan(bulk.series["loss@rank1"].values[-1])
     assert bulk.meta["torchtitan.lines_per_step"] == 2
+
+
+TS = "[2024-05-02 09:14:07,311] [INFO] "
+
+
+@st.composite
+def engine_lines(draw: st.DrawFn) -> str:
+    """DeepSpeed's own lines, as the engine, its loss scaler and its timers print them, and the
+    spellings beside them that the line reader reads differently (more learning rates, NaN, the
+    hysteresis and fused-optimizer overflows, a minimum scale)."""
+    step = draw(st.integers(0, 99999))
+    lr = draw(st.sampled_from(["5e-05", "0.000298", "1.5e-4", "nan", "1e-05, 2e-05", "3e-05, 3e-05", ""]))
+    value = draw(st.sampled_from(["81.03", "nan", "79.5", "1e3"]))
+    scale = draw(st.sampled_from(["65536", "32768.0", "1", "4096"]))
+    bar = draw(bars())
+    progress = (f"{TS}[logging.py:96:log_dist] [Rank 0] step={step}, skipped={draw(st.integers(0, 99))}, "
+                f"lr=[{lr}], mom=[(0.9, 0.95)]")
+    overflow = (f"{bar}{TS}[loss_scaler.py:183:update_scale] [deepspeed] OVERFLOW! Rank {step % 8} Skipping step. "
+                f"Attempted loss scale: {scale}, reducing to {scale}")
+    return draw(st.sampled_from([
+        progress, progress, overflow, overflow, f"{TS}[deepspeed] OVERFLOW! Rank 0 Skipping step. Attempted loss scale: "
+        f"{scale}, reducing to 1", "[deepspeed] OVERFLOW! Rank 1 Skipping step.",
+        f"{TS}[logging.py:96:log_dist] [Rank 0] step={step}, skipped={draw(st.integers(0, 99))}, lr=[{lr}], "
+        "mom=[(0.9, 0.95)]",
+        f"step={step}, skipped=0, lr=[{lr}]",
+        f"{TS}[timer.py:260:stop] epoch=0/micro_step={step * 4}/global_step={step}, RunningAvgSamplesPerSec={value}, "
+        f"CurrSamplesPerSec={value}, MemAllocated=17.52GB, MaxMemAllocated=31.4GB",
+        f"{TS}[timer.py:199:stop] {step}/{step + 10}, SamplesPerSec={value}, MemAllocated=0.26GB",
+        f"{bar}{TS}[loss_scaler.py:183:update_scale] [deepspeed] OVERFLOW! Rank {step % 8} Skipping step. "
+        f"Attempted loss scale: {scale}, reducing to {scale}",
+        f"{TS}[deepspeed] OVERFLOW! Rank 0 Skipping step. Attempted loss scale: {scale}, reducing to 2048",
+        f"[deepscale] OVERFLOW! Rank 0 Skipping step. Attempted loss scale: {scale}, but hysteresis is 2. "
+        "Reducing hysteresis to 1",
+        f"Overflow detected. Skipping step. Attempted loss scale: {scale}, reducing to 1024",
+        "[deepspeed] OVERFLOW! Rank 1 Skipping step.",
+        f"{TS}[logging.py:96:log_dist] [Rank 0] Current loss scale already at minimum - training can't continue",
+        f"{TS}[logging.py:96:log_dist] [Rank 0] time (ms) | forward_microstep: {value} | backward: 1.5",
+        f"steps: {step} loss: 2.5 iter time (s): 0.4 samples/sec: {value}",
+        f"{TS}[logging.py:96:log_dist] [Rank 0] DeepSpeed info: version=0.14.2",
+    ]))
+
+
+DS_PIECES = st.one_of(dicts(), bars(), bars(), engine_lines(), engine_lines(), engine_lines(), engine_lines(),
+                      st.sampled_from([" " * 20, "", "[rank1]: ", "\x1b[32m", "Traceback (most recent call last):",
+                                       "RuntimeError: CUDA out of memory", "\xff", "{'eval_loss': 2.5, 'epoch': 1.0}",
+                                       "[deepspeed] noise", "step=3 skipped"]))
+DS_HEAD = (f"{TS}[logging.py:96:log_dist] [Rank 0] DeepSpeed info: version=0.14.2\n" + HEAD.decode())
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(lines=st.lists(st.lists(DS_PIECES, min_size=0, max_size=3), min_size=1, max_size=40),
+       chunk=st.sampled_from([64, 301, 4096]), ending=st.sampled_from(["\n", "\r\n"]))
+def test_deepspeed_bulk_reads_what_the_line_reader_reads(lines: list[list[str]], chunk: int, ending: str,
+                                                         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(shaped, "CHUNK_SIZE", chunk)
+    path = written(tmp_path / "d.log", DS_HEAD, lines)
+    path.write_bytes(path.read_bytes().replace(b"\n", ending.encode()))
+    both(path, DeepSpeedReader, monkeypatch)
+
+
+def test_a_plain_deepspeed_log_is_placed_in_bulk(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """HF's redraws and dicts with the engine's lines between them: the engine's and HF's rows are
+    placed in bulk, each dict at the count of the next bar (past a line the engine takes), each
+    overflow one step after the bar it is glued to."""
+    monkeypatch.setattr(shaped, "CHUNK_SIZE", 4096)
+    placed = Placed(monkeypatch)
+    out = [DS_HEAD.rstrip("\n")]
+    scale = 65536
+    for step in range(1, 301):
+        bar = f"\r{step * 100 // 300:3d}%|          | {step}/300 [00:01<00:09,  2.50it/s]"
+        if step > 280:
+            out.append(f"{bar}{TS}[loss_scaler.py:183:update_scale] [deepspeed] OVERFLOW! Rank 0 Skipping step. "
+                       f"Attempted loss scale: {scale}, reducing to {max(1, scale // 2)}")
+            scale = max(1, scale // 2)
+            bar = ""
+        if step % 10 == 0:
+            out.append(f"{bar}{TS}[logging.py:96:log_dist] [Rank 0] step={step}, skipped={max(0, step - 280)}, "
+                       f"lr=[{step * 1e-6!r}], mom=[(0.9, 0.95)]")
+            out.append(f"\r{' ' * 40}\r{{'loss': {10 / step!r}, 'grad_norm': {'nan' if step > 280 else 1 / step!r}, "
+                       f"'learning_rate': {step * 1e-6!r}, 'epoch': {step / 100:.2f}}}")
+            out.append(f"{TS}[timer.py:260:stop] epoch=0/micro_step={step * 4}/global_step={step}, "
+                       f"RunningAvgSamplesPerSec={80 + step / 7:.14g}, CurrSamplesPerSec=81.5, MemAllocated=17.52GB")
+        elif step % 10 == 1:
+            out.append(bar)
+    path = tmp_path / "d.log"
+    path.write_text("\n".join(out) + "\n", encoding="utf-8")
+    bulk, _ = both(path, DeepSpeedReader, monkeypatch)
+    assert placed.rows >= 100
+    assert bulk.series["loss"].steps[3:6].tolist() == [11, 21, 31]  # the bar after the dict, past the engine's line
+    assert bulk.series["lr"].steps[-1] == 300 and bulk.series["CurrSamplesPerSec"].values[0] == 81.5
+    overflows = [e for e in bulk.events if e.kind.value == "loss_scale"]
+    assert len(overflows) == 20 and overflows[0].step == 282 and overflows[-1].data["at_minimum"]
+
+
+@st.composite
+def fairseq_lines(draw: st.DrawFn) -> str:
+    """fairseq's records (pipe summaries of train and of a subset, with and without
+    ``num_updates``, simple, JSON and tqdm records, overflow notices) and lines that only name an
+    epoch, with values and keys the bulk path must leave to the line reader."""
+    epoch = draw(st.integers(0, 999))
+    value = draw(st.sampled_from(["6.326", "nan", "1,234", "12%", "-0.5", "2e-05", "3", "x1"]))
+    key = draw(st.sampled_from(["loss", "nll_loss", "ppl", "wps", "layer2", "lr", "update", "epoch", "train_loss"]))
+    updates = draw(st.sampled_from(["", f" | num_updates {draw(st.integers(0, 99999))}", " | num_updates nan"]))
+    subset = draw(st.sampled_from(["", "valid on 'valid' subset | ", "valid on 'test2' subset | "]))
+    return draw(st.sampled_from([
+        f"| epoch {epoch:03d} | {subset}{key} {value} | loss 6.5{updates} | best 6.4",
+        f"[2024-03-05 10:11:15] epoch {epoch} | step {epoch * 7} | {key} {value} | grad_norm 0.864 | lr 9.0e-07",
+        f"epoch {epoch:03d} | {key} {value}{updates}",
+        f"epoch {epoch:03d}:   2800 / 160368 loss=9.255, {key}={value}, num_updates=2800",
+        f'{{"epoch": {epoch}, "loss": "3.1", "num_updates": "40"}}',
+        f"epoch {epoch:03d}:  10%|█ | 5/50 [00:01<00:09, loss={value}, ppl=5.6]",
+        "overflow detected, setting loss scale to: 64.0",
+        f"{{'loss': {value}, 'epoch': 0.{epoch}}}",
+    ]))
+
+
+FAIRSEQ_PIECES = st.one_of(fairseq_lines(), fairseq_lines(), fairseq_lines(), bars(),
+                           st.sampled_from(["", " " * 8, "[rank1]: ", "\x1b[32m", "Traceback (most recent call last):",
+                                            "RuntimeError: CUDA out of memory", "\xff", "noise 12 | 3",
+                                            "Saving checkpoint to /checkpoints/run-108/step_24.pt"]))
+FAIRSEQ_HEADS = ["| epoch 001 | loss 9.5 | nll_loss 9.1 | num_updates 100\n", "| epoch 002 | loss 9.5 | nll_loss 9.1\n"]
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(lines=st.lists(st.lists(FAIRSEQ_PIECES, min_size=0, max_size=2), min_size=1, max_size=40),
+       chunk=st.sampled_from([64, 301, 4096]), ending=st.sampled_from(["\n", "\r\n"]),
+       head=st.sampled_from(FAIRSEQ_HEADS))
+def test_fairseq_bulk_reads_what_the_line_reader_reads(lines: list[list[str]], chunk: int, ending: str, head: str,
+                                                       tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(shaped, "CHUNK_SIZE", chunk)
+    path = written(tmp_path / "f.log", head, lines)
+    path.write_bytes(path.read_bytes().replace(b"\n", ending.encode()))
+    both(path, FairseqReader, monkeypatch)
+
+
+def test_fairseq_pipe_summaries_are_placed_in_bulk(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Pipe summaries among lines fairseq does nothing with: the summaries with ``num_updates``
+    are at that step, those without at the last one, the subset's named after it."""
+    monkeypatch.setattr(shaped, "CHUNK_SIZE", 4096)
+    placed = Placed(monkeypatch)
+    out = []
+    for k in range(1, 301):
+        out.append(f"| epoch {k // 100 + 1:03d} | loss {10 / k!r} | nll_loss {'nan' if k > 280 else 9 / k!r} "
+                   f"| num_updates {k * 10}")
+        out.append(f"{{'loss': 2.5, 'epoch': {k / 100:.2f}}}")
+        if k % 50 == 0:
+            out.append(f"| epoch {k // 100 + 1:03d} | valid on 'valid' subset | loss {5 / k:.5f} | best 1.5")
+    path = tmp_path / "f.log"
+    path.write_text("\n".join(out) + "\n", encoding="utf-8")
+    bulk, _ = both(path, FairseqReader, monkeypatch)
+    assert placed.rows >= 300
+    assert bulk.series["train_loss"].steps[-1] == 3000 and np.isnan(bulk.series["train_nll_loss"].values[-1])
+    assert bulk.series["valid_loss"].steps.tolist()[:2] == [500, 1000] and "valid_best" in bulk.series

@@ -68,3 +68,31 @@ def test_nonfinite_spellings_are_what_masking_leaves_them() -> None:
     from trainaudit.redact import NONFINITE_TEXTS, mask_secrets
 
     assert NONFINITE_TEXTS and all(mask_secrets(t) == t for t in NONFINITE_TEXTS)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_a_curves_numbers_are_spelled_as_one_by_one(seed: int) -> None:
+    """``_nums`` (a curve's values at once) gives what ``_num`` gives value by value: the same
+    floats bit for bit (signed zeros, huge and tiny values) and the same non-finite spellings."""
+    from trainaudit.render.chartdata import _num, _nums
+
+    rng = np.random.default_rng(seed)
+    v = _series(rng, int(rng.integers(0, 3000)))
+    got, want = _nums(v), [_num(float(x)) for x in v]
+    assert [repr(x) for x in got] == [repr(x) for x in want]
+    assert [type(x) for x in got] == [type(x) for x in want]
+
+
+def test_json_clean_still_masks_a_list_that_is_not_only_numbers() -> None:
+    """Lists of numbers and non-finite spellings pass whole; any other string in a list, a key or a
+    nested value is masked as before."""
+    from trainaudit.redact import json_clean, mask_secrets
+
+    secret = "token=ghp_" + "a1B2c3D4e5" * 4
+    assert mask_secrets(secret) != secret
+    numbers = [1, 2.5, "nan", "inf", "-inf", -0.0, 10**30]
+    assert json_clean(numbers) == numbers and json_clean(numbers) is not numbers
+    for value in ([1.0, "nan", secret], [secret], [True, "nan", secret], [[1.0, secret]], ({"k": secret},),
+                  [1.0, "nan ", "x"]):
+        assert json_clean(value) == [json_clean(x) for x in value]
+    assert json_clean([1.0, "nan", secret])[2] == mask_secrets(secret)

@@ -57,6 +57,18 @@ def _num(v: float) -> float | str:
     return "nan" if math.isnan(v) else ("inf" if v > 0 else "-inf")
 
 
+def _nums(values: np.ndarray) -> list[float | str]:
+    """``_num`` of every value: the finite ones formatted one by one, the non-finite ones (a NaN tail
+    keeps them all) spelled at once."""
+    v = np.asarray(values, dtype=float)
+    ok = np.isfinite(v)
+    if ok.all():
+        return [float(f"{x:.9g}") for x in v.tolist()]
+    out = np.where(np.isnan(v), "nan", np.where(v > 0, "inf", "-inf")).astype(object)
+    out[ok] = [float(f"{x:.9g}") for x in v[ok].tolist()]
+    return out.tolist()
+
+
 def _series(steps: Sequence[int] | np.ndarray, values: Sequence[Any] | np.ndarray,
             max_points: int) -> tuple[list[int], list[float | str]]:
     s = np.asarray(steps, dtype=np.int64)
@@ -64,7 +76,7 @@ def _series(steps: Sequence[int] | np.ndarray, values: Sequence[Any] | np.ndarra
     n = min(len(s), len(v))
     s, v = s[:n], v[:n]
     idx = _thin(s, v, max_points)
-    return [int(x) for x in s[idx]], [_num(float(x)) for x in v[idx]]
+    return s[idx].tolist(), _nums(v[idx])
 
 
 def _as_float(x: Any) -> float:
@@ -82,10 +94,9 @@ def _curve(c: Curve, max_points: int, smooth: np.ndarray | None = None) -> dict[
     n = min(len(s), len(v))
     s, v = s[:n], v[:n]
     idx = _thin(s, v, max_points)
-    out: dict[str, Any] = {"label": c.label, "style": c.style, "steps": [int(x) for x in s[idx]],
-                           "values": [_num(float(x)) for x in v[idx]]}
+    out: dict[str, Any] = {"label": c.label, "style": c.style, "steps": s[idx].tolist(), "values": _nums(v[idx])}
     if smooth is not None:
-        out["smoothed"] = [_num(float(x)) for x in smooth[:n][idx]]
+        out["smoothed"] = _nums(smooth[:n][idx])
     return out
 
 
@@ -101,8 +112,7 @@ def spec_to_dict(spec: PlotSpec, max_points: int = MAX_POINTS) -> dict[str, Any]
         hi = np.asarray(b.high, dtype=float)
         n = min(len(s), len(lo), len(hi))
         idx = _thin(s[:n], hi[:n], max_points)
-        band = {"label": b.label, "steps": [int(x) for x in s[idx]], "low": [_num(float(x)) for x in lo[idx]],
-                "high": [_num(float(x)) for x in hi[idx]]}
+        band = {"label": b.label, "steps": s[idx].tolist(), "low": _nums(lo[idx]), "high": _nums(hi[idx])}
     y = y_axis(spec)
     tail = nonfinite_tail(spec)
     return {"metric": spec.metric, "title": spec.title, "xlabel": spec.xlabel, "ylabel": spec.ylabel or spec.metric,

@@ -35,15 +35,31 @@ starts mid-run) waits for the first step the log shows: the m overflows before a
 A log that never shows a step numbers them by count (1-based).
 Such steps are marked ``step_estimated`` in the event data. Timer breakdown lines take the last
 known step the same way.
+
+Inside an HF Trainer log (the delegate :class:`~trainaudit.ingest.formats.hf.HFReader`, gated), the
+log is read by segment shape (:mod:`~trainaudit.ingest.formats.shaped`): HF's tqdm redraws and train
+dicts as HF reads them in bulk, and the engine's ``step=``/``skipped=``/``lr=[x]`` lines,
+ThroughputTimer lines and ``OVERFLOW! ... reducing to`` lines of one shape with their numbers read
+at once; the rest of a run of such lines (the order of the values, the steps the engine and HF
+number, the events) is played line by line as :meth:`DeepSpeedReader.read_lines` plays it, without
+decoding, matching or scanning a line.
 """
 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
 
 from trainaudit.ingest.base import Gate, LineReader, Priority, Sample, SpareNumbers, gate_pattern, registered_formats
 from trainaudit.ingest.formats.generic import num
-from trainaudit.ingest.formats.hf import HF_GATE_LITERALS
+from trainaudit.ingest.formats.hf import HF_GATE_LITERALS, NUMBER_RE, HFReader, NumberedLines
+from trainaudit.ingest.formats.shaped import (
+    BLANK, OTHER, ROW, Chunk, RunValues, Shape, ShapeTable, Where, byte_offset, read_shaped, zeroed_pattern,
+)
+from trainaudit.ingest.formats.text.bulk import SpanNumbers
 from trainaudit.ingest.signatures import SignatureScanner
 from trainaudit.ingest.sink import Sink
 from trainaudit.ingest.sources import InputFile, read_head
@@ -81,6 +97,9 @@ DS_GATES: dict[str | None, Gate] = {
     None: Gate(re.compile(_DS_ALONE), re.compile(_DS_ALONE.encode() + b"|\x1b")),
     "hf": Gate(re.compile(_DS_HF), re.compile(_DS_HF.encode() + b"|\x1b")),
 }
+ENGINE_GATE_RE = re.compile(ENGINE_GATE)
+DS_HF_SHAPE = re.compile(zeroed_pattern(f"{ENGINE_GATE}|{HF_GATE_LITERALS}"))  # the gate in a line's shape
+MAX_STEP_DIGITS = 15  # a step, rank or count read in bulk is exact as a float64
 ENGINE_HINT_RE = re.compile(r"\[(?:deepspeed|deepscale)\]|DeepSpeed info: version=|\[Rank \d+\] step=\d+, skipped=")
 
 
@@ -90,11 +109,80 @@ def _is_engine_line(text: str) -> bool:
                 or ENGINE_HINT_RE.search(text))
 
 
+@dataclass(slots=True)
+class EngineShape:
+    """An engine line's shape read in bulk: ``what`` it is (``progress``: step, skipped, lr;
+    ``tput``: step, micro step or none, then ``fields``; ``overflow``: rank, attempted, new, then
+    the count of the bar before it when ``tag`` has one) and how to read its numbers (``keys``:
+    their columns; ``bar`` is None: an engine line flushes no HF dict)."""
+
+    what: str
+    keys: tuple[str, ...]
+    numbers: SpanNumbers
+    fields: tuple[str, ...] = ()
+    micro: bool = False
+    tag: str = ""
+    counted: bool = False
+    bar: None = None
+
+
+def _engine_shape(text: str) -> Shape:
+    """What :meth:`DeepSpeedReader._engine` does with every segment of ``text``'s shape: a ``ROW``
+    (:class:`EngineShape`) for a plain ``step=``/``skipped=`` line with one learning rate, a
+    ThroughputTimer line of numbers, or an ``OVERFLOW! ... reducing to`` line; else ``OTHER``."""
+    spans: list[tuple[int, int]] = []
+    fields: list[str] = []
+    micro = counted = False
+    tag = ""
+    if "OVERFLOW" in text or "Overflow detected" in text:
+        m = OVERFLOW_RE.search(text)
+        if m is None or m.group(4) is None or not all(NUMBER_RE.fullmatch(m.group(g)) for g in (3, 4)):
+            return Shape(OTHER)
+        what, tag, groups = "overflow", m.group(1), [m.group(g) for g in (2, 3, 4)]
+        spans = [m.span(2), m.span(3), m.span(4)]
+        bar = BAR_BEFORE_RE.search(text, 0, m.start())
+        if bar is not None:
+            counted = True
+            spans.append(bar.span(1))
+            groups.append(bar.group(1))
+        ints = [groups[0]] + groups[3:]
+    elif (m := PROGRESS_RE.search(text) if ", skipped=" in text else None) is not None:
+        items = m.group(3).split(",")
+        lr = items[0].strip() if len(items) == 1 else ""
+        if NUMBER_RE.fullmatch(lr) is None:
+            return Shape(OTHER)
+        at = m.start(3) + items[0].index(lr)
+        what, spans, ints = "progress", [m.span(1), m.span(2), (at, at + len(lr))], [m.group(1)]
+    elif (m := TPUT_RE.search(text) if "SamplesPerSec=" in text else None) is not None:
+        micro = m.group(3) is not None
+        spans = [m.span(3), m.span(2)] if micro else [m.span(5)]
+        ints = [m.group(3) if micro else m.group(5)]
+        off = m.start(6)
+        for f in TPUT_FIELD_RE.finditer(m.group(6)):
+            if NUMBER_RE.fullmatch(f.group(2)) is None:
+                return Shape(OTHER)
+            fields.append(f.group(1))
+            spans.append((off + f.start(2), off + f.end(2)))
+        if len(set(fields)) != len(fields) or (micro and "micro_step" in fields) or not (micro or fields):
+            return Shape(OTHER)
+        what = "tput"
+    else:
+        return Shape(OTHER)
+    if any(len(d) > MAX_STEP_DIGITS for d in ints):
+        return Shape(OTHER)
+    byte_spans = tuple((byte_offset(text, a), byte_offset(text, b)) for a, b in spans)
+    numbers = SpanNumbers(text.encode("utf-8").decode("latin-1"), byte_spans)  # a character a byte
+    keys = tuple(f"\x00ds{j}" for j in range(len(spans)))  # columns no HF dict key names
+    return Shape(ROW, EngineShape(what, keys, numbers, tuple(fields), micro, tag, counted))
+
+
 class DeepSpeedReader(LineReader):
     name = "deepspeed"
     kind = SourceKind.LOG
     priority = Priority.RUNTIME
     description = "DeepSpeed engine lines (overflow/loss scale, step/skipped/lr, ThroughputTimer) inside any training log"
+
+    bulk: ClassVar[bool] = True  # read by shape inside a gated HF log (False: line by line; the tests compare)
 
     def __init__(self) -> None:
         self._others: list[LineReader] | None = None
@@ -122,6 +210,21 @@ class DeepSpeedReader(LineReader):
     # -- reading ----------------------------------------------------------------------------
     def read(self, inp: InputFile, sink: Sink) -> None:
         delegate = self._delegate(inp)
+        if self.bulk and isinstance(delegate, HFReader) and delegate.gate is not None:
+            sink.meta("framework", f"deepspeed+{delegate.name}")
+            mixed = _WithHF(self, delegate)
+            table = ShapeTable(DS_HF_SHAPE, mixed.classify)
+
+            def place(chunk: Chunk, start: int, stop: int, base: int) -> int:
+                return mixed.place(table, sink, state, chunk, start, stop, base)
+
+            state = mixed.new_state()
+            read_shaped(mixed, inp, sink, table, state, place)
+            return
+        self.read_lines(inp, sink, delegate)
+
+    def read_lines(self, inp: InputFile, sink: Sink, delegate: LineReader | None) -> None:
+        """The log line by line: each line the engine's, else the delegate's."""
         scanner = SignatureScanner(inp.display)
         state = self.new_state()
         dstate = delegate.new_state() if delegate else {}
@@ -135,10 +238,7 @@ class DeepSpeedReader(LineReader):
             for line in self.lines(stream, scanner, spare, gate,
                                    awaits=lambda: delegate is not None and delegate.awaits(dstate)):
                 if not self._engine(line, sink, state) and delegate is not None:
-                    before = sink.last_step
-                    delegate.feed(line, sink, dstate)
-                    if sink.last_step is not None and sink.last_step != before:
-                        self._anchor(state, sink.last_step, sink)  # overflows count from the framework's own step
+                    self._delegated(delegate, line, sink, state, dstate)
                 events = scanner.feed(line)
                 for ev in events:
                     sink.event(ev)
@@ -171,6 +271,12 @@ class DeepSpeedReader(LineReader):
 
     def finish(self, sink: Sink, state: dict) -> None:
         self._settle(sink, state, len(state["pending"]))  # no step ever shown: by count
+
+    def _delegated(self, delegate: LineReader, line: Line, sink: Sink, state: dict, dstate: dict) -> None:
+        before = sink.last_step
+        delegate.feed(line, sink, dstate)
+        if sink.last_step is not None and sink.last_step != before:
+            self._anchor(state, sink.last_step, sink)  # overflows count from the framework's own step
 
     def _anchor(self, state: dict, step: int, sink: Sink | None = None) -> None:
         state["anchor"], state["since"] = step, 0
@@ -296,3 +402,99 @@ class DeepSpeedReader(LineReader):
                 else f"DeepSpeed overflow at loss scale {attempted:g}: step skipped"
         sink.event(Event(EventKind.LOSS_SCALE, msg, sink.source.path if sink.source else "", line.no, line.raw,
                          step=step, rank=line.rank, data=data))
+
+
+class _WithHF(LineReader):
+    """The engine and its HF delegate as one line reader for :func:`read_shaped` (state: the
+    engine's under ``ds``, HF's under ``hf``), with the table's look at a new shape and the
+    placing of a run of lines without ``OTHER``."""
+
+    gate = DS_GATES["hf"]  # (no ``name``: not a format of its own)
+
+    def __init__(self, engine: DeepSpeedReader, hf: HFReader) -> None:
+        self.engine, self.hf = engine, hf
+
+    def sniff(self, sample: Sample) -> float:
+        return 0.0  # never asked: DeepSpeedReader reads with it
+
+    def new_state(self) -> dict:
+        return {"ds": self.engine.new_state(), "hf": self.hf.new_state()}
+
+    def awaits(self, state: dict) -> bool:
+        return self.hf.awaits(state["hf"])
+
+    def feed(self, line: Line, sink: Sink, state: dict) -> None:
+        if not self.engine._engine(line, sink, state["ds"]):
+            self.engine._delegated(self.hf, line, sink, state["ds"], state["hf"])
+
+    def finish(self, sink: Sink, state: dict) -> None:
+        self.hf.finish(sink, state["hf"])
+        self.engine.finish(sink, state["ds"])
+
+    def classify(self, text: str, quiet: bool, where: Where) -> Shape:
+        if not where.plain:
+            return Shape(OTHER)  # ANSI codes or a launcher prefix: the line reader's
+        if ENGINE_GATE_RE.search(text) is not None:
+            return _engine_shape(text)
+        return self.hf._classify(text, quiet, where)
+
+    def place(self, table: ShapeTable, sink: Sink, state: dict, chunk: Chunk, start: int, stop: int,
+              base: int) -> int:
+        """Lines ``start`` to ``stop`` (no ``OTHER``) as :meth:`feed` reads them, a line at a time
+        but with the numbers read at once: an HF train dict waits for the first non-blank segment of
+        the next line that the engine does not take (its bar's count numbers it), and every value
+        goes to the sink in the line reader's order."""
+        kinds = chunk.kind[start:stop]
+        shown = (np.flatnonzero(kinds != BLANK) + start).tolist()
+        if not shown:
+            return stop
+        got = chunk.cache.get("deepspeed")
+        if got is None:
+            got = chunk.cache["deepspeed"] = NumberedLines(chunk, [s.info for s in table.shapes])
+        shapes = table.shapes
+        ds, hs = state["ds"], state["hf"]
+        sink = into = RunValues(sink)
+        engine, hf = self.engine, self.hf
+        first, row, kind = chunk.first, chunk.row, chunk.kind
+        counts, totals, widths = got.counts, got.totals, got.widths
+        columns = got.columns
+        for i in shown:
+            if hs["pending"] is not None and not isinstance(shapes[int(first[i])].info, EngineShape):
+                before = sink.last_step
+                w = int(widths[i])
+                hf._flush(sink, hs, int(counts[i]) if w else None, str(int(totals[i])).zfill(w) if w else None)
+                if sink.last_step is not None and sink.last_step != before:
+                    engine._anchor(ds, sink.last_step, sink)
+            if kind[i] != ROW:
+                continue
+            info = shapes[int(row[i])].info
+            no = base + i + 1
+            if not isinstance(info, EngineShape):  # a train dict without a step: it waits for the next bar
+                hs["n_train"] += 1
+                logs: dict[str, float | str] = {key: float(columns[key][0][i]) for key in got.keys_of(i)}
+                raw = chunk.lines[i].decode("utf-8").rstrip("\r\n")
+                at = int(chunk.row_at[i] - chunk.lines.starts[i])
+                text = chunk.lines[i][at:].split(b"\r", 1)[0].decode("utf-8")
+                hs["pending"] = (logs, Line(no, text, None, raw))
+                continue
+            v = [float(columns[key][0][i]) for key in info.keys]
+            if info.what == "progress":
+                step = int(v[0])
+                engine._anchor(ds, step, sink)
+                sink.add("skipped", step, v[1], no, None)
+                sink.add("lr", step, v[2], no, None)
+            elif info.what == "tput":
+                step = int(v[0])
+                if info.micro:
+                    sink.add("micro_step", step, v[1], no, None)
+                    v = v[1:]
+                engine._anchor(ds, step, sink)
+                for key, x in zip(info.fields, v[1:]):
+                    sink.add(key, step, x, no, None)
+            else:
+                data: dict = {"tag": info.tag, "rank": int(v[0]), "attempted": v[1], "new": v[2]}
+                raw = chunk.lines[i].decode("utf-8").rstrip("\r\n")
+                engine._overflow(Line(no, "", None, raw), sink, ds, data, v[2], int(v[3]) + 1 if info.counted else None)
+        into.done()
+        return stop
+

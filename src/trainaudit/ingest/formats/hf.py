@@ -128,7 +128,7 @@ def log_dict_spans(body: str) -> list[tuple[str, int, int]]:
 
 
 @dataclass(slots=True)
-class _LineShape:
+class DictLineShape:
     """An HF log line's shape: the spans of the count and total of the progress bar in its first
     non-blank segment (None: no bar there) and, for a train dict read in bulk, its keys and how to
     read their values."""
@@ -138,7 +138,7 @@ class _LineShape:
     numbers: SpanNumbers | None = None
 
 
-class _Numbered:
+class NumberedLines:
     """A chunk's numbers read at once: for each line, the count, total and total's width (0: none)
     of the bar in its first non-blank segment and, for each key of a train dict read in bulk, the
     value in the line's dict (a column a key, ``has`` where the line's dict holds it)."""
@@ -294,7 +294,7 @@ class HFReader(ShapedReader):
             bar = (byte_offset(text, m.start(1)), byte_offset(text, m.end(1)), byte_offset(text, m.start(2)),
                    byte_offset(text, m.end(2)))
         if quiet:
-            return Shape(QUIET, _LineShape(bar))
+            return Shape(QUIET, DictLineShape(bar))
         if "'" not in text or not text.rstrip().endswith("}"):
             return Shape(OTHER)
         d = DICT_RE.search(text)
@@ -317,7 +317,7 @@ class HFReader(ShapedReader):
         numbers = SpanNumbers(text.encode("utf-8").decode("latin-1"), byte_spans)  # a character a byte
         for j in numbers.const:
             numbers.const[j] = float(logs[keys[j]])  # "nan", "inf": as parse_number reads them
-        return Shape(ROW, _LineShape(bar, keys, numbers))
+        return Shape(ROW, DictLineShape(bar, keys, numbers))
 
     def place_run(self, table: ShapeTable, sink: Sink, state: dict, chunk: Chunk, start: int, stop: int,
                   base: int) -> int:
@@ -332,7 +332,7 @@ class HFReader(ShapedReader):
             return stop
         got = chunk.cache.get(self.name)
         if got is None:
-            got = chunk.cache[self.name] = _Numbered(chunk, [s.info for s in table.shapes])
+            got = chunk.cache[self.name] = NumberedLines(chunk, [s.info for s in table.shapes])
         if state["pending"] is not None:
             f = int(shown[0])
             w = int(got.widths[f])
@@ -356,7 +356,7 @@ class HFReader(ShapedReader):
             state["pending"] = (logs, Line(base + last + 1, text, None, raw))
         return stop
 
-    def _rows(self, got: _Numbered, sink: Sink, state: dict, rows: NDArray[np.int64], bars: NDArray[np.int64],
+    def _rows(self, got: NumberedLines, sink: Sink, state: dict, rows: NDArray[np.int64], bars: NDArray[np.int64],
               base: int) -> None:
         """Train dicts at lines ``rows``, each flushed by the bar of line ``bars`` (same order)."""
         n = rows.shape[0]

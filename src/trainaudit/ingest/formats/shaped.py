@@ -49,6 +49,7 @@ from trainaudit.ingest.signatures import SignatureScanner, may_speak
 from trainaudit.ingest.sink import Sink
 from trainaudit.ingest.sources import InputFile
 from trainaudit.ingest.text import ANSI_RE, Line, gated_split, literals, split_line, strip_prefixes, trie_pattern
+from trainaudit.model import Event
 
 OTHER, BLANK, QUIET, ROW = 0, 1, 2, 3
 CHUNK_SIZE = 1 << 20  # (larger chunks cost more memory in transient arrays than they save time)
@@ -260,6 +261,44 @@ class Columns(dict[str, tuple[NDArray[np.float64], NDArray[np.bool_]]]):
             self[key] = (np.full(self.k, np.nan), np.zeros(self.k, dtype=bool))
         self[key][0][sel] = values
         self[key][1][sel] = True
+
+
+class RunValues(Sink):
+    """What a run of lines adds to ``sink``: the values kept per metric in the order they come and
+    handed over at once (``add_many``, each metric in the order of its first value) by ``done``;
+    events and metadata passed on as they come."""
+
+    def __init__(self, sink: Sink) -> None:
+        super().__init__()
+        self.sink = sink
+        self.source = sink.source
+        self.last_step = sink.last_step
+        self.got: dict[str, tuple[list[int], list[float], list[int]]] = {}
+
+    def add(self, metric: str, step: int, value: float, line: int, rank: int | None = None) -> None:
+        if rank is not None:
+            metric = self.sink.metric_for(metric, rank)
+        got = self.got.get(metric)
+        if got is None:
+            got = self.got[metric] = ([], [], [])
+        got[0].append(step)
+        got[1].append(value)
+        got[2].append(line)
+        self.last_step = step
+
+    def event(self, ev: Event) -> None:
+        if ev.step is None:
+            ev.step = self.last_step
+        self.sink.event(ev)
+
+    def meta(self, key: str, value: Any) -> None:
+        self.sink.meta(key, value)
+
+    def done(self) -> None:
+        for metric, (steps, values, lines) in self.got.items():
+            self.sink.add_many(metric, steps, values, lines)
+        self.got = {}
+        self.sink.last_step = self.last_step
 
 
 Place = Callable[[Chunk, int, int, int], int]
