@@ -10,6 +10,7 @@ from trainaudit.errors import InputError
 from trainaudit.rules import FAMILIES, RULE_CLASSES, active_rules, load_config, rule_class
 from trainaudit.series.stats import (
     change_point,
+    kendall_tau,
     first_sustained,
     rolling_median,
     sliding_max,
@@ -103,3 +104,11 @@ def test_docs_rules_md_is_generated_from_the_registry():
 
     assert (REPO / "docs" / "rules.md").read_text(encoding="utf-8") == render(), \
         "docs/rules.md is stale: run python -m trainaudit.rules.docs"
+
+
+def test_kendall_tau_against_the_index() -> None:
+    up = np.array([1.0, 2.0, 3.0, 5.0, 8.0])
+    assert kendall_tau(up) == 1.0 and kendall_tau(up[::-1]) == -1.0 and kendall_tau(np.ones(5)) == 0.0
+    # one pair out of order among 15: (14 - 1) / 15
+    assert kendall_tau(np.array([1.1, 1.12, 1.15, 1.13, 1.22, 1.26])) == pytest.approx(13 / 15)
+    assert kendall_tau(np.array([3.0])) == 0.0

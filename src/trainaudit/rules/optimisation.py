@@ -14,7 +14,7 @@ from trainaudit.answer.schema import Category, Severity
 from trainaudit.model import EventKind, Series
 from trainaudit.rules.base import Context, Grid, Guidance, Hit, Role, Rule, Thresholds
 from trainaudit.series.roles import adversarial, norm
-from trainaudit.series.stats import downsample, first_sustained, monotone_tail, rolling_median
+from trainaudit.series.stats import downsample, first_sustained, kendall_tau, monotone_tail, rolling_median
 
 NOT_LEARNING = Guidance(
     fix="Check that parameters require grad and are in the optimizer, that the lr is > 0 after warm-up, and that "
@@ -96,9 +96,12 @@ class Divergence(Rule):
     A short paste whose loss, at ``jump_floor`` (1.0) or more, triples and stays there counts from
     its second point: a loss near 0 jumps by multiples in healthy runs, a loss of a few nats does not.
 
-    A paste of at most ``steady_max_points`` points (epoch means) whose loss came down and then
-    rises at every one of its last ``steady_rises`` (5) points, ending ``steady_rel`` (0.1) above
-    the start of that climb, diverged too: noise does not climb that steadily.
+    A coarse log (epoch means) whose loss came down and then climbs from its lowest point, ending
+    ``steady_rel`` (0.1) above it, diverged too: up at each of its ``steady_rises`` (5) or more
+    later points in a paste of at most ``steady_max_points`` (30), or trending up over twice as
+    many (Kendall's tau at least ``steady_tau``, 0.7) in a log of at most ``trend_max_points``
+    (200). Noise does not trend. Not when the learning rate dropped just before the lowest point:
+    on a step schedule the loss falls at the drop and creeps back up with weight decay.
 
     One player's loss in a GAN (``d_loss``, ``g_loss``, ``Loss_D``) is not looked at: it trades
     against the other player's, so a rise is no divergence.
@@ -129,11 +132,13 @@ class Divergence(Rule):
         short_rise: float = 1.5
         steady_rises: int = 5
         steady_rel: float = 0.1
+        steady_tau: float = 0.7
         steady_max_points: int = 30
+        trend_max_points: int = 200
         jump_floor: float = 1.0
 
     grid: ClassVar[Grid] = {"rel": (0.15, 0.2, 0.3, 0.5), "short_rise": (1.2, 1.5, 2.0, 3.0), "min_points": (6, 8, 10, 12),
-                              "steady_rises": (4, 5, 6), "steady_rel": (0.05, 0.1, 0.2),
+                              "steady_rises": (4, 5, 6), "steady_rel": (0.05, 0.1, 0.2), "steady_tau": (0.6, 0.7, 0.8),
                               "jump_floor": (0.5, 1.0, 2.0)}
 
     def check(self, ctx: Context) -> list[Hit]:
@@ -150,9 +155,9 @@ class Divergence(Rule):
             h.calc("value", f"median {s.name} on the clamped points", "median({clamp})")
             return [h]
         if len(s) < self.p.min_points:
-            return self._short(s, jumps=True) or self._steady(s)
+            return self._short(s, jumps=True) or self._steady(s, ctx)
         # a jump in the last few points is too short for the smoothed test: only a clear one (3x) counts
-        return self._long(s) or self._short(s, rise=2 * self.p.short_rise) or self._steady(s)
+        return self._long(s) or self._short(s, rise=2 * self.p.short_rise) or self._steady(s, ctx)
 
     def _long(self, s: Series) -> list[Hit]:
         st, sm, w = _smooth(s)
@@ -231,25 +236,33 @@ class Divergence(Rule):
         return [h]
 
 
-    def _steady(self, s: Series) -> list[Hit]:
-        """An epoch-level paste whose loss came down, then rises at every one of its last
-        ``steady_rises`` points or more and ends ``steady_rel`` above where the climb began: an
-        epoch's mean loss does not climb that steadily by chance."""
+    def _steady(self, s: Series, ctx: Context) -> list[Hit]:
+        """A coarse log whose loss came down to its lowest point and then climbs steadily, ending
+        ``steady_rel`` above it (see the class). An epoch's mean loss does not trend up by chance;
+        after a learning-rate drop it may (weight decay catching up on a step schedule), so a minimum
+        right after one does not count."""
         x = s.values
-        t = monotone_tail(x, +1)
-        j = len(x) - 1 - t
-        if len(x) > self.p.steady_max_points or t < self.p.steady_rises or j < 1 or not 0 < x[j] < x[0] \
-                or float(x[-1]) < (1 + self.p.steady_rel) * float(x[j]):
+        j = int(np.argmin(x))
+        after = x[j:]
+        if len(x) > self.p.trend_max_points or after.size < self.p.steady_rises + 1 or j < 1 or not 0 < x[j] < x[0]:
             return []
-        ratio = float(x[-1]) / float(x[j])
-        msg = (f"{s.name} came down to {float(x[j]):.4g} (step {int(s.steps[j])}), then rises at every one of its last "
-               f"{t} points, to {float(x[-1]):.4g} ({ratio:.2f}x; few points logged)")
+        end = float(np.median(after[-3:]))
+        tau = kendall_tau(after)
+        # up at every point (few points, a paste of epochs), or a trend over twice as many: by chance,
+        # 6 noisy points rise in a row once in 720 tries, 10 trend with tau >= 0.7 about once in 1000
+        steady = tau == 1.0 and len(x) <= self.p.steady_max_points
+        trend = tau >= self.p.steady_tau and after.size >= 2 * self.p.steady_rises
+        if not (steady or trend) or end < (1 + self.p.steady_rel) * float(x[j]) or _lr_dropped_before(ctx, s, j):
+            return []
+        ratio = end / float(x[j])
+        msg = (f"{s.name} came down to {float(x[j]):.4g} (step {int(s.steps[j])}), then climbs steadily over its last "
+               f"{after.size - 1} points (Kendall's tau {tau:.2f}), to {end:.4g} ({ratio:.2f}x; median of the last 3)")
         h = self.hit(msg, 0.6, metric=s.name, first_bad_step=int(s.steps[j + 1]), last_step=int(s.steps[-1]),
                      severity="critical" if ratio >= 2 else "high")
-        h.point("best", s, j, f"lowest {s.name} before the climb")
-        h.point("climb", s, j + 1, f"{s.name} at each point of the climb", indices=np.arange(j + 1, len(x)))
-        h.point("last", s, len(x) - 1, f"last {s.name}")
-        h.calc("ratio", "last loss over the lowest one before the climb", "{last} / {best}", unit="x")
+        h.point("best", s, j, f"lowest {s.name}")
+        h.point("climb", s, j + 1, f"{s.name} from the lowest on", indices=np.arange(j + 1, len(x)))
+        h.point("last", s, len(x) - 1, f"{s.name} over its last 3 points", indices=np.arange(len(x) - 3, len(x)))
+        h.calc("ratio", "last loss (median of the last 3) over the lowest one", "median({last}) / {best}", unit="x")
         return [h]
 
     def _climb(self, s: Series, rise: float) -> Hit:
@@ -266,6 +279,18 @@ class Divergence(Rule):
         h.point("last", s, len(x) - 1, f"last {s.name}")
         h.calc("ratio", "last loss over the first one", "{last} / {best}", unit="x")
         return h
+
+
+def _lr_dropped_before(ctx: Context, s: Series, j: int, within: int = 10) -> bool:
+    """Whether the learning rate fell by half or more over the ``within`` points of ``s`` up to its
+    point ``j`` (a step schedule's decay)."""
+    lr = ctx.series("lr", finite=True)
+    if lr is None or len(lr) < 2:
+        return False
+    lo, hi = int(s.steps[max(0, j - within)]), int(s.steps[j])
+    before = lr.values[lr.steps <= lo]
+    at = lr.values[lr.steps <= hi]
+    return before.size > 0 and at.size > 0 and 0 < float(at[-1]) <= 0.5 * float(before[-1])
 
 
 _EPOCH_TEXT = re.compile(r"epoch (\d{1,9})\b")

@@ -179,6 +179,16 @@ def first_sustained(mask: NDArray[np.bool_], min_frac: float = 0.8, min_len: int
     return int(idx[0]) if idx.size else -1
 
 
+def kendall_tau(v: FloatArray) -> float:
+    """Kendall's tau of ``v`` against its index (tau-a, ties count 0): +1 when every later value is
+    above every earlier one, near 0 for noise. O(n^2): for the short series a paste holds."""
+    n = v.size
+    if n < 2:
+        return 0.0
+    pairs = np.sign(v[None, :] - v[:, None])[np.triu_indices(n, 1)]
+    return float(pairs.sum()) / (n * (n - 1) / 2)
+
+
 def monotone_tail(v: FloatArray, sign: int) -> int:
     """How many of the last consecutive differences of ``v`` have ``sign`` (+1 rising, -1 falling)."""
     d = np.sign(np.diff(v)) == sign
