@@ -98,3 +98,19 @@ def test_a_validation_loss_climbing_at_the_end_past_a_later_minimum(tmp_path: Pa
     flat = "".join(f"Ep 1 (Step {5 * i:06d}): Train loss {max(t, 3.0):.3f}, Val loss {v:.3f}\n"
                    for i, (t, v) in enumerate(zip(train, val)))
     assert "TA301" not in _hits(tmp_path, flat)
+
+
+def _clock_log(per_step_ms: list[float], every: int = 200) -> str:
+    out, t = [], 0.0
+    for i, ms in enumerate(per_step_ms, 1):
+        t += ms * every
+        out.append(f"step:{i * every}/20000 train_loss:{2.6 - 0.001 * i:.4f} train_time:{t:.0f}ms "
+                   f"step_avg:{t / (i * every):.2f}ms\n")
+    return "".join(out)
+
+
+def test_a_clock_running_through_the_run_gives_the_step_time(tmp_path: Path) -> None:
+    # parameter-golf's train_gpt.py prints the time since the start; another job slows each step 2.5x
+    h = _hits(tmp_path, _clock_log([55.0 + (i % 3) for i in range(30)] + [138.0 + (i % 5) for i in range(10)]))["TA406"]
+    assert h.category == "throughput_regression" and h.first_bad_step == 6200 and "train_time per step" in h.message
+    assert "TA406" not in _hits(tmp_path, _clock_log([55.0 + (i % 3) for i in range(40)]))

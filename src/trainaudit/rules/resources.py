@@ -477,12 +477,38 @@ _PER_ITERATION = frozenset({"it_s", "it_sec", "iter_s", "its_s", "steps_s", "ste
 
 
 def _time_series(ctx: Context) -> tuple[Series | None, bool]:
-    """Step time (higher is worse), or a throughput series (higher is better)."""
+    """Step time (higher is worse), or a throughput series (higher is better), or the step time a
+    clock running through the run gives."""
     s = ctx.series("step_time", finite=True)
     if s is not None and len(s):
         return s, True
     s = ctx.series("throughput", finite=True)
-    return (s, False) if s is not None and len(s) else (None, True)
+    if s is not None and len(s):
+        return s, False
+    return _clock_step_time(ctx), True
+
+
+def _clock_step_time(ctx: Context, min_points: int = 4) -> Series | None:
+    """The time per step of a clock that runs through the run ("train_time:418178ms", the time
+    since the start): its increments over the steps between two logged points. A clock only goes
+    forward (a reset, as a per-epoch clock makes, drops that point) and grows about as the step
+    does; a running average ("step_avg") is no clock."""
+    for name, s in ctx.run.series.items():
+        n = norm(name)
+        if "@rank" in name or not ("time" in n or "elapsed" in n) or any(w in n for w in ("avg", "per", "data", "eta")):
+            continue
+        f = s.finite()
+        f = f.take((f.values > 0) & (f.steps > 0))  # the clock's start (0 at step 0) says nothing of its pace
+        if len(f) < min_points:
+            continue
+        dv, ds = np.diff(f.values), np.diff(f.steps)
+        ok = (ds > 0) & (dv > 0)
+        span = (float(f.values[-1]) / float(f.values[0])) / (float(f.steps[-1]) / float(f.steps[0]))
+        if ok.sum() < max(min_points - 1, 0.9 * dv.size) or not 0.5 <= span <= 2:
+            continue
+        i = np.flatnonzero(ok) + 1
+        return Series(f"{name} per step", f.steps[i], dv[ok] / ds[ok], f.lines[i], f.src[i])
+    return None
 
 
 class ThroughputRegression(Rule):
@@ -507,6 +533,9 @@ class ThroughputRegression(Rule):
     paste (3 points or more) worse at every point, ``climb_ratio`` times from first to last, when the
     series is a rate or its name says it is per iteration, step or batch (a bare "time" may be a
     clock running through the epoch).
+
+    Without a step time or a throughput, a clock that runs through the run (``train_time``: the
+    time since the start) gives one: its increments over the steps between two logged points.
 
     Thresholds: ``ratio`` slowdown (1.2), ``warmup_frac`` points ignored at the start (0.05),
     ``consistency`` fraction of points after the change that are slower (0.7), ``min_delta_s``
