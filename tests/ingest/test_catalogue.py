@@ -52,6 +52,7 @@ LINES = {
     "store-barrier-wait": next(ln for ln in corpus_log("yolov5-ultralytics-yolov5-4409") if ln.startswith("Waiting")),
     "accelerate-collective-shapes": next(ln for ln in corpus_log(
         "accelerate-huggingface-accelerate-docs-troubleshooting-shape-mismatch") if "DistributedOperation" in ln),
+    "fastchat-tokenization-mismatch": corpus_log("hf-transformers-lm-sys-FastChat-3266")[0],
     "gpt-neox-overflow-exit": next(ln for ln in corpus_log("gpt-neox-EleutherAI-gpt-neox-482") if "in a row" in ln),
     "worker-timeout": next(ln for ln in corpus_log("gluonts-awslabs-gluonts-689") if "Worker timed out" in ln),
     # torch/utils/data/dataloader.py, _try_get_data

@@ -108,6 +108,13 @@ CATALOGUE: tuple[Known, ...] = (
           "the store holds a stale registration from an earlier launch", "distributed_failure", "critical",
           "https://github.com/pytorch/pytorch/blob/main/torch/distributed/distributed_c10d.py (_store_based_barrier)",
           fatal=True),
+    # FastChat masks every target token of a conversation whose tokenization does not add up under its
+    # template: the sample trains on nothing (a tokenizer that does not match the template: all of them)
+    Known("fastchat-tokenization-mismatch", ("tokenization mismatch", "(ignored)"), EventKind.WARNING,
+          "the conversation template's tokenization does not match the tokenizer's, so all target tokens of the "
+          "sample are masked: it adds no loss (when every sample does, the loss and gradients are 0)",
+          "data_pipeline", "high",
+          "https://github.com/lm-sys/FastChat/blob/main/fastchat/train/train.py (preprocess)"),
     # printed every few seconds while init_process_group waits for the other ranks: no failure by
     # itself, but a run that dies right after it died joining the process group
     Known("store-barrier-wait", ("Waiting in store based barrier to initialize process group",), EventKind.WARNING,
