@@ -320,3 +320,10 @@ def test_a_counter_in_parentheses_after_another_is_the_finer_step() -> None:
     assert keys == [("Ep", 1.0), ("Step", 5.0), ("Train loss", 8.066), ("Val loss", 8.332)]
     # a value's own parenthesised note stays out of the pairs
     assert [p.key for p in parse_line("loss 2.3 (avg 2.1) step 5").pairs] == ["loss", "step"]
+
+
+def test_a_nan_value_before_a_colon_is_read() -> None:
+    # Marian prints "Cost nan : Time 2.74s": a NaN where a whole number (an index) is looked for
+    p = parse_line("[2017-10-14 02:03:33] Ep. 2 : Up. 116800 : Sen. 6972416 : Cost nan : Time 2.74s : 19413.05 words/s")
+    cost = [x.value for x in p.pairs if x.key == "Cost"]
+    assert len(cost) == 1 and math.isnan(cost[0])

@@ -339,7 +339,8 @@ def parse_line_full(text: str, asked: list[int] | None = None) -> Parsed:
                 if asked is not None and _next_is(toks, i, ":"):
                     asked.append(i - 1)
                 if low in _IGNORED_KEYS or low.split(" ")[-1] in _IGNORED_KEYS or \
-                        (_next_is(toks, i, ":") and v == int(v) and counter_rank(key) is None and not unit):
+                        (_next_is(toks, i, ":") and math.isfinite(v) and v == int(v) and counter_rank(key) is None
+                         and not unit):
                     # an identifier ("GPU:0:", "rank 3:"), not a value
                     words, assign, last, at_metric = [], False, None, ""
                     continue
