@@ -327,3 +327,15 @@ def test_a_nan_value_before_a_colon_is_read() -> None:
     p = parse_line("[2017-10-14 02:03:33] Ep. 2 : Up. 116800 : Sen. 6972416 : Cost nan : Time 2.74s : 19413.05 words/s")
     cost = [x.value for x in p.pairs if x.key == "Cost"]
     assert len(cost) == 1 and math.isnan(cost[0])
+
+
+@pytest.mark.parametrize("header", ["epoch train_loss valid_loss accuracy time",
+                                    "epoch     train_loss  valid_loss  accuracy  time"])
+def test_a_fastai_table_with_its_time_column(tmp_path: Path, header: str) -> None:
+    # fastai's progress table: the last column is a clock ("00:02"), which is no number of the row
+    log = tmp_path / "fastai.log"
+    log.write_text(f"{header}\n1 0.727221 0.693147 0.495584 00:02\n2 0.693826 0.693147 0.495584 00:02\n",
+                   encoding="utf-8")
+    run, _ = load_run([str(log)])
+    assert sorted(run.series) == ["accuracy", "train_loss", "valid_loss"]
+    assert run.series["train_loss"].steps.tolist() == [1, 2] and run.series["valid_loss"].values.tolist() == [0.693147] * 2

@@ -838,6 +838,9 @@ def uses_header(p: Parsed) -> bool:
     return bool((len(p.pairs) == 1 and p.bare) or (not p.pairs and len(p.bare) >= 2))
 
 
+_ENDS_IN_CLOCK_RE = re.compile(r"(?<![\d:])\d{1,3}:\d\d(?::\d\d)?\s*$")
+
+
 def record_layout(p: Parsed, text: str, table: Table, vals: list[float], tqdm: bool) -> RecordLayout | None:
     """The layout of one line's record (None: no number that means something). A header row
     (words only) sets the table's header instead."""
@@ -875,6 +878,9 @@ def record_layout(p: Parsed, text: str, table: Table, vals: list[float], tqdm: b
         first = vals[bare[0]]
         if table.header and len(table.header) == len(bare):
             names = table.header
+        elif len(table.header) == len(bare) + 1 and table.header[-1].lower() in ("time", "elapsed", "duration") \
+                and _ENDS_IN_CLOCK_RE.search(text):
+            names = table.header[:-1]  # fastai's "epoch train_loss valid_loss accuracy time": 00:02 is no number
         elif math.isfinite(first) and first == int(first) and first >= 0:
             # a headerless row led by an integer: "76930 2.6496577" is a step and its value(s)
             names = ["step", *(["value"] if len(bare) == 2 else [f"col{k}" for k in range(2, len(bare) + 1)])]
