@@ -167,3 +167,31 @@ def test_a_running_value_that_turns_nan_mid_epoch_is_a_nan_check(tmp_path: Path)
     # finite running values say nothing
     run = _run(tmp_path, [*lines[:2], lines[1].replace("128/", "256/")], "ok.log")
     assert [e.kind for e in run.events] == [EventKind.PHASE]
+
+
+def test_a_history_dump_is_read_per_epoch_with_its_lines(tmp_path: Path) -> None:
+    # json.dump(history.history, f, indent=...) as a Hugging Face model repository keeps it
+    from shared_data import CORPUS_LOGS
+    path = CORPUS_LOGS / "keras-hf-Alimustoofaa-chatgpt-detector-history" / "history.json"
+    assert _detected(path) == "keras_history"
+    run, problems = load_run([str(path)])
+    assert problems == [] and sorted(run.series) == ["accuracy", "loss", "val_accuracy", "val_loss"]
+    loss = run.series["loss"]
+    assert loss.steps.tolist() == [1, 2, 3, 4, 5] and loss.lines.tolist() == [10, 11, 12, 13, 14]
+    # the same on one line, with a NaN as json.dump writes it
+    one = tmp_path / "history.json"
+    one.write_text('{"loss": [0.9, 0.7, NaN], "val_loss": [1.0, 0.8, NaN]}', encoding="utf-8")
+    run, _ = load_run([str(one)])
+    assert math.isnan(run.series["loss"].values[-1]) and run.series["val_loss"].lines.tolist() == [1, 1, 1]
+
+
+def test_json_that_is_no_history_is_not_claimed(tmp_path: Path) -> None:
+    state = tmp_path / "trainer_state.json"
+    state.write_text('{"log_history": [{"loss": [1.0], "step": 1}]}', encoding="utf-8")
+    assert _detected(state) == "hf_trainer_state"
+    bad = tmp_path / "history.json"
+    bad.write_text('{"loss": [0.5, 0.4], "val_loss": [0.6, ', encoding="utf-8")  # cut short
+    assert _detected(bad) == "keras_history"
+    res = run_cli("diagnose", str(bad), "--out", str(tmp_path / "o"))
+    # a cut file is still read, line by line, and says so in one line
+    assert res.returncode == 0 and res.stderr.count("invalid Keras history JSON") == 1

@@ -15,6 +15,10 @@ values.
 
 CSVLogger (reader ``keras_csv``): ``epoch,<sorted metric names>``; missing values are ``NA``.
 The step is the file's own ``epoch`` column, which is 0-based (the screen shows epoch+1).
+
+``History.history`` saved as JSON (reader ``keras_history``, ``json.dump(history.history, f)``): an
+object of metric name -> list of per-epoch values; the step is the epoch, 1-based as the screen
+shows it.
 """
 
 from __future__ import annotations
@@ -36,8 +40,9 @@ from trainaudit.ingest.formats.shaped import (
 from trainaudit.ingest.formats.text.bulk import SpanNumbers
 from trainaudit.ingest.sink import Sink
 from trainaudit.ingest.sources import InputFile
-from trainaudit.ingest.text import Line, parse_number
+from trainaudit.ingest.text import Line, json_number, parse_number
 from trainaudit.model import Event, EventKind, SourceKind
+from trainaudit.safeio import load_json
 
 NUM = r"[-+]?(?:(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|nan|NaN|inf|Inf|Infinity)"
 EPOCH_RE = re.compile(r"^\s*Epoch (\d+)/(\d+)\s*$")
@@ -329,3 +334,53 @@ class KerasCSVReader(Reader):
                 v = parse_number(cell)
                 if v is not None:
                     sink.add(name, step, v, line_no)
+
+
+# "loss": [ or "val_accuracy": [ : a metric's list of per-epoch values in a History dump
+_HISTORY_KEY_RE = re.compile(rb'"(?:val_)?(?:loss|acc|accuracy)"\s*:\s*\[')
+
+
+class KerasHistoryReader(Reader):
+    name = "keras_history"
+    kind = SourceKind.METRICS
+    description = "Keras History.history saved as JSON (metric name -> list of per-epoch values)"
+
+    def sniff(self, sample: Sample) -> float:
+        if not sample.is_text or not sample.head.lstrip().startswith(b"{") or b'"log_history"' in sample.head:
+            return 0.0
+        return 0.6 if _HISTORY_KEY_RE.search(sample.head) else 0.0
+
+    def read(self, inp: InputFile, sink: Sink) -> None:
+        with inp.open() as stream:
+            text = stream.read().decode("utf-8", "replace")
+        history = load_json(text, inp.display, invalid="invalid Keras history JSON")
+        lists = {k: v for k, v in history.items() if isinstance(v, list)} if isinstance(history, dict) else {}
+        if not lists:
+            raise InputError(f"{inp.display}: JSON without lists of per-epoch values (not a Keras History dump)")
+        sink.meta("framework", "keras")
+        lines = _value_lines(text)
+        for key, values in lists.items():
+            at = lines.get(key, [])
+            for i, v in enumerate(values):
+                num = json_number(v)
+                if num is not None:
+                    sink.add(key, i + 1, num, at[i] if i < len(at) else 0)
+
+
+_LIST_RE = re.compile(r'"((?:[^"\\\n]|\\.){1,200})"\s*:\s*\[([^\[\]]*+)\]')
+
+
+def _value_lines(text: str) -> dict[str, list[int]]:
+    """The 1-based line of each value of each top-level list of numbers."""
+    out: dict[str, list[int]] = {}
+    pos, line0 = 0, 1  # lines counted once over the text, not from its start for every key
+    for m in _LIST_RE.finditer(text):
+        line0 += text.count("\n", pos, m.start(2))
+        pos, line = m.start(2), line0
+        at: list[int] = []
+        for cell in m.group(2).split(","):
+            lead = len(cell) - len(cell.lstrip())
+            at.append(line + cell.count("\n", 0, lead))
+            line += cell.count("\n")
+        out.setdefault(m.group(1), at)
+    return out
