@@ -63,3 +63,33 @@ def test_fit_learns_a_separable_rule() -> None:
     m = Model(FEATURES, w)
     assert int(np.argmax(m.probabilities(with_story))) == nan
     assert int(np.argmax(m.probabilities(without))) == healthy
+
+
+def _run(tmp_path: Path, val: list[float], train: list[float]):  # type: ignore[no-untyped-def]
+    log = tmp_path / "fit.log"
+    log.write_text("".join(f"Epoch {i}: loss {t} - val_loss {v}\n" for i, (t, v) in enumerate(zip(train, val), 1)),
+                   encoding="utf-8")
+    run, _ = load_run([str(log)])
+    return run
+
+
+def test_a_widening_gap_is_a_pattern_that_points_at_overfitting(tmp_path: Path) -> None:
+    from trainaudit.diagnosis.features import patterns
+    from trainaudit.rules.base import Context
+    # the validation loss ends 5% above its first-epoch minimum while the training loss falls 200-fold
+    run = _run(tmp_path, [0.692, 0.695, 0.713, 0.700, 0.704, 0.705, 0.734, 0.717, 0.720, 0.724],
+               [0.694, 0.505, 0.281, 0.122, 0.058, 0.031, 0.017, 0.0098, 0.0058, 0.0035])
+    assert patterns(run, Context.of(run))["overfitting"] > 0.4
+    # both falling: nothing
+    run = _run(tmp_path, [0.9, 0.8, 0.7, 0.65, 0.6], [1.0, 0.8, 0.6, 0.5, 0.4])
+    assert "overfitting" not in patterns(run, Context.of(run))
+
+
+def test_a_healthy_answer_against_a_pattern_is_marked_for_the_confidence_model() -> None:
+    from trainaudit.diagnosis.features import CONFIDENCE_FEATURES, confidence_vector
+    x = np.zeros((len(CLASSES), len(FEATURES)))
+    x[CLASSES.index("healthy"), FEATURES.index("h:patterns")] = 0.5
+    p = np.full(len(CLASSES), 1 / len(CLASSES))
+    k = CONFIDENCE_FEATURES.index("healthy_despite_patterns")
+    assert confidence_vector(x, p, CLASSES.index("healthy"), 0)[k] == 0.5
+    assert confidence_vector(x, p, CLASSES.index("overfitting"), 0)[k] == 0.0  # the pattern supports that answer

@@ -193,3 +193,15 @@ def test_a_bar_that_does_not_move_forward_leaves_the_interval(tmp_path: Path) ->
     # that went back (a bar of another loop): one interval on again
     assert run.series["loss"].steps.tolist() == [10, 20, 30, 40]
 
+
+
+def test_the_bar_after_each_train_dict_gives_its_rate(tmp_path: Path) -> None:
+    # ProgressCallback writes the dict, then tqdm redraws the bar at the dict's step with its speed
+    lines = []
+    for step, rate in ((5, "541.72it/s"), (10, "689.90it/s"), (15, "1.24s/it"), (20, "?it/s")):
+        lines += [f"{{'loss': {2.0 - step / 100:.3f}, 'learning_rate': 0.001, 'epoch': {step / 200:.3f}}}",
+                  f" {step // 2}%|#         | {step}/200 [00:01<00:10, {rate}]"]
+    run, _ = load_run([str(write_lines(tmp_path / "hf.log", lines))])
+    rate = run.series["it/s"]
+    assert rate.steps.tolist() == [5, 10, 15] and rate.values.tolist()[:2] == [541.72, 689.9]
+    assert abs(rate.values[2] - 1 / 1.24) < 1e-12 and rate.lines.tolist() == [2, 4, 6]

@@ -93,6 +93,16 @@ def patterns(run: Run, ctx: Context) -> dict[str, float]:
             train_falls = float(loss.values[-1]) <= float(loss.values[i])
         if rising >= 3 and train_falls:
             out[Category.OVERFITTING.value] = min(1.0, rising / 5)
+        # or the validation loss ends above its (earlier) minimum while the training loss went on
+        # falling a fifth or more since: a widening gap no rule made a finding of
+        j = int(np.argmin(val.values))
+        lo = float(val.values[j])
+        if loss is not None and len(loss) >= 3 and j < len(val) - 1 and lo > 0:
+            i = min(int(np.searchsorted(loss.steps, val.steps[j])), len(loss) - 1)
+            t_at, t_end = float(loss.values[i]), float(loss.values[-1])
+            rise = float(val.values[-1]) / lo - 1
+            if rise >= 0.02 and t_at > 0 and t_end <= 0.8 * t_at:
+                out[Category.OVERFITTING.value] = max(out.get(Category.OVERFITTING.value, 0.0), min(1.0, rise / 0.1))
     scale_events = [e for e in run.events if e.kind == EventKind.LOSS_SCALE]
     if len(scale_events) >= 3:
         out[Category.LOSS_SCALE_COLLAPSE.value] = min(1.0, len(scale_events) / 10)
@@ -186,7 +196,7 @@ def matrix(engine: Diagnosis, cov: Coverage, pats: dict[str, float], n_errors: i
 CONFIDENCE_FEATURES: tuple[str, ...] = (
     "bias", "p", "margin", "answer:healthy", "answer:crash", "answer:numeric", "answer:fatal", "answer:learning",
     "answer:resources", "story_confidence", "alone", "message_evidence", "fatal", "short_log", "tiny_log",
-    "no_loss", "h:loss_points", "h:few_points", "h:validation", "h:grad_norm", "h:stories")
+    "no_loss", "h:loss_points", "h:few_points", "h:validation", "h:grad_norm", "h:stories", "healthy_despite_patterns")
 
 
 def confidence_vector(x: np.ndarray, p: np.ndarray, best: int, runner: int) -> np.ndarray:
@@ -203,4 +213,6 @@ def confidence_vector(x: np.ndarray, p: np.ndarray, best: int, runner: int) -> n
         v[f] = float(row[col[f]])
     for f in ("h:loss_points", "h:few_points", "h:validation", "h:grad_norm", "h:stories"):
         v[f] = float(h[col[f]])
+    # a "healthy" answer while a short-log pattern points at a problem no rule made a finding of
+    v["healthy_despite_patterns"] = float(h[col["h:patterns"]]) if cat == HEALTHY else 0.0
     return np.array([v[f] for f in CONFIDENCE_FEATURES])

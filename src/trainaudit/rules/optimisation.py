@@ -103,6 +103,9 @@ class Divergence(Rule):
     (200). Noise does not trend. Not when the learning rate dropped just before the lowest point:
     on a step schedule the loss falls at the drop and creeps back up with weight decay.
 
+    A short-paste finding is not made when the loss's last logged value is NaN/Inf: a loss that
+    climbs and then turns NaN is a NaN run (TA101), the climb its lead-up.
+
     One player's loss in a GAN (``d_loss``, ``g_loss``, ``Loss_D``) is not looked at: it trades
     against the other player's, so a rise is no divergence.
 
@@ -154,10 +157,14 @@ class Divergence(Rule):
             h.point("clamp", s, len(s) - 1, f"{s.name} at the clamp", indices=clamp)
             h.calc("value", f"median {s.name} on the clamped points", "median({clamp})")
             return [h]
+        # a loss that climbs and then turns NaN/Inf is a NaN run (TA101) in a short paste: the climb is
+        # its lead-up, not a divergence of its own
+        raw = ctx.run.series[s.name].values
+        to_nan = not np.isfinite(raw[-1])
         if len(s) < self.p.min_points:
-            return self._short(s, jumps=True) or self._steady(s, ctx)
+            return [] if to_nan else self._short(s, jumps=True) or self._steady(s, ctx)
         # a jump in the last few points is too short for the smoothed test: only a clear one (3x) counts
-        return self._long(s) or self._short(s, rise=2 * self.p.short_rise) or self._steady(s, ctx)
+        return self._long(s) or ([] if to_nan else self._short(s, rise=2 * self.p.short_rise) or self._steady(s, ctx))
 
     def _long(self, s: Series) -> list[Hit]:
         st, sm, w = _smooth(s)
@@ -256,7 +263,8 @@ class Divergence(Rule):
             return []
         ratio = end / float(x[j])
         msg = (f"{s.name} came down to {float(x[j]):.4g} (step {int(s.steps[j])}), then climbs steadily over its last "
-               f"{after.size - 1} points (Kendall's tau {tau:.2f}), to {end:.4g} ({ratio:.2f}x; median of the last 3)")
+               f"{after.size - 1} points (up at every one of them, or a rank trend), to {end:.4g} ({ratio:.2f}x; median of "
+               "the last 3)")
         h = self.hit(msg, 0.6, metric=s.name, first_bad_step=int(s.steps[j + 1]), last_step=int(s.steps[-1]),
                      severity="critical" if ratio >= 2 else "high")
         h.point("best", s, j, f"lowest {s.name}")

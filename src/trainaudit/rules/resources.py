@@ -472,6 +472,7 @@ def _first_slow(v: np.ndarray, start: int, thr: float, ahead: int = 5) -> int:
 
 # rates in iterations (steps) per second: their inverse is the step time in seconds (tqdm's "it/s",
 # HF's train_steps_per_second)
+_TQDM_RATES = frozenset({"it_s", "s_it"})  # a progress bar's speed ("541.72it/s", "1.24s/it")
 _PER_ITERATION = frozenset({"it_s", "it_sec", "iter_s", "its_s", "steps_s", "steps_per_second",
                             "train_steps_per_second"})
 
@@ -537,7 +538,8 @@ class ThroughputRegression(Rule):
     Without a step time or a throughput, a clock that runs through the run (``train_time``: the
     time since the start) gives one: its increments over the steps between two logged points.
 
-    Thresholds: ``ratio`` slowdown (1.2), ``warmup_frac`` points ignored at the start (0.05),
+    Thresholds: ``ratio`` slowdown (1.2; ``bar_ratio``, 1.5, for a progress bar's rate, a moving
+    average that evaluation pauses pull around), ``warmup_frac`` points ignored at the start (0.05),
     ``consistency`` fraction of points after the change that are slower (0.7), ``min_delta_s``
     smallest step-time increase that matters, in seconds (0.002; the unit is read from the name:
     ``(ms)``/``_ms`` means milliseconds, otherwise seconds; a rate in iterations per second such as
@@ -566,9 +568,11 @@ class ThroughputRegression(Rule):
         short_ratio: float = 1.5
         tiny_ratio: float = 5.0
         climb_ratio: float = 2.0
+        bar_ratio: float = 1.5
 
     grid: ClassVar[Grid] = {"ratio": (1.1, 1.2, 1.3, 1.5), "short_ratio": (1.2, 1.5, 2.0), "min_points": (8, 12, 16, 24),
-                              "short_points": (3, 4, 5, 6), "climb_ratio": (1.5, 2.0, 3.0)}
+                              "short_points": (3, 4, 5, 6), "climb_ratio": (1.5, 2.0, 3.0),
+                              "bar_ratio": (1.2, 1.5, 2.0)}
 
     def check(self, ctx: Context) -> list[Hit]:
         s, time_like = _time_series(ctx)
@@ -597,7 +601,8 @@ class ThroughputRegression(Rule):
         before = float(np.median(x[:k]))
         after = float(np.median(x[k:]))
         r = after / before
-        if r < self.p.ratio:
+        # tqdm's rate is a moving average that eval pauses and slow batches pull around: from bar_ratio
+        if r < (self.p.bar_ratio if norm(s.name) in _TQDM_RATES else self.p.ratio):
             return []
         # sub-millisecond "regressions" are OS scheduling noise of a busy host, not training
         seconds = _to_seconds(s.name) if time_like else 1.0 if norm(s.name) in _PER_ITERATION else None

@@ -462,7 +462,8 @@ class _WithHF(LineReader):
             if hs["pending"] is not None and not isinstance(shapes[int(first[i])].info, EngineShape):
                 before = sink.last_step
                 w = int(widths[i])
-                hf._flush(sink, hs, int(counts[i]) if w else None, str(int(totals[i])).zfill(w) if w else None)
+                hf._flush(sink, hs, int(counts[i]) if w else None, str(int(totals[i])).zfill(w) if w else None,
+                          got.rate_at(i, base) if w else None)
                 if sink.last_step is not None and sink.last_step != before:
                     engine._anchor(ds, sink.last_step, sink)
             if kind[i] != ROW:

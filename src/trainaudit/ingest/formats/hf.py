@@ -73,6 +73,20 @@ SUMMARY_KEYS = ("train_runtime", "train_samples_per_second", "train_steps_per_se
 SWIFT_STEP_KEY = "global_step/max_steps"
 # tqdm's count and total: "  2%|2         | 5/200 [00:00<00:00, 541.72it/s]"
 BAR_RE = re.compile(r"\|\s*+(\d{1,12})/(\d{1,12}) \[")
+# and its rate, after the elapsed and remaining times ("1.24s/it" once a step takes over a second)
+RATE_RE = re.compile(r"\| *+\d{1,12}/\d{1,12} \[[\d:]{1,12}<[\d:?]{1,12}, *+(\d{1,9}(?:\.\d{1,9})?)(it/s|s/it)\b")
+RATE_KEY = "it/s"
+
+
+def bar_rate(text: str) -> float | None:
+    """The training bar's rate in iterations per second, or None (no bar, or "?it/s")."""
+    m = RATE_RE.search(text) if "/" in text else None
+    if m is None:
+        return None
+    v = float(m.group(1))
+    if m.group(2) == "s/it":
+        return 1.0 / v if v > 0 else None
+    return v
 # a value a row of a shape is read with in bulk: float() reads it, and so does numpy's cast of its text
 NUMBER_RE = re.compile(r"[-+]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?")
 MAX_TEXTS = 200_000  # steps whose epoch is kept as the step's text
@@ -146,6 +160,7 @@ class NumberedLines:
     def __init__(self, chunk: Chunk, info: list[Any]) -> None:
         n = chunk.kind.shape[0]
         buf = chunk.lines.buf
+        self.chunk = chunk
         self.counts = np.zeros(n, dtype=np.int64)
         self.totals = np.zeros(n, dtype=np.int64)
         self.widths = np.zeros(n, dtype=np.int64)
@@ -172,6 +187,15 @@ class NumberedLines:
             for c, key in enumerate(info[s].keys):
                 self.columns.put(key, sel, values[:, c])
         self._keys = keys
+
+    def rate_at(self, i: int, base: int) -> tuple[float, int] | None:
+        """The bar's rate in the first non-blank segment of line ``i`` (value, 1-based line number
+        with the chunk's ``base``), as :meth:`HFReader.feed` reads it."""
+        c = self.chunk
+        at = int(c.first_at[i] - c.lines.starts[i])
+        text = c.lines[i][at:].split(b"\r", 1)[0].decode("utf-8", "replace")
+        rate = bar_rate(text)
+        return None if rate is None else (rate, base + i + 1)
 
     def keys_of(self, line: int) -> tuple[str, ...]:
         """The keys of the dict of a ``ROW`` line, in its order."""
@@ -217,7 +241,9 @@ class HFReader(ShapedReader):
         if state["pending"] is not None:
             bar = BAR_RE.search(line.text) if "/" in line.text and "[" in line.text else None
             if bar is not None or line.text.strip():
-                self._flush(sink, state, None if bar is None else int(bar.group(1)), None if bar is None else bar.group(2))
+                rate = None if bar is None else bar_rate(line.text)
+                self._flush(sink, state, None if bar is None else int(bar.group(1)), None if bar is None else bar.group(2),
+                            None if rate is None else (rate, line.no))
         if "'" not in line.text or not line.text.rstrip().endswith("}"):
             return
         m = DICT_RE.search(line.text)
@@ -239,9 +265,11 @@ class HFReader(ShapedReader):
             step = state["last_step"]
         self._write(logs, kind, step, line, sink, state)
 
-    def _flush(self, sink: Sink, state: dict, count: int | None, total: str | None) -> None:
+    def _flush(self, sink: Sink, state: dict, count: int | None, total: str | None,
+               rate: tuple[float, int] | None = None) -> None:
         """Write the pending train dict at the count of the bar that follows it (``total``: the
-        bar's total as printed; None: no bar)."""
+        bar's total as printed; None: no bar), and that bar's rate (value, line) at the same step
+        when the count is the dict's step: the training bar's speed at each logging step."""
         pending, state["pending"] = state["pending"], None
         if pending is None:
             return
@@ -251,6 +279,8 @@ class HFReader(ShapedReader):
         if isinstance(epoch, float) and len(state["texts"]) < MAX_TEXTS:
             state["texts"][step] = f"epoch {epoch:g}"
         self._write(logs, "train", step, line, sink, state)
+        if rate is not None and step == count:
+            sink.add(RATE_KEY, step, rate[0], rate[1], line.rank)
 
     @staticmethod
     def _step(state: dict, count: int | None, total: str | None) -> int:
@@ -336,7 +366,8 @@ class HFReader(ShapedReader):
         if state["pending"] is not None:
             f = int(shown[0])
             w = int(got.widths[f])
-            self._flush(sink, state, int(got.counts[f]) if w else None, str(int(got.totals[f])).zfill(w) if w else None)
+            self._flush(sink, state, int(got.counts[f]) if w else None, str(int(got.totals[f])).zfill(w) if w else None,
+                        got.rate_at(f, base) if w else None)
         rows = idx[kinds == ROW]
         if not rows.shape[0]:
             return stop
@@ -380,6 +411,8 @@ class HFReader(ShapedReader):
             state["framework"] = True
             sink.meta("framework", "hf")
         line_nos = rows + base + 1
+        rates = [(int(st), got.rate_at(int(b), base)) for st, b, c, w in
+                 zip(steps.tolist(), bars.tolist(), counts.tolist(), widths.tolist()) if w and st == c]
         # the keys in the order they first come (a row's keys in its dict's order)
         shapes = got.row_shape[rows]
         order: list[str] = []
@@ -396,6 +429,9 @@ class HFReader(ShapedReader):
                 sink.add_many(key, steps, values[rows], line_nos)
             else:
                 sink.add_many(key, steps[h], values[rows][h], line_nos[h])
+        for st, rate in rates:  # after the dict's values, as :meth:`_flush` writes them
+            if rate is not None:
+                sink.add(RATE_KEY, st, rate[0], rate[1])
         sink.last_step = int(steps[-1])
         if "epoch" in got.columns:
             texts = state["texts"]
