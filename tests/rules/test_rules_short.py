@@ -4,7 +4,6 @@ score's false alarms, tests/corpus/test_scores.py)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -79,52 +78,39 @@ def test_a_noisy_short_fine_tune_is_not_divergence() -> None:
     assert "TA201" not in _hits("torchtune-meta-pytorch-torchtune-1358")
 
 
-def _divergence(tmp_path: Path, label: Callable[[int], str], values: list[float]) -> list:  # type: ignore[type-arg]
-    lines = [f"{label(i + 1)} | loss {v}" for i, v in enumerate(values)]
+STEP = "step {}"  # a counter every 10 steps: the second point is step 20
+EPOCH = "epoch {}"
+
+
+@pytest.mark.parametrize("counter,values,fires,step,text", [
+    # up at every point of a short paste, 1.5x or more
+    (STEP, [6.4, 6.6, 7.3, 9.1, 10.2], True, 20, "rises at every one of its 5 points"),
+    (STEP, [6.4, 6.6, 7.3, 9.1], False, None, ""),  # four points: too few for a climb alone
+    (STEP, [6.4, 6.5, 6.7, 6.9, 7.0], False, None, ""),  # up at every point, but only 1.09x
+    (STEP, [6.4, 7.3, 6.9, 9.1, 10.2], False, None, ""),  # not steady
+    # down first, then up at each of the last 5 points (1.15x), or a trend over ten (tau 0.87)
+    (EPOCH, [2.0, 1.4, 1.1, 1.12, 1.15, 1.19, 1.22, 1.26], True, 4, "climbs steadily over its last"),
+    (EPOCH, [2.0, 1.4, 1.1, 1.12, 1.15, 1.13, 1.19, 1.22, 1.2, 1.26, 1.3, 1.33], True, 4, "climbs steadily over its last"),
+    (EPOCH, [2.0, 1.4, 1.1, 1.12, 1.15, 1.19, 1.22], False, None, ""),  # four rises
+    (EPOCH, [2.0, 1.4, 1.1, 1.11, 1.12, 1.13, 1.14, 1.15], False, None, ""),  # five rises, but only 1.05x
+    (EPOCH, [2.0, 1.4, 1.1, 1.12, 1.15, 1.13, 1.22, 1.26], False, None, ""),  # one step back in six: no trend yet
+    (EPOCH, [2.0, 1.4, 1.1, 1.3, 1.12, 1.28, 1.15, 1.26, 1.14, 1.27, 1.16, 1.25], False, None, ""),  # up and down
+    (EPOCH, [2.0] + [1.0 + 0.01 * (i % 7) for i in range(40)] + [1.05, 1.1, 1.15, 1.2, 1.25], False, None, ""),
+    # a loss of a few nats that more than triples and stays up, from two points on
+    (STEP, [2.3, 11.0], True, 20, "jumps from 2.3 (step 10) to 11"),
+    (STEP, [2.3, 6.0], False, None, ""),  # 2.6x
+    (STEP, [0.05, 0.2], False, None, ""),  # 4x, but a loss near 0 jumps by multiples in healthy runs
+    (STEP, [2.3, 11.0, 2.2], False, None, ""),  # it came back: a spike, not divergence
+])
+def test_short_divergence(tmp_path: Path, counter: str, values: list[float], fires: bool, step: int | None,
+                          text: str) -> None:
+    scale = 10 if counter == STEP else 1
+    lines = [f"{counter.format(scale * (i + 1))} | loss {v}" for i, v in enumerate(values)]
     run, _ = load_run([str(write_lines(tmp_path / "t.log", lines))])
-    return [h for h in run_rules(run) if h.rule == "TA201"]
-
-
-@pytest.mark.parametrize("values,fires", [
-    ([6.4, 6.6, 7.3, 9.1, 10.2], True),  # up at every point, 1.6x
-    ([6.4, 6.6, 7.3, 9.1], False),  # four points: too few for a climb alone
-    ([6.4, 6.5, 6.7, 6.9, 7.0], False),  # up at every point, but only 1.09x
-    ([6.4, 7.3, 6.9, 9.1, 10.2], False),  # not steady
-])
-def test_a_short_loss_that_climbs_at_every_point(tmp_path: Path, values: list[float], fires: bool) -> None:
-    hits = _divergence(tmp_path, lambda i: f"step {10 * i}", values)
+    hits = [h for h in run_rules(run) if h.rule == "TA201"]
     assert bool(hits) is fires, [h.message for h in hits]
     if fires:
-        assert hits[0].first_bad_step == 20 and "rises at every one of its 5 points" in hits[0].message
-
-
-@pytest.mark.parametrize("values,fires", [
-    ([2.0, 1.4, 1.1, 1.12, 1.15, 1.19, 1.22, 1.26], True),  # down, then up at each of the last 5 points, 1.15x
-    ([2.0, 1.4, 1.1, 1.12, 1.15, 1.19, 1.22], False),  # four rises
-    ([2.0, 1.4, 1.1, 1.11, 1.12, 1.13, 1.14, 1.15], False),  # five rises, but only 1.05x
-    ([2.0, 1.4, 1.1, 1.12, 1.15, 1.13, 1.22, 1.26], False),  # one step back in six points: too few for a trend
-    ([2.0, 1.4, 1.1, 1.12, 1.15, 1.13, 1.19, 1.22, 1.2, 1.26, 1.3, 1.33], True),  # a trend over ten (tau 0.87)
-    ([2.0, 1.4, 1.1, 1.3, 1.12, 1.28, 1.15, 1.26, 1.14, 1.27, 1.16, 1.25], False),  # up and down: no trend
-    ([2.0] + [1.0 + 0.01 * (i % 7) for i in range(40)] + [1.05, 1.1, 1.15, 1.2, 1.25], False),  # flat, then a late rise
-])
-def test_a_loss_that_came_down_then_climbs_at_every_point(tmp_path: Path, values: list[float], fires: bool) -> None:
-    hits = _divergence(tmp_path, lambda i: f"epoch {i}", values)
-    assert bool(hits) is fires, [h.message for h in hits]
-    if fires:
-        assert hits[0].first_bad_step == 4 and "climbs steadily over its last" in hits[0].message
-
-
-@pytest.mark.parametrize("values,fires", [
-    ([2.3, 11.0], True),  # a loss of a few nats that more than triples
-    ([2.3, 6.0], False),  # 2.6x
-    ([0.05, 0.2], False),  # 4x, but a loss near 0 jumps by multiples in healthy runs
-    ([2.3, 11.0, 2.2], False),  # it came back: a spike, not divergence
-])
-def test_a_short_loss_that_jumps_and_stays_up(tmp_path: Path, values: list[float], fires: bool) -> None:
-    hits = _divergence(tmp_path, lambda i: f"step {10 * i}", values)
-    assert bool(hits) is fires, [h.message for h in hits]
-    if fires:
-        assert hits[0].first_bad_step == 20 and "jumps from 2.3 (step 10) to 11" in hits[0].message
+        assert hits[0].first_bad_step == step and text in hits[0].message
 
 
 def test_healthy_short_pastes_of_a_small_loss_are_not_divergence() -> None:
