@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from test_text_bulk import snapshot as run_snapshot
 
@@ -118,6 +118,10 @@ def both(path: Path, reader: type[ShapedReader | DeepSpeedReader], monkeypatch: 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(body=logs(), chunk=st.sampled_from([64, 301, 4096]))
+# a bar's rate flushed with the head's last dict, and a dict with a new key in the same run of lines: the
+# series come in the same order as the line reader's
+@example(body=b"  6%|          | 3/50 [00:01<00:09, 1.00it/s]\r  0%|          | 0/50 [00:01<00:09, 1.00it/s]\r"
+              b"{'mean_token_accuracy': 0.5}\n  0%|          | 0/50 [00:01<00:09, 1.00it/s]\n", chunk=4096)
 def test_hf_bulk_reads_what_the_line_reader_reads(body: bytes, chunk: int, tmp_path: Path,
                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(shaped, "CHUNK_SIZE", chunk)

@@ -411,27 +411,32 @@ class HFReader(ShapedReader):
             state["framework"] = True
             sink.meta("framework", "hf")
         line_nos = rows + base + 1
-        rates = [(int(st), got.rate_at(int(b), base)) for st, b, c, w in
-                 zip(steps.tolist(), bars.tolist(), counts.tolist(), widths.tolist()) if w and st == c]
-        # the keys in the order they first come (a row's keys in its dict's order)
+        # the bar rates of the dicts whose step is their bar's count, as :meth:`_flush` writes them
+        rated = [(k, int(steps[k]), got.rate_at(int(bars[k]), base)) for k in range(n)
+                 if widths[k] and steps[k] == counts[k]]
+        rates = [(k, st, r) for k, st, r in rated if r is not None]
+        first_rate = rates[0][0] if rates else n
+        # the keys in the order they first come: a row's keys in its dict's order, then its bar's rate
         shapes = got.row_shape[rows]
+        firsts = [0] if bool((shapes == shapes[0]).all()) else np.sort(np.unique(shapes, return_index=True)[1]).tolist()
         order: list[str] = []
-        if bool((shapes == shapes[0]).all()):
-            order = list(got.keys_of(int(rows[0])))
-        else:
-            _, first = np.unique(shapes, return_index=True)
-            for k in np.sort(first).tolist():
-                order += [key for key in got.keys_of(int(rows[k])) if key not in order]
+        for k in firsts:
+            if k > first_rate and RATE_KEY not in order:
+                order.append(RATE_KEY)
+            order += [key for key in got.keys_of(int(rows[k])) if key not in order]
+        if rates and RATE_KEY not in order:
+            order.append(RATE_KEY)
         for key in order:
+            if key == RATE_KEY:
+                sink.add_many(RATE_KEY, [st for _, st, _ in rates], [r[0] for _, _, r in rates],
+                              [r[1] for _, _, r in rates])
+                continue
             values, has = got.columns[key]
             h = has[rows]
             if h.all():
                 sink.add_many(key, steps, values[rows], line_nos)
             else:
                 sink.add_many(key, steps[h], values[rows][h], line_nos[h])
-        for st, rate in rates:  # after the dict's values, as :meth:`_flush` writes them
-            if rate is not None:
-                sink.add(RATE_KEY, st, rate[0], rate[1])
         sink.last_step = int(steps[-1])
         if "epoch" in got.columns:
             texts = state["texts"]
