@@ -95,10 +95,10 @@ class Placed:
         monkeypatch.setattr(ShapeTable, "chunk", spy)
 
 
-def written(path: Path, head: str, lines: list[list[str]]) -> Path:
-    """``head``, then a line of carriage-return segments for each of ``lines`` ("\\xff" as a raw
-    byte: invalid UTF-8)."""
-    body = head + "\n".join("\r".join(segs) for segs in lines) + "\n"
+def written(path: Path, head: str, lines: list[list[str]], ending: str = "\n") -> Path:
+    """``head``, then a line of carriage-return segments for each of ``lines``, each ending in
+    ``ending`` ("\\xff" as a raw byte: invalid UTF-8)."""
+    body = (head + "\n".join("\r".join(segs) for segs in lines) + "\n").replace("\n", ending)
     path.write_bytes(body.encode("utf-8", "surrogateescape").replace("\xff".encode(), b"\xff"))
     return path
 
@@ -375,8 +375,7 @@ DS_HEAD = (f"{TS}[logging.py:96:log_dist] [Rank 0] DeepSpeed info: version=0.14.
 def test_deepspeed_bulk_reads_what_the_line_reader_reads(lines: list[list[str]], chunk: int, ending: str,
                                                          tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(shaped, "CHUNK_SIZE", chunk)
-    path = written(tmp_path / "d.log", DS_HEAD, lines)
-    path.write_bytes(path.read_bytes().replace(b"\n", ending.encode()))
+    path = written(tmp_path / "d.log", DS_HEAD, lines, ending)
     both(path, DeepSpeedReader, monkeypatch)
 
 
@@ -450,8 +449,7 @@ FAIRSEQ_HEADS = ["| epoch 001 | loss 9.5 | nll_loss 9.1 | num_updates 100\n", "|
 def test_fairseq_bulk_reads_what_the_line_reader_reads(lines: list[list[str]], chunk: int, ending: str, head: str,
                                                        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(shaped, "CHUNK_SIZE", chunk)
-    path = written(tmp_path / "f.log", head, lines)
-    path.write_bytes(path.read_bytes().replace(b"\n", ending.encode()))
+    path = written(tmp_path / "f.log", head, lines, ending)
     both(path, FairseqReader, monkeypatch)
 
 

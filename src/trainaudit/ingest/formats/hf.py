@@ -21,6 +21,10 @@ The index is not the optimizer step unless ``logging_steps=1``; ``trainer_state.
 ``hf_trainer_state``) has the real ``step`` of every entry. A train dict is therefore written when
 the next line comes (or at the end of the file).
 
+The bar that numbers a train dict also gives its speed: its rate (``541.72it/s``, or ``1.24s/it``
+inverted) is the ``it/s`` series at the dict's step, when the bar's count is that step. tqdm's rate
+is a moving average (``smoothing``), so TA406 counts a slowdown in it from a larger ratio.
+
 Every numeric key is kept under its own name, ``epoch`` included (it is fractional and monotone).
 """
 
