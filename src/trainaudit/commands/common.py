@@ -152,8 +152,10 @@ def print_summary(answer: Answer, paths: ReportPaths, *, quiet: bool, verbose: b
         checks = [c for c in answer.comparisons if verbose or not c.passed]  # the closing line counts the passing ones
         findings = list(answer.findings) if findings_first else ordered_findings(answer)
         limit = FIRST_FINDINGS if findings_first else DEFAULT_FINDINGS
-        shown = findings if verbose else findings[:limit]
-        shown_checks = checks if verbose or not findings_first else checks[:FIRST_CHECKS]
+        # a list cut short gives its last line to "... N more": the head keeps its size however many
+        shown = findings if verbose or len(findings) <= limit else findings[:limit - 1]
+        cut = FIRST_CHECKS if len(checks) <= FIRST_CHECKS else FIRST_CHECKS - 1
+        shown_checks = checks if verbose or not findings_first else checks[:cut]
 
         def print_findings() -> None:
             for d in shown:
