@@ -53,6 +53,9 @@ LINES = {
     "accelerate-collective-shapes": next(ln for ln in corpus_log(
         "accelerate-huggingface-accelerate-docs-troubleshooting-shape-mismatch") if "DistributedOperation" in ln),
     "fastchat-tokenization-mismatch": corpus_log("hf-transformers-lm-sys-FastChat-3266")[0],
+    "hf-debug-inf-nan": corpus_log("hf-transformers-huggingface-transformers-docs-debugging-mt5-fp16-overflow")[0],
+    "theano-nan-detected": next(ln for ln in corpus_log("theano-ryankiros-visual-semantic-embedding-10")
+                                if "NaN" in ln),
     "gpt-neox-overflow-exit": next(ln for ln in corpus_log("gpt-neox-EleutherAI-gpt-neox-482") if "in a row" in ln),
     "worker-timeout": next(ln for ln in corpus_log("gluonts-awslabs-gluonts-689") if "Worker timed out" in ln),
     # torch/utils/data/dataloader.py, _try_get_data

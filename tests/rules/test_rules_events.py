@@ -6,7 +6,7 @@ import math
 from pathlib import Path
 
 import pytest
-from shared_data import sample_block, write_lines
+from shared_data import corpus_log, sample_block, write_lines
 
 from trainaudit.diagnosis import diagnose_run
 from trainaudit.ingest import load_run
@@ -161,3 +161,64 @@ def test_a_loss_scale_ending_a_sentence_is_read_as_its_number() -> None:
     raw = "Gradient overflow.  Skipping step, reducing loss scale to 256.0."
     events = [Event(EventKind.LOSS_SCALE, raw, "log.txt", 1, raw)]
     assert [v for _, v in _scale_from_events(events)] == [256.0]
+
+
+def _fp16_optimizer_lines(overflows: dict[int, float], last: int) -> list[str]:
+    """A tqdm loop with apex.fp16_utils' FP16_Optimizer printing its two lines on each skipped step
+    (apex/fp16_utils/fp16_optimizer.py, _update_scale: the scale printed is the one that overflowed)."""
+    lines = []
+    for i in range(last + 1):
+        lines.append(f"  {i}/184 [00:0{i % 10}<01:30,  2.40it/s, loss={4.2 - 0.05 * i:.3f}]")
+        if i in overflows:
+            lines += [f"Grad overflow on iteration {i}", f"Using dynamic loss scale of {overflows[i]:g}"]
+    return lines
+
+
+def test_fp16_optimizer_overflows_in_a_row_after_its_calibration(tmp_path):
+    # the start-up search (iterations 0-2), a scale that holds, then an overflow on every iteration
+    overflows = {0: 65536, 1: 32768, 2: 16384, 8: 8192, **{i: 2.0 ** (26 - i) for i in range(14, 21)}}
+    run, hits, d = _diag(tmp_path, _fp16_optimizer_lines(overflows, 22))
+    scales = [(e.step, e.data["scale"]) for e in run.events if e.kind.value == "loss_scale"]
+    assert scales[:4] == [(0, 65536.0), (1, 32768.0), (2, 16384.0), (8, 8192.0)] and scales[-1] == (20, 64.0)
+    assert not any(name.startswith("Grad overflow") for name in run.series)  # the iteration is no metric
+    h = hits["TA104"]
+    assert h.first_bad_step == 14 and "7 fp16 overflows in a row" in h.message
+    assert (d.category, d.first_bad_step) == ("loss_scale_collapse", 14)
+
+
+def test_fp16_optimizer_calibrating_at_the_start_is_silent(tmp_path):
+    # a healthy fp16 start: the scale halves on iterations 0-4, then holds at 2048 for the rest
+    overflows = {i: 2.0 ** (16 - i) for i in range(5)} | {60: 4096}
+    _, hits, _ = _diag(tmp_path, _fp16_optimizer_lines(overflows, 80))
+    assert "TA104" not in hits
+
+
+def test_a_loss_scale_near_zero_is_a_collapse_from_one_point(tmp_path):
+    # fairseq's summary line with the scale printed as 0.000 (fairseq#1529); icefall's warning
+    # (egs/librispeech/ASR/zipformer/train.py: "Grad scale is small" below 0.01)
+    for lines, step in ((corpus_log("fairseq-facebookresearch-fairseq-1529"), 9165),
+                        (["2024-01-14 01:03:00,826 WARNING [train.py:1057] (0/4) Grad scale is small: 1.3e-26"], None)):
+        _, hits, d = _diag(tmp_path, lines)
+        assert hits["TA104"].first_bad_step == step and d.category == "loss_scale_collapse"
+
+
+def test_a_small_loss_scale_that_is_not_near_zero_is_no_collapse(tmp_path):
+    # a fairseq run settled at a low but working scale (fp16 init scale 4 halved twice)
+    lines = [f"| epoch 001 | loss {5 - 0.1 * i:.3f} | num_updates {100 * i} | loss_scale 1.000" for i in range(1, 13)]
+    _, hits, _ = _diag(tmp_path, lines)
+    assert "TA104" not in hits
+
+
+def test_deepspeed_unfused_overflow_at_the_minimum_takes_the_optimizers_iteration(tmp_path):
+    # deepspeed/runtime/fp16/unfused_optimizer.py: _update_scale's two lines, then step's own line
+    _, hits, d = _diag(tmp_path, corpus_log("deepspeed-huggingface-transformers-14834"))
+    assert hits["TA104"].first_bad_step == 445299 and "(the minimum)" in hits["TA104"].message
+    assert (d.category, d.first_bad_step) == ("loss_scale_collapse", 445299)
+
+
+def test_grad_scale_too_small_exit_is_the_scaler_giving_up(tmp_path):
+    lines = ["Traceback (most recent call last):", '  File "zipformer/train.py", line 1057, in train_one_epoch',
+             "    raise RuntimeError(f\"grad_scale is too small, exiting: {cur_grad_scale}\")",
+             "RuntimeError: grad_scale is too small, exiting: 8.470329472543003e-22"]
+    _, hits, d = _diag(tmp_path, lines)
+    assert hits["TA104"].fatal and (d.verdict, d.category) == ("crash", "loss_scale_collapse")

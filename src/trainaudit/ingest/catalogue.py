@@ -74,6 +74,20 @@ CATALOGUE: tuple[Known, ...] = (
     Known("detectron2-nan", ("Loss became infinite or NaN at iteration",), EventKind.NAN_CHECK,
           "detectron2 stops training on a non-finite loss", "nan_inf", "critical",
           "https://github.com/facebookresearch/detectron2/blob/main/detectron2/engine/train_loop.py", fatal=True),
+    # transformers' DebugUnderflowOverflow dumps the last forward frames of the batch, then raises
+    Known("hf-debug-inf-nan", ("Detected inf/nan during batch_number",), EventKind.NAN_CHECK,
+          "transformers' DebugUnderflowOverflow found an inf or NaN in a module's weights, inputs or outputs "
+          "during this batch's forward pass and stops the run (the frames it lists end at the module that "
+          "overflowed)", "nan_inf", "critical",
+          "https://github.com/huggingface/transformers/blob/main/src/transformers/debug_utils.py "
+          "(DebugUnderflowOverflow)", fatal=True,
+          pattern=re.compile(r"Detected inf/nan during batch_number=(?P<step>\d{1,12})")),
+    # Theano-era training loops (the deeplearning.net LSTM tutorial, dl4mt, visual-semantic-embedding)
+    # print it alone on a line when the cost is NaN or Inf, then return from training
+    Known("theano-nan-detected", ("NaN detected",), EventKind.NAN_CHECK,
+          "the training loop's own check found the cost NaN or Inf and stopped training", "nan_inf", "critical",
+          "https://github.com/lisa-lab/DeepLearningTutorials/blob/master/code/lstm.py (train_lstm)", fatal=True,
+          pattern=re.compile(r"^\W{0,4}NaN detected\W{0,4}$")),
     Known("gpt-neox-overflow-exit", ("iterations in a row due to Overflow",), EventKind.LOSS_SCALE_MIN,
           "the fp16 loss scaler skipped every step for too long (the loss scale cannot recover) and the run exits",
           "loss_scale_collapse", "critical", "https://github.com/EleutherAI/gpt-neox/blob/main/megatron/training.py",

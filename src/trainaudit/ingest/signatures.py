@@ -34,10 +34,10 @@ from trainaudit.redact import mask_secrets
 GATE = re.compile(
     r"A(?:borted \(core|ssertionError)|B(?:us error)|C(?:UDA|hild|urrent loss|uda failure)"
     r"|D(?:ataLoader worker|uring handling of)|E(?:rror|xception|CC)|F(?:atal|unction '|AILED|ile \")"
-    r"|G(?:PU is lost|radient overflow)|H(?:IP out|eartbeat monitor)|K(?:illed)|M(?:inimum loss scale)"
+    r"|G(?:PU is lost|radient overflow|rad overflow on iteration|rad scale is small)|H(?:IP out|eartbeat monitor)|K(?:illed)|M(?:inimum loss scale)"
     r"|N(?:CCL|VRM|aN)|O(?:utOfMemory|OM|ut of memory)|P(?:rocessGroupNCCL)|R(?:oot Cause)"
     r"|S(?:egmentation fault|ending process)|T(?:raceback|raining failed|he above exception"
-    r"|he loss returned|imeout at NCCL)|U(?:nexpected result)|W(?:atchdog)|X(?:id)"
+    r"|he loss returned|imeout at NCCL)|U(?:nexpected result|sing dynamic loss scale)|W(?:atchdog)|X(?:id)"
     r"|\((?:exitcode)"
 )
 
@@ -315,6 +315,23 @@ LS_MIN_RE = re.compile(r"Current loss scale already at minimum|Minimum loss scal
 APEX_OVERFLOW_RE = re.compile(r"Gradient overflow\. {1,2}Skipping step, loss scaler (?P<scaler>\d{1,4}) "
                               r"reducing loss scale to (?P<scale>[\d.eE+\-]{1,40})")
 
+# The FP16_Optimizer of apex.fp16_utils (and early DeepSpeed's) prints two lines a skipped step:
+#   "Grad overflow on iteration N", then "Using dynamic loss scale of X", X the scale that overflowed,
+#   which it then halves, never below 1 (apex/fp16_utils/fp16_optimizer.py, _update_scale)
+GRAD_OVERFLOW_RE = re.compile(r"Grad overflow on iteration:? ?(?P<step>\d{1,12})")
+USING_SCALE_RE = re.compile(r"Using dynamic loss scale of (?P<scale>[\d.eE+\-]{1,40})")
+# icefall's recipes warn once the AMP GradScaler's scale is below 0.01 and stop below 1e-5
+#   (k2-fsa/icefall egs/librispeech/ASR/zipformer/train.py: "Grad scale is small: {cur_grad_scale}")
+SMALL_SCALE_RE = re.compile(r"Grad scale is small: (?P<scale>[\d.eE+\-]{1,40})")
+
+
+def _scale_event(framework: str, m: re.Match[str], message: str,
+                 **data: Any) -> list[tuple[EventKind, str, dict[str, Any]]]:
+    data["framework"] = framework
+    with contextlib.suppress(ValueError):
+        data["scale"] = float(m.group("scale"))
+    return [(EventKind.LOSS_SCALE, f"{message} {m.group('scale')}", data)]
+
 
 def _loss_scale(line: Line, text: str) -> list[tuple[EventKind, str, dict[str, Any]]]:
     a = APEX_OVERFLOW_RE.search(text)
@@ -323,6 +340,12 @@ def _loss_scale(line: Line, text: str) -> list[tuple[EventKind, str, dict[str, A
         with contextlib.suppress(ValueError):
             data["new_scale"] = float(a.group("scale"))
         return [(EventKind.LOSS_SCALE, f"apex amp overflow: step skipped, loss scale -> {a.group('scale')}", data)]
+    u = USING_SCALE_RE.search(text)
+    if u is not None:
+        return _scale_event("apex.fp16_utils", u, "fp16 overflow: step skipped at loss scale", attempted=True)
+    u = SMALL_SCALE_RE.search(text)
+    if u is not None:
+        return _scale_event("icefall", u, "icefall: the AMP grad scale is small:")
     m = LS_MIN_RE.search(text)
     if m is None:
         return []
@@ -572,7 +595,8 @@ _MATCHERS: list[tuple[tuple[str, ...], Matcher]] = [
     (("out of memory",), _oom),
     (("atchdog", "Timeout at NCCL", "Heartbeat monitor"), _nccl),
     (("Unexpected result", "found NaN", "found Inf", "returned nan", "gradients are Nan", "The loss returned"), _nan),
-    (("Current loss scale", "Minimum loss scale", "Gradient overflow"), _loss_scale),
+    (("Current loss scale", "Minimum loss scale", "Gradient overflow", "Using dynamic loss scale", "Grad scale is small"),
+     _loss_scale),
     (("(exitcode:", "closing signal", "SignalException"), _elastic_line),
     (("Fatal Python error", "Segmentation fault", "Bus error", "Aborted", "Floating point exception", "Killed",
       "killed by signal", "oom-kill", "oom_kill"), _signals),
@@ -661,12 +685,14 @@ class SignatureScanner:
         self._chain: dict[int | None, dict[str, Any]] = {}  # rank -> last finished traceback, for chaining
         self._elastic: _ElasticBlock | None = None
         self._nvrm: dict[str, Any] | None = None  # "The NVIDIA GPU <pci>" waiting for "fallen off the bus"
+        # (rank, iteration) of a "Grad overflow on iteration N" line, whose scale the next line gives
+        self._overflow_at: tuple[int | None, int] | None = None
         self._samples = SampleWatch(source)
 
     @property
     def busy(self) -> bool:
         """True while a multi-line record is open (every line must then be fed, not only gated ones)."""
-        return bool(self._tb) or self._elastic is not None
+        return bool(self._tb) or self._elastic is not None or self._overflow_at is not None
 
     # -- entry points -----------------------------------------------------------------------------------
     def feed(self, line: Line) -> list[Event]:
@@ -674,7 +700,8 @@ class SignatureScanner:
             line = Line(line.no, line.text.replace("**", ""), line.rank, line.raw)
         self._samples.feed(line)
         known = catalogue.match(line.text)
-        out = self._signatures(line)
+        overflow_at, self._overflow_at = self._overflow_at, None  # it waits one line
+        out = self._signatures(line, overflow_at)
         if known is not None:
             data: dict[str, Any] = {"known": known.id, "meaning": known.meaning, "category": known.category,
                                     "severity": known.severity, "fatal": known.fatal, "source": known.source}
@@ -686,14 +713,20 @@ class SignatureScanner:
             else:
                 ev = self._event(known.kind, _short(line.text), line, data)
                 out.append(ev)
-            m = _STEP_IN_TEXT.search(line.text)
-            if m is not None:
-                ev.data["named_step"] = int(m.group(1))  # the message's own step: "Loss mismatch at step 2"
-                if ev.step is None:
-                    ev.step = int(m.group(1))  # "Loss became infinite or NaN at iteration=2137!"
+            pat = known.pattern
+            own = pat.search(line.text) if pat is not None and "step" in pat.groupindex else None
+            if own is not None:
+                ev.data["named_step"] = int(own.group("step"))  # "Detected inf/nan during batch_number=0"
+            else:
+                m = _STEP_IN_TEXT.search(line.text)
+                if m is not None:
+                    ev.data["named_step"] = int(m.group(1))  # the message's own step: "Loss mismatch at step 2"
+        for ev in out:
+            if ev.step is None and "named_step" in ev.data:
+                ev.step = ev.data["named_step"]  # "Loss became infinite or NaN at iteration=2137!"
         return out
 
-    def _signatures(self, line: Line) -> list[Event]:
+    def _signatures(self, line: Line, overflow_at: tuple[int | None, int] | None) -> list[Event]:
         text = line.text
         # An open traceback only needs the lines of its own rank; other ranks' lines stay gated.
         if line.rank not in self._tb and self._elastic is None and GATE.search(text) is None:
@@ -725,10 +758,18 @@ class SignatureScanner:
             return out
         if ("NVRM" in text or "GPU is lost" in text) and self._gpu_lost(line, text, out):
             return out
+        if "Grad overflow on iteration" in text:
+            g = GRAD_OVERFLOW_RE.search(text)
+            if g is not None:  # the scale follows on the next line, which becomes the event
+                self._overflow_at = (line.rank, int(g.group("step")))
+                return out
         for needles, matcher in _MATCHERS:
             if any(n in text for n in needles):
                 found = matcher(line, text)
                 if found:
+                    for kind, _, data in found:
+                        if kind is EventKind.LOSS_SCALE and overflow_at is not None and overflow_at[0] == line.rank:
+                            data["named_step"] = overflow_at[1]
                     out.extend(self._event(kind, msg, line, data) for kind, msg, data in found)
                     return out
         if tb_exc is None:

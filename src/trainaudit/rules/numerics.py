@@ -364,7 +364,8 @@ class GradNormSpike(Rule):
 
 
 # an exception that is the fp16 scaler giving up (GradScaler / DeepSpeed / fairseq wordings)
-MIN_SCALE_RE = re.compile(r"minimum loss scale reached|loss scale already at minimum|cannot decrease scale anymore", re.I)
+MIN_SCALE_RE = re.compile(r"minimum loss scale reached|loss scale already at minimum|cannot decrease scale anymore"
+                          r"|grad_scale is too small", re.I)
 # a number, not the full stop after it ("... reducing loss scale to 256.0.")
 _SCALE_RE = re.compile(r"(?:reducing to|setting loss scale to:?|loss scale(?: to)?:?)\s*(\d+(?:\.\d*)?(?:[eE][+-]?\d+)?)", re.I)
 
@@ -382,6 +383,12 @@ def _scale_from_events(events: list[Event]) -> list[tuple[Event, float]]:
             except (TypeError, ValueError):
                 continue
     return out
+
+
+def _in_a_row(a: int | None, b: int | None) -> bool:
+    """Two overflows on consecutive steps, or steps unknown: no step between them that the scale got
+    through."""
+    return a is None or b is None or b - a <= 1
 
 
 def skipped_per_interval(sk: Series) -> np.ndarray:
@@ -425,7 +432,9 @@ class LossScaleCollapse(Rule):
     Example: ``OVERFLOW! Rank 0 Skipping step. Attempted loss scale: 2, reducing to 1`` followed
     by ``Current loss scale already at minimum - cannot decrease scale anymore. Exiting run.``
 
-    Thresholds: ``min_scale`` a scale at or below this counts as collapsed (1.0) when it got there
+    Thresholds: ``dead_scale`` a scale at or below this is collapsed however few points show it (0.01:
+    icefall's warning level; dynamic scalers start at 2**15 or 2**16 and settle far above it),
+    ``min_scale`` a scale at or below this counts as collapsed (1.0) when it got there
     in ``floor_reductions`` (3) reductions or more, or the run says it is at its minimum,
     ``late_halvings`` halvings after the first ``calibration_frac`` of the run that count as a
     collapse even above the floor (8), ``skip_frac`` share of the optimizer steps in the last
@@ -445,6 +454,7 @@ class LossScaleCollapse(Rule):
         verify="Log the loss scale / skipped-step counter and check it stops halving.")
 
     class Params(Thresholds):
+        dead_scale: float = 0.01
         min_scale: float = 1.0
         late_halvings: int = 8
         calibration_frac: float = 0.1
@@ -489,7 +499,7 @@ class LossScaleCollapse(Rule):
         if not hits and overflow:
             vals = np.array([v for _, v in overflow])
             n = len(overflow)
-            calib = self._calibration(vals)
+            calib = self._calibration(vals, [e.step for e, _ in overflow])
             n_late = n - max(int(n * self.p.calibration_frac), calib)
             settled = vals[calib - 1] if calib else vals[0]
             at_floor = vals[-1] <= self.p.min_scale and (
@@ -497,7 +507,7 @@ class LossScaleCollapse(Rule):
             if at_floor or (n_late >= self.p.late_halvings and vals[-1] < settled / 2 ** self.p.late_halvings):
                 e0 = overflow[0][0]
                 k = next((j for j in range(n) if vals[j] <= vals[0] / 2), 0) if n > 1 else 0
-                msg = (f"{n} fp16 overflows reduced the loss scale to {vals[-1]:g}"
+                msg = (f"{n} fp16 overflow{'s' if n > 1 else ''} reduced the loss scale to {vals[-1]:g}"
                        + (" (the minimum)" if vals[-1] <= self.p.min_scale else ""))
                 h = self.hit(msg, 0.85, metric="loss scale", first_bad_step=overflow[k][0].step,
                              last_step=overflow[-1][0].step)
@@ -506,6 +516,8 @@ class LossScaleCollapse(Rule):
                 hits.append(h)
         if not hits and len(overflow) >= self.p.chain:
             hits += self._chain(overflow)
+        if not hits:
+            hits += self._dead(s, overflow)
         sk = ctx.series("skipped", finite=True)
         if not hits and sk is not None and len(sk) >= 8:
             per = skipped_per_interval(sk)
@@ -535,25 +547,47 @@ class LossScaleCollapse(Rule):
                 hits.append(h)
         return hits
 
-    def _calibration(self, x: np.ndarray) -> int:
+    def _dead(self, s: Series | None, overflow: list[tuple[Event, float]]) -> list[Hit]:
+        """A loss scale at or below ``dead_scale``, from any number of points: no dynamic scaler starts
+        or settles there (torch.amp.GradScaler starts at 2**16; icefall's recipes warn below 0.01 and
+        stop below 1e-5, https://github.com/k2-fsa/icefall/blob/master/egs/librispeech/ASR/zipformer/train.py),
+        so it got there by overflowing step after step."""
+        dead = self.p.dead_scale
+        if s is not None and (low := np.flatnonzero(s.values <= dead)).size:
+            i = int(low[0])
+            h = self.hit(f"{s.name} is {s.values[i]:g} at step {int(s.steps[i])}, at or below {dead:g}: the fp16 "
+                         "loss scale has collapsed", 0.85, metric=s.name, first_bad_step=int(s.steps[i]),
+                         last_step=int(s.steps[-1]))
+            h.point("low", s, i, f"{s.name} when it is first at or below {dead:g}")
+            return [h]
+        low_ev = [(e, v) for e, v in overflow if v <= dead]
+        if not low_ev:
+            return []
+        e, v = low_ev[0]
+        h = self.hit(f"the fp16 loss scale is {v:g}, at or below {dead:g}: it has collapsed", 0.85, metric="loss scale",
+                     first_bad_step=e.step, last_step=low_ev[-1][0].step)
+        h.ev("low", e, f"loss scale at or below {dead:g}", value=v)
+        return [h]
+
+    def _calibration(self, x: np.ndarray, steps: list[int | None] | None = None) -> int:
         """How many values the scaler's calibration takes at the start of ``x`` (0: none): the first
-        value and the reductions in a row after it, when they stop above ``chain_scale``. Dynamic
-        loss scaling starts high (2**16 in torch.amp.GradScaler,
+        value and the reductions in a row after it (on consecutive steps, where the overflows' steps
+        are known), when they stop above ``chain_scale``. Dynamic loss scaling starts high (2**16 in
+        torch.amp.GradScaler,
         https://pytorch.org/docs/stable/amp.html#torch.amp.GradScaler; 2**initial_scale_power in
         DeepSpeed, https://www.deepspeed.ai/docs/config-json/#fp16-training-options) and halves on
         every overflow until a scale fits: a healthy run's first steps."""
         k = 1
-        while k < len(x) and x[k] < x[k - 1]:
+        while k < len(x) and x[k] < x[k - 1] and (not steps or _in_a_row(steps[k - 1], steps[k])):
             k += 1
         return k if len(x) and x[k - 1] > self.p.chain_scale else 0
 
     def _chain(self, overflow: list[tuple[Event, float]]) -> list[Hit]:
         """Overflow after overflow, each reducing the scale, to far below a healthy fp16 scale."""
-        vals = [v for _, v in overflow]
         run = 1
-        for a, b in itertools.pairwise(vals):
-            run = run + 1 if b < a else 1
-        if run < self.p.chain or vals[-1] > self.p.chain_scale:
+        for (ea, a), (eb, b) in itertools.pairwise(overflow):
+            run = run + 1 if b < a and _in_a_row(ea.step, eb.step) else 1
+        if run < self.p.chain or overflow[-1][1] > self.p.chain_scale:
             return []
         first, last = overflow[-run], overflow[-1]
         h = self.hit(f"{run} fp16 overflows in a row reduced the loss scale from {first[1]:g} to {last[1]:g}, with no "

@@ -60,7 +60,7 @@ from trainaudit.ingest.formats.shaped import (
     BLANK, OTHER, ROW, Chunk, RunValues, Shape, ShapeTable, Where, byte_offset, read_shaped, zeroed_pattern,
 )
 from trainaudit.ingest.formats.text.bulk import SpanNumbers
-from trainaudit.ingest.signatures import SignatureScanner
+from trainaudit.ingest.signatures import GRAD_OVERFLOW_RE, SignatureScanner
 from trainaudit.ingest.sink import Sink
 from trainaudit.ingest.sources import InputFile, read_head
 from trainaudit.ingest.text import Line
@@ -70,7 +70,10 @@ _N = r"[-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|nan|inf)"
 OVERFLOW_RE = re.compile(
     r"\[(deepspeed|deepscale)\] OVERFLOW! Rank (\d+) Skipping step\.(?: Attempted loss scale: ([\d.]+),\s*"
     r"(?:reducing to ([\d.]+)|but hysteresis is (\d+)\. Reducing hysteresis to (\d+)))?")
-FUSED_RE = re.compile(r"Overflow detected\. Skipping step\. Attempted loss scale: ([\d.]+), reducing to ([\d.]+)")
+# the fused optimizer's log_dist line; the unfused optimizer's older wording says "[deepspeed] fp16 dynamic
+# loss scale overflow!" (deepspeed/runtime/fp16/unfused_optimizer.py, step)
+FUSED_RE = re.compile(r"(?:Overflow detected\.|fp16 dynamic loss scale overflow!) Skipping step\. "
+                      r"Attempted loss scale: ([\d.]+), reducing to ([\d.]+)")
 PROGRESS_RE = re.compile(r"\bstep=(\d+), skipped=(\d+), lr=\[([^\[\]]*+)\]")  # a flat list
 TPUT_RE = re.compile(
     r"(?:epoch=(\d+)/micro_step=(\d+)/global_step=(\d+)|(?<![\w/])(\d+)/(\d+)), "
@@ -264,7 +267,8 @@ class DeepSpeedReader(LineReader):
         return best if score >= 0.3 else None
 
     def new_state(self) -> dict:
-        return {"anchor": None, "since": 0, "overflows": 0, "breakdowns": 0, "scale": None, "pending": []}
+        return {"anchor": None, "since": 0, "overflows": 0, "breakdowns": 0, "scale": None, "pending": [],
+                "iteration": None}
 
     def feed(self, line: Line, sink: Sink, state: dict) -> None:
         self._engine(line, sink, state)
@@ -292,7 +296,11 @@ class DeepSpeedReader(LineReader):
     def _engine(self, line: Line, sink: Sink, state: dict) -> bool:
         """Handle one DeepSpeed line; False if the line is not DeepSpeed's."""
         text = line.text
-        if "OVERFLOW" in text or "Overflow detected" in text:
+        if "Grad overflow on iteration" in text and (g := GRAD_OVERFLOW_RE.search(text)) is not None:
+            # the fp16 optimizer's _update_scale names the iteration of the overflow its step line reports next
+            state["iteration"] = int(g.group("step"))
+            return True
+        if "OVERFLOW" in text or "Overflow detected" in text or "scale overflow!" in text:
             m = OVERFLOW_RE.search(text)
             if m:
                 attempted = num(m.group(3)) if m.group(3) else None
@@ -311,7 +319,11 @@ class DeepSpeedReader(LineReader):
             m = FUSED_RE.search(text)
             if m:
                 attempted, new = num(m.group(1)), num(m.group(2))
-                self._overflow(line, sink, state, {"attempted": attempted, "new": new}, new)
+                # the optimizer's iteration only where the log shows no step of its own (it may count
+                # optimizer steps where the log counts micro-steps)
+                at, state["iteration"] = state["iteration"], None
+                self._overflow(line, sink, state, {"attempted": attempted, "new": new}, new,
+                               at if state["anchor"] is None else None)
                 return True
         # Each search below only where its pattern's literal is in the line (a pattern cannot match
         # without it): most lines of a DeepSpeed run are none of these, and five searches cost more.
