@@ -114,3 +114,33 @@ def test_a_clock_running_through_the_run_gives_the_step_time(tmp_path: Path) -> 
     h = _hits(tmp_path, _clock_log([55.0 + (i % 3) for i in range(30)] + [138.0 + (i % 5) for i in range(10)]))["TA406"]
     assert h.category == "throughput_regression" and h.first_bad_step == 6200 and "train_time per step" in h.message
     assert "TA406" not in _hits(tmp_path, _clock_log([55.0 + (i % 3) for i in range(40)]))
+
+
+def _epochs(train: list[float], val: list[float], acc: list[float] | None = None) -> str:
+    return "".join(f"Epoch {i}: loss {t:.4f} - acc {a:.4f} - val_loss {v:.4f} - val_acc 0.5200\n" for i, (t, v, a) in
+                   enumerate(zip(train, val, acc or [0.5] * len(val)), 1))
+
+
+def test_a_validation_loss_descending_to_its_minimum_then_climbing_steadily(tmp_path: Path) -> None:
+    # the validation loss falls for 15 epochs, then rises at each of the last 4 while the training loss
+    # falls: no plateau before the minimum to measure its noise on, and none needed
+    val = [1.04, 0.99, 0.94, 0.84, 0.73, 0.63, 0.56, 0.50, 0.43, 0.37, 0.33, 0.30, 0.27, 0.26, 0.227,
+           0.237, 0.240, 0.255, 0.263]
+    train = [1.5 * 0.93 ** i for i in range(len(val))]
+    h = _hits(tmp_path, _epochs(train, val))["TA301"]
+    assert h.first_bad_step == 16 and "minimum 0.227 at step 15" in h.message
+    # up and down after the minimum by as much: noise around a level, not a climb
+    wavy = val[:15] + [0.237, 0.229, 0.255, 0.231]
+    assert "TA301" not in _hits(tmp_path, _epochs(train, wavy))
+
+
+def test_a_memorised_training_set_with_a_validation_loss_past_its_best(tmp_path: Path) -> None:
+    # 200 samples learned by heart: training accuracy 1.0, the validation loss never better than epoch 1
+    train = [0.69, 0.50, 0.28, 0.12, 0.058, 0.031, 0.017, 0.0098, 0.0058, 0.0035]
+    val = [0.692, 0.695, 0.713, 0.700, 0.704, 0.705, 0.734, 0.717, 0.720, 0.724]
+    acc = [0.47, 0.99] + [1.0] * 8
+    h = _hits(tmp_path, _epochs(train, val, acc))["TA301"]
+    assert h.first_bad_step == 2 and "memorised" in h.message
+    # the same training set learned by heart while the validation loss is still at its best: no finding
+    improving = [0.692, 0.60, 0.52, 0.45, 0.40, 0.36, 0.33, 0.31, 0.30, 0.29]
+    assert "TA301" not in _hits(tmp_path, _epochs(train, improving, acc))

@@ -29,7 +29,8 @@ class Overfitting(Rule):
     validation loss rises ``short_rise`` or more over every one of its last points while the
     training loss falls ``train_drop`` or more (without a training loss, ``min_after`` + 1
     consecutive rises); or the training set is memorised (training accuracy at least
-    ``memorised_acc``, validation loss ``gap_ratio`` times the training loss).
+    ``memorised_acc``, validation loss ``gap_ratio`` times the training loss), which counts at any
+    length when the validation loss's last three points stand ``short_rise`` above its minimum before them.
 
     A validation loss up at every evaluation since its minimum, more than ``min_after`` times and by
     ``short_rise`` or more, counts too (with a lower confidence) when it has not yet reached ``ratio``.
@@ -40,7 +41,8 @@ class Overfitting(Rule):
 
     The end level must also stand 3 robust standard deviations above the validation loss's level
     between its early descent and its minimum: a noisy curve is not overfitting for one high
-    stretch.
+    stretch. A climb at every evaluation since the minimum, ``min_after`` + 2 times or more, needs no
+    such margin.
 
     Thresholds: ``ratio`` relative rise of validation loss over its minimum (0.1, as
     SageMaker Debugger's Overfit rule), ``min_points`` validation points (4), ``min_after``
@@ -77,6 +79,12 @@ class Overfitting(Rule):
             return []
         if t is None or len(v) < self.p.min_points or len(t) < 3:
             return self._short(ctx, v, t)
+        # a training set memorised while the validation loss ends above its best before the last three
+        # evaluations: overfitting however the validation curve moves
+        worse = float(np.median(v.values[-3:])) >= (1 + self.p.short_rise) * float(np.min(v.values[:-3]))
+        return self._after_minimum(v, t) or (self._memorised(ctx, v, t) if worse else [])
+
+    def _after_minimum(self, v: Series, t: Series) -> list[Hit]:
         x = v.values
         sm = rolling_median(x, 3) if len(v) >= 7 else x
         j = int(np.argmin(sm))
@@ -99,8 +107,9 @@ class Overfitting(Rule):
         # and out of the validation loss's own noise: 3 robust standard deviations above its level
         # between the end of the early descent and the minimum (a noisy curve that dips once is
         # not overfitting when it comes back to where it was)
+        # (a climb at every evaluation since the minimum, ``min_after`` + 2 or more, is plain as it is)
         settled = x[len(x) // 5: jmin + 1]
-        if settled.size >= 5:
+        if settled.size >= 5 and not (steady and after.size > self.p.min_after + 2):
             level = float(np.median(settled))
             sigma = 1.4826 * float(np.median(np.abs(settled - level)))
             if vend - level < 3 * sigma:
@@ -180,6 +189,12 @@ class Overfitting(Rule):
                 msg = (f"{v.name} rises for {rises} evaluations in a row after its minimum {x[j]:.4g} at step "
                        f"{int(v.steps[j])}, to {x[-1]:.4g} (+{rise:.0%}); the training loss is not logged")
                 return [self._hit(msg, 0.6, v, j, rise)]
+        return self._memorised(ctx, v, t)
+
+    def _memorised(self, ctx: Context, v: Series, t: Series | None) -> list[Hit]:
+        """The training set memorised: training accuracy at least ``memorised_acc`` and the validation
+        loss ``gap_ratio`` times the training loss, with a lower validation accuracy."""
+        x = v.values
         ta, va = ctx.series("train_acc", finite=True), ctx.series("val_acc", finite=True)
         if t is not None and ta is not None and va is not None and len(t) and len(ta) and len(va):
             tl, vl, tacc, vacc = float(t.values[-1]), float(x[-1]), float(ta.values[-1]), float(va.values[-1])
