@@ -173,11 +173,9 @@ def test_rule_is_silent_on_its_fixture(cls: type[Rule], entry: dict[str, Any]) -
 # leave this list.
 KNOWN_LOUD: dict[str, tuple[str, ...]] = {
     "corpus/logs/accelerate-huggingface-accelerate-docs-notebook-launcher/log.txt": ("unread",),
-    "corpus/logs/keras-keras-team-keras-io-text-classification-imdb/log.txt": ("TA301",),
     "corpus/logs/tf1-kujason-avod-28/log.txt": ("TA102",),
     "corpus/logs/diffusers-huggingface-notebooks-sdxl-dreambooth-lora-advanced/log.txt": ("TA406",),
     "corpus/logs/yolov5-ultralytics-yolov5-684/log.txt": ("unread",),
-    "corpus/logs/pytorch-loop-rasbt-LLMs-from-scratch-appendix-e-lora/log.txt": ("TA102", "TA301"),
 }
 
 

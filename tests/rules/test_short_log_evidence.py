@@ -144,3 +144,22 @@ def test_a_memorised_training_set_with_a_validation_loss_past_its_best(tmp_path:
     # the same training set learned by heart while the validation loss is still at its best: no finding
     improving = [0.692, 0.60, 0.52, 0.45, 0.40, 0.36, 0.33, 0.31, 0.30, 0.29]
     assert "TA301" not in _hits(tmp_path, _epochs(train, improving, acc))
+
+
+def test_a_validation_loss_rising_while_the_validation_accuracy_still_improves(tmp_path: Path) -> None:
+    # keras.io's IMDB convnet: val_loss 0.331 -> 0.379 while val_accuracy climbs to its best at the end
+    lines = "".join(f"Epoch {i}: loss {t} - accuracy {a} - val_loss {v} - val_accuracy {va}\n" for i, (t, a, v, va) in
+                    enumerate([(0.61, 0.61, 0.331, 0.859), (0.27, 0.89, 0.350, 0.866), (0.14, 0.95, 0.379, 0.876)], 1))
+    assert "TA301" not in _hits(tmp_path, lines)
+    # the same losses with the validation accuracy past its best: overfitting
+    worse = lines.replace("0.876", "0.851")
+    assert _hits(tmp_path, worse)["TA301"].first_bad_step == 2
+
+
+def test_a_fine_tune_converged_near_zero_has_no_spike_from_its_noise(tmp_path: Path) -> None:
+    # the loss falls from 3.8 to ~0.02 in its first points; a later 0.12 is 3% of the way it came down
+    loss = [3.82, 0.346, 0.063, 0.054, 0.058, 0.041, 0.020, 0.017, 0.017, 0.001, 0.117, 0.038, 0.019, 0.02, 0.018]
+    text = "".join(f"step {10 * i} loss {v}\n" for i, v in enumerate(loss))
+    assert "TA102" not in _hits(tmp_path, text)
+    # a jump of half the way it came down is a spike
+    assert "TA102" in _hits(tmp_path, text.replace("loss 0.117", "loss 2.1"))

@@ -12,6 +12,15 @@ from trainaudit.rules.base import Context, Grid, Guidance, Hit, Rule, Thresholds
 from trainaudit.series.stats import monotone_tail, rolling_median
 
 
+def _still_more_accurate(ctx: Context) -> bool:
+    """A validation accuracy that improved and is at its best at the last evaluation: a validation loss
+    that rises meanwhile is the model growing more confident on the examples it gets wrong, not yet
+    worse on unseen data (the end is the best checkpoint by accuracy; keras.io's IMDB convnet example
+    ends so, https://keras.io/examples/nlp/text_classification_from_scratch/)."""
+    a = ctx.series("val_acc", finite=True, min_points=2)
+    return a is not None and float(a.values[-1]) >= float(np.max(a.values)) > float(a.values[0])
+
+
 class Overfitting(Rule):
     """Detects overfitting: the validation loss turns up after its minimum and ends at least
     ``ratio`` above it, while the training loss keeps improving over the same steps. Reports the
@@ -77,12 +86,14 @@ class Overfitting(Rule):
         t = ctx.series("loss", finite=True)
         if v is None or len(v) < 2:
             return []
-        if t is None or len(v) < self.p.min_points or len(t) < 3:
-            return self._short(ctx, v, t)
+        short = t is None or len(v) < self.p.min_points or len(t) < 3
+        rising = self._short(v, t) if t is None or short else self._after_minimum(v, t)
+        if rising and not _still_more_accurate(ctx):
+            return rising
         # a training set memorised while the validation loss ends above its best before the last three
         # evaluations: overfitting however the validation curve moves
-        worse = float(np.median(v.values[-3:])) >= (1 + self.p.short_rise) * float(np.min(v.values[:-3]))
-        return self._after_minimum(v, t) or (self._memorised(ctx, v, t) if worse else [])
+        worse = short or float(np.median(v.values[-3:])) >= (1 + self.p.short_rise) * float(np.min(v.values[:-3]))
+        return self._memorised(ctx, v, t) if worse else []
 
     def _after_minimum(self, v: Series, t: Series) -> list[Hit]:
         x = v.values
@@ -165,7 +176,7 @@ class Overfitting(Rule):
         h.point("t1", t, len(t) - 1, f"last {t.name}")
         return [h]
 
-    def _short(self, ctx: Context, v: Series, t: Series | None) -> list[Hit]:
+    def _short(self, v: Series, t: Series | None) -> list[Hit]:
         x = v.values
         # the last run of consecutive rises of the validation loss
         j = len(x) - 1
@@ -189,7 +200,7 @@ class Overfitting(Rule):
                 msg = (f"{v.name} rises for {rises} evaluations in a row after its minimum {x[j]:.4g} at step "
                        f"{int(v.steps[j])}, to {x[-1]:.4g} (+{rise:.0%}); the training loss is not logged")
                 return [self._hit(msg, 0.6, v, j, rise)]
-        return self._memorised(ctx, v, t)
+        return []
 
     def _memorised(self, ctx: Context, v: Series, t: Series | None) -> list[Hit]:
         """The training set memorised: training accuracy at least ``memorised_acc`` and the validation

@@ -173,8 +173,9 @@ def spike_mask(s: Series, window: int, z_thr: float, rel_thr: float, min_history
     if x.size > mw:
         prev_max[mw:] = sliding_max(x[:-1], mw)
     # scale: a jump must also be a real fraction of how far the metric has come down, so the
-    # relative noise of a loss converged near 0 is not a spike (same rule for loss 10 and 0.01)
-    first = float(np.median(x[:min(5, x.size)]))
+    # relative noise of a loss converged near 0 is not a spike (same rule for loss 10 and 0.01);
+    # from its highest of the first points: a fine-tune's loss may fall most of the way in them
+    first = float(np.max(x[:min(5, x.size)]))
     came_down = np.maximum(first - med, 0.0)
     mask = (z > z_thr) & (rel > rel_thr) & (x - med > over_max * (prev_max - med)) & (x - med >= min_excess * came_down)
     mask[:max(min_history, w)] = False
