@@ -1,0 +1,81 @@
+"""Which test data cites a source kept for independent evaluation.
+
+    python tools/reserved_sources.py ../shared/eval_exclude.txt
+
+The list holds URLs (a page, or a section of one by its fragment) and Megatron-LM commits (their first
+10 hex digits). A corpus label cites its source at a pinned commit (``/blob/<sha>/``) where the list
+names the branch (``/blob/master/``), so both are folded to one form before comparing: the same file at
+another commit is the same source. A list entry with a fragment reserves that section; without one,
+the whole page. Commits are looked for in the Megatron corpus cases and the compare oracle's sources.
+Prints one line per match and exits 1 when there is any.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+_PIN = re.compile(r"/(blob|tree)/(?:[0-9a-f]{7,40}|master|main)/")
+_COMMIT = re.compile(r"^[0-9a-f]{10}$")
+
+
+def fold(url: str) -> str:
+    """One form for the same page: scheme, www., a trailing slash and the commit or branch pin."""
+    url = url.strip().rstrip("/").replace("http://", "https://").replace("://www.", "://")
+    return _PIN.sub(r"/\1/HEAD/", url)
+
+
+def reserved(url: str, entries: list[str]) -> str | None:
+    """The list entry that reserves ``url``, or None."""
+    u = fold(url)
+    page = u.split("#", 1)[0]
+    for e in entries:
+        f = fold(e)
+        if f == u or ("#" not in f and f == page):
+            return e
+    return None
+
+
+def cited(repo: Path) -> Iterator[tuple[str, str]]:
+    """(where, URL) for every URL a corpus label names."""
+    for label in sorted((repo / "tests" / "corpus").glob("*/*/label.json")):
+        data = json.loads(label.read_text(encoding="utf-8"))
+        for value in data.values():
+            if isinstance(value, str) and value.startswith("http"):
+                yield str(label.relative_to(repo)), value
+
+
+def commit_files(repo: Path) -> Iterator[Path]:
+    yield from sorted((repo / "tests" / "corpus" / "megatron").glob("*/case.json"))
+    yield repo / "tests" / "compare" / "oracle" / "SOURCES.md"
+    yield repo / "tests" / "compare" / "oracle" / "cases.jsonl"
+
+
+def matches(repo: Path, listing: str) -> list[str]:
+    lines = [ln.strip() for ln in listing.splitlines() if ln.strip() and not ln.startswith("#")]
+    urls = [ln for ln in lines if ln.startswith("http")]
+    commits = [ln for ln in lines if _COMMIT.match(ln)]
+    out = [f"{where}: {url} (reserved: {entry})" for where, url in cited(repo)
+           if (entry := reserved(url, urls)) is not None]
+    for path in commit_files(repo):
+        if path.exists():
+            text = path.read_text(encoding="utf-8")
+            out += [f"{path.relative_to(repo)}: commit {c}" for c in commits if c in text]
+    return out
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 1:
+        sys.stderr.write("usage: python tools/reserved_sources.py EXCLUDE_LIST\n")
+        return 2
+    found = matches(REPO, Path(argv[0]).read_text(encoding="utf-8"))
+    sys.stdout.write("".join(f"{line}\n" for line in found))
+    return 1 if found else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
