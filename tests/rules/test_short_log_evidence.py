@@ -163,3 +163,15 @@ def test_a_fine_tune_converged_near_zero_has_no_spike_from_its_noise(tmp_path: P
     assert "TA102" not in _hits(tmp_path, text)
     # a jump of half the way it came down is a spike
     assert "TA102" in _hits(tmp_path, text.replace("loss 0.117", "loss 2.1"))
+
+
+def test_a_flat_training_loss_with_a_validation_loss_still_falling_is_learning(tmp_path: Path) -> None:
+    # an adapter fine-tune: the training loss settles after its first evaluation, the validation loss
+    # keeps falling a little at every evaluation
+    train = [1.4143, 1.2203, 1.2193, 1.2127, 1.1912, 1.1855, 1.1998, 1.1959, 1.1884, 1.1988]
+    val = [1.2817, 1.2299, 1.2281, 1.2252, 1.2238, 1.2236, 1.2216, 1.2219, 1.2210, 1.2209]
+    text = "".join(f"step {135 * i} loss {t} val_loss {v}\n" for i, (t, v) in enumerate(zip(train, val), 1))
+    assert "TA202" not in _hits(tmp_path, text)
+    # the same training loss with a validation loss that does not move: not learning
+    flat = "".join(f"step {135 * i} loss {t} val_loss {1.2817 - 0.0001 * (i % 2)}\n" for i, t in enumerate(train, 1))
+    assert "TA202" in _hits(tmp_path, flat)

@@ -344,7 +344,8 @@ class NotLearning(Rule):
     sits at chance.
 
     A loss that moves from one logged point to the next by more than ``max_noise`` (0.03) of its
-    level (median absolute step) is not flat, whatever its first and last tenths say.
+    level (median absolute step) is not flat, whatever its first and last tenths say; nor is a run
+    whose validation loss falls ``min_improvement`` or more while trending down: it learns.
 
     Thresholds: ``min_improvement`` relative (0.02), ``uniform_tol`` relative distance to ln(C)
     (0.05), ``learned`` relative drop of the best 10% stretch (0.1), ``min_points`` (10),
@@ -404,6 +405,8 @@ class NotLearning(Rule):
         stretches = np.median(s.values[: len(s) // k * k].reshape(-1, k), axis=1)
         if (head - float(stretches.min())) / abs(head) >= self.p.learned:
             return []  # it learned, then came back up: divergence, not a flat start
+        if self._validation_learns(ctx):
+            return []
         n_cls = None
         for key in ("num_classes", "config.num_classes", "vocab_size", "config.vocab_size", "padded_vocab_size"):
             v = ctx.run.meta.get(key)
@@ -432,6 +435,17 @@ class NotLearning(Rule):
         h.calc("improvement", "relative improvement of the loss, first 10% vs last 10%",
                "(median({head}) - median({tail})) / abs(median({head}))", unit="ratio")
         return [h]
+
+    def _validation_learns(self, ctx: Context) -> bool:
+        """A validation loss that falls ``min_improvement`` or more from its first evaluation to its last
+        tenth, trending down (Kendall's tau at most -0.5): the model learns what generalises, however
+        flat the training loss is (an adapter fine-tune whose training loss settles after its first
+        points). An evaluation is a mean over a whole set: its first value is no noisy batch."""
+        v = ctx.series("val_loss", finite=True, min_points=self.p.short_points)
+        if v is None:
+            return False
+        first, tail = float(v.values[0]), _head_tail(v.values)[1]
+        return first > 0 and (first - tail) / first >= self.p.min_improvement and kendall_tau(v.values) <= -0.5
 
     def _short(self, ctx: Context, s: Series) -> list[Hit]:
         k = self.p.short_points
