@@ -175,3 +175,15 @@ def test_a_flat_training_loss_with_a_validation_loss_still_falling_is_learning(t
     # the same training loss with a validation loss that does not move: not learning
     flat = "".join(f"step {135 * i} loss {t} val_loss {1.2817 - 0.0001 * (i % 2)}\n" for i, t in enumerate(train, 1))
     assert "TA202" in _hits(tmp_path, flat)
+
+
+def test_a_validation_loss_that_rises_then_holds_in_a_short_table(tmp_path: Path) -> None:
+    # three epochs of a model card's table: the validation loss rises after epoch 1 and prints the same
+    # value at epoch 3, while the training loss falls by a third
+    rows = [(1.4762, 3934, 1.9821), (1.1208, 7868, 2.1770), (0.9811, 11802, 2.1770)]
+    text = "".join(f"step {s} loss {t} val_loss {v}\n" for t, s, v in rows)
+    h = _hits(tmp_path, text)["TA301"]
+    assert h.first_bad_step == 7868 and "rises from 1.982" in h.message
+    # a validation loss printed the same at every epoch has not risen
+    flat = "".join(f"step {s} loss {t} val_loss 1.9821\n" for t, s, _ in rows)
+    assert "TA301" not in _hits(tmp_path, flat)

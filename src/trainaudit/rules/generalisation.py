@@ -79,7 +79,8 @@ class Overfitting(Rule):
         memorised_acc: float = 0.99
         gap_ratio: float = 10.0
 
-    grid: ClassVar[Grid] = {"ratio": (0.05, 0.1, 0.2, 0.3), "short_rise": (0.01, 0.03, 0.1), "min_points": (3, 4, 5, 6)}
+    grid: ClassVar[Grid] = {"ratio": (0.05, 0.1, 0.2, 0.3), "short_rise": (0.01, 0.03, 0.1), "min_points": (3, 4, 5, 6),
+                              "train_drop": (0.05, 0.1, 0.2)}
 
     def check(self, ctx: Context) -> list[Hit]:
         v = ctx.series("val_loss", finite=True)
@@ -178,11 +179,12 @@ class Overfitting(Rule):
 
     def _short(self, v: Series, t: Series | None) -> list[Hit]:
         x = v.values
-        # the last run of consecutive rises of the validation loss
+        # the last run of the validation loss that never falls (a tie, the same value printed twice,
+        # does not end it: the loss has not come back down)
         j = len(x) - 1
-        while j > 0 and x[j] > x[j - 1]:
+        while j > 0 and x[j] >= x[j - 1]:
             j -= 1
-        rises = len(x) - 1 - j
+        rises = int(np.sum(np.diff(x[j:]) > 0))
         rise = (x[-1] - x[j]) / abs(x[j]) if x[j] else 0.0
         if rises >= 1 and rise >= self.p.short_rise:
             if t is not None:
