@@ -187,3 +187,12 @@ def test_a_validation_loss_that_rises_then_holds_in_a_short_table(tmp_path: Path
     # a validation loss printed the same at every epoch has not risen
     flat = "".join(f"step {s} loss {t} val_loss 1.9821\n" for t, s, _ in rows)
     assert "TA301" not in _hits(tmp_path, flat)
+
+
+def test_a_small_loss_that_jumps_by_whole_nats_is_divergence_from_two_points(tmp_path: Path) -> None:
+    # a Keras epoch log: 0.22 after a good first epoch, 5.18 after the second
+    text = "Epoch 1: loss 0.2193 - acc 0.9354\nEpoch 2: loss 5.1823 - acc 0.5994\n"
+    h = _hits(tmp_path, text)["TA201"]
+    assert h.first_bad_step == 2 and "23.63x" in h.message
+    # a loss near 0 that triples is noise: 0.02 -> 0.08
+    assert "TA201" not in _hits(tmp_path, "Epoch 1: loss 0.0200 - acc 0.99\nEpoch 2: loss 0.0800 - acc 0.98\n")

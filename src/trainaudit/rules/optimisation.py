@@ -93,8 +93,9 @@ class Divergence(Rule):
     pinned at 87.3365, Caffe's clamp of a softmax loss whose probabilities underflowed
     (-ln(FLT_MIN), caffe/src/caffe/layers/softmax_loss_layer.cpp).
 
-    A short paste whose loss, at ``jump_floor`` (1.0) or more, triples and stays there counts from
-    its second point: a loss near 0 jumps by multiples in healthy runs, a loss of a few nats does not.
+    A short paste whose loss triples and stays there, ``jump_floor`` (1.0) or more above its lowest,
+    counts from its second point: a loss near 0 jumps by multiples in healthy runs (0.02 -> 0.08), a
+    jump of whole nats is no noise.
 
     A coarse log (epoch means) whose loss came down and then climbs from its lowest point, ending
     ``steady_rel`` (0.1) above it, diverged too: up at each of its ``steady_rises`` (5) or more
@@ -214,9 +215,9 @@ class Divergence(Rule):
         after = x[j + 1:]
         if j == 0 and lo > 0 and len(x) >= 5 and monotone_tail(x, +1) == len(x) - 1 and float(x[-1]) >= rise * lo:
             return [self._climb(s, rise)]
-        # a loss of ``jump_floor`` or more that triples and stays there is no noise, at any number of
-        # points (a loss near 0 jumps by multiples in healthy runs: 0.02 -> 0.08)
-        jump = jumps and lo >= self.p.jump_floor and after.size >= 1 and float(np.min(after)) >= 3 * lo
+        # a loss that triples and stays there, ``jump_floor`` or more above its lowest, is no noise at any
+        # number of points (a loss near 0 jumps by multiples in healthy runs: 0.02 -> 0.08)
+        jump = jumps and after.size >= 1 and float(np.min(after)) >= max(3 * lo, lo + self.p.jump_floor)
         # the loss came down to its lowest point first (a paste that starts at its lowest value and
         # only rises is noise as often as divergence, unless it triples), and stays up over 3 points
         # (2 if tripled)
