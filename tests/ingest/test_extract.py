@@ -168,6 +168,18 @@ def test_a_markdown_table_with_a_step_column(tmp_path: Path) -> None:
     assert val[0] == (500, 1.987311) and val[1][0] == 1000 and math.isnan(val[1][1])
 
 
+def test_a_model_card_row_whose_training_loss_is_not_logged_yet(tmp_path: Path) -> None:
+    # transformers' model card writes "No log" for the training loss of an evaluation that came before
+    # the first logging step (modelcard.py, parse_log_history): the row's other columns still count
+    run = read(tmp_path, ("| Training Loss | Epoch | Step | Validation Loss | Rouge1 |\n"
+                          "|:-------------:|:-----:|:----:|:---------------:|:------:|\n"
+                          "| No log | 1.0 | 272 | 0.6162 | 15.9418 |\n"
+                          "| 0.7405 | 2.0 | 544 | 0.6100 | 16.0021 |\n"))
+    assert points(run, "Validation Loss") == [(272, 0.6162), (544, 0.61)]
+    assert points(run, "Rouge1") == [(272, 15.9418), (544, 16.0021)]
+    assert points(run, "Training Loss") == [(544, 0.7405)] and "No log" not in run.series
+
+
 def test_a_whitespace_table_with_a_header(tmp_path: Path) -> None:
     # Chainer's PrintReport
     run = read(tmp_path, head("chainer-chainer-chainer-mnist-tutorial", 3))

@@ -196,3 +196,20 @@ def test_a_small_loss_that_jumps_by_whole_nats_is_divergence_from_two_points(tmp
     assert h.first_bad_step == 2 and "23.63x" in h.message
     # a loss near 0 that triples is noise: 0.02 -> 0.08
     assert "TA201" not in _hits(tmp_path, "Epoch 1: loss 0.0200 - acc 0.99\nEpoch 2: loss 0.0800 - acc 0.98\n")
+
+
+def test_a_validation_loss_the_same_at_every_evaluation(tmp_path: Path) -> None:
+    # a model card's table: the evaluated model never changes (the training loss hovers, the validation
+    # loss and every score are the same at each epoch)
+    rows = "".join(f"| {0.7405 + 0.004 * (i % 3):.4f} | {i}.0 | {272 * i} | 0.6162 | 15.9418 |\n" for i in range(1, 9))
+    text = "| Training Loss | Epoch | Step | Validation Loss | Rouge1 |\n|---|---|---|---|---|\n" + rows
+    h = _hits(tmp_path, text)["TA202"]
+    assert h.first_bad_step == 544 and "0.6162 to every printed digit at its last 8 evaluations" in h.message
+    # NeMo's progress line carries the last validation loss on every step while the per-step loss moves
+    nemo = "".join(f"Training epoch 0, iteration {i}/149 | global_step: {i} | reduced_train_loss: {1.23 + 0.03 * (i % 5):.3f} "
+                   f"| val_loss: 4.106\n" for i in range(120, 132))
+    assert "TA202" not in _hits(tmp_path, nemo)
+    # one evaluation an epoch with the training loss flat as well: frozen weights
+    fastai = "epoch train_loss valid_loss accuracy\n" + "".join(
+        f"{i} {0.6895 - 0.0002 * (i % 2):.6f} 0.690565 0.518646\n" for i in range(5))
+    assert _hits(tmp_path, fastai)["TA202"].first_bad_step == 1

@@ -838,6 +838,9 @@ def uses_header(p: Parsed) -> bool:
     return bool((len(p.pairs) == 1 and p.bare) or (not p.pairs and len(p.bare) >= 2))
 
 
+# a table cell that stands for a value not logged yet: the HF Trainer's model card writes "No log" for the
+# training loss of an evaluation before the first logging step (transformers/modelcard.py, parse_log_history)
+_MISSING_CELLS = frozenset({"no log"})
 _ENDS_IN_CLOCK_RE = re.compile(r"(?<![\d:])\d{1,3}:\d\d(?::\d\d)?\s*$")
 
 
@@ -855,7 +858,11 @@ def record_layout(p: Parsed, text: str, table: Table, vals: list[float], tqdm: b
     n_pairs = len(p.pairs)
     bare = list(range(2 * n_pairs, 2 * n_pairs + len(p.bare)))  # slots of the bare numbers
     pairs = list(range(n_pairs))
-    if n_pairs == 1 and bare and table.header and len(table.header) == 1 + len(bare):
+    skipped = 0  # header columns the row leaves empty
+    if n_pairs == 1 and p.pairs[0].key.lower() in _MISSING_CELLS and len(table.header) == 2 + len(bare):
+        # the first cell holds no number ("No log | 1.0 | 272 | 0.6162"): the pair's value is the next column's
+        bare, pairs, skipped = [0, *bare], [], 1
+    elif n_pairs == 1 and bare and table.header and len(table.header) == 1 + len(bare):
         # a labelled row under a header ("free -g": "Mem:  65  1  19  0  44  63")
         label = p.pairs[0].key
         bare = [0, *bare]
@@ -876,8 +883,8 @@ def record_layout(p: Parsed, text: str, table: Table, vals: list[float], tqdm: b
         metrics[pr.key] = i
     if not pairs and len(bare) >= 2 and not metrics:
         first = vals[bare[0]]
-        if table.header and len(table.header) == len(bare):
-            names = table.header
+        if table.header and len(table.header) == len(bare) + skipped:
+            names = table.header[skipped:]
         elif len(table.header) == len(bare) + 1 and table.header[-1].lower() in ("time", "elapsed", "duration") \
                 and _ENDS_IN_CLOCK_RE.search(text):
             names = table.header[:-1]  # fastai's "epoch train_loss valid_loss accuracy time": 00:02 is no number

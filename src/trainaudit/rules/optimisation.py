@@ -354,7 +354,11 @@ class NotLearning(Rule):
     that counts as not moving at all (1e-4), ``flat_tol`` relative spread (0.01),
     ``chance_acc`` accuracy at or below which a flat loss is not learning (0.01). In a short paste,
     a loss equal to every printed digit on its last ``short_points`` points or more counts too
-    (frozen weights), unless it is below ``frozen_floor`` (1e-3: a loss printed as 0.0000); so does a
+    (frozen weights), unless it is below ``frozen_floor`` (1e-3: a loss printed as 0.0000), and so,
+    at any length, does a validation loss equal to every printed digit at its last ``short_points`` + 1
+    evaluations or more, half of them at least (the evaluated weights do not change), when they are
+    more than a step apart or the training loss is flat too (a progress line repeats the last
+    evaluation at every step while the per-step loss moves); so does a
     loss (or validation loss) within ``near_tol`` (0.005) of ln(C) on all of its 6 or more points, C a
     class count up to ``max_classes`` (1000; a language model's first steps sit near ln(vocabulary)
     while warming up).
@@ -387,6 +391,40 @@ class NotLearning(Rule):
                               "max_noise": (0.02, 0.03, 0.05, 0.1)}
 
     def check(self, ctx: Context) -> list[Hit]:
+        return self._training(ctx) or self._frozen_validation(ctx)
+
+    def _frozen_validation(self, ctx: Context) -> list[Hit]:
+        """The validation loss the same to every printed digit at its last ``short_points`` + 1
+        evaluations or more (at least half of them): the evaluated weights do not change, whatever
+        the training loss does (a fixed evaluation set gives a changed model another loss)."""
+        v = ctx.series("val_loss", finite=True, min_points=self.p.short_points + 1)
+        if v is None:
+            return []
+        x = v.values
+        same = int(np.argmin(x[::-1] == x[-1])) if not np.all(x == x[-1]) else len(x)
+        if same < max(self.p.short_points + 1, len(x) // 2) or abs(float(x[-1])) < self.p.frozen_floor:
+            return []
+        start = len(x) - same
+        if np.any(np.diff(v.steps[start:]) <= 1) and not self._flat_training(ctx, v.steps[start:]):
+            # on consecutive steps under a training loss that moves, it is the last evaluation carried
+            # along on every step's line (NeMo's progress lines, Lightning's bars), not an evaluation each
+            return []
+        h = self.hit(f"{v.name} is {float(x[-1]):.6g} to every printed digit at its last {same} evaluations: the "
+                     "evaluated weights do not change", 0.75, metric=v.name, first_bad_step=int(v.steps[start + 1]),
+                     last_step=int(v.steps[-1]))
+        h.point("flat", v, len(v) - 1, f"{v.name} over the identical evaluations", indices=np.arange(start, len(v)))
+        h.calc("median", f"median {v.name} over the identical evaluations", "median({flat})")
+        return [h]
+
+    def _flat_training(self, ctx: Context, steps: np.ndarray) -> bool:
+        """The training loss over ``steps`` (the span of them) within twice ``flat_tol`` of its median."""
+        t = ctx.series("loss", finite=True)
+        if t is None:
+            return False
+        x = t.values[(t.steps >= steps[0]) & (t.steps <= steps[-1])]
+        return x.size >= 2 and float(np.ptp(x)) <= 2 * self.p.flat_tol * abs(float(np.median(x)))
+
+    def _training(self, ctx: Context) -> list[Hit]:
         s = ctx.series("loss", finite=True, min_points=self.p.short_points)
         if s is None or adversarial(s.name):
             return []
