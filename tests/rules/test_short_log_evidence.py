@@ -213,3 +213,12 @@ def test_a_validation_loss_the_same_at_every_evaluation(tmp_path: Path) -> None:
     fastai = "epoch train_loss valid_loss accuracy\n" + "".join(
         f"{i} {0.6895 - 0.0002 * (i % 2):.6f} 0.690565 0.518646\n" for i in range(5))
     assert _hits(tmp_path, fastai)["TA202"].first_bad_step == 1
+
+
+def test_two_runs_pasted_one_under_the_other_have_no_throughput_drop(tmp_path: Path) -> None:
+    # the slow run's bar first, the fast one's under it (an earlier step on a later line): a comparison
+    slow_first = " 273/1833 [09:09<55:41,  2.14s/it]\n 224/1849 [00:53<06:30,  4.17it/s]\n"
+    assert "TA406" not in _hits(tmp_path, slow_first)
+    # the same two points in step order are one run that slowed down
+    in_order = " 224/1849 [00:53<06:30,  4.17it/s]\n 273/1833 [09:09<55:41,  2.14s/it]\n"
+    assert _hits(tmp_path, in_order)["TA406"].first_bad_step == 273

@@ -635,6 +635,8 @@ class ThroughputRegression(Rule):
         return [h]
 
     def _short(self, s: Series, time_like: bool, tiny: bool = False) -> list[Hit]:
+        if _printed_out_of_step_order(s):
+            return []  # two runs pasted side by side (a later line with an earlier step): no before and after
         v = s.values
         ok = v > 0
         if not ok.all():
@@ -669,6 +671,13 @@ class ThroughputRegression(Rule):
         else:
             h.calc("slowdown", "throughput before over after (medians)", "median({before}) / median({after})", unit="x")
         return [h]
+
+
+def _printed_out_of_step_order(s: Series) -> bool:
+    """Points of one file printed in another order than their steps: a later line with an earlier
+    step, as when two runs are pasted one under the other to compare them."""
+    lines = s.lines[(s.src == s.src[0]) & (s.lines > 0)]
+    return bool(np.any(np.diff(lines) < 0))
 
 
 def _clean_break(bad: np.ndarray, ratio: float, before: int = 3, after: int = 2) -> tuple[int, float] | None:
