@@ -14,7 +14,7 @@ from trainaudit.model import EventKind
 K3 = sample_block("keras.txt", "addition_rnn.md")
 K2 = sample_block("keras.txt", "mnist_convnet.md")
 VERBOSE2 = sample_block("keras.txt", "keras-complex/issues/22")
-SCI = sample_block("keras.txt", "keras3/issues/296")
+SCI = sample_block("keras.txt", "Progbar prints a value below 1e-3")
 NAN = sample_block("keras.txt", "image-segmentation-keras/issues/50")
 TERMINATE = sample_block("keras.txt", "Mobilenet-ssd-keras/issues/21")
 SAMPLES = sample_block("keras.txt", "keras/pull/8169")
@@ -63,8 +63,8 @@ def test_verbose2_scientific_and_nan(tmp_path: Path) -> None:
     assert run.series["loss"].lines.tolist() == [3, 5]  # TF C++ log line in between is ignored
 
     run = _run(tmp_path, SCI, "sci.log")
-    assert run.series["acc"].values.tolist() == [0.0, 0.0056]  # 0.0000e+00
-    assert run.series["val_loss"].values.tolist() == [0.0187, 0.0673]
+    assert run.series["acc"].values.tolist() == [0.0, 0.004]  # 0.0000e+00
+    assert run.series["val_loss"].values.tolist() == [0.0291, 0.0544]
 
     run = _run(tmp_path, NAN, "nan.log")
     for name in ("loss", "acc", "val_loss", "val_acc"):
