@@ -6,7 +6,9 @@ The list holds URLs (a page, or a section of one by its fragment) and Megatron-L
 10 hex digits). A corpus label cites its source at a pinned commit (``/blob/<sha>/``) where the list
 names the branch (``/blob/master/``), so both are folded to one form before comparing: the same file at
 another commit is the same source. A list entry with a fragment reserves that section; without one,
-the whole page. Commits are looked for in the Megatron corpus cases and the compare oracle's sources.
+the whole page. URLs and ``owner/repo#N`` references are looked for in every text file beside the
+labels too (docs, code comments, fixtures); commits in the Megatron corpus cases and the compare
+oracle's sources.
 Prints one line per match and exits 1 when there is any.
 """
 
@@ -49,6 +51,28 @@ def cited(repo: Path) -> Iterator[tuple[str, str]]:
                 yield str(label.relative_to(repo)), value
 
 
+_REF = re.compile(r"(?<![\w/.-])([A-Za-z0-9_.-]{1,39})/([A-Za-z0-9_.-]{1,100})#(\d{1,7})\b")
+_URL = re.compile(r"https?://[^\s)\]>'\"`|]{1,400}")
+_TEXT = (".md", ".py", ".txt", ".json", ".jsonl", ".toml", ".yml", ".yaml", ".cfg")
+
+
+def mentioned(repo: Path) -> Iterator[tuple[str, str]]:
+    """(file, URL) for every URL and ``owner/repo#N`` reference (as its issue and pull request URLs)
+    in the repository's text files outside the corpus labels (docs, code comments, fixtures)."""
+    for top in ("docs", "src", "tests", "tools", "benchmarks", "examples", "README.md"):
+        base = repo / top
+        for path in sorted([base] if base.is_file() else base.rglob("*")):
+            if not path.is_file() or path.suffix not in _TEXT or path.name == "label.json":
+                continue
+            text = path.read_text(encoding="utf-8", errors="replace")
+            where = str(path.relative_to(repo))
+            for m in _URL.finditer(text):
+                yield where, m.group(0).rstrip(".,;:")
+            for m in _REF.finditer(text):
+                for kind in ("issues", "pull"):
+                    yield where, f"https://github.com/{m.group(1)}/{m.group(2)}/{kind}/{m.group(3)}"
+
+
 def commit_files(repo: Path) -> Iterator[Path]:
     yield from sorted((repo / "tests" / "corpus" / "megatron").glob("*/case.json"))
     yield repo / "tests" / "compare" / "oracle" / "SOURCES.md"
@@ -59,8 +83,8 @@ def matches(repo: Path, listing: str) -> list[str]:
     lines = [ln.strip() for ln in listing.splitlines() if ln.strip() and not ln.startswith("#")]
     urls = [ln for ln in lines if ln.startswith("http")]
     commits = [ln for ln in lines if _COMMIT.match(ln)]
-    out = [f"{where}: {url} (reserved: {entry})" for where, url in cited(repo)
-           if (entry := reserved(url, urls)) is not None]
+    out = sorted({f"{where}: {url} (reserved: {entry})" for where, url in [*cited(repo), *mentioned(repo)]
+                  if (entry := reserved(url, urls)) is not None})
     for path in commit_files(repo):
         if path.exists():
             text = path.read_text(encoding="utf-8")

@@ -27,3 +27,14 @@ def test_the_corpus_is_checked_label_by_label_and_commit_by_commit() -> None:
     good = json.loads(case.read_text(encoding="utf-8"))["good"][:10]
     assert f"{case.relative_to(rs.REPO)}: commit {good}" in rs.matches(rs.REPO, f"{good}\n")
     assert rs.matches(rs.REPO, "https://example.org/nothing-cites-this\n") == []
+
+
+def test_a_reference_in_docs_or_fixtures_counts_too(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "signatures.md").write_text("| `exit` | seen in o/r#534 |\n", encoding="utf-8")
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "k.txt").write_text("# source: https://github.com/o/k/issues/296  (notes)\n", encoding="utf-8")
+    listing = "https://github.com/o/r/issues/534\nhttps://github.com/o/k/issues/296\n"
+    found = rs.matches(tmp_path, listing)
+    assert [f.split(":")[0] for f in found] == ["docs/signatures.md", "tests/k.txt"]
+    assert rs.matches(tmp_path, "https://github.com/o/r/issues/53\n") == []
