@@ -222,3 +222,12 @@ def test_grad_scale_too_small_exit_is_the_scaler_giving_up(tmp_path):
              "RuntimeError: grad_scale is too small, exiting: 8.470329472543003e-22"]
     _, hits, d = _diag(tmp_path, lines)
     assert hits["TA104"].fatal and (d.verdict, d.category) == ("crash", "loss_scale_collapse")
+
+
+def test_paddle_amp_scaler_reductions_are_loss_scale_events(tmp_path):
+    # PaddleOCR's log with Paddle's AmpScaler lines (python/paddle/amp/grad_scaler.py, _update)
+    run, hits, d = _diag(tmp_path, corpus_log("paddle-PaddlePaddle-PaddleOCR-10365"))
+    scales = [(e.data["scale"], e.data["new_scale"]) for e in run.events if e.kind.value == "loss_scale"]
+    assert scales[0] == (0.001953125, 0.0009765625) and len(scales) == 3
+    assert all(e.data["framework"] == "paddle" for e in run.events if e.kind.value == "loss_scale")
+    assert hits["TA104"].first_bad_step == 80 and d.category == "loss_scale_collapse"

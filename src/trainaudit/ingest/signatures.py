@@ -33,7 +33,7 @@ from trainaudit.redact import mask_secrets
 # rejected by a single scan (~2 us on a 400-character Megatron line). Keep in sync with the matchers.
 GATE = re.compile(
     r"A(?:borted \(core|ssertionError)|B(?:us error)|C(?:UDA|hild|urrent loss|uda failure)"
-    r"|D(?:ataLoader worker|uring handling of)|E(?:rror|xception|CC)|F(?:atal|unction '|AILED|ile \")"
+    r"|D(?:ataLoader worker|uring handling of)|E(?:rror|xception|CC)|F(?:atal|unction '|AILED|ile \"|ound inf or nan)"
     r"|G(?:PU is lost|radient overflow|rad overflow on iteration|rad scale is small)|H(?:IP out|eartbeat monitor)|K(?:illed)|M(?:inimum loss scale)"
     r"|N(?:CCL|VRM|aN)|O(?:utOfMemory|OM|ut of memory)|P(?:rocessGroupNCCL)|R(?:oot Cause)"
     r"|S(?:egmentation fault|ending process)|T(?:raceback|raining failed|he above exception"
@@ -320,6 +320,10 @@ APEX_OVERFLOW_RE = re.compile(r"Gradient overflow\. {1,2}Skipping step, loss sca
 #   which it then halves, never below 1 (apex/fp16_utils/fp16_optimizer.py, _update_scale)
 GRAD_OVERFLOW_RE = re.compile(r"Grad overflow on iteration:? ?(?P<step>\d{1,12})")
 USING_SCALE_RE = re.compile(r"Using dynamic loss scale of (?P<scale>[\d.eE+\-]{1,40})")
+# Paddle's AmpScaler on each reduction (python/paddle/amp/grad_scaler.py, _update):
+#   "Found inf or nan, current scale is: 0.001953125, decrease to: 0.001953125*0.5"
+PADDLE_SCALE_RE = re.compile(r"Found inf or nan, current scale is: (?P<scale>[\d.eE+\-]{1,40}), decrease to: "
+                             r"[\d.eE+\-]{1,40}\*(?P<ratio>[\d.eE+\-]{1,40})")
 # icefall's recipes warn once the AMP GradScaler's scale is below 0.01 and stop below 1e-5
 #   (k2-fsa/icefall egs/librispeech/ASR/zipformer/train.py: "Grad scale is small: {cur_grad_scale}")
 SMALL_SCALE_RE = re.compile(r"Grad scale is small: (?P<scale>[\d.eE+\-]{1,40})")
@@ -346,6 +350,12 @@ def _loss_scale(line: Line, text: str) -> list[tuple[EventKind, str, dict[str, A
     u = SMALL_SCALE_RE.search(text)
     if u is not None:
         return _scale_event("icefall", u, "icefall: the AMP grad scale is small:")
+    u = PADDLE_SCALE_RE.search(text)
+    if u is not None:
+        found = _scale_event("paddle", u, "Paddle AMP: inf or nan found, loss scale reduced from")
+        with contextlib.suppress(ValueError, KeyError):
+            found[0][2]["new_scale"] = found[0][2]["scale"] * float(u.group("ratio"))
+        return found
     m = LS_MIN_RE.search(text)
     if m is None:
         return []
@@ -595,8 +605,8 @@ _MATCHERS: list[tuple[tuple[str, ...], Matcher]] = [
     (("out of memory",), _oom),
     (("atchdog", "Timeout at NCCL", "Heartbeat monitor"), _nccl),
     (("Unexpected result", "found NaN", "found Inf", "returned nan", "gradients are Nan", "The loss returned"), _nan),
-    (("Current loss scale", "Minimum loss scale", "Gradient overflow", "Using dynamic loss scale", "Grad scale is small"),
-     _loss_scale),
+    (("Current loss scale", "Minimum loss scale", "Gradient overflow", "Using dynamic loss scale", "Grad scale is small",
+      "Found inf or nan"), _loss_scale),
     (("(exitcode:", "closing signal", "SignalException"), _elastic_line),
     (("Fatal Python error", "Segmentation fault", "Bus error", "Aborted", "Floating point exception", "Killed",
       "killed by signal", "oom-kill", "oom_kill"), _signals),
