@@ -222,3 +222,12 @@ def test_two_runs_pasted_one_under_the_other_have_no_throughput_drop(tmp_path: P
     # the same two points in step order are one run that slowed down
     in_order = " 224/1849 [00:53<06:30,  4.17it/s]\n 273/1833 [09:09<55:41,  2.14s/it]\n"
     assert _hits(tmp_path, in_order)["TA406"].first_bad_step == 273
+
+
+def test_a_loss_climbing_at_each_of_its_last_two_points_to_three_times_its_lowest(tmp_path: Path) -> None:
+    # the warm-up raises the learning rate and the loss climbs: 4.83, 4.72, 8.42, 21.50
+    text = "".join(f"step {s} loss {v}\n" for s, v in ((0, 4.831), (100, 4.718), (200, 8.423), (300, 21.497)))
+    assert _hits(tmp_path, text)["TA201"].first_bad_step == 200
+    # up and then back down is no climb
+    down = "".join(f"step {s} loss {v}\n" for s, v in ((0, 4.831), (100, 4.718), (200, 8.423), (300, 6.1)))
+    assert "TA201" not in _hits(tmp_path, down)

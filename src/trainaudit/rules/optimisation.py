@@ -87,8 +87,9 @@ class Divergence(Rule):
     Example: loss 4.1 -> 2.3 (best) -> 2.9 -> 3.8 -> 4.4 and never comes back.
 
     A short paste (3 to ``min_points`` points) counts when the loss ends ``short_rise`` times
-    above its lowest point and every point after the rise stays there (at least 2; a paste that
-    starts at its lowest point must triple), when it rises at every one of 5 or more points to
+    above its lowest point and every point after the rise stays there (at least 2, twice as high
+    when there are only 2 unless they climb to three times the lowest; a paste that starts at its
+    lowest point must triple), when it rises at every one of 5 or more points to
     ``short_rise`` times where it started, or when it is
     pinned at 87.3365, Caffe's clamp of a softmax loss whose probabilities underflowed
     (-ln(FLT_MIN), caffe/src/caffe/layers/softmax_loss_layer.cpp).
@@ -225,7 +226,11 @@ class Divergence(Rule):
             return []
         if j == 0 and not jump and (after.size < 3 or float(np.min(after)) < 3 * lo):
             return []
-        if after.size < 3 and float(np.min(after)) < 2 * rise * lo:
+        # two points may show it too when the loss climbs at each of them to three times its lowest
+        # (4.7 -> 8.4 -> 21.5 as the warm-up raises the learning rate)
+        climbing = after.size == 2 and float(after[0]) > lo and float(after[1]) > float(after[0]) \
+            and float(after[1]) >= 3 * lo
+        if after.size < 3 and float(np.min(after)) < 2 * rise * lo and not climbing:
             return []
         if len(x) >= self.p.min_points and float(np.min(after)) < float(np.max(x[:j + 1])):
             return []  # in a long log, a jump that stays below where the loss started is noise
