@@ -37,3 +37,15 @@ def test_a_count_of_iterations_is_no_step_time() -> None:
     # a time per so many steps is a step time
     assert find_roles(Run(series={"time per 100 steps": _series("time per 100 steps", 5)})).names["step_time"] \
         == "time per 100 steps"
+
+
+def test_a_boosting_librarys_error_metrics_are_its_losses() -> None:
+    # XGBoost's "<set>-<metric>" and LightGBM's "<set>'s <metric>": lower is better, round after round
+    from trainaudit.series.roles import _keyword, norm
+
+    for name in ("train-rmse", "training's binary_logloss", "train-mlogloss"):
+        assert _keyword("loss", norm(name)) and not _keyword("val_loss", norm(name)), name
+    for name in ("eval-rmspe", "valid_0's l2", "validation_0-logloss", "test-merror"):
+        assert _keyword("val_loss", norm(name)) and not _keyword("loss", norm(name)), name
+    for name in ("train-auc", "eval-ndcg", "rmse"):  # higher is better, or no data set named
+        assert not _keyword("loss", norm(name)) and not _keyword("val_loss", norm(name)), name

@@ -137,7 +137,7 @@ def test_a_validation_loss_descending_to_its_minimum_then_climbing_steadily(tmp_
 def test_a_memorised_training_set_with_a_validation_loss_past_its_best(tmp_path: Path) -> None:
     # 200 samples learned by heart: training accuracy 1.0, the validation loss never better than epoch 1
     train = [0.69, 0.50, 0.28, 0.12, 0.058, 0.031, 0.017, 0.0098, 0.0058, 0.0035]
-    val = [0.692, 0.695, 0.713, 0.700, 0.704, 0.705, 0.734, 0.717, 0.720, 0.724]
+    val = [0.692, 0.735, 0.701, 0.728, 0.699, 0.731, 0.703, 0.729, 0.718, 0.724]  # no trend: up and down
     acc = [0.47, 0.99] + [1.0] * 8
     h = _hits(tmp_path, _epochs(train, val, acc))["TA301"]
     assert h.first_bad_step == 2 and "memorised" in h.message
@@ -231,3 +231,14 @@ def test_a_loss_climbing_at_each_of_its_last_two_points_to_three_times_its_lowes
     # up and then back down is no climb
     down = "".join(f"step {s} loss {v}\n" for s, v in ((0, 4.831), (100, 4.718), (200, 8.423), (300, 6.1)))
     assert "TA201" not in _hits(tmp_path, down)
+
+
+def test_boosting_rounds_whose_validation_error_trends_up_while_the_training_error_falls(tmp_path: Path) -> None:
+    # XGBoost rounds: eval-rmspe climbs by ~1% a round with small dips, train-rmspe falls every round
+    ev = [0.843, 0.849, 0.878, 0.880, 0.886, 0.887, 0.892, 0.8923, 0.8922, 0.895, 0.892, 0.894, 0.899, 0.903, 0.908]
+    text = "".join(f"[{i}] train-rmspe:{0.36 - 0.0035 * i:.6f} eval-rmspe:{e:.6f}\n" for i, e in enumerate(ev, 10))
+    h = _hits(tmp_path, text)["TA301"]
+    assert h.first_bad_step == 11 and "trends up over its 15 evaluations" in h.message
+    # the same validation error while the training error is flat: no overfitting
+    flat = "".join(f"[{i}] train-rmspe:{0.36 + 0.001 * (i % 2):.6f} eval-rmspe:{e:.6f}\n" for i, e in enumerate(ev, 10))
+    assert "TA301" not in _hits(tmp_path, flat)

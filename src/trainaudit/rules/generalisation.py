@@ -9,7 +9,7 @@ import numpy as np
 from trainaudit.answer.schema import Category, Severity
 from trainaudit.model import Series
 from trainaudit.rules.base import Context, Grid, Guidance, Hit, Rule, Thresholds
-from trainaudit.series.stats import monotone_tail, rolling_median
+from trainaudit.series.stats import kendall_tau, monotone_tail, rolling_median
 
 
 def _still_more_accurate(ctx: Context) -> bool:
@@ -43,6 +43,9 @@ class Overfitting(Rule):
 
     A validation loss up at every evaluation since its minimum, more than ``min_after`` times and by
     ``short_rise`` or more, counts too (with a lower confidence) when it has not yet reached ``ratio``.
+
+    So does a validation loss that trends up over 10 evaluations or more since its minimum (Kendall's
+    tau at least 0.7) to ``short_rise`` above it while the training loss trends down as strongly.
 
     So does a validation loss up at each of its last ``min_after`` + 2 evaluations, ending
     ``short_rise`` above where that climb began, while the training loss falls ``train_drop`` over
@@ -115,7 +118,7 @@ class Overfitting(Rule):
         steady = bool(np.all(np.diff(after) >= 0)) and int(np.sum(np.diff(after) > 0)) > self.p.min_after \
             and (float(after[-1]) - vmin) / abs(vmin) >= self.p.short_rise
         if rise < self.p.ratio and not steady:
-            return self._climbing_tail(v, t)
+            return self._climbing_tail(v, t) or self._trending_apart(v, t, jmin)
         # and out of the validation loss's own noise: 3 robust standard deviations above its level
         # between the end of the early descent and the minimum (a noisy curve that dips once is
         # not overfitting when it comes back to where it was)
@@ -174,6 +177,27 @@ class Overfitting(Rule):
                f"{x[-1]:.4g} (+{rise:.0%}), while {t.name} falls from {t0:.4g} to {t1:.4g}")
         h = self._hit(msg, 0.6, v, j, rise)
         h.point("t0", t, ti, f"{t.name} at the step the validation loss starts to rise")
+        h.point("t1", t, len(t) - 1, f"last {t.name}")
+        return [h]
+
+    def _trending_apart(self, v: Series, t: Series, jmin: int) -> list[Hit]:
+        """From the validation minimum on, 10 evaluations or more: the validation loss trends up
+        (Kendall's tau at least 0.7) to ``short_rise`` above the minimum while the training loss trends
+        down as strongly over the same steps. Trends of that strength over 10 points do not come from
+        noise (a tau of 0.7 over 10 points has a one-sided p of about 0.003), however small the rise."""
+        after = v.values[jmin:]
+        if after.size < 10:
+            return []
+        rise = (float(np.median(after[-3:])) - float(after[0])) / abs(float(after[0]))
+        ti = max(int(np.searchsorted(t.steps, v.steps[jmin], side="left")), 0)
+        train = t.values[ti:]
+        if rise < self.p.short_rise or train.size < 10 or kendall_tau(after) < 0.7 or kendall_tau(train) > -0.7:
+            return []
+        msg = (f"{v.name} trends up over its {after.size} evaluations since its minimum {after[0]:.4g} at step "
+               f"{int(v.steps[jmin])}, to {after[-1]:.4g} (+{rise:.0%}), while {t.name} trends down "
+               f"({train[0]:.4g} -> {train[-1]:.4g})")
+        h = self._hit(msg, 0.6, v, jmin, rise)
+        h.point("t0", t, ti, f"{t.name} at the validation minimum")
         h.point("t1", t, len(t) - 1, f"last {t.name}")
         return [h]
 

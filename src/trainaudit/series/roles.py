@@ -76,15 +76,21 @@ _EXACT: dict[str, list[str]] = {
 
 
 _COUNTS = ("iterations", "timesteps", "steps", "updates", "epochs", "batches")
+# a gradient-boosting library's evaluation of an error metric on one of its data sets, round after
+# round: XGBoost's "train-rmse" / "eval-logloss" / "validation_0-mlogloss"
+# (https://xgboost.readthedocs.io/en/stable/parameter.html#learning-task-parameters), LightGBM's
+# "training's l2" / "valid_0's binary_logloss"; lower is better, as for a loss
+_BOOSTING_ERROR = re.compile(r"^(?:train|training|eval|valid|validation|test)(?:_\d+)?(?:'s)?_"
+                             r"(?:binary_|multi_)?(?:rmse|rmsle|rmspe|mae|mape|logloss|mlogloss|error|merror|l1|l2)$")
 
 
 def _keyword(role: str, n: str) -> bool:
     is_val = bool(_VAL.search(n))
     if role == "loss":
-        return (("loss" in n or "entropy" in n or n == "value") and not is_val and "scale" not in n
-                and "balanc" not in n and "aux" not in n)
+        return (("loss" in n or "entropy" in n or n == "value" or bool(_BOOSTING_ERROR.match(n))) and not is_val
+                and "scale" not in n and "balanc" not in n and "aux" not in n)
     if role == "val_loss":
-        return "loss" in n and is_val
+        return ("loss" in n or bool(_BOOSTING_ERROR.match(n))) and is_val
     if role == "grad_norm":
         return ("grad" in n and "norm" in n) and not is_val
     if role == "lr":
