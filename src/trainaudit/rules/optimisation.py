@@ -358,8 +358,8 @@ class NotLearning(Rule):
     ``short_points`` (3), ``pinned_tol`` (0.003), ``pinned_spread`` relative spread of the last points
     that counts as not moving at all (1e-4), ``flat_tol`` relative spread (0.01),
     ``chance_acc`` accuracy at or below which a flat loss is not learning (0.01). In a short paste,
-    a loss equal to every printed digit on its last ``short_points`` points or more counts too
-    (frozen weights), unless it is below ``frozen_floor`` (1e-3: a loss printed as 0.0000), and so,
+    a loss equal to every printed digit (or within ``pinned_spread``) on its last ``short_points``
+    points or more counts too (frozen weights), unless it is below ``frozen_floor`` (1e-3: a loss printed as 0.0000), and so,
     at any length, does a validation loss equal to every printed digit at its last ``short_points`` + 1
     evaluations or more, half of them at least (the evaluated weights do not change), when they are
     more than a step apart or the training loss is flat too (a progress line repeats the last
@@ -517,8 +517,10 @@ class NotLearning(Rule):
             accs = [ctx.run.series[n].finite() for n in ctx.run.series if "acc" in n.lower() and "@rank" not in n]
             acc = next((a for a in accs if len(a) and float(np.max(a.values)) <= self.p.chance_acc), None)
             chance = acc is not None
-            # the same value to every printed digit, again and again: the weights do not change
-            same = int(np.argmin(x[::-1] == x[-1])) if not np.all(x == x[-1]) else len(x)
+            # the same value to every printed digit (or within ``pinned_spread`` of it: 1535.6199,
+            # 1535.6196, 1535.6337), again and again: the weights do not change
+            still = np.abs(x[::-1] - x[-1]) <= self.p.pinned_spread * abs(float(x[-1]))
+            same = int(np.argmin(still)) if not np.all(still) else len(x)
             # a classifier's loss at ln(C), moving only in its last digits, epoch after epoch; the
             # validation loss shows it as well when the training loss still drifts down to ln(C)
             near = uniform_size(x, self.p.near_tol) if len(x) >= 2 * k else None
@@ -532,8 +534,10 @@ class NotLearning(Rule):
                 conf = 0.7
             elif same >= k and abs(float(x[-1])) >= self.p.frozen_floor:
                 start = len(x) - same
-                msg = (f"{s.name} is {float(x[-1]):.6g} to every printed digit on the last {same} logged points: the "
-                       "weights do not change (nothing is updated, or the output saturated)")
+                exact = bool(np.all(x[-same:] == x[-1]))
+                msg = (f"{s.name} is {float(x[-1]):.6g} " + ("to every printed digit" if exact else
+                       f"within {self.p.pinned_spread:.0e} of it (relative)") + f" on the last {same} logged points: "
+                       "the weights do not change (nothing is updated, or the output saturated)")
                 conf = 0.75
             elif len(body) < k + 1 or spread > self.p.flat_tol or not chance:
                 return []
