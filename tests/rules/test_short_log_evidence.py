@@ -253,3 +253,16 @@ def test_a_loss_that_moves_only_in_its_sixth_digit_is_frozen(tmp_path: Path) -> 
     # a loss that moves by a tenth of a percent a step is learning slowly, not frozen
     slow = "".join(f"epoch: 8 - global_step: {s}/940 - loss:{v}\n" for s, v in ((700, 1.5362), (750, 1.5347), (800, 1.5331)))
     assert "TA202" not in _hits(tmp_path, slow)
+
+
+def test_overfitting_with_min_points_at_three_reads_a_three_point_validation_loss(tmp_path: Path) -> None:
+    # the fitted grid lets min_points be 3: the long path then sees three validation points
+    from trainaudit.rules.base import Context
+    from trainaudit.rules.generalisation import Overfitting
+
+    log = tmp_path / "t.log"
+    log.write_text("".join(f"step {s} loss {t} val_loss {v} acc 1.0 val_acc 0.5\n" for s, t, v in
+                           ((1, 0.5, 2.0), (2, 0.1, 2.1), (3, 0.01, 2.2))), encoding="utf-8")
+    run, _ = load_run([str(log)])
+    hits = Overfitting.with_overrides({"min_points": 3}).check(Context.of(run))
+    assert len(hits) == 1 and hits[0].category == "overfitting"

@@ -96,7 +96,8 @@ class Overfitting(Rule):
             return rising
         # a training set memorised while the validation loss ends above its best before the last three
         # evaluations: overfitting however the validation curve moves
-        worse = short or float(np.median(v.values[-3:])) >= (1 + self.p.short_rise) * float(np.min(v.values[:-3]))
+        worse = short or len(v) <= 3 or \
+            float(np.median(v.values[-3:])) >= (1 + self.p.short_rise) * float(np.min(v.values[:-3]))
         return self._memorised(ctx, v, t) if worse else []
 
     def _after_minimum(self, v: Series, t: Series) -> list[Hit]:
