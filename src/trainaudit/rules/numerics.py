@@ -13,7 +13,7 @@ from trainaudit.model import Event, EventKind, Series
 from trainaudit.answer.schema import Category, Severity
 from trainaudit.rules.base import Context, Grid, Guidance, Hit, Role, Rule, Thresholds
 from trainaudit.series.roles import norm
-from trainaudit.series.stats import robust_z, sliding_max, trailing_median_mad
+from trainaudit.series.stats import robust_z, sliding_max, trailing_median_mad, trailing_median_mad_at
 
 TRAINING_ROLES = ("loss", "grad_norm", "lr", "loss_scale", "val_loss")
 
@@ -161,17 +161,27 @@ def spike_mask(s: Series, window: int, z_thr: float, rel_thr: float, min_history
     points, ``rel_thr`` above that median, *and* an excursion above the median ``over_max`` times
     the largest excursion of the previous ``max_window`` points. The last condition keeps the heavy right tail of small-batch losses
     (a batch with one hard example) from counting: a spike must exceed the recent extremes too.
-    Returns (spike indices, trailing median, robust z)."""
+    Returns (spike indices, trailing median, robust z); with ``over_max`` >= 1 the median and z are
+    computed only at the points above every one of the previous ``max_window`` (NaN elsewhere): the
+    median of the trailing window is at most their maximum, so ``x - med > over_max * (prev_max - med)``
+    holds nowhere else (rounding keeps that order: a difference and a product by a factor >= 1 round
+    monotonically)."""
     x = s.values
     w = max(3, min(window, x.size // 3))
-    med, dev = trailing_median_mad(x, w)
-    z = robust_z(x, med, dev)
-    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
-        rel = (x - med) / np.abs(med)
     mw = max(w, min(max_window, x.size // 3))
     prev_max = np.full(x.size, np.inf)
     if x.size > mw:
         prev_max[mw:] = sliding_max(x[:-1], mw)
+    if over_max >= 1:
+        at = np.flatnonzero(x > prev_max)  # only where prev_max is finite: index mw >= w on
+        med = np.full(x.size, np.nan)
+        dev = np.full(x.size, np.nan)
+        med[at], dev[at] = trailing_median_mad_at(x, w, at)
+    else:
+        med, dev = trailing_median_mad(x, w)
+    z = robust_z(x, med, dev)
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        rel = (x - med) / np.abs(med)
     # scale: a jump must also be a real fraction of how far the metric has come down, so the
     # relative noise of a loss converged near 0 is not a spike (same rule for loss 10 and 0.01)
     first = float(np.median(x[:min(5, x.size)]))
