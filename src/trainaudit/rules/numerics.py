@@ -379,13 +379,36 @@ MIN_SCALE_RE = re.compile(r"minimum loss scale reached|loss scale already at min
 _SCALE_RE = re.compile(r"(?:reducing to|setting loss scale to:?|loss scale(?: to)?:?)\s*(\d+(?:\.\d*)?(?:[eE][+-]?\d+)?)", re.I)
 
 
+# Two lines that differ only in their ASCII digits give _SCALE_RE's match at the same span: no part of
+# the pattern but \d tells one ASCII digit from another (and \d takes them all), so its search runs
+# once per line with the digits zeroed (a run of 75 000 overflow lines has a few hundred of those).
+_ZERO_DIGITS = bytes.maketrans(b"123456789", b"000000000")
+_SPAN_MEMO = 4096  # distinct zeroed lines remembered per call
+
+
+def _scale_text(raw: str, memo: dict[bytes, tuple[int, int] | None]) -> str | None:
+    """``_SCALE_RE.search(raw).group(1)``, or None."""
+    key = raw.encode("utf-8", "surrogatepass").translate(_ZERO_DIGITS)
+    if key in memo:
+        span = memo[key]
+    else:
+        m = _SCALE_RE.search(raw)
+        span = m.span(1) if m else None
+        if len(memo) < _SPAN_MEMO:
+            memo[key] = span
+    return None if span is None else raw[span[0]:span[1]]
+
+
 def _scale_from_events(events: list[Event]) -> list[tuple[Event, float]]:
     out = []
+    memo: dict[bytes, tuple[int, int] | None] = {}
     for e in events:
         v = e.data.get("new_scale", e.data.get("scale"))
         if v is None:
-            m = _SCALE_RE.search(e.raw) or _SCALE_RE.search(e.message)
-            v = m.group(1) if m else None
+            v = _scale_text(e.raw, memo)
+            if v is None:
+                m = _SCALE_RE.search(e.message)
+                v = m.group(1) if m else None
         if v is not None:
             try:
                 out.append((e, float(v)))
