@@ -7,6 +7,9 @@ import json
 import math
 from pathlib import Path
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from shared_data import run_cli, sample_block, write_lines
 from trainaudit.ingest import detect, load_run
 from trainaudit.ingest.sources import expand_inputs
@@ -205,3 +208,40 @@ def test_the_bar_after_each_train_dict_gives_its_rate(tmp_path: Path) -> None:
     rate = run.series["it/s"]
     assert rate.steps.tolist() == [5, 10, 15] and rate.values.tolist()[:2] == [541.72, 689.9]
     assert abs(rate.values[2] - 1 / 1.24) < 1e-12 and rate.lines.tolist() == [2, 4, 6]
+
+
+_RATE_PIECES = [" 45%|", "████▌", "▍     ", "##", "| ", "123/456", "7/8", " [", "00:12", "<", "01:02:03", "?", ", ",
+                "2.36", "10", "0.5", "?it/s", "it/s", "s/it", "]", "\u0663", "\xff", "x", "/", "e", "5",
+                "| 123/456 [00:12<01:02:03, 2.36it/s]", "| 7/8 [00:01<?, 10.00s/it]", "|██▌ | 5/10 [00:01<00:02,  0.5it/s]",
+                "| 1/2 [00:00<00:00, 0s/it]", "| 3/9 [00:01<00:02, \u0663.5it/s]"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from(_RATE_PIECES), max_size=16), st.lists(st.integers(0, 9), min_size=1, max_size=6))
+def test_the_rate_found_once_per_digit_shape_is_bar_rate(pieces: list[str], shifts: list[int]) -> None:
+    # the bulk path finds where a bar's rate is once per segment with its ASCII digits zeroed, then
+    # reads the bytes there: the same rate as bar_rate on every segment of that shape
+    from trainaudit.ingest.formats.hf import _SLOW, _per_second, _rate_span, bar_rate
+
+    base = "".join(pieces).encode("utf-8").replace("\xff".encode(), b"\xff")  # "\xff": an invalid byte
+    spans = set()
+    for d in shifts:
+        segment = bytes((c - 48 + d) % 10 + 48 if 48 <= c <= 57 else c for c in base)
+        text = segment.decode("utf-8", "replace")
+        span = _rate_span(text)
+        spans.add(span)
+        if span is None:
+            assert bar_rate(text) is None
+        elif span is not _SLOW:
+            assert _per_second(float(segment[span[0]:span[1]]), span[2]) == bar_rate(text)
+    assert len(spans) == 1
+
+
+def test_the_rate_cases_above_include_every_path() -> None:
+    from trainaudit.ingest.formats.hf import _SLOW, _rate_span
+
+    assert _rate_span("| 123/456 [00:12<01:02:03, 2.36it/s]") == (27, 31, True)
+    assert _rate_span(" 50%|██▌ | 7/8 [00:01<?, 10.00s/it]")[2] is False  # type: ignore[index]
+    assert _rate_span("| 3/9 [00:01<00:02, \u0663.5it/s]") is _SLOW  # an Arabic-Indic digit: read as text
+    assert _rate_span("\ufffd| 3/9 [00:01<00:02, 1.5it/s]") is _SLOW
+    assert _rate_span("| 3/9 [00:01<?, ?it/s]") is None

@@ -471,3 +471,28 @@ def test_fairseq_pipe_summaries_are_placed_in_bulk(tmp_path: Path, monkeypatch: 
     assert placed.rows >= 300
     assert bulk.series["train_loss"].steps[-1] == 3000 and np.isnan(bulk.series["train_nll_loss"].values[-1])
     assert bulk.series["valid_loss"].steps.tolist()[:2] == [500, 1000] and "valid_best" in bulk.series
+
+
+def test_keras_nan_running_values_after_the_first_are_placed_in_bulk(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first in-progress bar whose running loss is NaN is the line reader's (it reports it);
+    the NaN bars of the epochs after it are read in bulk, as the line reader reads them."""
+    monkeypatch.setattr(shaped, "CHUNK_SIZE", 4096)
+    out = []
+    for epoch in range(1, 7):
+        bars = []
+        for k in range(1, 40):
+            loss = "nan" if epoch >= 3 and (epoch > 3 or k >= 20) else f"{3 / epoch + k / 1000:.4f}"
+            bars.append(f"{k:3d}/40 [{'=' * (k // 4)}>{'.' * (10 - k // 4)}] - ETA: 1s - loss: {loss}" + "\b" * 50)
+        last = "nan" if epoch >= 3 else f"{3 / epoch:.4f}"
+        out.append(f"Epoch {epoch}/7\n" + "\r".join(bars) + f"\r 40/40 [==========] - 1s 8ms/step - loss: {last}")
+    out.append("Epoch 7/7\n" + "\r".join(f"{k:3d}/40 [>.........] - ETA: 1s - loss: nan" for k in range(1, 9)))
+    path = tmp_path / "k.log"
+    path.write_text("\n".join(out) + "\n", encoding="utf-8")
+    placed = Placed(monkeypatch)
+    bulk, _ = both(path, KerasReader, monkeypatch)
+    nan_checks = [e for e in bulk.events if e.kind.value == "nan_check"]
+    assert len(nan_checks) == 1 and nan_checks[0].data["epoch"] == 3 and nan_checks[0].data["batch"] == 20
+    # epochs 4 to 7 (39 + 39 + 39 + 8 NaN bars and three final bars) among the rows placed in bulk
+    assert placed.rows >= 2 * 40 + 3 * 40 + 8
+    assert bulk.series["loss"].steps.tolist() == [1, 2, 3, 4, 5, 6] and np.isnan(bulk.series["loss"].values[2:]).all()

@@ -120,7 +120,7 @@ def _diagnosed(log: Path) -> tuple[object, list[PlotSpec]]:
 
 
 def check_report(tmp: str) -> None:
-    from trainaudit.render.write import write_report
+    from trainaudit.render.write import start_drawing, write_report
 
     tmp_path = Path(tmp)
     log = tmp_path / "train.log"
@@ -142,6 +142,24 @@ def check_report(tmp: str) -> None:
     assert names == sorted(p.relative_to(painted.out_dir) for p in painted.out_dir.rglob("*") if p.is_file())
     for name in names:
         assert (plain.out_dir / name).read_bytes() == (painted.out_dir / name).read_bytes(), name
+    # handed over before the answer is written (as diagnose does): the same files
+    early = _started()
+    start_drawing(specs, early)
+    assert early.sent is not None and list(early.sent) == specs
+    ahead = write_report(answer, tmp_path / "ahead", specs, painter=early)  # type: ignore[arg-type]
+    for name in names:
+        assert (plain.out_dir / name).read_bytes() == (ahead.out_dir / name).read_bytes(), name
+    # a painter handed other plots than the report's is a mistake, not a report with wrong PNGs
+    other = _started()
+    start_drawing(specs[:1] + _specs(), other)
+    try:
+        write_report(answer, tmp_path / "other", specs, painter=other)  # type: ignore[arg-type]
+    except ValueError as exc:
+        assert "other plots" in str(exc)
+    else:
+        raise AssertionError("write_report drew PNGs of other plots")
+    finally:
+        other.close()
 
 
 def test_painter_draws_the_same_bytes_as_in_process() -> None:

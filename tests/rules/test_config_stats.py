@@ -12,9 +12,11 @@ from trainaudit.series.stats import (
     change_point,
     kendall_tau,
     first_sustained,
+    robust_z,
     rolling_median,
     sliding_max,
     trailing_median_mad,
+    trailing_median_mad_at,
 )
 
 
@@ -112,3 +114,74 @@ def test_kendall_tau_against_the_index() -> None:
     # one pair out of order among 15: (14 - 1) / 15
     assert kendall_tau(np.array([1.1, 1.12, 1.15, 1.13, 1.22, 1.26])) == pytest.approx(13 / 15)
     assert kendall_tau(np.array([3.0])) == 0.0
+
+
+def _spike_mask_everywhere(x, window, z_thr, rel_thr, min_history, max_window=100, min_excess=0.1, over_max=3.0):
+    # spike_mask as it was before it skipped the points no higher than the previous maximum: the
+    # trailing median and MAD of every point
+    w = max(3, min(window, x.size // 3))
+    med, dev = trailing_median_mad(x, w)
+    z = robust_z(x, med, dev)
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        rel = (x - med) / np.abs(med)
+    mw = max(w, min(max_window, x.size // 3))
+    prev_max = np.full(x.size, np.inf)
+    if x.size > mw:
+        prev_max[mw:] = sliding_max(x[:-1], mw)
+    first = float(np.median(x[:min(5, x.size)]))
+    came_down = np.maximum(first - med, 0.0)
+    mask = (z > z_thr) & (rel > rel_thr) & (x - med > over_max * (prev_max - med)) & (x - med >= min_excess * came_down)
+    mask[:max(min_history, w)] = False
+    return np.flatnonzero(mask), med, z
+
+
+def _spiky(rng, n):
+    kind = rng.integers(4)
+    if kind == 0:  # a noisy decreasing loss with spikes
+        x = 3.0 * np.exp(-np.arange(n) / max(n / 3, 1)) + 0.05 * rng.standard_normal(n)
+    elif kind == 1:  # few distinct values: ties everywhere
+        x = rng.integers(0, 4, n).astype(float)
+    elif kind == 2:  # heavy right tail
+        x = rng.lognormal(0.0, 1.0, n)
+    else:  # grad norms with a floor and zeros
+        x = np.maximum(rng.standard_normal(n), 0.0)
+    hits = rng.random(n) < 0.02
+    x[hits] *= rng.uniform(1.5, 50.0, int(hits.sum()))
+    if rng.random() < 0.3:
+        x = -x  # negative values: a median below zero
+    return x
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_spike_mask_equals_computing_every_window(seed):
+    # spike_mask computes the trailing median/MAD only where a point exceeds the previous maximum;
+    # its spikes and the median and z at them must be those of the computation at every point
+    from trainaudit.model import Series
+    from trainaudit.rules.numerics import spike_mask
+
+    rng = np.random.default_rng(seed)
+    for _ in range(25):
+        n = int(rng.integers(3, 3000))
+        x = _spiky(rng, n)
+        s = Series("loss", np.arange(n, dtype=np.int64), x, np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int16))
+        window = int(rng.choice([3, 10, 20, 51]))
+        args = (window, float(rng.choice([2.0, 5.0, 8.0])), float(rng.choice([0.1, 0.5, 2.0])), int(rng.integers(0, 12)),
+                int(rng.choice([3, 50, 100])), float(rng.choice([0.0, 0.1])), float(rng.choice([0.5, 1.0, 3.0, 10.0])))
+        idx, med, z = spike_mask(s, *args)
+        ref_idx, ref_med, ref_z = _spike_mask_everywhere(x, *args)
+        assert np.array_equal(idx, ref_idx)
+        assert np.array_equal(med[idx], ref_med[idx]) and np.array_equal(z[idx], ref_z[idx])
+
+
+def test_trailing_median_mad_at_equals_every_point():
+    rng = np.random.default_rng(7)
+    for window in (1, 3, 4, 51):
+        x = rng.integers(0, 6, 700).astype(float) * rng.random(700)
+        med, dev = trailing_median_mad(x, window)
+        at = np.flatnonzero(rng.random(700) < 0.2)
+        at = at[at >= window]
+        m, d = trailing_median_mad_at(x, window, at)
+        assert np.array_equal(m, med[at]) and np.array_equal(d, dev[at])
+        assert trailing_median_mad_at(x, window, np.array([], dtype=np.intp))[0].size == 0
+    with pytest.raises(ValueError):
+        trailing_median_mad_at(np.arange(10.0), 4, np.array([3]))

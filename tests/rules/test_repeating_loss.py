@@ -38,3 +38,23 @@ def test_the_first_repeat_is_the_one_a_scan_finds(values: list[float]) -> None:
         j, i = want
         assert len(hits) == 1 and hits[0].first_bad_step == j + 1
         assert f"from step {i + 1} (" in hits[0].message
+
+
+def _unique_firsts(rows: np.ndarray) -> np.ndarray:
+    keys = rows.view(np.dtype((np.void, rows.dtype.itemsize * rows.shape[1]))).ravel()
+    _, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
+    return first[inverse.ravel()]
+
+
+def test_first_equal_row_is_the_first_occurrence_of_the_same_bytes(monkeypatch) -> None:
+    from trainaudit.series import stats
+
+    rng = np.random.default_rng(3)
+    for m, k, distinct in ((0, 4, 3), (1, 4, 3), (50, 1, 3), (2000, 4, 3), (5000, 3, 50), (3000, 4, 10 ** 9)):
+        rows = np.ascontiguousarray(rng.integers(0, distinct, (m, k)) * 0.25 + 0.0)
+        want = _unique_firsts(rows) if m else np.empty(0, dtype=np.intp)
+        assert np.array_equal(stats.first_equal_row(rows), want)
+    # every hash colliding (rows that differ share one hash): the exact sort of the keys answers
+    rows = np.ascontiguousarray(rng.integers(0, 3, (500, 4)) + 0.0)
+    monkeypatch.setattr(stats, "_row_hash", lambda bits: bits[:, 0] % np.uint64(2))
+    assert np.array_equal(stats.first_equal_row(rows), _unique_firsts(rows))

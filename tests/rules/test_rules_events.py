@@ -6,6 +6,8 @@ import math
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from shared_data import corpus_log, sample_block, write_lines
 
 from trainaudit.diagnosis import diagnose_run
@@ -231,3 +233,25 @@ def test_paddle_amp_scaler_reductions_are_loss_scale_events(tmp_path):
     assert scales[0] == (0.001953125, 0.0009765625) and len(scales) == 3
     assert all(e.data["framework"] == "paddle" for e in run.events if e.kind.value == "loss_scale")
     assert hits["TA104"].first_bad_step == 80 and d.category == "loss_scale_collapse"
+
+
+_SCALE_PIECES = ["reducing to ", "Reducing To:", "loss scale: ", "LOSS SCALE to ", "setting loss scale to: ", "Attempted ",
+                 "65536", "32768.0", "1", "0.5", "2e-3", "7E+2", ".", ", ", " ", "\u0663", "\u212a", "é", "\n", "[rank3]: ",
+                 "OVERFLOW! Rank 0 Skipping step. ", "\ud800"]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.lists(st.sampled_from(_SCALE_PIECES), max_size=14), min_size=1, max_size=30),
+       st.lists(st.integers(0, 9), min_size=1, max_size=8))
+def test_loss_scale_read_once_per_digit_shape_is_the_regex_answer(lines: list[list[str]], digits: list[int]) -> None:
+    # _scale_text remembers the span of the scale per line with its ASCII digits zeroed: lines that
+    # differ only in digits (the same pieces, the digits replaced) must read as the regex reads them
+    from trainaudit.rules.numerics import _SCALE_RE, _scale_text
+
+    memo: dict[bytes, tuple[int, int] | None] = {}
+    for pieces in lines:
+        base = "".join(pieces)
+        for d in digits:
+            raw = "".join(str((int(c) + d) % 10) if c in "0123456789" else c for c in base)
+            m = _SCALE_RE.search(raw)
+            assert _scale_text(raw, memo) == (m.group(1) if m else None)

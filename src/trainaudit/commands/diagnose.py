@@ -15,7 +15,7 @@ from trainaudit.ingest import format_names, load_run
 from trainaudit.ingest.sources import reading_stdin
 from trainaudit.llm.options import llm_options, narrate_if_requested
 from trainaudit.render.painter import take
-from trainaudit.render.write import write_report
+from trainaudit.render.write import start_drawing, write_report
 from trainaudit.rules import load_config
 from trainaudit.post.delivery import delivery_options
 from trainaudit.redact import json_model
@@ -58,9 +58,11 @@ def diagnose(inputs: tuple[str, ...], out: Path, fmt: str | None, as_json: bool,
             if not run.series and not run.events:
                 raise InputError(f"{', '.join(inputs)}: no metrics or events found: {READABLE_HINT}")
             result = diagnose_run(run, cfg)
+            specs = [] if no_plots else plot_specs(run, result)
+            start_drawing(specs, painter)  # the painter draws while the answer is built
             answer = build_answer(list(inputs), run, result)
         answer = narrate_if_requested(answer)  # wording only, verified; no-op without --llm
-        paths = write_report(answer, out, () if no_plots else plot_specs(run, result), painter=painter)
+        paths = write_report(answer, out, specs, painter=painter)
     finally:
         if painter is not None:
             painter.close()

@@ -364,12 +364,27 @@ def read_lines(inp: InputFile, line_numbers: set[int]) -> dict[int, str]:
     out: dict[int, str] = {}
     if not line_numbers:
         return out
-    last = max(line_numbers)
+    wanted = sorted(n for n in line_numbers if n >= 1)
     inp.line_bytes = LIMITS.line_bytes
+    # the lines the stream's own iteration gives (cut long lines included), but only the blocks
+    # that hold a wanted line are split: the newlines of the others are counted in C
+    first = 1  # number of the first line in ``data``
+    k = 0  # wanted[k]: the next line to find
+    carry = b""
     with inp.open() as f:
-        for no, raw in enumerate(f, 1):
-            if no in line_numbers:
-                out[no] = raw.decode("utf-8", "replace").rstrip("\r\n")
-            if no >= last:
+        while k < len(wanted):
+            block = f.read(1 << 18)
+            data = carry + block
+            if not block:  # the last line, without a newline
+                if data and wanted[k] == first:
+                    out[first] = data.decode("utf-8", "replace").rstrip("\r\n")
                 break
+            n = data.count(b"\n")
+            if wanted[k] < first + n:
+                lines = data.split(b"\n")
+                while k < len(wanted) and wanted[k] < first + n:
+                    out[wanted[k]] = lines[wanted[k] - first].decode("utf-8", "replace").rstrip("\r\n")
+                    k += 1
+            carry = data[data.rfind(b"\n") + 1:] if n else data
+            first += n
     return out

@@ -71,6 +71,7 @@ class Painter:
         self._to_child: int | None = to_child
         self._from_child: int | None = from_child
         self._sender: threading.Thread | None = None
+        self._specs: tuple[PlotSpec, ...] | None = None
         self._count = 0
         self._received = False
 
@@ -96,6 +97,11 @@ class Painter:
         os.close(up_w)
         return cls(pid, down_w, up_r)
 
+    @property
+    def sent(self) -> tuple[PlotSpec, ...] | None:
+        """The specs handed to the child, None before :meth:`send`."""
+        return self._specs
+
     def send(self, specs: Sequence[PlotSpec]) -> None:
         """Hand the specs to the child (from a thread: the child may still be importing matplotlib,
         and the parent has answer.json to write meanwhile)."""
@@ -103,6 +109,7 @@ class Painter:
         if fd is None or self._sender is not None:
             raise RuntimeError("a painter draws one set of plots")
         data = _message(pickle.dumps(list(specs), protocol=pickle.HIGHEST_PROTOCOL))
+        self._specs = tuple(specs)
         self._count = len(specs)
 
         def send() -> None:

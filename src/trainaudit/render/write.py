@@ -71,12 +71,21 @@ def clear_report(folder: OutDir) -> bool:
     return had
 
 
+def start_drawing(plots: list[PlotSpec] | tuple[PlotSpec, ...], painter: Painter | None) -> None:
+    """Hand the PNGs that :func:`write_report` will draw of ``plots`` to ``painter`` now, so that
+    they are drawn while the caller still builds the answer; ``write_report`` (given the same
+    ``plots`` and ``painter``) then collects them."""
+    if painter is not None and plots and png_available():
+        painter.send(list(plots[:MAX_PLOTS]))
+
+
 def write_report(answer: Answer, out: Path | OutDir, plots: list[PlotSpec] | tuple[PlotSpec, ...] = (), *,
                  charts: bool = True, painter: Painter | None = None) -> ReportPaths:
     """``charts``: also write the plots' (thinned) data beside answer.json, so ``trainaudit
     report`` can draw interactive charts later. An earlier report in ``out`` is replaced. Every
     file is written through ``OutDir``: never through a link. ``painter``: a child process that
-    draws the PNGs while this one prepares the other files (the same bytes; it is closed here)."""
+    draws the PNGs while this one prepares the other files (the same bytes; it is closed here),
+    already drawing them when :func:`start_drawing` handed them over."""
     if isinstance(out, Path):
         with OutDir.open(out) as folder:
             return write_report(answer, folder, plots, charts=charts, painter=painter)
@@ -94,7 +103,11 @@ def write_report(answer: Answer, out: Path | OutDir, plots: list[PlotSpec] | tup
                              "`trainaudit report` charts them all")
             drawn = list(plots[:MAX_PLOTS])
             if painter is not None:
-                painter.send(drawn)
+                sent = painter.sent
+                if sent is None:
+                    painter.send(drawn)
+                elif len(sent) != len(drawn) or any(a is not b for a, b in zip(sent, drawn, strict=True)):
+                    raise ValueError("the painter was started on other plots than the report's")
             used: set[str] = set()
             for spec in drawn:
                 name = spec.filename()

@@ -13,7 +13,7 @@ from trainaudit.model import Event, EventKind, Series
 from trainaudit.answer.schema import Category, Severity
 from trainaudit.rules.base import Context, Grid, Guidance, Hit, Role, Rule, Thresholds
 from trainaudit.series.roles import norm
-from trainaudit.series.stats import robust_z, sliding_max, trailing_median_mad
+from trainaudit.series.stats import robust_z, sliding_max, trailing_median_mad, trailing_median_mad_at
 
 TRAINING_ROLES = ("loss", "grad_norm", "lr", "loss_scale", "val_loss")
 
@@ -161,17 +161,27 @@ def spike_mask(s: Series, window: int, z_thr: float, rel_thr: float, min_history
     points, ``rel_thr`` above that median, *and* an excursion above the median ``over_max`` times
     the largest excursion of the previous ``max_window`` points. The last condition keeps the heavy right tail of small-batch losses
     (a batch with one hard example) from counting: a spike must exceed the recent extremes too.
-    Returns (spike indices, trailing median, robust z)."""
+    Returns (spike indices, trailing median, robust z); with ``over_max`` >= 1 the median and z are
+    computed only at the points above every one of the previous ``max_window`` (NaN elsewhere): the
+    median of the trailing window is at most their maximum, so ``x - med > over_max * (prev_max - med)``
+    holds nowhere else (rounding keeps that order: a difference and a product by a factor >= 1 round
+    monotonically)."""
     x = s.values
     w = max(3, min(window, x.size // 3))
-    med, dev = trailing_median_mad(x, w)
-    z = robust_z(x, med, dev)
-    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
-        rel = (x - med) / np.abs(med)
     mw = max(w, min(max_window, x.size // 3))
     prev_max = np.full(x.size, np.inf)
     if x.size > mw:
         prev_max[mw:] = sliding_max(x[:-1], mw)
+    if over_max >= 1:
+        at = np.flatnonzero(x > prev_max)  # only where prev_max is finite: index mw >= w on
+        med = np.full(x.size, np.nan)
+        dev = np.full(x.size, np.nan)
+        med[at], dev[at] = trailing_median_mad_at(x, w, at)
+    else:
+        med, dev = trailing_median_mad(x, w)
+    z = robust_z(x, med, dev)
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        rel = (x - med) / np.abs(med)
     # scale: a jump must also be a real fraction of how far the metric has come down, so the
     # relative noise of a loss converged near 0 is not a spike (same rule for loss 10 and 0.01);
     # from its highest of the first points: a fine-tune's loss may fall most of the way in them
@@ -371,13 +381,36 @@ MIN_SCALE_RE = re.compile(r"minimum loss scale reached|loss scale already at min
 _SCALE_RE = re.compile(r"(?:reducing to|setting loss scale to:?|loss scale(?: to)?:?)\s*(\d+(?:\.\d*)?(?:[eE][+-]?\d+)?)", re.I)
 
 
+# Two lines that differ only in their ASCII digits give _SCALE_RE's match at the same span: no part of
+# the pattern but \d tells one ASCII digit from another (and \d takes them all), so its search runs
+# once per line with the digits zeroed (a run of 75 000 overflow lines has a few hundred of those).
+_ZERO_DIGITS = bytes.maketrans(b"123456789", b"000000000")
+_SPAN_MEMO = 4096  # distinct zeroed lines remembered per call
+
+
+def _scale_text(raw: str, memo: dict[bytes, tuple[int, int] | None]) -> str | None:
+    """``_SCALE_RE.search(raw).group(1)``, or None."""
+    key = raw.encode("utf-8", "surrogatepass").translate(_ZERO_DIGITS)
+    if key in memo:
+        span = memo[key]
+    else:
+        m = _SCALE_RE.search(raw)
+        span = m.span(1) if m else None
+        if len(memo) < _SPAN_MEMO:
+            memo[key] = span
+    return None if span is None else raw[span[0]:span[1]]
+
+
 def _scale_from_events(events: list[Event]) -> list[tuple[Event, float]]:
     out = []
+    memo: dict[bytes, tuple[int, int] | None] = {}
     for e in events:
         v = e.data.get("new_scale", e.data.get("scale"))
         if v is None:
-            m = _SCALE_RE.search(e.raw) or _SCALE_RE.search(e.message)
-            v = m.group(1) if m else None
+            v = _scale_text(e.raw, memo)
+            if v is None:
+                m = _SCALE_RE.search(e.message)
+                v = m.group(1) if m else None
         if v is not None:
             try:
                 out.append((e, float(v)))

@@ -14,7 +14,8 @@ from trainaudit.answer.schema import Category, Severity
 from trainaudit.model import EventKind, Series
 from trainaudit.rules.base import Context, Grid, Guidance, Hit, Role, Rule, Thresholds
 from trainaudit.series.roles import adversarial, norm
-from trainaudit.series.stats import downsample, first_sustained, kendall_tau, monotone_tail, rolling_median
+from trainaudit.series.stats import downsample, first_equal_row, first_sustained, kendall_tau, monotone_tail, \
+    rolling_median
 
 NOT_LEARNING = Guidance(
     fix="Check that parameters require grad and are in the optimizer, that the lr is > 0 after warm-up, and that "
@@ -1036,9 +1037,7 @@ class RepeatingLoss(Rule):
         if idx.size < 2:
             return []
         rows = np.ascontiguousarray(w[idx] + 0.0)  # + 0.0: -0.0 and 0.0 are one value, as == has them
-        keys = rows.view(np.dtype((np.void, rows.dtype.itemsize * k))).ravel()
-        _, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
-        firsts = idx[first[inverse.ravel()]]  # where each window's values first came
+        firsts = idx[first_equal_row(rows)]  # where each window's values first came
         again = np.flatnonzero(idx >= firsts + k)  # came back after the first time, not overlapping it
         if not again.size:
             return []

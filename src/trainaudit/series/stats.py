@@ -41,15 +41,18 @@ def _row_median(block: FloatArray) -> FloatArray:
     return 0.5 * (part[:, k - 1] + part[:, k])
 
 
-def _window_stat(x: FloatArray, window: int, fn: str) -> FloatArray:
-    """``fn`` ("median" or "mad") of each full window ``x[i:i+window]``; length n-window+1."""
+def _window_stat(x: FloatArray, window: int, fn: str, starts: NDArray[np.intp] | None = None) -> FloatArray:
+    """``fn`` ("median" or "mad") of each full window ``x[i:i+window]``; length n-window+1, or of
+    the windows starting at ``starts`` only (the same values, one per start)."""
     n = x.size - window + 1
-    out = np.empty(max(n, 0), dtype=np.float64)
-    if n <= 0:
+    out = np.empty(max(n, 0) if starts is None else starts.size, dtype=np.float64)
+    if n <= 0 or out.size == 0:
         return out
     # a NaN makes its windows' median NaN, which only np.median does
     median = _row_median if np.isfinite(x).all() else functools.partial(np.median, axis=1)
     view = sliding_window_view(x, window)
+    if starts is not None:
+        view, n = view[starts], starts.size  # a copy of those rows alone
     for lo in range(0, n, _CHUNK):
         block = view[lo:lo + _CHUNK]
         med = median(block)
@@ -88,6 +91,52 @@ def trailing_median_mad(x: FloatArray, window: int) -> tuple[FloatArray, FloatAr
     med[window:] = m
     dev[window:] = d
     return med, dev
+
+
+def trailing_median_mad_at(x: FloatArray, window: int, at: NDArray[np.intp]) -> tuple[FloatArray, FloatArray]:
+    """``trailing_median_mad(x, window)`` at the indices ``at`` alone (each at least ``window``):
+    the same values, without computing the windows of the other points."""
+    if at.size and (int(at.min()) < window or int(at.max()) >= x.size):
+        raise ValueError("trailing windows need window <= index < len(x)")
+    starts = at - window
+    return _window_stat(x[:-1], window, "median", starts), _window_stat(x[:-1], window, "mad", starts)
+
+
+_MIX = np.uint64(0x9E3779B97F4A7C15)  # 2**64 / golden ratio, odd: multiplying by it is a bijection mod 2**64
+
+
+def _row_hash(bits: NDArray[np.uint64]) -> NDArray[np.uint64]:
+    h = np.zeros(bits.shape[0], dtype=np.uint64)
+    for c in range(bits.shape[1]):
+        h ^= bits[:, c]
+        h *= _MIX  # wraps mod 2**64
+        h ^= h >> np.uint64(31)  # the high bits down, so the next product mixes them too
+    return h
+
+
+def first_equal_row(rows: FloatArray) -> NDArray[np.intp]:
+    """For each row of a C-contiguous 2-D float64 array, the index of the first row with the same
+    bytes (``np.unique(rows as void keys, return_index=True, return_inverse=True)`` gives the same).
+    Rows are grouped by a 64-bit hash of their bytes and a stable sort (4x faster than sorting
+    void keys); a group that turns out to hold two different rows (a hash collision) sends the
+    whole array to the exact sort of the keys."""
+    bits = rows.view(np.uint64)
+    m = bits.shape[0]
+    if m == 0:
+        return np.empty(0, dtype=np.intp)
+    h = _row_hash(bits)
+    order = np.argsort(h, kind="stable")  # stable: a group's first member is its smallest index
+    sh = h[order]
+    start = np.empty(m, dtype=bool)
+    start[0] = True
+    np.not_equal(sh[1:], sh[:-1], out=start[1:])
+    first = np.empty(m, dtype=np.intp)
+    first[order] = order[start][np.cumsum(start) - 1]
+    if np.array_equal(bits, bits[first]):
+        return first
+    keys = rows.view(np.dtype((np.void, rows.dtype.itemsize * rows.shape[1]))).ravel()
+    _, idx, inverse = np.unique(keys, return_index=True, return_inverse=True)
+    return np.asarray(idx[inverse.ravel()], dtype=np.intp)
 
 
 def rolling_median(x: FloatArray, window: int) -> FloatArray:

@@ -40,6 +40,7 @@ from numpy.typing import NDArray
 
 from trainaudit.errors import InputError
 from trainaudit.ingest.base import Gate, LineReader, Reader, Sample, gate_pattern
+from trainaudit.ingest.extract import _ZERO_BYTES
 from trainaudit.ingest.formats.shaped import (
     BLANK, DIGIT_RE, OTHER, QUIET, ROW, Chunk, Columns, Shape, ShapeTable, ShapedReader, Where, byte_offset, digits_at,
     zeroed_pattern,
@@ -87,10 +88,29 @@ def bar_rate(text: str) -> float | None:
     m = RATE_RE.search(text) if "/" in text else None
     if m is None:
         return None
-    v = float(m.group(1))
-    if m.group(2) == "s/it":
+    return _per_second(float(m.group(1)), m.group(2) == "it/s")
+
+
+def _per_second(v: float, per_second: bool) -> float | None:
+    if not per_second:
         return 1.0 / v if v > 0 else None
     return v
+
+
+_SLOW = (-1, -1, False)  # a segment whose rate is searched every time (its bytes are not plain UTF-8 digits)
+
+
+def _rate_span(text: str) -> tuple[int, int, bool] | None:
+    """Where :func:`bar_rate` reads the rate in the UTF-8 bytes of ``text`` (start, end, in it/s), None
+    where it reads none. Segments whose bytes differ only in ASCII digits give the same: no part of
+    RATE_RE but ``\\d`` tells one ASCII digit from another (and ``\\d`` takes them all)."""
+    m = RATE_RE.search(text) if "/" in text else None
+    if m is None:
+        return None
+    if "\ufffd" in text or not m.group(1).isascii():
+        return _SLOW
+    a = len(text[:m.start(1)].encode("utf-8"))
+    return a, a + len(m.group(1)), m.group(2) == "it/s"
 # a value a row of a shape is read with in bulk: float() reads it, and so does numpy's cast of its text
 NUMBER_RE = re.compile(r"[-+]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?")
 MAX_TEXTS = 200_000  # steps whose epoch is kept as the step's text
@@ -191,14 +211,25 @@ class NumberedLines:
             for c, key in enumerate(info[s].keys):
                 self.columns.put(key, sel, values[:, c])
         self._keys = keys
+        self._rates: dict[bytes, tuple[int, int, bool] | None] = {}
 
     def rate_at(self, i: int, base: int) -> tuple[float, int] | None:
         """The bar's rate in the first non-blank segment of line ``i`` (value, 1-based line number
         with the chunk's ``base``), as :meth:`HFReader.feed` reads it."""
         c = self.chunk
         at = int(c.first_at[i] - c.lines.starts[i])
-        text = c.lines[i][at:].split(b"\r", 1)[0].decode("utf-8", "replace")
-        rate = bar_rate(text)
+        segment = c.lines[i][at:].split(b"\r", 1)[0]
+        key = segment.translate(_ZERO_BYTES)  # the rate's place, found once per segment with its digits zeroed
+        if key in self._rates:
+            span = self._rates[key]
+        else:
+            span = self._rates[key] = _rate_span(segment.decode("utf-8", "replace"))
+        if span is None:
+            return None
+        if span is _SLOW:
+            rate = bar_rate(segment.decode("utf-8", "replace"))
+        else:
+            rate = _per_second(float(segment[span[0]:span[1]]), span[2])
         return None if rate is None else (rate, base + i + 1)
 
     def keys_of(self, line: int) -> tuple[str, ...]:

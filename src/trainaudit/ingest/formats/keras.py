@@ -76,6 +76,7 @@ class _BarShape:
     total_text: str | None  # "Unknown"
     keys: tuple[str, ...]
     numbers: SpanNumbers
+    nonfinite: bool = False  # an in-progress bar with a NaN/Inf value (spelled without digits: in every segment)
 
 
 class KerasReader(ShapedReader):
@@ -143,11 +144,13 @@ class KerasReader(ShapedReader):
             return Shape(OTHER)  # (offsets in the text are the segment's up to its first backspace)
         total = b.group("total")
         final: bool | None = False if b.group("eta") is not None else (True if total == "Unknown" else None)
-        if final is not True and any(not math.isfinite(v) or len(t[a:e]) > MAX_FINITE or "e" in t[a:e].lower()
+        if final is not True and any(len(t[a:e]) > MAX_FINITE or "e" in t[a:e].lower()
+                                     or (not math.isfinite(v) and DIGIT_RE.search(t[a:e]))
                                      for v, (a, e) in zip(values, spans)):
-            # a running value that is or may be NaN/Inf (an exponent, hundreds of digits): the line
-            # reader's, which may say so the first time
+            # a running value that may be NaN/Inf (an exponent, hundreds of digits): the line reader's,
+            # which may say so the first time
             return Shape(OTHER)
+        nonfinite = final is not True and not all(math.isfinite(v) for v in values)
         numbers = SpanNumbers(text.encode("utf-8").decode("latin-1"),
                               tuple((byte_offset(text, a), byte_offset(text, e)) for a, e in spans))
         for j in numbers.const:
@@ -155,7 +158,7 @@ class KerasReader(ShapedReader):
         return Shape(ROW, _BarShape(final, (byte_offset(text, b.start("n")), byte_offset(text, b.end("n"))),
                                     None if total == "Unknown" else (byte_offset(text, b.start("total")),
                                                                      byte_offset(text, b.end("total"))),
-                                    total if total == "Unknown" else None, tuple(keys), numbers))
+                                    total if total == "Unknown" else None, tuple(keys), numbers, nonfinite))
 
     def place_run(self, table: ShapeTable, sink: Sink, state: dict, chunk: Chunk, start: int, stop: int,
                   base: int) -> int:
@@ -180,6 +183,17 @@ class KerasReader(ShapedReader):
                 n = digits_at(buf, s_at[sel] + shape.n[0], shape.n[1] - shape.n[0])
                 total = digits_at(buf, s_at[sel] + shape.total[0], shape.total[1] - shape.total[0])
                 final[sel] = n >= total
+        if not state["nan_seen"]:
+            # the first in-progress bar with a NaN/Inf value is the line reader's (it says so): the
+            # lines before it here, that line and the rest of the run line by line
+            odd = np.fromiter((getattr(x, "nonfinite", False) for x in info), dtype=bool, count=len(info))[s_sid] & ~final
+            if odd.any():
+                first_odd = int(seg_line[lo + int(np.argmax(odd))])
+                cut = int(np.searchsorted(seg_line[lo:hi], first_odd))  # the segments of the lines before it
+                if cut == 0:
+                    return first_odd
+                hi, stop = lo + cut, first_odd
+                s_sid, s_at, final = s_sid[:cut], s_at[:cut], final[:cut]
         if not state["framework"]:
             state["framework"] = True
             sink.meta("framework", "keras")
