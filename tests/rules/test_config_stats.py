@@ -128,7 +128,7 @@ def _spike_mask_everywhere(x, window, z_thr, rel_thr, min_history, max_window=10
     prev_max = np.full(x.size, np.inf)
     if x.size > mw:
         prev_max[mw:] = sliding_max(x[:-1], mw)
-    first = float(np.median(x[:min(5, x.size)]))
+    first = float(np.max(x[:min(5, x.size)]))
     came_down = np.maximum(first - med, 0.0)
     mask = (z > z_thr) & (rel > rel_thr) & (x - med > over_max * (prev_max - med)) & (x - med >= min_excess * came_down)
     mask[:max(min_history, w)] = False

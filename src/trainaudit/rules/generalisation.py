@@ -54,7 +54,9 @@ class Overfitting(Rule):
     The end level must also stand 3 robust standard deviations above the validation loss's level
     between its early descent and its minimum: a noisy curve is not overfitting for one high
     stretch. A climb at every evaluation since the minimum, ``min_after`` + 2 times or more, needs no
-    such margin.
+    such margin. A validation loss that rises while the validation accuracy improves to its best at
+    the last evaluation is not overfitting yet (the model grows more confident; the end is the best
+    checkpoint by accuracy).
 
     Thresholds: ``ratio`` relative rise of validation loss over its minimum (0.1, as
     SageMaker Debugger's Overfit rule), ``min_points`` validation points (4), ``min_after``

@@ -360,8 +360,8 @@ class NotLearning(Rule):
     that counts as not moving at all (1e-4), ``flat_tol`` relative spread (0.01),
     ``chance_acc`` accuracy at or below which a flat loss is not learning (0.01). In a short paste,
     a loss equal to every printed digit (or within ``pinned_spread``) on its last ``short_points``
-    points or more counts too (frozen weights), unless it is below ``frozen_floor`` (1e-3: a loss printed as 0.0000), and so,
-    at any length, does a validation loss equal to every printed digit at its last ``short_points`` + 1
+    points or more counts too (frozen weights), unless it is below ``frozen_floor`` (1e-3: a loss
+    printed as 0.0000), and so, at any length, does a validation loss equal to every printed digit at its last ``short_points`` + 1
     evaluations or more, half of them at least (the evaluated weights do not change), when they are
     more than a step apart or the training loss is flat too (a progress line repeats the last
     evaluation at every step while the per-step loss moves); so does a
@@ -407,7 +407,7 @@ class NotLearning(Rule):
         if v is None:
             return []
         x = v.values
-        same = int(np.argmin(x[::-1] == x[-1])) if not np.all(x == x[-1]) else len(x)
+        same = _still_tail(x)
         if same < max(self.p.short_points + 1, len(x) // 2) or abs(float(x[-1])) < self.p.frozen_floor:
             return []
         start = len(x) - same
@@ -520,8 +520,7 @@ class NotLearning(Rule):
             chance = acc is not None
             # the same value to every printed digit (or within ``pinned_spread`` of it: 1535.6199,
             # 1535.6196, 1535.6337), again and again: the weights do not change
-            still = np.abs(x[::-1] - x[-1]) <= self.p.pinned_spread * abs(float(x[-1]))
-            same = int(np.argmin(still)) if not np.all(still) else len(x)
+            same = _still_tail(x, self.p.pinned_spread)
             # a classifier's loss at ln(C), moving only in its last digits, epoch after epoch; the
             # validation loss shows it as well when the training loss still drifts down to ln(C)
             near = uniform_size(x, self.p.near_tol) if len(x) >= 2 * k else None
@@ -537,7 +536,7 @@ class NotLearning(Rule):
                 start = len(x) - same
                 exact = bool(np.all(x[-same:] == x[-1]))
                 msg = (f"{s.name} is {float(x[-1]):.6g} " + ("to every printed digit" if exact else
-                       f"within {self.p.pinned_spread:.0e} of it (relative)") + f" on the last {same} logged points: "
+                       "moving only in its last printed digits") + f" on the last {same} logged points: "
                        "the weights do not change (nothing is updated, or the output saturated)")
                 conf = 0.75
             elif len(body) < k + 1 or spread > self.p.flat_tol or not chance:
@@ -554,6 +553,12 @@ class NotLearning(Rule):
         if not c and acc is not None:  # the accuracy the message quotes, at its highest
             h.point("acc", acc, int(np.argmax(acc.values)), f"highest {acc.name}")
         return [h]
+
+
+def _still_tail(x: np.ndarray, tol: float = 0.0) -> int:
+    """How many of the last values of ``x`` are within ``tol`` (relative) of the last one."""
+    still = np.abs(x[::-1] - x[-1]) <= tol * abs(float(x[-1]))
+    return len(x) if bool(np.all(still)) else int(np.argmin(still))
 
 
 def _gradients_flow(ctx: Context, steps: np.ndarray, at_least: int) -> bool:
