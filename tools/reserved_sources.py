@@ -96,7 +96,12 @@ def main(argv: list[str]) -> int:
     if len(argv) != 1:
         sys.stderr.write("usage: python tools/reserved_sources.py EXCLUDE_LIST\n")
         return 2
-    found = matches(REPO, Path(argv[0]).read_text(encoding="utf-8"))
+    try:
+        listing = Path(argv[0]).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        sys.stderr.write(f"reserved_sources: cannot read the list {argv[0]}: {e.__class__.__name__}\n")
+        return 2
+    found = matches(REPO, listing)
     sys.stdout.write("".join(f"{line}\n" for line in found))
     return 1 if found else 0
 

@@ -38,3 +38,10 @@ def test_a_reference_in_docs_or_fixtures_counts_too(tmp_path) -> None:  # type: 
     found = rs.matches(tmp_path, listing)
     assert [f.split(":")[0] for f in found] == ["docs/signatures.md", "tests/k.txt"]
     assert rs.matches(tmp_path, "https://github.com/o/r/issues/53\n") == []
+
+
+def test_a_list_that_cannot_be_read_is_one_line_and_exit_2(tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]
+    assert rs.main([str(tmp_path / "missing.txt")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "cannot read the list" in err
+    assert rs.main([]) == 2

@@ -352,10 +352,10 @@ def _loss_scale(line: Line, text: str) -> list[tuple[EventKind, str, dict[str, A
         return _scale_event("icefall", u, "icefall: the AMP grad scale is small:")
     u = PADDLE_SCALE_RE.search(text)
     if u is not None:
-        found = _scale_event("paddle", u, "Paddle AMP: inf or nan found, loss scale reduced from")
-        with contextlib.suppress(ValueError, KeyError):
-            found[0][2]["new_scale"] = found[0][2]["scale"] * float(u.group("ratio"))
-        return found
+        reduced: dict[str, Any] = {}
+        with contextlib.suppress(ValueError):
+            reduced["new_scale"] = float(u.group("scale")) * float(u.group("ratio"))
+        return _scale_event("paddle", u, "Paddle AMP: inf or nan found, loss scale reduced from", **reduced)
     m = LS_MIN_RE.search(text)
     if m is None:
         return []
