@@ -86,6 +86,11 @@ class Event:
         }
 
 
+# what a reader puts before the name of a metric it read on a line of an evaluation ("Validation:
+# loss = 2.1" gives "val loss"), so that the metric is told from the training metric of the same name
+EVAL_PREFIX = "val "
+
+
 @dataclass(slots=True)
 class Series:
     """One metric over steps, sorted by step. ``src`` indexes ``Run.sources``; ``lines`` are 1-based

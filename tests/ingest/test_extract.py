@@ -274,6 +274,38 @@ def test_epoch_level_train_and_validation_metrics(tmp_path: Path) -> None:
     assert points(run, "val acc") == [(521, 0.708), (522, 0.69)]
 
 
+def test_a_line_under_an_evaluation_heading_holds_the_evaluations_metrics(tmp_path: Path) -> None:
+    # OpenNMT-tf's evaluator prints "Evaluation result for step N: loss = ..." between training lines
+    # whose loss is spelled "Loss": the evaluation's loss is no point of the training loss
+    run = read(tmp_path, head("opennmt-OpenNMT-OpenNMT-tf-744", 5))
+    assert points(run, "val loss") == [(435000, 148890.71875)]
+    assert points(run, "Loss") == [(435100, 185912.78125), (435200, 158771.15625)]
+    assert math.isinf(run.series["val perplexity"].values[0])
+    # PyTorch's MNIST example: "Test set: Average loss: ..., Accuracy: ..." after each epoch's training line
+    run = read(tmp_path, head("pytorch-loop-wangkuiyi-gotorch-265", 4))
+    assert points(run, "Loss") == [(0, 0.139567), (1, 0.068877)]
+    assert points(run, "val Average loss") == [(0, 0.2848), (1, 0.2322)]
+    # a key that is itself the evaluation's ("test Loss", "val_loss") is not renamed, nor is a step counter
+    assert [(p.key, p.value) for p in parse_line_full("test Loss: 0.7038 Top-1 Acc: 77.4802").pairs] == \
+        [("test Loss", 0.7038), ("val Top-1 Acc", 77.4802)]
+    assert [p.key for p in parse_line_full("eval epoch: 1, loss: 119.7388, BCE: 95.0571").pairs] == \
+        ["eval epoch", "val loss", "val BCE"]
+    assert [p.key for p in parse_line_full("val_loss: 0.5 val_acc: 0.9").pairs] == ["val_loss", "val_acc"]
+    assert [p.key for p in parse_line_full("test: 0.91").pairs] == ["test"]
+    # a word that only starts like one is no heading
+    assert [p.key for p in parse_line_full("Testament loss: 0.5").pairs] == ["Testament loss"]
+    assert [p.key for p in parse_line_full("development loss: 0.5").pairs] == ["development loss"]
+
+
+def test_a_phase_and_its_epoch_before_the_metrics(tmp_path: Path) -> None:
+    # dgcnn.pytorch prints "Train %d, loss: ..." and "Test %d, loss: ..." with the epoch after the phase
+    run = read(tmp_path, head("pytorch-loop-antao97-dgcnn.pytorch-20", 4))
+    assert points(run, "loss") == [(95, 1.406623), (96, 1.406077)]
+    assert points(run, "val loss") == [(94, 1.42498), (95, 1.428333)]
+    assert points(run, "train acc") == [(95, 0.948905), (96, 0.949219)]
+    assert parse_line_full("train 3: 0.5").pairs == []  # no metric after the number: not read as an epoch
+
+
 def test_detectron2_logger_prefix_is_no_counter(tmp_path: Path) -> None:
     # "[02/10 22:55:41 d2.engine.train_loop]" is a date and a logger, not "iteration 2 of 10"
     run = read(tmp_path, "\n".join(corpus_log("detectron2-facebookresearch-detectron2-838")) + "\n")

@@ -49,3 +49,15 @@ def test_a_boosting_librarys_error_metrics_are_its_losses() -> None:
         assert _keyword("val_loss", norm(name)) and not _keyword("loss", norm(name)), name
     for name in ("train-auc", "eval-ndcg", "rmse"):  # higher is better, or no data set named
         assert not _keyword("loss", norm(name)) and not _keyword("val_loss", norm(name)), name
+
+
+def test_a_log_of_evaluation_lines_only_has_its_loss_as_the_loss() -> None:
+    # "Test net output #2: loss = 87.3" (Caffe) with no training line: the loss read under the evaluation's
+    # heading is the only loss, and the loss rules read it
+    only = Run(series={"val loss": _series("val loss", 5), "val accuracy": _series("val accuracy", 5)})
+    assert find_roles(only).names["loss"] == "val loss" and "val_loss" not in find_roles(only).names
+    both = Run(series={"loss": _series("loss", 9), "val loss": _series("val loss", 5)})
+    assert find_roles(both).names == {"loss": "loss", "val_loss": "val loss"}
+    # a series its own name calls a validation loss stays one (nanoGPT: "validation loss 1.52")
+    named = Run(series={"validation loss": _series("validation loss", 8)})
+    assert find_roles(named).names == {"val_loss": "validation loss"}

@@ -178,7 +178,6 @@ KNOWN_LOUD: dict[str, tuple[str, ...]] = {
     "corpus/logs/yolov5-ultralytics-yolov5-684/log.txt": ("unread",),
     # logs collected after the rules were written, scored before any change
     "corpus/logs/fairseq-mailong25-self-supervised-speech-recognition-20/log.txt": ("TA104",),
-    "corpus/logs/pytorch-loop-antao97-dgcnn.pytorch-20/log.txt": ("TA202",),
     "corpus/logs/pytorch-loop-pytorch-tutorials-mario-rl/log.txt": ("TA203",),
 }
 

@@ -36,6 +36,8 @@ from dataclasses import dataclass, field
 import numpy as np
 from numpy.typing import NDArray
 
+from trainaudit.model import EVAL_PREFIX
+
 # -- stage 1: preambles ------------------------------------------------------------------------
 _LEVEL = r"(?:INFO|WARNING|WARN|ERROR|DEBUG|CRITICAL|FATAL|TRACE|NOTICE)"
 _PREAMBLES = [
@@ -212,6 +214,15 @@ def _tokens(body: str) -> Iterator[tuple[str, str, str]]:
             yield kind, m.group(kind), ""
 
 
+# a line that opens with an evaluation's name: its metrics are the evaluation's ("Validation: loss = 2.1",
+# "eval epoch: 1, loss: 119.7", "Test set: Average loss: 0.28", "Validating, loss=766.1"); a key that
+# itself starts with the word ("val_loss: 0.5", "test 0.91") is read as it is
+_EVAL_WORDS = r"(?:validation|validating|valid|val|evaluation|evaluating|eval|test|testing|dev)"
+_EVAL_TOPIC_RE = re.compile(r"\W{0,4}" + _EVAL_WORDS + r"(?![\w.@/-])(?! ?[:=]? ?[-+]?\.?\d)", re.I)
+_EVAL_KEY_RE = re.compile(r"(?:^|[\s_/.-])" + _EVAL_WORDS + r"(?:$|[\s_/.-])", re.I)
+# "Train 95, loss: 1.40, train acc: 0.95" / "Test 95, loss: 1.43, test acc: 0.93": the phase, then the
+# epoch (the training scripts of https://github.com/antao97/dgcnn.pytorch)
+_PHASE_COUNTER_RE = re.compile(r"(train|training|" + _EVAL_WORDS + r") (\d{1,9})[,:] (?=[A-Za-z])", re.I)
 _ABS_RE = re.compile(r"\|(\w{1,40})\|")  # "mean |grad|": an absolute value, not table cells
 # ESPnet2's trainer: "1epoch:train:683-1364batch: loss=..." (the batches of the epoch since the last
 # report, https://github.com/espnet/espnet/blob/master/espnet2/train/trainer.py): epoch 1, batch 1364
@@ -235,6 +246,8 @@ def parse_line_full(text: str, asked: list[int] | None = None) -> Parsed:
         body = _ABS_RE.sub(r"abs_\1", body)
     if "epoch:train:" in body and (m := _ESPNET_RE.match(body)) is not None:
         body = f"epoch {m.group(1)} batch {m.group(2)}, {body[m.end():]}"
+    if (m := _PHASE_COUNTER_RE.match(body)) is not None:
+        body = f"{m.group(1)}: epoch {m.group(2)}, {body[m.end():]}"
     toks = list(_tokens(body))
     words: list[str] = []  # the key being read
     qualifier = ""
@@ -251,6 +264,7 @@ def parse_line_full(text: str, asked: list[int] | None = None) -> Parsed:
     pipe_key: list[str] = []  # "| mean_reward | -157 |": the cell before the value
     head = body[:body.find(":")] if ":" in body else ""
     topic_mem = bool(head) and ("memory" in head.lower() or head.lower().startswith("mem "))
+    topic_eval = _EVAL_TOPIC_RE.match(body) is not None
     has_number = False
     while i < n:
         kind, val, unit = toks[i]
@@ -434,6 +448,12 @@ def parse_line_full(text: str, asked: list[int] | None = None) -> Parsed:
         # "Memory info of GPU:0: current: 0.18, peak: 2.55": the keys are memory figures
         out.pairs = [p if "mem" in p.key.lower() or counter_rank(p.key) is not None else
                      Pair(f"mem {p.key}", p.value, p.unit, p.total) for p in out.pairs]
+    if out.pairs and topic_eval:
+        # "Validation: loss = 2.1", "Test set: Average loss: 0.28", "Evaluation result for step 435000:
+        # loss = ..." (OpenNMT-tf's evaluator, opennmt/evaluation.py): the line's metrics are the
+        # evaluation's, whatever their own names say
+        out.pairs = [p if counter_rank(p.key) is not None or p.unit in SPEED_UNITS or _EVAL_KEY_RE.search(p.key)
+                     else Pair(EVAL_PREFIX + p.key, p.value, p.unit, p.total) for p in out.pairs]
     if asked is not None and out.pairs and out.bare and leading:
         asked.extend(leading_at)
     if out.pairs and out.bare and leading and all(math.isfinite(b) and b == int(b) and b >= 0 for b in leading):

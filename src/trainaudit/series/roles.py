@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from trainaudit.model import Run, Series
+from trainaudit.model import EVAL_PREFIX, Run, Series
 
 _SEP = re.compile(r"[\s/\-.]+")
 
@@ -152,6 +152,11 @@ def find_roles(run: Run) -> Roles:
         if pick is not None:
             roles.names[role] = pick
             taken.add(pick)
+    val = roles.names.get("val_loss")
+    if "loss" not in roles.names and val is not None and val.startswith(EVAL_PREFIX):
+        # a log of evaluation lines only (Caffe's "Test net output #2: loss = 87.3", "eval epoch: 1, loss:
+        # 119.7"): a loss read under an evaluation's heading is the only loss there is, so it is the loss
+        roles.names["loss"] = roles.names.pop("val_loss")
     gn = roles.names.get("grad_norm")
     roles.layer_grad_norms = sorted(name for name, n in normed.items()
                                     if name != gn and "grad" in n and "norm" in n and not _VAL.search(n))
