@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from shared_data import run_cli, sample_block, write_lines
+from shared_data import CORPUS_LOGS, run_cli, sample_block, write_lines
 
 from trainaudit.answer.validate import validate_file
 
@@ -51,6 +51,22 @@ def test_crash_verdict_from_stderr(tmp_path):
     r = run_cli("diagnose", str(log), "--json", "-o", str(tmp_path / "o"))
     fa = json.loads(r.stdout)["final_answer"]
     assert (fa["verdict"], fa["category"]) == ("crash", "oom")
+
+
+def test_a_crash_after_a_numeric_failure_is_its_end_not_its_cause(tmp_path):
+    # icefall's ScaledAdam scales the gradients by 3.8e-14, then the run dies in a traceback cut before its
+    # exception: the run crashed of exploding gradients
+    log = CORPUS_LOGS / "icefall-k2-fsa-icefall-1895" / "log.txt"
+    r = run_cli("diagnose", str(log), "--json", "-o", str(tmp_path / "o"))
+    fa = json.loads(r.stdout)["final_answer"]
+    assert (fa["verdict"], fa["category"]) == ("crash", "grad_explosion")
+    assert "then the run died (the run crashed: traceback" in fa["root_causes"][0]["issue"]
+    # the same traceback alone is a crash of unknown cause
+    alone = write_lines(tmp_path / "tb.log", (CORPUS_LOGS / "icefall-k2-fsa-icefall-1895" / "log.txt")
+                        .read_text(encoding="utf-8").splitlines()[3:])
+    r = run_cli("diagnose", str(alone), "--json", "-o", str(tmp_path / "p"))
+    fa = json.loads(r.stdout)["final_answer"]
+    assert (fa["verdict"], fa["category"]) == ("crash", "crash")
 
 
 def test_bad_input_and_bad_config_exit_2(tmp_path):

@@ -56,6 +56,7 @@ LINES = {
     "hf-debug-inf-nan": corpus_log("hf-transformers-huggingface-transformers-docs-debugging-mt5-fp16-overflow")[0],
     "theano-nan-detected": next(ln for ln in corpus_log("theano-ryankiros-visual-semantic-embedding-10")
                                 if "NaN" in ln),
+    "icefall-gradient-scale-tiny": corpus_log("icefall-k2-fsa-icefall-1895")[0],
     "gpt-neox-overflow-exit": next(ln for ln in corpus_log("gpt-neox-EleutherAI-gpt-neox-482") if "in a row" in ln),
     "worker-timeout": next(ln for ln in corpus_log("gluonts-awslabs-gluonts-689") if "Worker timed out" in ln),
     # torch/utils/data/dataloader.py, _try_get_data
@@ -87,6 +88,10 @@ def test_every_entry_has_a_line_and_matches_it() -> None:
     "W tensorflow/core/common_runtime/bfc_allocator.cc:217] Allocator (GPU_0_bfc) ran out of memory trying to "
     "allocate 84.60MiB. The caller indicates that this is not a failure",
     "ValueError                                Traceback (most recent call last)",
+    # ScaledAdam clipping as it does in healthy training, and a gradient norm that is NaN (factor 0.0)
+    "2024-01-05 10:22:38,995 WARNING [optim.py:385] Scaling gradients by 0.0451, model_norm_threshold=91.5",
+    "WARNING [optim.py:385] Scaling gradients by 2.5e-05, model_norm_threshold=911.5296020507812",
+    "WARNING [optim.py:385] Scaling gradients by 0.0, model_norm_threshold=911.5296020507812",
 ])
 def test_ordinary_lines_match_nothing(line: str) -> None:
     assert catalogue.match(line) is None

@@ -6,7 +6,8 @@ Findings are grouped by what explains what, then ordered by severity and by what
   before the first symptom is its likely cause; anything after a loss-scale collapse is
   ``loss_scale_collapse``;
 - infrastructure: hardware faults explain OOMs, crashes and NCCL timeouts; an OOM explains the
-  NCCL aborts of the other ranks; the rank that failed first is the root;
+  NCCL aborts of the other ranks; the rank that failed first is the root; a crash no category
+  names, after a serious numeric story, is that story's end;
 - not learning: lr 0 or vanishing gradients explain a flat loss;
 - memory growth explains a later OOM; stalls and stragglers explain throughput loss.
 """
@@ -256,10 +257,32 @@ def diagnose(hits: list[Hit], *, n_loss_points: int = 0, has: set[str] | None = 
     for h in take(lambda _h: True):
         stories.append(_story(h.category, [h], h.message, n_loss_points))
 
+    _crash_as_consequence(stories)
     stories.sort(key=lambda s: (-_sev(s), math.inf if s.first_bad_step is None else s.first_bad_step))
     for s in stories:
         s.confidence = round(min(max(s.confidence, 0.05), 0.99), 3)
     return conclude(stories, hits)
+
+
+def _crash_as_consequence(stories: list[Story]) -> None:
+    """A run that dies of an error no category names (``crash``) after a serious numeric story (gradients
+    exploding, the loss turning NaN) died of that story: the crash joins it as its end, the run still
+    counts as crashed, and the numeric story is the root cause (an assertion on a gradient that is
+    inf, a NaN check that raises)."""
+    crash = next((s for s in stories if s.category == Category.CRASH and s.fatal), None)
+    if crash is None:
+        return
+    end = math.inf if crash.first_bad_step is None else crash.first_bad_step
+    cause = min((s for s in stories if s.category in NUMERIC and _sev(s) >= SEVERITY_ORDER["high"]
+                 and (s.first_bad_step is None or s.first_bad_step <= end)),
+                key=lambda s: math.inf if s.first_bad_step is None else s.first_bad_step, default=None)
+    if cause is None:
+        return
+    stories.remove(crash)
+    cause.hits.extend(crash.hits)
+    cause.fatal = True
+    cause.severity = max(cause.severity, crash.severity, key=SEVERITY_ORDER.__getitem__)
+    cause.issue += f"; then the run died ({crash.hits[0].message})"
 
 
 def conclude(stories: list[Story], hits: list[Hit]) -> Diagnosis:

@@ -88,6 +88,16 @@ CATALOGUE: tuple[Known, ...] = (
           "the training loop's own check found the cost NaN or Inf and stopped training", "nan_inf", "critical",
           "https://github.com/lisa-lab/DeepLearningTutorials/blob/master/code/lstm.py (train_lstm)", fatal=True,
           pattern=re.compile(r"^\W{0,4}NaN detected\W{0,4}$")),
+    # icefall's ScaledAdam clips the update to model_norm_threshold (twice the median of recent gradient
+    # norms) and warns with the factor threshold / norm when it is under 0.1 or 0.5: a factor of 1e-6 or
+    # less is a gradient norm a million times its recent median, an explosion, not clipping
+    Known("icefall-gradient-scale-tiny", ("Scaling gradients by", "model_norm_threshold="), EventKind.WARNING,
+          "icefall's ScaledAdam scaled the gradients by a factor of 1e-6 or less to bring their norm back to its "
+          "clipping threshold: the gradient norm is at least a million times its recent median",
+          "grad_explosion", "high",
+          "https://github.com/k2-fsa/icefall/blob/master/egs/librispeech/ASR/zipformer/optim.py "
+          "(ScaledAdam._get_clipping_scale)",
+          pattern=re.compile(r"Scaling gradients by \d(?:\.\d{1,20})?e-(?:0[6-9]|[1-9]\d{1,2}),")),
     Known("gpt-neox-overflow-exit", ("iterations in a row due to Overflow",), EventKind.LOSS_SCALE_MIN,
           "the fp16 loss scaler skipped every step for too long (the loss scale cannot recover) and the run exits",
           "loss_scale_collapse", "critical", "https://github.com/EleutherAI/gpt-neox/blob/main/megatron/training.py",
