@@ -13,6 +13,7 @@ from trainaudit.ingest.formats.megatron.lines import MegatronReader
 from trainaudit.ingest.sink import RunBuilder
 from trainaudit.ingest.sources import expand_inputs
 from trainaudit.model import EventKind, Run, Source
+from trainaudit.series.roles import find_roles
 
 MLM = sample_block("megatron.txt", "Megatron-LM/issues/756")
 OLD = corpus_log("megatron-deepspeed-bigscience-workshop-bigscience-tr8b-emb-norm-7")[:2]  # no timestamp, lr .3E
@@ -70,6 +71,19 @@ def test_bridge_mtp_losses(tmp_path: Path, fast: bool) -> None:
     assert run.series["seq_load_balancing_loss"].value_at(30) == 1.248744
     assert run.series["lm loss"].values.tolist() == [0.8716962, 0.8535482]
     assert run.events == []
+
+
+def test_validation_lines_are_the_validation_loss(tmp_path: Path, fast: bool) -> None:
+    # evaluate_and_print_results between the iteration lines, in its dashed box; the evaluation at the
+    # end of training has no iteration and gives no point
+    lines = corpus_log("megatron-lm-liguodongiot-llm-action-gpt2-345m-4dp")
+    run = read(write_lines(tmp_path / "v.log", lines), fast)
+    val = run.series["validation lm loss"]
+    assert val.steps.tolist() == [1000, 2000, 3000, 4000, 5000]
+    assert val.values.tolist() == [6.439325, 6.18888, 6.826255, 7.609839, 8.208897]
+    assert run.series["validation lm loss PPL"].value_at(2000) == 487.3002
+    assert run.series["lm loss"].value_at(5000) == 0.1350079
+    assert find_roles(run).names["val_loss"] == "validation lm loss"
 
 
 def test_deepspeed_nan_grad_norm_and_missing_loss(tmp_path: Path, fast: bool) -> None:

@@ -483,6 +483,16 @@ def test_more_hardware_and_loader_lines() -> None:
     assert events[3].data["xid"] == 79 and events[3].data["category"] == "gpu_lost"
 
 
+def test_a_loader_workers_bus_error_is_shared_memory_exhausted_and_a_segfault_is_not() -> None:
+    (line,) = [ln for ln in corpus_log("yolov5-ultralytics-yolov3-1151") if "Bus error" in ln]
+    events = scan_lines([line.removeprefix("> ")])
+    assert kinds(events) == [EventKind.SIGNAL, EventKind.HOST_OOM]
+    assert events[0].data["signal"] == 7 and events[1].data["shared_memory"] is True
+    assert "out of shared memory" in events[1].message
+    seg = scan_lines(["RuntimeError: DataLoader worker (pid 4242) is killed by signal: Segmentation fault. "])
+    assert kinds(seg) == [EventKind.SIGNAL]
+
+
 def test_frames_without_their_traceback_header_are_a_traceback() -> None:
     # a process killed while it hung leaves only its stack; a paste can start below the header
     lines = corpus_log("pytorch-loop-vskode-acodet-47")

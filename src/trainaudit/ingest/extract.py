@@ -217,7 +217,7 @@ def _tokens(body: str) -> Iterator[tuple[str, str, str]]:
 # a line that opens with an evaluation's name: its metrics are the evaluation's ("Validation: loss = 2.1",
 # "eval epoch: 1, loss: 119.7", "Test set: Average loss: 0.28", "Validating, loss=766.1"); a key that
 # itself starts with the word ("val_loss: 0.5", "test 0.91") is read as it is
-_EVAL_WORDS = r"(?:validation|validating|valid|val|evaluation|evaluating|eval|test|testing|dev)"
+_EVAL_WORDS = r"(?:validation|validating|validate|valid|val|evaluation|evaluating|evaluate|eval|test|testing|dev)"
 _EVAL_TOPIC_RE = re.compile(r"\W{0,4}" + _EVAL_WORDS + r"(?![\w.@/-])(?! ?[:=]? ?[-+]?\.?\d)", re.I)
 _EVAL_KEY_RE = re.compile(r"(?:^|[\s_/.-])" + _EVAL_WORDS + r"(?:$|[\s_/.-])", re.I)
 # "Train 95, loss: 1.40, train acc: 0.95" / "Test 95, loss: 1.43, test acc: 0.93": the phase, then the

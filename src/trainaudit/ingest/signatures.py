@@ -450,7 +450,15 @@ def _signals(line: Line, text: str) -> list[tuple[EventKind, str, dict[str, Any]
         base: dict[str, Any] = {"dataloader_worker": True, "pid": pids[0]}
         if signum is None:
             return [(EventKind.SIGNAL, _short(m.group(0)), {**base, "signal_text": m.group("what")})]
-        return _signal_events(None, signum, base, f"DataLoader worker (pid {pids[0]})")
+        who = f"DataLoader worker (pid {pids[0]})"
+        out = _signal_events(None, signum, base, who)
+        if signum == 7:
+            # a worker's SIGBUS is a write to /dev/shm past its end: the host's shared memory is exhausted
+            # (PyTorch's own message: "It is possible that dataloader's workers are out of shared memory",
+            # torch/csrc/DataLoader.cpp, https://github.com/pytorch/pytorch/blob/main/torch/csrc/DataLoader.cpp)
+            out.append((EventKind.HOST_OOM, f"{who} died of SIGBUS: out of shared memory (/dev/shm)",
+                        {**base, "signal": 7, "likely_host_oom": True, "shared_memory": True}))
+        return out
     m = KERNEL_OOM_RE.search(text)
     if m:
         data: dict[str, Any] = {"pid": int(m.group("pid")), "name": m.group("name"), "likely_host_oom": True,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from typing import ClassVar
 
 import numpy as np
@@ -194,7 +195,8 @@ class Overfitting(Rule):
         rise = (float(np.median(after[-3:])) - float(after[0])) / abs(float(after[0]))
         ti = max(int(np.searchsorted(t.steps, v.steps[jmin], side="left")), 0)
         train = t.values[ti:]
-        if rise < self.p.short_rise or train.size < 10 or kendall_tau(after) < 0.7 or kendall_tau(train) > -0.7:
+        if rise < self.p.short_rise or train.size < 10 or kendall_tau(after) < 0.7 or \
+                kendall_tau(_between_evaluations(t, v.steps[jmin:])) > -0.7:
             return []
         msg = (f"{v.name} trends up over its {after.size} evaluations since its minimum {after[0]:.4g} at step "
                f"{int(v.steps[jmin])}, to {after[-1]:.4g} (+{rise:.0%}), while {t.name} trends down "
@@ -257,3 +259,15 @@ class Overfitting(Rule):
         h.point("vend", v, len(v) - 1, f"last {v.name}")
         h.calc("rise", "relative rise of the validation loss", "({vend} - {vmin}) / abs({vmin})", unit="ratio")
         return h
+
+
+def _between_evaluations(t: Series, evals: np.ndarray) -> np.ndarray:
+    """The training loss seen at the validation's pace: its median between consecutive evaluations
+    (from each evaluation step to the next, the last to the end). A per-iteration loss is noisy batch
+    to batch; its trend over the evaluations is the trend of these medians. A training loss logged
+    no more often than the evaluations is returned as it is."""
+    cut = np.searchsorted(t.steps, evals, side="left")
+    if len(t) - int(cut[0]) <= len(evals):
+        return t.values[int(cut[0]):]
+    bounds = [*cut.tolist(), len(t)]
+    return np.array([float(np.median(t.values[a:b])) for a, b in itertools.pairwise(bounds) if b > a])

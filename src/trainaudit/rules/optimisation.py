@@ -499,6 +499,7 @@ class NotLearning(Rule):
         # move at all (to the printed digits) is pinned there
         spread = float(np.ptp(x[-k:])) / max(abs(float(np.median(x[-k:]))), 1e-12)
         c = uniform_size(x[-k:], self.p.pinned_tol) if spread <= self.p.pinned_spread else None
+        c = None if c is not None and _accuracy_above_chance(ctx, c) else c
         start = 0
         if c is not None:
             while start < len(x) - k and abs(x[start] - math.log(c)) > self.p.pinned_tol * math.log(c):
@@ -527,7 +528,7 @@ class NotLearning(Rule):
             if near is None and (v := ctx.series("val_loss", finite=True, min_points=2 * k)) is not None:
                 near = uniform_size(v.values, self.p.near_tol)
                 s, x = (v, v.values) if near is not None else (s, x)
-            if near is not None and near <= self.p.max_classes:
+            if near is not None and near <= self.p.max_classes and not _accuracy_above_chance(ctx, near):
                 start = 0
                 msg = (f"{s.name} sits at {float(np.median(x)):.4g}, next to ln({near}) = {math.log(near):.4g}, on all its "
                        f"{len(x)} logged points: the loss of a uniform guess over {near} classes, the model does not learn")
@@ -553,6 +554,24 @@ class NotLearning(Rule):
         if not c and acc is not None:  # the accuracy the message quotes, at its highest
             h.point("acc", acc, int(np.argmax(acc.values)), f"highest {acc.name}")
         return [h]
+
+
+def _accuracy_above_chance(ctx: Context, classes: int) -> bool:
+    """Whether an accuracy the log prints (``test_acc1``, ``val_accuracy``, in % or as a fraction) is
+    well above the 1/C of a uniform guess over ``classes``: then a loss that happens to sit near ln(C)
+    is no uniform guess (training with mixup and label smoothing ends near 2.5 = ln(12) on ImageNet)."""
+    chance = 1.0 / classes
+    for name, series in ctx.run.series.items():
+        if "acc" not in name.lower() or "@rank" in name:
+            continue
+        v = series.finite().values
+        if not v.size:
+            continue
+        best = float(np.max(v))
+        best = best / 100.0 if best > 1.0 else best
+        if best >= chance + 0.25 * (1.0 - chance):
+            return True
+    return False
 
 
 def _still_tail(x: np.ndarray, tol: float = 0.0) -> int:

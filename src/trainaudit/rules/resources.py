@@ -140,7 +140,7 @@ class HostOOM(Rule):
     Why: the run dies without a Python traceback, which makes it look like a mysterious crash.
 
     Fix: fewer data-loader workers or prefetch, memory-mapped datasets, smaller CPU offload
-    buffers, more host memory per GPU.
+    buffers, more host memory per GPU; for a worker's SIGBUS, a larger /dev/shm (``--shm-size``).
 
     Example: ``exitcode  : -9 (pid: 14750)`` / ``Signal 9 (SIGKILL) received by PID 14750``.
     """
@@ -156,7 +156,8 @@ class HostOOM(Rule):
         if not evs:
             return []
         e = evs[0]
-        h = self.hit(f"host out of memory / SIGKILL: {e.message}", 0.8, first_bad_step=ctx.step_of(e), last_step=ctx.step_of(e),
+        what = "host shared memory exhausted" if e.data.get("shared_memory") else "host out of memory / SIGKILL"
+        h = self.hit(f"{what}: {e.message}", 0.8, first_bad_step=ctx.step_of(e), last_step=ctx.step_of(e),
                      fatal=True, data={"rank": e.rank})
         h.ev("kill", e, "worker killed (host OOM)")
         return [h]

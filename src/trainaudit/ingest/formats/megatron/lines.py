@@ -23,6 +23,10 @@ from trainaudit.ingest.text import Line, parse_number
 from trainaudit.model import Event, EventKind, SourceKind
 
 MEMORY_RE = re.compile(r"\(after (\d+) iterations\) memory \(MB\)(.*)")
+# evaluate_and_print_results (megatron/training/training.py): " validation loss at iteration 1000 |
+# lm loss value: 6.439325E+00 | lm loss PPL: 6.259840E+02 |"; the evaluation at the end of training
+# ("at the end of training for val data") has no iteration and is left to the generic events
+VALIDATION_RE = re.compile(r"validation(?: [\w-]{1,40})? loss at iteration (\d{1,12})[^|]{0,80}\|")
 PHASE_RE = re.compile(r"^\[(after training is done|exiting program[^\]]*|before the start of training step|"
                       r"after model, optimizer, and learning rate scheduler are built)\] datetime: (.*)$")
 EXIT_ITER_RE = re.compile(r"exiting program at iteration (\d+)")
@@ -108,6 +112,14 @@ class MegatronReader(LineReader):
     def _other(self, line: Line, sink: Sink, state: dict) -> None:
         text = line.text
         src = sink.source.path if sink.source else ""
+        m = VALIDATION_RE.search(text)
+        if m:
+            step = int(m.group(1))
+            for key, raw in FIELD_RE.findall(text[m.end():]):
+                v = field_value(raw)
+                if v is not None:  # "lm loss value" -> "validation lm loss", "lm loss PPL" -> "validation lm loss PPL"
+                    sink.add(f"validation {key.strip().removesuffix(' value')}", step, v, line.no, line.rank)
+            return
         m = MEMORY_RE.search(text)
         if m:
             step = int(m.group(1))
