@@ -306,6 +306,13 @@ def test_a_phase_and_its_epoch_before_the_metrics(tmp_path: Path) -> None:
     assert parse_line_full("train 3: 0.5").pairs == []  # no metric after the number: not read as an epoch
 
 
+def test_a_step_of_the_runs_length_then_one_value(tmp_path: Path) -> None:
+    # the makemore lectures' loop: f'{i:7d}/{max_steps:7d}: {loss.item():.4f}'
+    run = read(tmp_path, head("pytorch-loop-karpathy-nn-zero-to-hero-makemore-part3-bn", 3))
+    assert points(run, "value") == [(0, 3.3239), (10000, 2.0322), (20000, 2.5675)]
+    assert parse_line_full("Epoch 3/10: done").pairs[-1].key != "value"  # no value after the counter
+
+
 def test_detectron2_logger_prefix_is_no_counter(tmp_path: Path) -> None:
     # "[02/10 22:55:41 d2.engine.train_loop]" is a date and a logger, not "iteration 2 of 10"
     run = read(tmp_path, "\n".join(corpus_log("detectron2-facebookresearch-detectron2-838")) + "\n")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from trainaudit.model import Run, Series
-from trainaudit.series.roles import adversarial, find_roles, peak
+from trainaudit.series.roles import adversarial, elapsed_clock, find_roles, peak
 
 
 def _series(name: str, n: int) -> Series:
@@ -61,3 +61,15 @@ def test_a_log_of_evaluation_lines_only_has_its_loss_as_the_loss() -> None:
     # a series its own name calls a validation loss stays one (nanoGPT: "validation loss 1.52")
     named = Run(series={"validation loss": _series("validation loss", 8)})
     assert find_roles(named).names == {"val_loss": "validation loss"}
+
+
+def test_the_time_since_the_start_is_no_step_time() -> None:
+    # Ultralytics' results.csv "time": seconds since the start at each epoch (a resume restarts it)
+    steps = np.arange(1, 31, dtype=np.int64)
+    clock = 112.0 * steps + np.where(steps >= 4, -240.0, 0.0)
+    run = Run(series={"time": Series("time", steps, clock, steps, np.zeros(30, dtype=np.int16))})
+    assert elapsed_clock(run.series["time"]) and "step_time" not in find_roles(run).names
+    # a step time that grows (a slowdown) is a step time
+    slow = 1.0 + 0.05 * steps
+    run = Run(series={"time": Series("time", steps, slow, steps, np.zeros(30, dtype=np.int16))})
+    assert not elapsed_clock(run.series["time"]) and find_roles(run).names["step_time"] == "time"

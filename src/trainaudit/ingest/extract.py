@@ -223,6 +223,7 @@ _EVAL_KEY_RE = re.compile(r"(?:^|[\s_/.-])" + _EVAL_WORDS + r"(?:$|[\s_/.-])", r
 # "Train 95, loss: 1.40, train acc: 0.95" / "Test 95, loss: 1.43, test acc: 0.93": the phase, then the
 # epoch (the training scripts of https://github.com/antao97/dgcnn.pytorch)
 _PHASE_COUNTER_RE = re.compile(r"(train|training|" + _EVAL_WORDS + r") (\d{1,9})[,:] (?=[A-Za-z])", re.I)
+_COUNTER_VALUE_RE = re.compile(r"\s{0,12}\d{1,12} ?/ {0,12}\d{1,12}: {1,4}[-+]?(?:\d|\.\d)")
 _ABS_RE = re.compile(r"\|(\w{1,40})\|")  # "mean |grad|": an absolute value, not table cells
 # ESPnet2's trainer: "1epoch:train:683-1364batch: loss=..." (the batches of the epoch since the last
 # report, https://github.com/espnet/espnet/blob/master/espnet2/train/trainer.py): epoch 1, batch 1364
@@ -448,6 +449,11 @@ def parse_line_full(text: str, asked: list[int] | None = None) -> Parsed:
         # "Memory info of GPU:0: current: 0.18, peak: 2.55": the keys are memory figures
         out.pairs = [p if "mem" in p.key.lower() or counter_rank(p.key) is not None else
                      Pair(f"mem {p.key}", p.value, p.unit, p.total) for p in out.pairs]
+    if len(out.pairs) == 1 and len(out.bare) == 1 and out.pairs[0].total is not None and \
+            _COUNTER_VALUE_RE.match(body) is not None:
+        # "  10000/ 200000: 2.0322": the step of the run's length, then its one value (the makemore lectures'
+        # training loops print their loss so, https://github.com/karpathy/nn-zero-to-hero)
+        out.pairs.append(Pair("value", out.bare.pop()))
     if out.pairs and topic_eval:
         # "Validation: loss = 2.1", "Test set: Average loss: 0.28", "Evaluation result for step 435000:
         # loss = ..." (OpenNMT-tf's evaluator, opennmt/evaluation.py): the line's metrics are the

@@ -11,6 +11,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from trainaudit.model import EVAL_PREFIX, Run, Series
 
 _SEP = re.compile(r"[\s/\-.]+")
@@ -130,8 +132,23 @@ class Roles:
         return run.series.get(name) if name else None
 
 
+def elapsed_clock(s: Series) -> bool:
+    """Whether ``s`` is the time since the start (Ultralytics' results.csv ``time``, a wall-clock column)
+    rather than a time per step: it rises with the step, in proportion to it (a line through the origin:
+    its intercept is small beside what it gains over the steps). A step time that grows (a slowdown)
+    starts from the time of a step, far from 0."""
+    ok = np.isfinite(s.values)
+    v, st = s.values[ok], s.steps[ok].astype(np.float64)
+    if v.size < 5 or float(np.ptp(st)) <= 0 or float(np.mean(np.diff(v) > 0)) < 0.9:
+        return False
+    slope, intercept = np.polyfit(st, v, 1)
+    gain = float(slope) * float(st.max())
+    return gain > 0 and abs(float(intercept)) <= 0.25 * gain
+
+
 def find_roles(run: Run) -> Roles:
-    normed = {name: norm(name) for name in run.series if "@rank" not in name and len(run.series[name])}
+    normed = {name: norm(name) for name in run.series if "@rank" not in name and len(run.series[name])
+              and not (norm(name) in _EXACT["step_time"] and elapsed_clock(run.series[name]))}
     roles = Roles()
     taken: set[str] = set()
     for role, exact in _EXACT.items():
