@@ -74,6 +74,22 @@ def test_minimum_loss_scale_exit(tmp_path):
     assert (d.verdict, d.category) == ("crash", "loss_scale_collapse")
 
 
+def test_a_scale_reduced_to_zero_is_a_collapse_and_a_division_by_zero_alone_is_not(tmp_path):
+    # apex's overflow lines, each reducing the scale, then the scaler divides by a scale of 0
+    lines = corpus_log("apex-jiangnanboy-chatbot-chinese-readme-note")
+    _, hits, d = _diag(tmp_path, lines)
+    assert hits["TA104"].fatal and "fell to 0" in hits["TA104"].message
+    assert (d.verdict, d.category) == ("crash", "loss_scale_collapse")
+    _, hits, _ = _diag(tmp_path, ["step 1 loss 2.3", "step 2 loss 2.2", "ZeroDivisionError: float division by zero"],
+                       "alone.log")
+    assert "TA104" not in hits
+    # a scale that rose again between the overflows is a scaler at work, whatever error follows
+    moving = [lines[0], lines[1], "Gradient overflow.  Skipping step, loss scaler 0 reducing loss scale to 65536.0",
+              lines[2], "ZeroDivisionError: float division by zero"]
+    _, hits, _ = _diag(tmp_path, moving, "moving.log")
+    assert "TA104" not in hits
+
+
 @pytest.mark.parametrize("key,req,ru,frag", [
     ("pytorch/pytorch/issues/18853", 1.0, None, False),
     ("GenerateU/issues/10", 496 / 1024, 330.42 / 1024, False),

@@ -12,7 +12,7 @@ import numpy as np
 from trainaudit.model import Event, EventKind, Series
 from trainaudit.answer.schema import Category, Severity
 from trainaudit.rules.base import Context, Grid, Guidance, Hit, Role, Rule, Thresholds
-from trainaudit.series.roles import norm
+from trainaudit.series.roles import norm, validation
 from trainaudit.series.stats import robust_z, sliding_max, trailing_median_mad, trailing_median_mad_at
 
 TRAINING_ROLES = ("loss", "grad_norm", "lr", "loss_scale", "val_loss")
@@ -75,10 +75,13 @@ class NonFiniteMetric(Rule):
                 hits.append(h)
         # another loss (a GAN's other player, a loss component) non-finite before the training
         # roles were: the first bad step is its (it only moves the step of a finding already made)
+        # (or the only one: a component's loss, "train_mel_loss_before = nan", while the loss the roles
+        # picked is still finite)
         first = min((h.first_bad_step for h in hits if h.first_bad_step is not None), default=None)
-        others = [h for n, x in ctx.run.series.items() if first is not None and n not in seen and "loss" in norm(n)
+        others = [h for n, x in ctx.run.series.items() if n not in seen and "loss" in norm(n) and "@rank" not in n
+                  and not validation(n)
                   if (h := self._series_hit(ctx, "other", x, named, checks)) is not None and h.first_bad_step is not None
-                  and h.first_bad_step < first]
+                  and (first is None or h.first_bad_step < first)]
         if others:
             hits.insert(0, min(others, key=lambda h: h.first_bad_step or 0))
         if checks:
@@ -377,6 +380,10 @@ class GradNormSpike(Rule):
 # an exception that is the fp16 scaler giving up (GradScaler / DeepSpeed / fairseq wordings)
 MIN_SCALE_RE = re.compile(r"minimum loss scale reached|loss scale already at minimum|cannot decrease scale anymore"
                           r"|grad_scale is too small", re.I)
+# a scale halved past the smallest double reaches 0, and the scaler's 1 / scale raises (apex.amp's
+# "reducing loss scale to 4.3e-311" ... "ZeroDivisionError: float division by zero",
+# https://github.com/facebookresearch/WSL-Images/issues/9)
+ZERO_DIVISION_RE = re.compile(r"ZeroDivisionError: float division by zero")
 # a number, not the full stop after it ("... reducing loss scale to 256.0.")
 _SCALE_RE = re.compile(r"(?:reducing to|setting loss scale to:?|loss scale(?: to)?:?)\s*(\d+(?:\.\d*)?(?:[eE][+-]?\d+)?)", re.I)
 
@@ -504,6 +511,11 @@ class LossScaleCollapse(Rule):
             e for e in ctx.events(EventKind.TRACEBACK, EventKind.ERROR) if MIN_SCALE_RE.search(e.message + " " + e.raw)]
         s = ctx.series("loss_scale", finite=True)
         overflow = _scale_from_events(ctx.events(EventKind.LOSS_SCALE))
+        if len(overflow) >= 2 and all(b < a for (_, a), (_, b) in itertools.pairwise(overflow)):
+            # overflows that only ever reduced the scale, then the division by a scale of 0
+            last = overflow[-1][0].line
+            mins += [e for e in ctx.events(EventKind.TRACEBACK, EventKind.ERROR)
+                     if e.line > last and ZERO_DIVISION_RE.search(e.message + " " + e.raw)][:1]
         hits: list[Hit] = []
         if s is not None and len(s) >= 3:
             x = s.values
@@ -575,7 +587,10 @@ class LossScaleCollapse(Rule):
                 hits[0].fatal = True
                 hits[0].confidence = max(hits[0].confidence, 0.95)
             else:
-                h = self.hit(f"loss scale at its minimum and the run exits: {e.message}", 0.9, metric="loss scale",
+                what = ("the loss scale, reduced by overflow after overflow, fell to 0 and the run exits"
+                        if ZERO_DIVISION_RE.search(e.message + " " + e.raw) else
+                        "loss scale at its minimum and the run exits")
+                h = self.hit(f"{what}: {e.message}", 0.9, metric="loss scale",
                              first_bad_step=ctx.step_of(e), last_step=ctx.step_of(e), fatal=True)
                 h.ev("min", e, "minimum loss scale reached")
                 hits.append(h)

@@ -39,6 +39,11 @@ def peak(name: str) -> bool:
     return bool(_PEAK.search(norm(name)))
 
 
+def validation(name: str) -> bool:
+    """Whether ``name`` is an evaluation's metric (``val_loss``, ``eval/loss``, ``test acc``)."""
+    return bool(_VAL.search(norm(name)))
+
+
 def adversarial(name: str) -> bool:
     """Whether ``name`` is one player's loss in a two-player game (see ``_ADVERSARIAL``): a loss that
     keeps trading against another, not an objective that must fall."""
