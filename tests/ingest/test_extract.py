@@ -306,6 +306,13 @@ def test_a_phase_and_its_epoch_before_the_metrics(tmp_path: Path) -> None:
     assert parse_line_full("train 3: 0.5").pairs == []  # no metric after the number: not read as an epoch
 
 
+def test_marians_update_counter(tmp_path: Path) -> None:
+    run = read(tmp_path, head("marian-marian-nmt-marian-120", 6))
+    cost = run.series["Cost"]
+    assert cost.steps.tolist() == [116760, 116770, 116780, 116790, 116800, 116810]
+    assert cost.value_at(116790) == 87.32 and math.isnan(cost.value_at(116800))
+
+
 def test_a_step_of_the_runs_length_then_one_value(tmp_path: Path) -> None:
     # the makemore lectures' loop: f'{i:7d}/{max_steps:7d}: {loss.item():.4f}'
     run = read(tmp_path, head("pytorch-loop-karpathy-nn-zero-to-hero-makemore-part3-bn", 3))

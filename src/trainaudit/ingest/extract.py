@@ -131,6 +131,9 @@ COUNTER_KEYS = {
     "total_timesteps": 1, "num_timesteps": 1,
     # Ray Tune's result of one report (ray/tune/result.py: TRAINING_ITERATION, TIMESTEPS_TOTAL)
     "training_iteration": 2, "timesteps_total": 1,
+    # Marian's "Ep. 2 : Up. 116760 : Sen. 6962176 : Cost 111.24": the updates done (src/training/scheduler.h,
+    # https://github.com/marian-nmt/marian-dev)
+    "up": 2,
 }
 # keys whose number is an identifier or a size, never a metric of the run
 _IGNORED_KEYS = frozenset({
