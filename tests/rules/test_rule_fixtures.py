@@ -179,10 +179,6 @@ KNOWN_LOUD: dict[str, tuple[str, ...]] = {
     # logs collected after the rules were written, scored before any change
     "corpus/logs/fairseq-mailong25-self-supervised-speech-recognition-20/log.txt": ("TA104",),
     "corpus/logs/pytorch-loop-pytorch-tutorials-mario-rl/log.txt": ("TA203",),
-    # the first batch of every epoch waits for the DataLoader's workers to start (1.7 s of 60 s an epoch):
-    # one logged point in three, so it reads as a pipeline stall
-    "corpus/logs/apex-chatflip-tutorial-pytorch-japanese-food101-ddp/log.txt": ("TA408", "TA411"),
-    "corpus/logs/apex-chatflip-tutorial-pytorch-japanese-food101-dp/log.txt": ("TA408", "TA411"),
     "corpus/logs/megatron-deepspeed-HaibaraAiChan-moe-bak-gpt125m-dense/log.txt": ("TA405",),
 }
 

@@ -840,10 +840,23 @@ def median_of_others(m: np.ndarray) -> np.ndarray:
     return 0.5 * (remaining(k // 2 - 1) + remaining(k // 2))
 
 
+# A DataLoader hands out batches to its workers in turn, so workers that cannot keep up stall the loop
+# once every num_workers batches (https://pytorch.org/docs/stable/data.html#multi-process-data-loading);
+# a slow step once every few hundred iterations is a pause of another kind (the first batch of an epoch
+# while the workers start, an evaluation, a checkpoint), not a pipeline that falls behind
+MAX_WORKER_PERIOD = 64
+
+
+def _sparse_pauses(steps: np.ndarray) -> bool:
+    """Whether slow steps at these ``steps`` (in order) come once every MAX_WORKER_PERIOD steps or fewer."""
+    return steps.size >= 2 and float(np.median(np.diff(steps))) > MAX_WORKER_PERIOD
+
+
 class DataLoaderStall(Rule):
     """Detects data-loader stalls: frequent, periodic slow steps (more than ``slow_factor`` times
     the median step time, on ``min_frac``..``max_frac`` of the steps, at a regular period).
-    Evaluation / checkpoint pauses are rarer than ``min_frac`` and are not reported.
+    Evaluation / checkpoint pauses are rarer than ``min_frac`` and are not reported, nor are slow
+    steps more than ``MAX_WORKER_PERIOD`` steps apart (a sparse log's first batch of each epoch).
 
     Why: the GPU waits for data every few steps: too few workers, slow storage, heavy
     augmentation on the main process.
@@ -898,7 +911,7 @@ class DataLoaderStall(Rule):
         g = int(vals[np.argmax(counts)])
         # exact period: OS jitter on a busy machine also makes slow steps, but at random gaps
         share = float(np.max(counts)) / gaps.size
-        if g < 2 or share < self.p.periodic:
+        if g < 2 or share < self.p.periodic or _sparse_pauses(s.steps[skip + slow]):
             return []
         i = skip + int(slow[0])
         h = self.hit(f"{frac:.0%} of the steps are over {self.p.slow_factor:g}x the median step time, about every {g} "
@@ -916,7 +929,8 @@ class DataWaitDominates(Rule):
     """Detects steps that spend most of their time waiting for data: the logged data-loading time
     (``data_time``, ``Data``, ``data_wait``) is ``share`` or more of the step time on at least
     ``min_frac`` of the logged steps (at least ``min_hits`` of them), as mmengine, detectron2 and the
-    PyTorch ImageNet example print both.
+    PyTorch ImageNet example print both. Single waiting steps between steps that do not wait, more
+    than ``MAX_WORKER_PERIOD`` steps apart, are pauses (the first batch of each epoch) and do not count.
 
     Why: the accelerator idles while the input pipeline works; more compute does not help.
 
@@ -959,6 +973,12 @@ class DataWaitDominates(Rule):
             share = np.where(tv > 0, dv / tv, 0.0)
         hits = np.flatnonzero((share >= self.p.share) & (share <= 1.05))  # a data time above the step time is another clock
         if hits.size < self.p.min_hits or hits.size / steps.size < self.p.min_frac:
+            return []
+        # single logged steps that wait, with steps that do not around each, far apart: a pause (the first
+        # batch of each epoch while the workers start), not steps that wait for data
+        high = np.zeros(steps.size + 2, dtype=bool)
+        high[1:-1] = share >= self.p.share
+        if not np.any(high[hits] | high[hits + 2]) and _sparse_pauses(steps[hits]):
             return []
         i = int(hits[0])
         # the share the evidence shows (the first such step); the count says it is not a one-off
