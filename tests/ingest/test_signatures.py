@@ -192,6 +192,14 @@ def test_fairseq_minimum_loss_scale() -> None:
     assert ev.data == {"framework": "fairseq", "min_loss_scale": 0.0001}
 
 
+def test_the_minimum_loss_scale_sentence_without_its_start() -> None:
+    # a paste that lost the first words still has fairseq's second sentence, printed only at the minimum
+    cut = "scale reached (0.0001). Your loss is probably exploding. Try lowering the learning rate"
+    ev = only(scan_lines([cut]), EventKind.LOSS_SCALE_MIN)
+    assert ev.data == {"framework": "fairseq"}
+    assert scan_lines(["my loss is exploding, what can I try?"]) == []
+
+
 def test_loss_scale_overflow_lines_are_left_to_the_readers() -> None:
     # DeepSpeed / fairseq overflow notices are LOSS_SCALE events of their readers, not signatures.
     lines = [ln for block in (sample_blocks("deepspeed.txt"), sample_blocks("fairseq.txt")) for b in block.values()

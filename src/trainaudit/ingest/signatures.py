@@ -38,6 +38,7 @@ GATE = re.compile(
     r"|N(?:CCL|VRM|aN)|O(?:utOfMemory|OM|ut of memory)|P(?:rocessGroupNCCL)|R(?:oot Cause)"
     r"|S(?:egmentation fault|ending process)|T(?:raceback|raining failed|he above exception"
     r"|he loss returned|imeout at NCCL)|U(?:nexpected result|sing dynamic loss scale)|W(?:atchdog)|X(?:id)"
+    r"|Y(?:our loss is probably exploding)"
     r"|\((?:exitcode)"
 )
 
@@ -309,7 +310,10 @@ def _nan(line: Line, text: str) -> list[tuple[EventKind, str, dict[str, Any]]]:
 # --- loss scale at its minimum ----------------------------------------------------------------------
 # DeepSpeed's exception (deepspeed/runtime/fp16/loss_scaler.py, raise_error_at_min_scale); fairseq
 #   FP16Optimizer's "FloatingPointError: Minimum loss scale reached (X). Your loss is probably exploding."
-LS_MIN_RE = re.compile(r"Current loss scale already at minimum|Minimum loss scale reached \((?P<scale>[^()]*+)\)")
+#   The sentence after it is printed only there (and by fairseq2's scaler at its minimum): a paste that cut
+#   the first words still shows it.
+LS_MIN_RE = re.compile(r"Current loss scale already at minimum|Minimum loss scale reached \((?P<scale>[^()]*+)\)"
+                       r"|Your loss is probably exploding")
 # NVIDIA apex amp's dynamic loss scaler (apex/amp/scaler.py, update_scale): one line per skipped step,
 #   "Gradient overflow.  Skipping step, loss scaler 0 reducing loss scale to 32768.0"
 APEX_OVERFLOW_RE = re.compile(r"Gradient overflow\. {1,2}Skipping step, loss scaler (?P<scaler>\d{1,4}) "
@@ -359,6 +363,9 @@ def _loss_scale(line: Line, text: str) -> list[tuple[EventKind, str, dict[str, A
     m = LS_MIN_RE.search(text)
     if m is None:
         return []
+    if m.group(0).startswith("Your loss"):
+        return [(EventKind.LOSS_SCALE_MIN, "fairseq: minimum loss scale reached, your loss is probably exploding",
+                 {"framework": "fairseq"})]
     if m.group("scale") is None:
         return [(EventKind.LOSS_SCALE_MIN, "DeepSpeed: loss scale already at minimum, run exits",
                  {"framework": "deepspeed"})]
@@ -614,6 +621,7 @@ _MATCHERS: list[tuple[tuple[str, ...], Matcher]] = [
     (("atchdog", "Timeout at NCCL", "Heartbeat monitor"), _nccl),
     (("Unexpected result", "found NaN", "found Inf", "returned nan", "gradients are Nan", "The loss returned"), _nan),
     (("Current loss scale", "Minimum loss scale", "Gradient overflow", "Using dynamic loss scale", "Grad scale is small",
+      "probably exploding",
       "Found inf or nan"), _loss_scale),
     (("(exitcode:", "closing signal", "SignalException"), _elastic_line),
     (("Fatal Python error", "Segmentation fault", "Bus error", "Aborted", "Floating point exception", "Killed",
