@@ -39,7 +39,8 @@ ARG_RE = re.compile(r"^\s{2}(train_iters|log_interval|seq_length|global_batch_si
 class MegatronReader(LineReader):
     name = "megatron"
     kind = SourceKind.LOG
-    description = "Megatron-LM / Megatron-DeepSpeed / Megatron-Bridge / nanotron stdout ('iteration N/ M | key: value |')"
+    description = ("Megatron-LM / Megatron-DeepSpeed / Megatron-Bridge / nanotron stdout ('iteration N/ M | key: value |', "
+                   "'validation loss at iteration N | lm loss value: X |')")
 
     def __init__(self, fast: bool = True, chunk_size: int | None = None, workers: int | None = None) -> None:
         # fast=False keeps the plain line-by-line path (the reference semantics of the fast one).
