@@ -57,6 +57,7 @@ LINES = {
     "theano-nan-detected": next(ln for ln in corpus_log("theano-ryankiros-visual-semantic-embedding-10")
                                 if "NaN" in ln),
     "icefall-gradient-scale-tiny": corpus_log("icefall-k2-fsa-icefall-1895")[0],
+    "loss-not-finite-stop": next(ln for ln in corpus_log("pytorch-loop-LTH14-mar-69") if "stopping training" in ln),
     "gpt-neox-overflow-exit": next(ln for ln in corpus_log("gpt-neox-EleutherAI-gpt-neox-482") if "in a row" in ln),
     "worker-timeout": next(ln for ln in corpus_log("gluonts-awslabs-gluonts-689") if "Worker timed out" in ln),
     # torch/utils/data/dataloader.py, _try_get_data
@@ -92,6 +93,7 @@ def test_every_entry_has_a_line_and_matches_it() -> None:
     "2024-01-05 10:22:38,995 WARNING [optim.py:385] Scaling gradients by 0.0451, model_norm_threshold=91.5",
     "WARNING [optim.py:385] Scaling gradients by 2.5e-05, model_norm_threshold=911.5296020507812",
     "WARNING [optim.py:385] Scaling gradients by 0.0, model_norm_threshold=911.5296020507812",
+    "Loss is 2.31, stopping training at epoch 40 (early stopping)",
 ])
 def test_ordinary_lines_match_nothing(line: str) -> None:
     assert catalogue.match(line) is None

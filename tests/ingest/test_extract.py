@@ -306,6 +306,14 @@ def test_a_phase_and_its_epoch_before_the_metrics(tmp_path: Path) -> None:
     assert parse_line_full("train 3: 0.5").pairs == []  # no metric after the number: not read as an epoch
 
 
+def test_a_loss_heading_then_the_value_of_each_data_set(tmp_path: Path) -> None:
+    # uPIT-for-speech-separation's trainer, under its "[file:line - LEVEL ]" logger location
+    run = read(tmp_path, head("pytorch-loop-funcwj-uPIT-for-speech-separation-5", 2))
+    assert math.isnan(run.series["train loss"].values[0]) and math.isnan(run.series["dev loss"].values[0])
+    assert not any("trainer.py" in k for k in run.series)
+    assert [p.key for p in parse_line_full("loss: 0.5, train: 3").pairs] == ["loss", "train"]
+
+
 def test_marians_update_counter(tmp_path: Path) -> None:
     run = read(tmp_path, head("marian-marian-nmt-marian-120", 6))
     cost = run.series["Cost"]

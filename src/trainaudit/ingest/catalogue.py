@@ -98,6 +98,13 @@ CATALOGUE: tuple[Known, ...] = (
           "https://github.com/k2-fsa/icefall/blob/master/egs/librispeech/ASR/zipformer/optim.py "
           "(ScaledAdam._get_clipping_scale)",
           pattern=re.compile(r"Scaling gradients by \d(?:\.\d{1,20})?e-(?:0[6-9]|[1-9]\d{1,2}),")),
+    # the training loops of DeiT, DETR, MAE and their descendants check the loss every step and exit on a
+    # non-finite one: print("Loss is {}, stopping training".format(loss_value)); sys.exit(1)
+    Known("loss-not-finite-stop", ("Loss is", "stopping training"), EventKind.NAN_CHECK,
+          "the training loop found the loss NaN or Inf and stopped the run", "nan_inf", "critical",
+          "https://github.com/facebookresearch/deit/blob/main/engine.py (train_one_epoch); "
+          "https://github.com/facebookresearch/detr/blob/main/engine.py", fatal=True,
+          pattern=re.compile(r"Loss is [-+]?(?:nan|inf), stopping training")),
     Known("gpt-neox-overflow-exit", ("iterations in a row due to Overflow",), EventKind.LOSS_SCALE_MIN,
           "the fp16 loss scaler skipped every step for too long (the loss scale cannot recover) and the run exits",
           "loss_scale_collapse", "critical", "https://github.com/EleutherAI/gpt-neox/blob/main/megatron/training.py",

@@ -64,8 +64,9 @@ _PREAMBLES = [
     re.compile(_LEVEL + r":[\w.]{1,80}:"),
     # log levels, alone or bracketed: INFO  | [INFO] | INFO -
     re.compile(r"\[?" + _LEVEL + r"\]? {0,8}(?:[-:|] ?)?"),
-    # logger locations: (trainer:581), [logging.py:60:log_dist], mod.func:train:86 -
-    re.compile(r"[(\[][\w.\-/]{1,120}(?::\w{1,60}){0,2}:\d{1,8}(?::\w{1,60})?[)\]] ?[-:]? ?"),
+    # logger locations: (trainer:581), [logging.py:60:log_dist], mod.func:train:86 -, and with the level
+    # inside: [trainer.py:150 - INFO ] ("[%(filename)s:%(lineno)s - %(levelname)s ]")
+    re.compile(r"[(\[][\w.\-/]{1,120}(?::\w{1,60}){0,2}:\d{1,8}(?::\w{1,60})?(?: - " + _LEVEL + r" ?)?[)\]] ?[-:]? ?"),
     re.compile(r"\| ?[\w.]{1,120}(?::\w{1,60}){1,2}:\d{1,8} ?- ?"),
     # Swin-Transformer's logger.py: "[%(asctime)s %(name)s] (%(filename)s %(lineno)d): %(levelname)s"
     re.compile(r"\([\w.\-/]{1,120}\.py \d{1,8}\):? ?"),
@@ -131,9 +132,6 @@ COUNTER_KEYS = {
     "total_timesteps": 1, "num_timesteps": 1,
     # Ray Tune's result of one report (ray/tune/result.py: TRAINING_ITERATION, TIMESTEPS_TOTAL)
     "training_iteration": 2, "timesteps_total": 1,
-    # Marian's "Ep. 2 : Up. 116760 : Sen. 6962176 : Cost 111.24": the updates done (src/training/scheduler.h,
-    # https://github.com/marian-nmt/marian-dev)
-    "up": 2,
 }
 # keys whose number is an identifier or a size, never a metric of the run
 _IGNORED_KEYS = frozenset({
@@ -227,6 +225,14 @@ _EVAL_KEY_RE = re.compile(r"(?:^|[\s_/.-])" + _EVAL_WORDS + r"(?:$|[\s_/.-])", r
 # epoch (the training scripts of https://github.com/antao97/dgcnn.pytorch)
 _PHASE_COUNTER_RE = re.compile(r"(train|training|" + _EVAL_WORDS + r") (\d{1,9})[,:] (?=[A-Za-z])", re.I)
 _COUNTER_VALUE_RE = re.compile(r"\s{0,12}\d{1,12} ?/ {0,12}\d{1,12}: {1,4}[-+]?(?:\d|\.\d)")
+# a heading that names the loss before the values of each data set ("Loss(time/mini-batch) - Epoch 1: train
+# = ... | dev = ...", https://github.com/funcwj/uPIT-for-speech-separation)
+_LOSS_HEAD_RE = re.compile(r"\bloss\b[^:=|]{0,80}: {0,4}(?:train|training|dev|val|valid|validation|test|eval) {0,4}=",
+                           re.I)
+_PHASE_KEYS = frozenset({"train", "training", "dev", "val", "valid", "validation", "test", "eval"})
+# Marian's "Ep. 2 : Up. 116760 : Sen. 6962176 : Cost 111.24": the epoch, the updates done, the sentences
+# seen (src/training/scheduler.h, https://github.com/marian-nmt/marian-dev)
+_MARIAN_RE = re.compile(r"Ep\. (\d{1,9}) : Up\. (\d{1,12}) : (?:Sen\. [\d,]{1,20} : )?")
 _ABS_RE = re.compile(r"\|(\w{1,40})\|")  # "mean |grad|": an absolute value, not table cells
 # ESPnet2's trainer: "1epoch:train:683-1364batch: loss=..." (the batches of the epoch since the last
 # report, https://github.com/espnet/espnet/blob/master/espnet2/train/trainer.py): epoch 1, batch 1364
@@ -250,6 +256,8 @@ def parse_line_full(text: str, asked: list[int] | None = None) -> Parsed:
         body = _ABS_RE.sub(r"abs_\1", body)
     if "epoch:train:" in body and (m := _ESPNET_RE.match(body)) is not None:
         body = f"epoch {m.group(1)} batch {m.group(2)}, {body[m.end():]}"
+    if "Up. " in body and (m := _MARIAN_RE.search(body)) is not None:
+        body = f"{body[:m.start()]}epoch {m.group(1)}, update {m.group(2)}, {body[m.end():]}"
     if (m := _PHASE_COUNTER_RE.match(body)) is not None:
         body = f"{m.group(1)}: epoch {m.group(2)}, {body[m.end():]}"
     toks = list(_tokens(body))
@@ -269,6 +277,7 @@ def parse_line_full(text: str, asked: list[int] | None = None) -> Parsed:
     head = body[:body.find(":")] if ":" in body else ""
     topic_mem = bool(head) and ("memory" in head.lower() or head.lower().startswith("mem "))
     topic_eval = _EVAL_TOPIC_RE.match(body) is not None
+    topic_loss = _LOSS_HEAD_RE.search(body) is not None
     has_number = False
     while i < n:
         kind, val, unit = toks[i]
@@ -457,6 +466,11 @@ def parse_line_full(text: str, asked: list[int] | None = None) -> Parsed:
         # "  10000/ 200000: 2.0322": the step of the run's length, then its one value (the makemore lectures'
         # training loops print their loss so, https://github.com/karpathy/nn-zero-to-hero)
         out.pairs.append(Pair("value", out.bare.pop()))
+    if out.pairs and topic_loss:
+        # "Loss(time/mini-batch) - Epoch  1: train = 0.52(1581.14s/2500) | dev = 0.61(...)": the heading
+        # names the quantity, the keys only the data set
+        out.pairs = [Pair(f"{p.key} loss", p.value, p.unit, p.total) if p.key.lower() in _PHASE_KEYS else p
+                     for p in out.pairs]
     if out.pairs and topic_eval:
         # "Validation: loss = 2.1", "Test set: Average loss: 0.28", "Evaluation result for step 435000:
         # loss = ..." (OpenNMT-tf's evaluator, opennmt/evaluation.py): the line's metrics are the
