@@ -414,34 +414,47 @@ class HFReader(ShapedReader):
         if rows.shape[0]:
             self._rows(got, sink, state, rows, shown[nxt], base)
         if last is not None:
-            state["n_train"] += 1
-            logs: dict[str, float | str] = {key: float(got.columns[key][0][last]) for key in got.keys_of(last)}
-            raw = chunk.lines[last].decode("utf-8").rstrip("\r\n")
-            at = int(chunk.row_at[last] - chunk.lines.starts[last])
-            text = chunk.lines[last][at:].split(b"\r", 1)[0].decode("utf-8")
-            state["pending"] = (logs, Line(base + last + 1, text, None, raw))
+            self.wait(chunk, got, state, last, base)
         return stop
+
+    @staticmethod
+    def wait(chunk: Chunk, got: NumberedLines, state: dict, i: int, base: int) -> None:
+        """The train dict of ``ROW`` line ``i`` left waiting for the next bar, as :meth:`feed` leaves it."""
+        state["n_train"] += 1
+        logs: dict[str, float | str] = {key: float(got.columns[key][0][i]) for key in got.keys_of(i)}
+        raw = chunk.lines[i].decode("utf-8").rstrip("\r\n")
+        at = int(chunk.row_at[i] - chunk.lines.starts[i])
+        text = chunk.lines[i][at:].split(b"\r", 1)[0].decode("utf-8")
+        state["pending"] = (logs, Line(base + i + 1, text, None, raw))
+
+    @classmethod
+    def bar_steps(cls, state: dict, counts: NDArray[np.int64], totals: NDArray[np.int64],
+                  widths: NDArray[np.int64]) -> NDArray[np.int64]:
+        """The steps of train dicts flushed one after the other by bars of these counts, totals and
+        totals' widths (0: no bar), as :meth:`_step` numbers them (``n_train`` counted here too)."""
+        n = counts.shape[0]
+        n0, last = state["n_train"], state["last_step"]
+        total = str(int(totals[0])).zfill(int(widths[0])) if widths[0] else None
+        if (total is not None and bool((widths == widths[0]).all()) and bool((totals == totals[0]).all())
+                and state["bar_total"] in (None, total) and counts[0] > last and bool((np.diff(counts) > 0).all())):
+            if n >= 2:  # every dict at its bar's count
+                state["interval"] = int(counts[-1] - counts[-2])
+            elif n0 >= 1:
+                state["interval"] = int(counts[0]) - last
+            state["n_train"], state["last_step"], state["bar_total"] = n0 + n, int(counts[-1]), total
+            return counts
+        steps = np.empty(n, dtype=np.int64)
+        for k, (c, t, w) in enumerate(zip(counts.tolist(), totals.tolist(), widths.tolist())):
+            state["n_train"] += 1
+            steps[k] = cls._step(state, c if w else None, str(t).zfill(w) if w else None)
+        return steps
 
     def _rows(self, got: NumberedLines, sink: Sink, state: dict, rows: NDArray[np.int64], bars: NDArray[np.int64],
               base: int) -> None:
         """Train dicts at lines ``rows``, each flushed by the bar of line ``bars`` (same order)."""
         n = rows.shape[0]
-        counts, totals, widths = got.counts[bars], got.totals[bars], got.widths[bars]
-        n0, last = state["n_train"], state["last_step"]
-        total = str(int(totals[0])).zfill(int(widths[0])) if widths[0] else None
-        if (total is not None and bool((widths == widths[0]).all()) and bool((totals == totals[0]).all())
-                and state["bar_total"] in (None, total) and counts[0] > last and bool((np.diff(counts) > 0).all())):
-            steps = counts  # every dict at its bar's count
-            if n >= 2:
-                state["interval"] = int(counts[-1] - counts[-2])
-            elif n0 >= 1:
-                state["interval"] = int(counts[0]) - last
-            state["n_train"], state["last_step"], state["bar_total"] = n0 + n, int(counts[-1]), total
-        else:
-            steps = np.empty(n, dtype=np.int64)
-            for k, (c, t, w) in enumerate(zip(counts.tolist(), totals.tolist(), widths.tolist())):
-                state["n_train"] += 1
-                steps[k] = self._step(state, c if w else None, str(t).zfill(w) if w else None)
+        counts, widths = got.counts[bars], got.widths[bars]
+        steps = self.bar_steps(state, counts, got.totals[bars], widths)
         if "framework" not in state:
             state["framework"] = True
             sink.meta("framework", "hf")
