@@ -578,3 +578,25 @@ def test_keras_nan_running_values_after_the_first_are_placed_in_bulk(tmp_path: P
     # epochs 4 to 7 (39 + 39 + 39 + 8 NaN bars and three final bars) among the rows placed in bulk
     assert placed.rows >= 2 * 40 + 3 * 40 + 8
     assert bulk.series["loss"].steps.tolist() == [1, 2, 3, 4, 5, 6] and np.isnan(bulk.series["loss"].values[2:]).all()
+
+
+@settings(max_examples=300, deadline=None)
+@given(bars_seen=st.lists(st.tuples(st.integers(0, 30), st.sampled_from([(30, 2), (30, 3), (50, 2), (0, 0)])),
+                          max_size=30),
+       start=st.fixed_dictionaries({"n_train": st.integers(0, 2), "last_step": st.integers(0, 5),
+                                    "interval": st.sampled_from([0, 1, 10]), "bar_total": st.sampled_from([None, "30"])}))
+def test_hf_bar_steps_number_dicts_as_one_at_a_time(bars_seen: list[tuple[int, tuple[int, int]]], start: dict) -> None:
+    """Train dicts numbered at once by the bars that flush them (counts going up, back, bars of
+    another total or width, no bar) get the steps and leave the state that numbering them one
+    at a time gives."""
+    counts = np.array([c for c, _ in bars_seen], dtype=np.int64)
+    totals = np.array([t for _, (t, _) in bars_seen], dtype=np.int64)
+    widths = np.array([w for _, (_, w) in bars_seen], dtype=np.int64)
+    at_once, one_by_one = dict(start), dict(start)
+    steps = HFReader.bar_steps(at_once, counts, totals, widths)
+    expected = []
+    for c, (t, w) in bars_seen:
+        one_by_one["n_train"] += 1
+        expected.append(HFReader._step(one_by_one, c if w else None, str(t).zfill(w) if w else None))
+    assert steps.tolist() == expected
+    assert at_once == one_by_one

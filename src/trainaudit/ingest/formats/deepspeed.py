@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from collections.abc import Iterator
 from typing import ClassVar
 
 import numpy as np
@@ -456,7 +457,7 @@ class _WithHF(LineReader):
             return Shape(OTHER)  # ANSI codes or a launcher prefix: the line reader's
         if ENGINE_GATE_RE.search(text) is not None:
             return _engine_shape(text)
-        return self.hf._classify(text, quiet, where)
+        return self.hf._classify(text, quiet, where, ("train", "eval"))
 
     def place(self, table: ShapeTable, sink: Sink, state: dict, chunk: Chunk, start: int, stop: int,
               base: int) -> int:
@@ -490,8 +491,8 @@ class _WithHF(LineReader):
         n = len(table.shapes)
         if self._shape_codes is None or self._shape_codes[1].shape[0] != n:
             engine = np.array([isinstance(s.info, EngineShape) for s in table.shapes], dtype=bool)
-            what = np.array([_WHAT[s.info.what] if isinstance(s.info, EngineShape) else _DICT if s.kind == ROW
-                             else _NONE for s in table.shapes], dtype=np.int8)
+            what = np.array([_WHAT[s.info.what] if isinstance(s.info, EngineShape) else _NONE if s.kind != ROW
+                             else _DICT if s.info.kind == "train" else _EVAL for s in table.shapes], dtype=np.int8)
             self._shape_codes = (engine, what)
         return self._shape_codes
 
@@ -520,8 +521,15 @@ class _WithHF(LineReader):
                 continue
             info = shapes[int(row[i])].info
             no = base + i + 1
-            if not isinstance(info, EngineShape):  # a train dict without a step: it waits for the next bar
-                HFReader.wait(chunk, got, hs, i, base)
+            if not isinstance(info, EngineShape):
+                if info.kind == "train":  # a train dict without a step: it waits for the next bar
+                    HFReader.wait(chunk, got, hs, i, base)
+                    continue
+                before = sink.last_step  # an eval dict: at HF's last step
+                hf._write({key: float(columns[key][0][i]) for key in info.keys}, info.kind, hs["last_step"],
+                          Line(no, "", None, ""), sink, hs)
+                if sink.last_step is not None and sink.last_step != before:
+                    engine._anchor(ds, sink.last_step, sink)
                 continue
             v = [float(columns[key][0][i]) for key in info.keys]
             if info.what == "progress":
@@ -572,13 +580,16 @@ class _WithHF(LineReader):
         fpos = fpos[nxt]
         rows, bars = shown[dpos], shown[fpos]
         nf = rows.shape[0]
-        hsteps = HFReader.bar_steps(dict(hs), got.counts[bars], got.totals[bars], got.widths[bars]) if nf \
+        numbered = dict(hs)  # HF's state once the dicts are numbered
+        hsteps = HFReader.bar_steps(numbered, got.counts[bars], got.totals[bars], got.widths[bars]) if nf \
             else np.empty(0, dtype=np.int64)
-        hf_keys = {key for s in np.unique(chunk.row[rows]).tolist() for key in shapes[s].info.keys}
+        vpos = pos[code == _EVAL]  # eval dicts, at HF's last step
+        vrows = shown[vpos]
+        hf_keys = {key for s in np.unique(chunk.row[np.concatenate([rows, vrows])]).tolist() for key in shapes[s].info.keys}
         if RATE_KEY in hf_keys:
             return False
         # the engine's rows, a group per shape: its rows (indices into epos) and their numbers
-        epos = pos[code >= _PROGRESS]
+        epos = pos[(code >= _PROGRESS) & (code != _EVAL)]
         erows = shown[epos]
         esid = chunk.row[erows]
         estep = np.zeros(erows.shape[0], dtype=np.int64)
@@ -599,16 +610,21 @@ class _WithHF(LineReader):
             if names & hf_keys or (nf and RATE_KEY in names):
                 return False
         # the actions in order: a line's flush (2 * position) before its engine record (2 * position + 1)
-        order = np.argsort(np.concatenate([fpos * 2, epos * 2 + 1]), kind="stable")
-        n = order.shape[0]
+        order = np.argsort(np.concatenate([fpos * 2, epos * 2 + 1, vpos * 2 + 1]), kind="stable")
+        n, ne = order.shape[0], epos.shape[0]
         act = np.empty(n, dtype=np.int64)
-        act[order] = np.arange(n)  # each flush's, then each engine row's, action
-        typ = np.concatenate([np.zeros(nf, dtype=np.int8), code[epos]])[order]
-        step = np.concatenate([hsteps, estep])[order]
-        loose = np.concatenate([np.zeros(nf, dtype=bool), (code[epos] == _OVERFLOW) & ~counted])[order]
+        act[order] = np.arange(n)  # each flush's, then each engine row's, then each eval dict's action
+        typ = np.concatenate([np.zeros(nf, dtype=np.int8), code[epos], code[vpos]])[order]
+        step = np.concatenate([hsteps, estep, np.zeros(vpos.shape[0], dtype=np.int64)])[order]
+        loose = np.concatenate([np.zeros(nf, dtype=bool), (code[epos] == _OVERFLOW) & ~counted,
+                                np.zeros(vpos.shape[0], dtype=bool)])[order]
+        if vpos.shape[0]:  # an eval dict is written at the step of the last dict flushed before it
+            evals = typ == _EVAL
+            last_flush = np.maximum.accumulate(np.where(typ == 0, np.arange(n), -1))[evals]
+            step[evals] = np.where(last_flush >= 0, step[last_flush], hs["last_step"])
         since = np.cumsum(loose)
         anchoring = typ != _OVERFLOW
-        flushed = np.flatnonzero(typ == 0)
+        flushed = np.flatnonzero((typ == 0) | (typ == _EVAL))  # HF's writes: they anchor where they move the last step
         first = sink.last_step if sink.last_step is not None else _NO_STEP
         for _ in range(_ROUNDS):
             got_steps = _overflow_steps(step, loose, anchoring, since, ds["anchor"], ds["since"])
@@ -625,16 +641,26 @@ class _WithHF(LineReader):
         anchors = np.flatnonzero(anchoring)
         # nothing refused: place it
         into = _Parts(sink)
+        if vpos.shape[0] and "framework" not in hs:
+            hs["framework"] = True
+            sink.meta("framework", "hf")
         if nf:
-            self.hf._rows(got, into, hs, rows, bars, base)
+            hs.update((key, numbered[key]) for key in ("n_train", "last_step", "interval", "bar_total"))
+            self.hf._rows(got, into, hs, rows, bars, base, hsteps)
         if waits is not None:
             HFReader.wait(chunk, got, hs, waits, base)
         dict_lines, bar_lines = rows + base + 1, bars + base + 1
         parts: dict[str, list[tuple[int, int, NDArray[np.int64], NDArray[np.int64], NDArray[np.float64],
                                     NDArray[np.int64]]]] = {}
         for sub, (metric, st, vs, ln) in enumerate(into.parts):  # each metric once, in the order HF writes them
-            k = int(np.searchsorted(bar_lines if metric == RATE_KEY else dict_lines, ln[0]))
-            parts[metric] = [(int(act[k]), sub, np.full(1, act[k]), st, vs, ln)]
+            acts = act[np.searchsorted(bar_lines if metric == RATE_KEY else dict_lines, ln)]
+            parts[metric] = [(int(acts[0]), sub, acts, st, vs, ln)]
+        for s in np.unique(chunk.row[vrows]).tolist():
+            sel = np.flatnonzero(chunk.row[vrows] == s)
+            acts = act[nf + ne + sel]
+            for sub, key in enumerate(shapes[s].info.keys):
+                parts.setdefault(key, []).append((int(acts[0]), sub, acts, step[acts], got.columns[key][0][vrows[sel]],
+                                                  vrows[sel] + base + 1))
         overflows: list[tuple[NDArray[np.int64], str, NDArray[np.float64], NDArray[np.int64]]] = []
         for info, sel, v in groups:
             acts = act[nf + sel]
@@ -677,24 +703,30 @@ class _WithHF(LineReader):
         v = np.concatenate([g[2][:, :3] for g in overflows])[order]
         lines = np.concatenate([g[3] for g in overflows])[order].tolist()
         src = sink.source.path if sink.source else ""
-        messages: dict[tuple[float, float], str] = {}
         at = step[acts[order]].tolist()
-        for k, (rank, attempted, new) in enumerate(v.tolist()):
-            data: dict = {"tag": overflows[tags[k]][1], "rank": int(rank), "attempted": attempted, "new": new,
-                          "step_estimated": True}
-            if attempted == new:
-                data["at_minimum"] = True  # "Attempted loss scale: 1, reducing to 1": the scaler's floor
-            msg = messages.get((attempted, new))
-            if msg is None:
-                msg = messages[(attempted, new)] = overflow_message(data, attempted, new)
-            i = lines[k]
-            sink.event(Event(EventKind.LOSS_SCALE, msg, src, base + i + 1, chunk.lines[i].decode("utf-8").rstrip("\r\n"),
-                             step=at[k], rank=None, data=data))
+        data_of = chunk.lines.data
+        starts, ends = chunk.lines.starts[lines].tolist(), chunk.lines.ends[lines].tolist()
+        tags = [overflows[k][1] for k in tags]
+
+        def build() -> Iterator[Event]:
+            messages: dict[tuple[float, float], str] = {}
+            for k, (rank, attempted, new) in enumerate(v.tolist()):
+                data: dict = {"tag": tags[k], "rank": int(rank), "attempted": attempted, "new": new,
+                              "step_estimated": True}
+                if attempted == new:
+                    data["at_minimum"] = True  # "Attempted loss scale: 1, reducing to 1": the scaler's floor
+                msg = messages.get((attempted, new))
+                if msg is None:
+                    msg = messages[(attempted, new)] = overflow_message(data, attempted, new)
+                yield Event(EventKind.LOSS_SCALE, msg, src, base + lines[k] + 1,
+                            data_of[starts[k]:ends[k]].decode("utf-8").rstrip("\r\n"), step=at[k], rank=None, data=data)
+
+        sink.events(EventKind.LOSS_SCALE, len(lines), build)
         ds["overflows"] += len(lines)
         ds["scale"] = float(v[-1, 2])
 
 
-_NONE, _DICT, _PROGRESS, _TPUT, _OVERFLOW = 0, 1, 2, 3, 4  # what a line's ROW is (_WithHF._codes)
+_NONE, _DICT, _PROGRESS, _TPUT, _OVERFLOW, _EVAL = 0, 1, 2, 3, 4, 5  # what a line's ROW is (_WithHF._codes)
 _WHAT = {"progress": _PROGRESS, "tput": _TPUT, "overflow": _OVERFLOW}
 _NO_STEP = -(1 << 62)  # no step written yet (a step is never this)
 _ROUNDS = 8  # at most so many corrections of which flushes anchor (then the run is read line by line)
