@@ -709,6 +709,7 @@ class _WithHF(LineReader):
         tags = [overflows[k][1] for k in tags]
 
         def build() -> Iterator[Event]:
+            kind = EventKind.LOSS_SCALE
             messages: dict[tuple[float, float], str] = {}
             for k, (rank, attempted, new) in enumerate(v.tolist()):
                 data: dict = {"tag": tags[k], "rank": int(rank), "attempted": attempted, "new": new,
@@ -718,8 +719,8 @@ class _WithHF(LineReader):
                 msg = messages.get((attempted, new))
                 if msg is None:
                     msg = messages[(attempted, new)] = overflow_message(data, attempted, new)
-                yield Event(EventKind.LOSS_SCALE, msg, src, base + lines[k] + 1,
-                            data_of[starts[k]:ends[k]].decode("utf-8").rstrip("\r\n"), step=at[k], rank=None, data=data)
+                yield Event(kind, msg, src, base + lines[k] + 1, data_of[starts[k]:ends[k]].decode("utf-8").rstrip("\r\n"),
+                            at[k], None, data)
 
         sink.events(EventKind.LOSS_SCALE, len(lines), build)
         ds["overflows"] += len(lines)
