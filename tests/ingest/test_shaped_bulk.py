@@ -18,7 +18,7 @@ from test_text_bulk import snapshot as run_snapshot
 
 from trainaudit.ingest import load_run
 from trainaudit.ingest.formats import shaped
-from trainaudit.ingest.formats.deepspeed import DeepSpeedReader
+from trainaudit.ingest.formats.deepspeed import DeepSpeedReader, _WithHF
 from trainaudit.ingest.formats.fairseq import FairseqReader
 from trainaudit.ingest.formats.hf import HFReader
 from trainaudit.ingest.formats.keras import KerasReader
@@ -406,11 +406,93 @@ def test_a_plain_deepspeed_log_is_placed_in_bulk(tmp_path: Path, monkeypatch: py
     path = tmp_path / "d.log"
     path.write_text("\n".join(out) + "\n", encoding="utf-8")
     bulk, _ = both(path, DeepSpeedReader, monkeypatch)
+    assert fast_and_row_by_row(path, monkeypatch)[1] >= 3
     assert placed.rows >= 100
     assert bulk.series["loss"].steps[3:6].tolist() == [11, 21, 31]  # the bar after the dict, past the engine's line
     assert bulk.series["lr"].steps[-1] == 300 and bulk.series["CurrSamplesPerSec"].values[0] == 81.5
     overflows = [e for e in bulk.events if e.kind.value == "loss_scale"]
     assert len(overflows) == 20 and overflows[0].step == 282 and overflows[-1].data["at_minimum"]
+
+
+def fast_and_row_by_row(path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Run, int]:
+    """The run read with DeepSpeed's runs placed with arrays, once the same has been read with
+    them placed a line at a time (the same series, events, their data, metadata and problems),
+    and how many runs the arrays placed."""
+    placed = []
+    real = _WithHF._bulk
+
+    def spy(self: _WithHF, *args: object) -> bool:
+        got = real(self, *args)  # type: ignore[arg-type]
+        placed.append(got)
+        return got
+
+    with monkeypatch.context() as m:
+        m.setattr(_WithHF, "_bulk", spy)
+        fast, problems = load_run([str(path)], "deepspeed")
+    with monkeypatch.context() as m:
+        m.setattr(_WithHF, "fast", False)
+        rows, problems_rows = load_run([str(path)], "deepspeed")
+    assert snapshot(fast) == snapshot(rows)
+    assert repr([e.to_dict() for e in fast.events]) == repr([e.to_dict() for e in rows.events])  # data in order, NaN too
+    assert repr(fast.meta) == repr(rows.meta) and problems == problems_rows
+    return fast, sum(placed)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(lines=st.lists(st.lists(DS_PIECES, min_size=0, max_size=3), min_size=1, max_size=40),
+       chunk=st.sampled_from([64, 301, 4096]))
+def test_deepspeed_runs_placed_with_arrays_as_line_by_line(lines: list[list[str]], chunk: int, tmp_path: Path,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(shaped, "CHUNK_SIZE", chunk)
+    fast_and_row_by_row(written(tmp_path / "d.log", DS_HEAD, lines), monkeypatch)
+
+
+@st.composite
+def ds_steps(draw: st.DrawFn) -> str:
+    """The lines an HF run under DeepSpeed prints, an optimizer step at a time: its bar (an overflow
+    glued to it or not), and on some steps the engine's step and timer lines, a train or an eval
+    dict, a loose overflow. The bar counts mostly go up by one."""
+    out = []
+    step = draw(st.integers(0, 5))
+    for _ in range(draw(st.integers(1, 40))):
+        step = max(0, step + draw(st.sampled_from([1, 1, 1, 1, 2, 0, -2])))
+        bar = f"\r{step % 100:3d}%|          | {step}/{draw(st.sampled_from([90, 90, 90, 91]))} [00:01<00:09,  2.50it/s]"
+        scale = draw(st.sampled_from(["65536", "1", "2048"]))
+        over = f"{TS}[loss_scaler.py:183:update_scale] [deepspeed] OVERFLOW! Rank 0 Skipping step. " \
+            f"Attempted loss scale: {scale}, reducing to {scale if scale == '1' else '1024'}"
+        out.append(bar + over if draw(st.booleans()) else bar)
+        for piece in draw(st.lists(st.sampled_from(["progress", "tput", "train", "train", "eval", "over", "blank"]),
+                                   max_size=4)):
+            near = step + draw(st.sampled_from([0, 1, -1, 3]))
+            if piece == "progress":
+                out.append(f"{TS}[logging.py:96:log_dist] [Rank 0] step={near}, skipped=1, "
+                           f"lr=[{draw(st.sampled_from(['5e-05', 'nan']))}], mom=[(0.9, 0.95)]")
+            elif piece == "tput":
+                out.append(f"{TS}[timer.py:260:stop] epoch=0/micro_step={step * 4}/global_step={near}, "
+                           f"RunningAvgSamplesPerSec=81.5, CurrSamplesPerSec={draw(st.sampled_from(['80.25', 'nan']))}")
+            elif piece == "train":
+                out.append(f"\r{' ' * 8}\r{{'loss': {draw(st.sampled_from(NUMBERS))}, 'epoch': 0.5}}")
+            elif piece == "eval":
+                out.append(f"{{'eval_loss': {draw(st.sampled_from(NUMBERS))}, 'epoch': 0.5}}")
+            elif piece == "over":
+                out.append(over)
+            else:
+                out.append("")
+    return "\n".join(out) + "\n"
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(body=ds_steps(), chunk=st.sampled_from([128, 301, 4096]))
+def test_deepspeed_steps_placed_with_arrays_as_line_by_line(body: str, chunk: int, tmp_path: Path,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """Runs of lines in the order an HF run under DeepSpeed prints them, with the cases where the
+    arrays must follow the line reader exactly: overflows glued to a bar and loose ones, a dict
+    flushed at the step an overflow just wrote (it does not move the overflow count), steps that
+    go back, a bar of another total, eval dicts among them."""
+    monkeypatch.setattr(shaped, "CHUNK_SIZE", chunk)
+    path = tmp_path / "d.log"
+    path.write_text(DS_HEAD + body, encoding="utf-8")
+    fast_and_row_by_row(path, monkeypatch)
 
 
 @st.composite
@@ -496,3 +578,25 @@ def test_keras_nan_running_values_after_the_first_are_placed_in_bulk(tmp_path: P
     # epochs 4 to 7 (39 + 39 + 39 + 8 NaN bars and three final bars) among the rows placed in bulk
     assert placed.rows >= 2 * 40 + 3 * 40 + 8
     assert bulk.series["loss"].steps.tolist() == [1, 2, 3, 4, 5, 6] and np.isnan(bulk.series["loss"].values[2:]).all()
+
+
+@settings(max_examples=300, deadline=None)
+@given(bars_seen=st.lists(st.tuples(st.integers(0, 30), st.sampled_from([(30, 2), (30, 3), (50, 2), (0, 0)])),
+                          max_size=30),
+       start=st.fixed_dictionaries({"n_train": st.integers(0, 2), "last_step": st.integers(0, 5),
+                                    "interval": st.sampled_from([0, 1, 10]), "bar_total": st.sampled_from([None, "30"])}))
+def test_hf_bar_steps_number_dicts_as_one_at_a_time(bars_seen: list[tuple[int, tuple[int, int]]], start: dict) -> None:
+    """Train dicts numbered at once by the bars that flush them (counts going up, back, bars of
+    another total or width, no bar) get the steps and leave the state that numbering them one
+    at a time gives."""
+    counts = np.array([c for c, _ in bars_seen], dtype=np.int64)
+    totals = np.array([t for _, (t, _) in bars_seen], dtype=np.int64)
+    widths = np.array([w for _, (_, w) in bars_seen], dtype=np.int64)
+    at_once, one_by_one = dict(start), dict(start)
+    steps = HFReader.bar_steps(at_once, counts, totals, widths)
+    expected = []
+    for c, (t, w) in bars_seen:
+        one_by_one["n_train"] += 1
+        expected.append(HFReader._step(one_by_one, c if w else None, str(t).zfill(w) if w else None))
+    assert steps.tolist() == expected
+    assert at_once == one_by_one

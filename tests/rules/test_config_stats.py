@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from numpy.lib.stride_tricks import sliding_window_view
 
 from trainaudit.errors import InputError
@@ -185,3 +187,27 @@ def test_trailing_median_mad_at_equals_every_point():
         assert trailing_median_mad_at(x, window, np.array([], dtype=np.intp))[0].size == 0
     with pytest.raises(ValueError):
         trailing_median_mad_at(np.arange(10.0), 4, np.array([3]))
+
+
+def _kendall_pairs(v: np.ndarray) -> float:
+    """Kendall's tau-a from every pair's sign (the quadratic definition)."""
+    n = v.size
+    if n < 2:
+        return 0.0
+    with np.errstate(invalid="ignore"):
+        pairs = np.sign(v[None, :] - v[:, None])[np.triu_indices(n, 1)]
+    return float(pairs.sum()) / (n * (n - 1) / 2)
+
+
+@settings(max_examples=400, deadline=None)
+@given(values=st.lists(st.sampled_from([0.0, -0.0, 1.0, 1.5, -2.0, 3.25, 1e300, -1e-300, np.inf, -np.inf, np.nan]),
+                       max_size=70),
+       noise=st.integers(0, 2**32 - 1))
+def test_kendall_tau_is_the_sum_of_every_pair_s_sign(values: list[float], noise: int) -> None:
+    """Ties (signed zeros too), infinities (one, or the same twice), NaN and random runs: the same
+    float as summing the sign of every later-minus-earlier difference."""
+    rng = np.random.default_rng(noise)
+    for v in (np.array(values, dtype=np.float64), rng.integers(0, 6, size=len(values)).astype(np.float64),
+              rng.normal(size=len(values))):
+        got, want = kendall_tau(v), _kendall_pairs(v)
+        assert (np.isnan(got) and np.isnan(want)) or got == want

@@ -10,6 +10,7 @@ import click
 from trainaudit.commands.common import exit_code, fail_on_option, no_plots_option, out_option, print_summary, \
     reading_progress, report_notes, rule_selection_options, verbosity_options
 from trainaudit.diagnosis import build_answer, diagnose_run, plot_specs
+from trainaudit.diagnosis.build import SourceHashes
 from trainaudit.errors import READABLE_HINT, InputError
 from trainaudit.ingest import format_names, load_run
 from trainaudit.ingest.sources import reading_stdin
@@ -53,6 +54,7 @@ def diagnose(inputs: tuple[str, ...], out: Path, fmt: str | None, as_json: bool,
     painter = None if no_plots else take()
     try:
         with reading_stdin():  # "-": the evidence lines are read again from the same copy
+            hashes = SourceHashes(list(inputs))  # hashed beside the reading
             with reading_progress(quiet or as_json) as position:
                 run, problems = load_run(list(inputs), fmt, position)
             if not run.series and not run.events:
@@ -60,7 +62,7 @@ def diagnose(inputs: tuple[str, ...], out: Path, fmt: str | None, as_json: bool,
             result = diagnose_run(run, cfg)
             specs = [] if no_plots else plot_specs(run, result)
             start_drawing(specs, painter)  # the painter draws while the answer is built
-            answer = build_answer(list(inputs), run, result)
+            answer = build_answer(list(inputs), run, result, hashes=hashes)
         answer = narrate_if_requested(answer)  # wording only, verified; no-op without --llm
         paths = write_report(answer, out, specs, painter=painter)
     finally:

@@ -3,14 +3,20 @@ findings, root causes) and the plot specs for the report."""
 
 from __future__ import annotations
 
+import contextvars
 import re
+import threading
 from collections import defaultdict
+from functools import partial
+from pathlib import Path
 
 import numpy as np
 
 from trainaudit.diagnosis.engine import Diagnosis
-from trainaudit.ingest.sources import InputFile, expand_inputs, read_lines
+from trainaudit.errors import InputError
+from trainaudit.ingest.sources import STDIN, InputFile, expand_inputs, read_lines
 from trainaudit.model import Run, Series, SourceKind
+from trainaudit.safeio import open_input
 from trainaudit.rules.base import Hit, PointRef
 from trainaudit.series.roles import find_roles
 from trainaudit.answer.builder import AnswerBuilder, sha256_of
@@ -38,7 +44,37 @@ def _thin(idx: np.ndarray) -> np.ndarray:
     return idx[np.linspace(0, idx.size - 1, MAX_EXCERPT).astype(np.int64)]
 
 
-def build_answer(paths: list[str], run: Run, diag: Diagnosis, *, hash_sources: bool = True) -> Answer:
+class SourceHashes:
+    """The sha256 of the files named in ``paths`` (not folders, not standard input), computed in
+    a thread from the start: file reads and hashlib release the GIL for large buffers, so the hash
+    is made beside the reading of the run instead of after it (a second pass over a 1 GB log).
+    The thread runs in a copy of the caller's context, so what confines the caller's file reads
+    confines its reads too."""
+
+    def __init__(self, paths: list[str]) -> None:
+        self._got: dict[Path, str] = {}
+        files = [Path(p) for p in paths if p != STDIN and Path(p).is_file()]
+        self._thread = threading.Thread(target=contextvars.copy_context().run, args=(self._hash, files),
+                                        name="trainaudit-sha256", daemon=True)
+        self._thread.start()
+
+    def _hash(self, files: list[Path]) -> None:
+        for f in files:
+            try:
+                self._got[f] = sha256_of(partial(open_input, f))
+            except (InputError, OSError):  # build_answer hashes it itself
+                continue
+
+    def of(self, inp: InputFile) -> str | None:
+        """The sha256 of ``inp``'s bytes where it is a plain file hashed here, else None."""
+        self._thread.join()
+        if inp.fs_path is None or inp.compressed or inp.max_bytes is not None or inp.line_bytes is not None:
+            return None
+        return self._got.get(inp.fs_path)
+
+
+def build_answer(paths: list[str], run: Run, diag: Diagnosis, *, hash_sources: bool = True,
+                 hashes: SourceHashes | None = None) -> Answer:
     b = AnswerBuilder("diagnose")
     inputs: dict[str, InputFile] = {}
     try:
@@ -51,7 +87,7 @@ def build_answer(paths: list[str], run: Run, diag: Diagnosis, *, hash_sources: b
         sha = None
         if hash_sources and inp is not None:
             try:
-                sha = sha256_of(inp.open)
+                sha = (hashes.of(inp) if hashes is not None else None) or sha256_of(inp.open)
             except OSError:
                 sha = None
         kind = "archive_member" if "!" in src.path else src.kind.value

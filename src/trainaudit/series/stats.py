@@ -230,12 +230,42 @@ def first_sustained(mask: NDArray[np.bool_], min_frac: float = 0.8, min_len: int
 
 def kendall_tau(v: FloatArray) -> float:
     """Kendall's tau of ``v`` against its index (tau-a, ties count 0): +1 when every later value is
-    above every earlier one, near 0 for noise. O(n^2): for the short series a paste holds."""
+    above every earlier one, near 0 for noise. The sum of the signs of every later-minus-earlier
+    difference, counted in O(n log^2 n) time and O(n) memory (the pairs of a validation curve of
+    20 000 points would take gigabytes): the discordant pairs are the inversions of the stable
+    sort order, the concordant ones the other pairs of unequal values. NaN where a difference is
+    (a NaN, or the same infinity twice), as the sign of that difference makes the sum."""
     n = v.size
     if n < 2:
         return 0.0
-    pairs = np.sign(v[None, :] - v[:, None])[np.triu_indices(n, 1)]
-    return float(pairs.sum()) / (n * (n - 1) / 2)
+    if np.isnan(v).any() or np.count_nonzero(v == np.inf) > 1 or np.count_nonzero(v == -np.inf) > 1:
+        return float("nan")
+    order = np.argsort(v, kind="stable")
+    _, tied = np.unique(v, return_counts=True)  # (-0.0 and 0.0 are one value, as their difference is 0)
+    unequal = n * (n - 1) // 2 - int((tied * (tied - 1) // 2).sum())
+    discordant = _inversions(order)
+    return float(unequal - 2 * discordant) / (n * (n - 1) / 2)
+
+
+def _inversions(p: NDArray[np.int64]) -> int:
+    """The pairs ``a < b`` with ``p[a] > p[b]`` of a permutation of ``0..n-1``, by a bottom-up merge
+    sort: at each width, each element of a right half counts the elements of its left half above it."""
+    n = p.shape[0]
+    a = p.astype(np.int64)
+    idx = np.arange(n)
+    count = 0
+    w = 1
+    while w < n:
+        block = idx // (2 * w)
+        key = block * n + a  # a is sorted within each block of w: the keys of the left halves are sorted
+        right = idx % (2 * w) >= w
+        left_keys = key[~right]
+        below = np.searchsorted(left_keys, key[right], side="right")
+        ends = np.searchsorted(left_keys, (block[right] + 1) * n, side="left")
+        count += int((ends - below).sum())
+        a = np.sort(key) - block * n
+        w *= 2
+    return count
 
 
 def monotone_tail(v: FloatArray, sign: int) -> int:

@@ -49,13 +49,15 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from collections.abc import Iterator
 from typing import ClassVar
 
 import numpy as np
+from numpy.typing import ArrayLike, NDArray
 
 from trainaudit.ingest.base import Gate, LineReader, Priority, Sample, SpareNumbers, gate_pattern, registered_formats
 from trainaudit.ingest.formats.generic import num
-from trainaudit.ingest.formats.hf import HF_GATE_LITERALS, NUMBER_RE, HFReader, NumberedLines
+from trainaudit.ingest.formats.hf import HF_GATE_LITERALS, NUMBER_RE, RATE_KEY, HFReader, NumberedLines
 from trainaudit.ingest.formats.shaped import (
     BLANK, OTHER, ROW, Chunk, RunValues, Shape, ShapeTable, Where, byte_offset, read_shaped, zeroed_pattern,
 )
@@ -405,15 +407,20 @@ class DeepSpeedReader(LineReader):
         if new is not None:
             state["scale"] = new
             sink.add("loss scale", step, new, line.no, line.rank)
-        if attempted is None:
-            msg = "DeepSpeed overflow: step skipped"
-        elif "hysteresis" in data:
-            msg = f"DeepSpeed overflow at loss scale {attempted:g}: step skipped, hysteresis {data['hysteresis']} -> {data['new_hysteresis']}"
-        else:
-            msg = f"DeepSpeed overflow: step skipped, loss scale {attempted:g} -> {new:g}" if new is not None \
-                else f"DeepSpeed overflow at loss scale {attempted:g}: step skipped"
-        sink.event(Event(EventKind.LOSS_SCALE, msg, sink.source.path if sink.source else "", line.no, line.raw,
-                         step=step, rank=line.rank, data=data))
+        sink.event(Event(EventKind.LOSS_SCALE, overflow_message(data, attempted, new),
+                         sink.source.path if sink.source else "", line.no, line.raw, step=step, rank=line.rank,
+                         data=data))
+
+
+def overflow_message(data: dict, attempted: float | None, new: float | None) -> str:
+    """The message of an overflow event (``data``: its event data)."""
+    if attempted is None:
+        return "DeepSpeed overflow: step skipped"
+    if "hysteresis" in data:
+        return (f"DeepSpeed overflow at loss scale {attempted:g}: step skipped, hysteresis {data['hysteresis']} -> "
+                f"{data['new_hysteresis']}")
+    return f"DeepSpeed overflow: step skipped, loss scale {attempted:g} -> {new:g}" if new is not None \
+        else f"DeepSpeed overflow at loss scale {attempted:g}: step skipped"
 
 
 class _WithHF(LineReader):
@@ -422,9 +429,11 @@ class _WithHF(LineReader):
     placing of a run of lines without ``OTHER``."""
 
     gate = DS_GATES["hf"]  # (no ``name``: not a format of its own)
+    fast: ClassVar[bool] = True  # runs placed with arrays where they can be (False: a line at a time; the tests compare)
 
     def __init__(self, engine: DeepSpeedReader, hf: HFReader) -> None:
         self.engine, self.hf = engine, hf
+        self._shape_codes: tuple[NDArray[np.bool_], NDArray[np.int8]] | None = None
 
     def sniff(self, sample: Sample) -> float:
         return 0.0  # never asked: DeepSpeedReader reads with it
@@ -448,21 +457,51 @@ class _WithHF(LineReader):
             return Shape(OTHER)  # ANSI codes or a launcher prefix: the line reader's
         if ENGINE_GATE_RE.search(text) is not None:
             return _engine_shape(text)
-        return self.hf._classify(text, quiet, where)
+        return self.hf._classify(text, quiet, where, ("train", "eval"))
 
     def place(self, table: ShapeTable, sink: Sink, state: dict, chunk: Chunk, start: int, stop: int,
               base: int) -> int:
-        """Lines ``start`` to ``stop`` (no ``OTHER``) as :meth:`feed` reads them, a line at a time
-        but with the numbers read at once: an HF train dict waits for the first non-blank segment of
-        the next line that the engine does not take (its bar's count numbers it), and every value
-        goes to the sink in the line reader's order."""
-        kinds = chunk.kind[start:stop]
-        shown = (np.flatnonzero(kinds != BLANK) + start).tolist()
-        if not shown:
+        """Lines ``start`` to ``stop`` (no ``OTHER``) as :meth:`feed` reads them: with arrays where
+        :meth:`_bulk` can, else a line at a time (:meth:`_lines`). A dict still waiting for its bar
+        when the run starts is flushed line by line first."""
+        shown = np.flatnonzero(chunk.kind[start:stop] != BLANK) + start
+        if not shown.shape[0]:
             return stop
         got = chunk.cache.get("deepspeed")
         if got is None:
             got = chunk.cache["deepspeed"] = NumberedLines(chunk, [s.info for s in table.shapes])
+        if not self.fast:
+            self._lines(table, sink, state, chunk, got, shown.tolist(), base)
+            return stop
+        engine, what = self._codes(table)
+        flushes = ~engine[chunk.first[shown]]  # a line that flushes a waiting dict: its first segment is not the engine's
+        code = np.where(chunk.kind[shown] == ROW, what[chunk.row[shown]], _NONE)
+        k = 0
+        if state["hf"]["pending"] is not None:
+            at = np.flatnonzero(flushes & (code != _DICT))  # the first line after which no dict waits
+            k = int(at[0]) + 1 if at.shape[0] else shown.shape[0]
+            self._lines(table, sink, state, chunk, got, shown[:k].tolist(), base)
+        if k < shown.shape[0] and not self._bulk(table, sink, state, chunk, got, shown[k:], flushes[k:], code[k:],
+                                                 base):
+            self._lines(table, sink, state, chunk, got, shown[k:].tolist(), base)
+        return stop
+
+    def _codes(self, table: ShapeTable) -> tuple[NDArray[np.bool_], NDArray[np.int8]]:
+        """For each shape of ``table``: whether it is an engine line's, and what its ``ROW`` is."""
+        n = len(table.shapes)
+        if self._shape_codes is None or self._shape_codes[1].shape[0] != n:
+            engine = np.array([isinstance(s.info, EngineShape) for s in table.shapes], dtype=bool)
+            what = np.array([_WHAT[s.info.what] if isinstance(s.info, EngineShape) else _NONE if s.kind != ROW
+                             else _DICT if s.info.kind == "train" else _EVAL for s in table.shapes], dtype=np.int8)
+            self._shape_codes = (engine, what)
+        return self._shape_codes
+
+    def _lines(self, table: ShapeTable, sink: Sink, state: dict, chunk: Chunk, got: NumberedLines, shown: list[int],
+               base: int) -> None:
+        """The non-blank lines ``shown`` as :meth:`feed` reads them, a line at a time but with the
+        numbers read at once: an HF train dict waits for the first non-blank segment of the next
+        line that the engine does not take (its bar's count numbers it), and every value goes to
+        the sink in the line reader's order."""
         shapes = table.shapes
         ds, hs = state["ds"], state["hf"]
         sink = into = RunValues(sink)
@@ -482,13 +521,15 @@ class _WithHF(LineReader):
                 continue
             info = shapes[int(row[i])].info
             no = base + i + 1
-            if not isinstance(info, EngineShape):  # a train dict without a step: it waits for the next bar
-                hs["n_train"] += 1
-                logs: dict[str, float | str] = {key: float(columns[key][0][i]) for key in got.keys_of(i)}
-                raw = chunk.lines[i].decode("utf-8").rstrip("\r\n")
-                at = int(chunk.row_at[i] - chunk.lines.starts[i])
-                text = chunk.lines[i][at:].split(b"\r", 1)[0].decode("utf-8")
-                hs["pending"] = (logs, Line(no, text, None, raw))
+            if not isinstance(info, EngineShape):
+                if info.kind == "train":  # a train dict without a step: it waits for the next bar
+                    HFReader.wait(chunk, got, hs, i, base)
+                    continue
+                before = sink.last_step  # an eval dict: at HF's last step
+                hf._write({key: float(columns[key][0][i]) for key in info.keys}, info.kind, hs["last_step"],
+                          Line(no, "", None, ""), sink, hs)
+                if sink.last_step is not None and sink.last_step != before:
+                    engine._anchor(ds, sink.last_step, sink)
                 continue
             v = [float(columns[key][0][i]) for key in info.keys]
             if info.what == "progress":
@@ -509,5 +550,230 @@ class _WithHF(LineReader):
                 raw = chunk.lines[i].decode("utf-8").rstrip("\r\n")
                 engine._overflow(Line(no, "", None, raw), sink, ds, data, v[2], int(v[3]) + 1 if info.counted else None)
         into.done()
-        return stop
 
+    def _bulk(self, table: ShapeTable, sink: Sink, state: dict, chunk: Chunk, got: NumberedLines,
+              shown: NDArray[np.int64], flushes: NDArray[np.bool_], code: NDArray[np.int8], base: int) -> bool:
+        """The non-blank lines ``shown`` (no dict waiting before them) placed with arrays, as
+        :meth:`_lines` places them; False, with nothing placed, where they are not as assumed here.
+
+        What :meth:`_lines` does in order is a list of actions: a dict flushed by a line's bar,
+        then the engine's record of the line. Flushes, ``step=`` and ThroughputTimer lines anchor
+        the overflow count; an overflow glued to a bar is one step past the bar, any other is
+        ``since`` steps past the last anchor. A flush anchors only where it moves the last step
+        written, which holds when the step written before it differs from its own: every action
+        writes a value at its step, so that is checked on the steps found assuming it (where it
+        fails, the run is read line by line). Overflows before any anchor, and a metric that HF's
+        dicts and the engine both write, are left to :meth:`_lines` too."""
+        ds, hs = state["ds"], state["hf"]
+        if ds["pending"]:
+            return False
+        shapes = table.shapes
+        m = shown.shape[0]
+        pos = np.arange(m)
+        fpos = pos[flushes]
+        dpos = pos[code == _DICT]
+        nxt = np.searchsorted(fpos, dpos, side="right")
+        waits = None
+        if dpos.shape[0] and nxt[-1] >= fpos.shape[0]:  # the last dict waits for a line past the run
+            waits = int(shown[dpos[-1]])
+            dpos, nxt = dpos[:-1], nxt[:-1]
+        fpos = fpos[nxt]
+        rows, bars = shown[dpos], shown[fpos]
+        nf = rows.shape[0]
+        numbered = dict(hs)  # HF's state once the dicts are numbered
+        hsteps = HFReader.bar_steps(numbered, got.counts[bars], got.totals[bars], got.widths[bars]) if nf \
+            else np.empty(0, dtype=np.int64)
+        vpos = pos[code == _EVAL]  # eval dicts, at HF's last step
+        vrows = shown[vpos]
+        hf_keys = {key for s in np.unique(chunk.row[np.concatenate([rows, vrows])]).tolist() for key in shapes[s].info.keys}
+        if RATE_KEY in hf_keys:
+            return False
+        # the engine's rows, a group per shape: its rows (indices into epos) and their numbers
+        epos = pos[(code >= _PROGRESS) & (code != _EVAL)]
+        erows = shown[epos]
+        esid = chunk.row[erows]
+        estep = np.zeros(erows.shape[0], dtype=np.int64)
+        counted = np.zeros(erows.shape[0], dtype=bool)
+        groups: list[tuple[EngineShape, NDArray[np.int64], NDArray[np.float64]]] = []
+        for s in np.unique(esid).tolist():
+            info = shapes[s].info
+            sel = np.flatnonzero(esid == s)
+            v = np.stack([got.columns[key][0][erows[sel]] for key in info.keys], axis=1)
+            groups.append((info, sel, v))
+            if info.what != "overflow":
+                estep[sel] = v[:, 0].astype(np.int64)
+            elif info.counted:
+                estep[sel] = v[:, 3].astype(np.int64) + 1
+                counted[sel] = True
+            names = ({"skipped", "lr"} if info.what == "progress" else {"loss scale"} if info.what == "overflow"
+                     else {*info.fields, "micro_step"})
+            if names & hf_keys or (nf and RATE_KEY in names):
+                return False
+        # the actions in order: a line's flush (2 * position) before its engine record (2 * position + 1)
+        order = np.argsort(np.concatenate([fpos * 2, epos * 2 + 1, vpos * 2 + 1]), kind="stable")
+        n, ne = order.shape[0], epos.shape[0]
+        act = np.empty(n, dtype=np.int64)
+        act[order] = np.arange(n)  # each flush's, then each engine row's, then each eval dict's action
+        typ = np.concatenate([np.zeros(nf, dtype=np.int8), code[epos], code[vpos]])[order]
+        step = np.concatenate([hsteps, estep, np.zeros(vpos.shape[0], dtype=np.int64)])[order]
+        loose = np.concatenate([np.zeros(nf, dtype=bool), (code[epos] == _OVERFLOW) & ~counted,
+                                np.zeros(vpos.shape[0], dtype=bool)])[order]
+        if vpos.shape[0]:  # an eval dict is written at the step of the last dict flushed before it
+            evals = typ == _EVAL
+            last_flush = np.maximum.accumulate(np.where(typ == 0, np.arange(n), -1))[evals]
+            step[evals] = np.where(last_flush >= 0, step[last_flush], hs["last_step"])
+        since = np.cumsum(loose)
+        anchoring = typ != _OVERFLOW
+        flushed = np.flatnonzero((typ == 0) | (typ == _EVAL))  # HF's writes: they anchor where they move the last step
+        first = sink.last_step if sink.last_step is not None else _NO_STEP
+        for _ in range(_ROUNDS):
+            got_steps = _overflow_steps(step, loose, anchoring, since, ds["anchor"], ds["since"])
+            if got_steps is None:
+                return False
+            before = np.concatenate([[first], got_steps[:-1]])[flushed]
+            wrong = anchoring[flushed] != (before != got_steps[flushed])
+            if not wrong.any():
+                step = got_steps
+                break
+            anchoring[flushed[wrong]] = ~anchoring[flushed[wrong]]
+        else:
+            return False
+        anchors = np.flatnonzero(anchoring)
+        # nothing refused: place it
+        into = _Parts(sink)
+        if vpos.shape[0] and "framework" not in hs:
+            hs["framework"] = True
+            sink.meta("framework", "hf")
+        if nf:
+            hs.update((key, numbered[key]) for key in ("n_train", "last_step", "interval", "bar_total"))
+            self.hf._rows(got, into, hs, rows, bars, base, hsteps)
+        if waits is not None:
+            HFReader.wait(chunk, got, hs, waits, base)
+        dict_lines, bar_lines = rows + base + 1, bars + base + 1
+        parts: dict[str, list[tuple[int, int, NDArray[np.int64], NDArray[np.int64], NDArray[np.float64],
+                                    NDArray[np.int64]]]] = {}
+        for sub, (metric, st, vs, ln) in enumerate(into.parts):  # each metric once, in the order HF writes them
+            acts = act[np.searchsorted(bar_lines if metric == RATE_KEY else dict_lines, ln)]
+            parts[metric] = [(int(acts[0]), sub, acts, st, vs, ln)]
+        for s in np.unique(chunk.row[vrows]).tolist():
+            sel = np.flatnonzero(chunk.row[vrows] == s)
+            acts = act[nf + ne + sel]
+            for sub, key in enumerate(shapes[s].info.keys):
+                parts.setdefault(key, []).append((int(acts[0]), sub, acts, step[acts], got.columns[key][0][vrows[sel]],
+                                                  vrows[sel] + base + 1))
+        overflows: list[tuple[NDArray[np.int64], str, NDArray[np.float64], NDArray[np.int64]]] = []
+        for info, sel, v in groups:
+            acts = act[nf + sel]
+            at = step[acts]
+            lines = erows[sel] + base + 1
+            if info.what == "progress":
+                columns = [("skipped", v[:, 1]), ("lr", v[:, 2])]
+            elif info.what == "tput":
+                columns = ([("micro_step", v[:, 1])] if info.micro else []) + \
+                    [(key, v[:, j]) for j, key in enumerate(info.fields, 2 if info.micro else 1)]
+            else:
+                columns = [("loss scale", v[:, 2])]
+                overflows.append((acts, info.tag, v, erows[sel]))
+            for sub, (metric, values) in enumerate(columns):
+                parts.setdefault(metric, []).append((int(acts[0]), sub, acts, at, values, lines))
+        merged = sorted(((metric, _merged(got_parts)) for metric, got_parts in parts.items()), key=lambda p: p[1][:2])
+        for metric, (_, _, _, st, vs, ln) in merged:  # each metric in the order of its first value
+            sink.add_many(metric, st, vs, ln)
+        if n:
+            sink.last_step = int(step[-1])
+        if anchors.shape[0]:
+            ds["anchor"], ds["since"] = int(step[anchors[-1]]), int(since[-1] - since[anchors[-1]])
+        elif n:
+            ds["since"] += int(since[-1])
+        self._events(sink, ds, chunk, base, overflows, step)
+        return True
+
+    @staticmethod
+    def _events(sink: Sink, ds: dict, chunk: Chunk, base: int,
+                overflows: list[tuple[NDArray[np.int64], str, NDArray[np.float64], NDArray[np.int64]]],
+                step: NDArray[np.int64]) -> None:
+        """The overflow events of a run placed by :meth:`_bulk`, in line order, as
+        :meth:`DeepSpeedReader._emit` writes them (``overflows``: a group per shape, with its actions,
+        tag, numbers and lines)."""
+        if not overflows:
+            return
+        acts = np.concatenate([g[0] for g in overflows])
+        order = np.argsort(acts, kind="stable")
+        tags = np.concatenate([np.full(g[0].shape[0], k) for k, g in enumerate(overflows)])[order].tolist()
+        v = np.concatenate([g[2][:, :3] for g in overflows])[order]
+        lines = np.concatenate([g[3] for g in overflows])[order].tolist()
+        src = sink.source.path if sink.source else ""
+        at = step[acts[order]].tolist()
+        data_of = chunk.lines.data
+        starts, ends = chunk.lines.starts[lines].tolist(), chunk.lines.ends[lines].tolist()
+        tags = [overflows[k][1] for k in tags]
+
+        def build() -> Iterator[Event]:
+            kind = EventKind.LOSS_SCALE
+            messages: dict[tuple[float, float], str] = {}
+            for k, (rank, attempted, new) in enumerate(v.tolist()):
+                data: dict = {"tag": tags[k], "rank": int(rank), "attempted": attempted, "new": new,
+                              "step_estimated": True}
+                if attempted == new:
+                    data["at_minimum"] = True  # "Attempted loss scale: 1, reducing to 1": the scaler's floor
+                msg = messages.get((attempted, new))
+                if msg is None:
+                    msg = messages[(attempted, new)] = overflow_message(data, attempted, new)
+                yield Event(kind, msg, src, base + lines[k] + 1, data_of[starts[k]:ends[k]].decode("utf-8").rstrip("\r\n"),
+                            at[k], None, data)
+
+        sink.events(EventKind.LOSS_SCALE, len(lines), build)
+        ds["overflows"] += len(lines)
+        ds["scale"] = float(v[-1, 2])
+
+
+_NONE, _DICT, _PROGRESS, _TPUT, _OVERFLOW, _EVAL = 0, 1, 2, 3, 4, 5  # what a line's ROW is (_WithHF._codes)
+_WHAT = {"progress": _PROGRESS, "tput": _TPUT, "overflow": _OVERFLOW}
+_NO_STEP = -(1 << 62)  # no step written yet (a step is never this)
+_ROUNDS = 8  # at most so many corrections of which flushes anchor (then the run is read line by line)
+
+
+def _overflow_steps(step: NDArray[np.int64], loose: NDArray[np.bool_], anchoring: NDArray[np.bool_],
+                    since: NDArray[np.int64], anchor: int | None, since0: int) -> NDArray[np.int64] | None:
+    """``step`` with the steps of the ``loose`` overflows (those not glued to a bar) filled in:
+    each ``since`` overflows past the last ``anchoring`` action (``since``: the running count of
+    loose overflows), or past ``anchor`` and ``since0`` (the state before the run); None where
+    one comes before any anchor at all."""
+    out = step.copy()
+    if not out.shape[0]:
+        return out
+    last = np.maximum.accumulate(np.where(anchoring, np.arange(out.shape[0]), -1))
+    early = loose & (last < 0)
+    if early.any():
+        if anchor is None:
+            return None
+        out[early] = anchor + since0 + since[early]
+    late = loose & (last >= 0)
+    out[late] = out[last[late]] + since[late] - since[last[late]]
+    return out
+Part = tuple[int, int, NDArray[np.int64], NDArray[np.int64], NDArray[np.float64], NDArray[np.int64]]
+
+
+def _merged(parts: list[Part]) -> Part:
+    """One metric's parts (first action, its place among the values of that action, each value's
+    action, steps, values, lines) as one, in the order of the actions."""
+    if len(parts) == 1:
+        return parts[0]
+    first = min(parts, key=lambda p: p[:2])
+    acts = np.concatenate([p[2] for p in parts])
+    order = np.argsort(acts, kind="stable")
+    return (first[0], first[1], acts[order], np.concatenate([p[3] for p in parts])[order],
+            np.concatenate([p[4] for p in parts])[order], np.concatenate([p[5] for p in parts])[order])
+
+
+class _Parts(RunValues):
+    """What :meth:`HFReader._rows` hands over, kept as it comes (metric, steps, values, lines);
+    events and metadata passed on."""
+
+    def __init__(self, sink: Sink) -> None:
+        super().__init__(sink)
+        self.parts: list[tuple[str, NDArray[np.int64], NDArray[np.float64], NDArray[np.int64]]] = []
+
+    def add_many(self, metric: str, steps: ArrayLike, values: ArrayLike, lines: ArrayLike) -> None:
+        self.parts.append((metric, np.asarray(steps, dtype=np.int64), np.asarray(values, dtype=np.float64),
+                           np.asarray(lines, dtype=np.int64)))

@@ -174,6 +174,7 @@ class DictLineShape:
     bar: tuple[int, int, int, int] | None
     keys: tuple[str, ...] = ()
     numbers: SpanNumbers | None = None
+    kind: str = "train"  # the dict's kind (_dict_kind)
 
 
 class NumberedLines:
@@ -231,6 +232,37 @@ class NumberedLines:
         else:
             rate = _per_second(float(segment[span[0]:span[1]]), span[2])
         return None if rate is None else (rate, base + i + 1)
+
+    def rates_at(self, lines: NDArray[np.int64]) -> tuple[NDArray[np.float64], NDArray[np.bool_]]:
+        """:meth:`rate_at` of each of ``lines`` (values, and where there is one), read at once for
+        the lines whose first non-blank segment is of one shape: its digits zeroed, that segment
+        is the shape's key, so the rate stands at the same bytes in each."""
+        c = self.chunk
+        out = np.full(lines.shape[0], np.nan)
+        has = np.zeros(lines.shape[0], dtype=bool)
+        sid = c.first[lines]
+        for s in np.unique(sid).tolist():
+            sel = np.flatnonzero(sid == s)
+            k = int(sel[0])
+            got = self.rate_at(int(lines[k]), 0)  # finds the span of this shape's rate
+            at = int(c.first_at[lines[k]] - c.lines.starts[lines[k]])
+            span = self._rates.get(c.lines[int(lines[k])][at:].split(b"\r", 1)[0].translate(_ZERO_BYTES))
+            if span is None or span is _SLOW or got is None:
+                for j in sel.tolist():
+                    r = self.rate_at(int(lines[j]), 0)
+                    if r is not None:
+                        out[j], has[j] = r[0], True
+                continue
+            a, b, per_second = span
+            texts = c.lines.buf[c.first_at[lines[sel]][:, None] + np.arange(a, b)].view(f"S{b - a}").ravel()
+            v = texts.astype(np.float64)  # float() of each (digits and a point only: RATE_RE)
+            if not per_second:
+                ok = v > 0
+                v = np.divide(1.0, v, out=np.full_like(v, np.nan), where=ok)
+                sel = sel[ok]
+                v = v[ok]
+            out[sel], has[sel] = v, True
+        return out, has
 
     def keys_of(self, line: int) -> tuple[str, ...]:
         """The keys of the dict of a ``ROW`` line, in its order."""
@@ -344,11 +376,12 @@ class HFReader(ShapedReader):
         return ShapeTable(HF_GATE_SHAPE, self._classify)
 
     @staticmethod
-    def _classify(text: str, quiet: bool, where: Where) -> Shape:
+    def _classify(text: str, quiet: bool, where: Where, kinds: tuple[str, ...] = ("train",)) -> Shape:
         """What :meth:`feed` does with a carriage-return segment (see :class:`ShapeTable`), for every
         segment of its shape: ``QUIET`` (the gate finds nothing in it) or ``ROW`` (a train dict of
-        numbers without a step: it waits for the next line's bar), with the bar it holds (read when
-        it is its line's first non-blank segment), else ``OTHER``."""
+        numbers without a step: it waits for the next line's bar; or a dict of another of ``kinds``
+        without a step), with the bar it holds (read when it is its line's first non-blank segment),
+        else ``OTHER``."""
         if not where.plain:
             return Shape(OTHER)  # ANSI codes or a launcher prefix: the line reader's
         m = BAR_RE.search(text) if "/" in text and "[" in text else None
@@ -366,7 +399,8 @@ class HFReader(ShapedReader):
         if d is None:
             return Shape(OTHER)
         logs = parse_log_dict(d.group(1))
-        if (not logs or not all(isinstance(v, float) for v in logs.values()) or _dict_kind(list(logs)) != "train"
+        kind = _dict_kind(list(logs)) if logs else ""
+        if (not logs or not all(isinstance(v, float) for v in logs.values()) or kind not in kinds
                 or "step" in logs or SWIFT_STEP_KEY in logs):
             return Shape(OTHER)
         spans = log_dict_spans(d.group(1))
@@ -382,7 +416,7 @@ class HFReader(ShapedReader):
         numbers = SpanNumbers(text.encode("utf-8").decode("latin-1"), byte_spans)  # a character a byte
         for j in numbers.const:
             numbers.const[j] = float(logs[keys[j]])  # "nan", "inf": as parse_number reads them
-        return Shape(ROW, DictLineShape(bar, keys, numbers))
+        return Shape(ROW, DictLineShape(bar, keys, numbers, kind))
 
     def place_run(self, table: ShapeTable, sink: Sink, state: dict, chunk: Chunk, start: int, stop: int,
                   base: int) -> int:
@@ -414,43 +448,75 @@ class HFReader(ShapedReader):
         if rows.shape[0]:
             self._rows(got, sink, state, rows, shown[nxt], base)
         if last is not None:
-            state["n_train"] += 1
-            logs: dict[str, float | str] = {key: float(got.columns[key][0][last]) for key in got.keys_of(last)}
-            raw = chunk.lines[last].decode("utf-8").rstrip("\r\n")
-            at = int(chunk.row_at[last] - chunk.lines.starts[last])
-            text = chunk.lines[last][at:].split(b"\r", 1)[0].decode("utf-8")
-            state["pending"] = (logs, Line(base + last + 1, text, None, raw))
+            self.wait(chunk, got, state, last, base)
         return stop
 
+    @staticmethod
+    def wait(chunk: Chunk, got: NumberedLines, state: dict, i: int, base: int) -> None:
+        """The train dict of ``ROW`` line ``i`` left waiting for the next bar, as :meth:`feed` leaves it."""
+        state["n_train"] += 1
+        logs: dict[str, float | str] = {key: float(got.columns[key][0][i]) for key in got.keys_of(i)}
+        raw = chunk.lines[i].decode("utf-8").rstrip("\r\n")
+        at = int(chunk.row_at[i] - chunk.lines.starts[i])
+        text = chunk.lines[i][at:].split(b"\r", 1)[0].decode("utf-8")
+        state["pending"] = (logs, Line(base + i + 1, text, None, raw))
+
+    @classmethod
+    def bar_steps(cls, state: dict, counts: NDArray[np.int64], totals: NDArray[np.int64],
+                  widths: NDArray[np.int64]) -> NDArray[np.int64]:
+        """The steps of train dicts flushed one after the other by bars of these counts, totals and
+        totals' widths (0: no bar), as :meth:`_step` numbers them (``n_train`` counted here too):
+        each stretch of dicts at their bars' counts at once, the others one by one."""
+        n = counts.shape[0]
+        steps = np.empty(n, dtype=np.int64)
+        k = 0
+        while k < n:
+            m = cls._at_counts(state, counts[k:], totals[k:], widths[k:])
+            if m:
+                n0, last = state["n_train"], state["last_step"]
+                steps[k:k + m] = counts[k:k + m]
+                if m >= 2:
+                    state["interval"] = int(counts[k + m - 1] - counts[k + m - 2])
+                elif n0 >= 1:
+                    state["interval"] = int(counts[k]) - last
+                state["n_train"], state["last_step"] = n0 + m, int(counts[k + m - 1])
+                state["bar_total"] = str(int(totals[k])).zfill(int(widths[k]))
+                k += m
+                continue
+            c, t, w = int(counts[k]), int(totals[k]), int(widths[k])
+            state["n_train"] += 1
+            steps[k] = cls._step(state, c if w else None, str(t).zfill(w) if w else None)
+            k += 1
+        return steps
+
+    @staticmethod
+    def _at_counts(state: dict, counts: NDArray[np.int64], totals: NDArray[np.int64], widths: NDArray[np.int64]) -> int:
+        """How many of the first dicts :meth:`_step` numbers at their bars' counts: bars of the
+        training bar's total, counts going up from past the last step."""
+        w, t = int(widths[0]), int(totals[0])
+        if not w or state["bar_total"] not in (None, str(t).zfill(w)) or counts[0] <= state["last_step"]:
+            return 0
+        odd = np.flatnonzero((widths != w) | (totals != t))
+        down = np.flatnonzero(np.diff(counts) <= 0) + 1
+        return min(int(odd[0]) if odd.shape[0] else counts.shape[0], int(down[0]) if down.shape[0] else counts.shape[0])
+
     def _rows(self, got: NumberedLines, sink: Sink, state: dict, rows: NDArray[np.int64], bars: NDArray[np.int64],
-              base: int) -> None:
-        """Train dicts at lines ``rows``, each flushed by the bar of line ``bars`` (same order)."""
+              base: int, steps: NDArray[np.int64] | None = None) -> None:
+        """Train dicts at lines ``rows``, each flushed by the bar of line ``bars`` (same order);
+        ``steps``: their steps where :meth:`bar_steps` has numbered them already."""
         n = rows.shape[0]
-        counts, totals, widths = got.counts[bars], got.totals[bars], got.widths[bars]
-        n0, last = state["n_train"], state["last_step"]
-        total = str(int(totals[0])).zfill(int(widths[0])) if widths[0] else None
-        if (total is not None and bool((widths == widths[0]).all()) and bool((totals == totals[0]).all())
-                and state["bar_total"] in (None, total) and counts[0] > last and bool((np.diff(counts) > 0).all())):
-            steps = counts  # every dict at its bar's count
-            if n >= 2:
-                state["interval"] = int(counts[-1] - counts[-2])
-            elif n0 >= 1:
-                state["interval"] = int(counts[0]) - last
-            state["n_train"], state["last_step"], state["bar_total"] = n0 + n, int(counts[-1]), total
-        else:
-            steps = np.empty(n, dtype=np.int64)
-            for k, (c, t, w) in enumerate(zip(counts.tolist(), totals.tolist(), widths.tolist())):
-                state["n_train"] += 1
-                steps[k] = self._step(state, c if w else None, str(t).zfill(w) if w else None)
+        counts, widths = got.counts[bars], got.widths[bars]
+        if steps is None:
+            steps = self.bar_steps(state, counts, got.totals[bars], widths)
         if "framework" not in state:
             state["framework"] = True
             sink.meta("framework", "hf")
         line_nos = rows + base + 1
         # the bar rates of the dicts whose step is their bar's count, as :meth:`_flush` writes them
-        rated = [(k, int(steps[k]), got.rate_at(int(bars[k]), base)) for k in range(n)
-                 if widths[k] and steps[k] == counts[k]]
-        rates = [(k, st, r) for k, st, r in rated if r is not None]
-        first_rate = rates[0][0] if rates else n
+        rated = np.flatnonzero((widths != 0) & (steps == counts))
+        rate, has_rate = got.rates_at(bars[rated])
+        rated = rated[has_rate]
+        first_rate = int(rated[0]) if rated.shape[0] else n
         # the keys in the order they first come: a row's keys in its dict's order, then its bar's rate
         shapes = got.row_shape[rows]
         firsts = [0] if bool((shapes == shapes[0]).all()) else np.sort(np.unique(shapes, return_index=True)[1]).tolist()
@@ -459,12 +525,11 @@ class HFReader(ShapedReader):
             if k > first_rate and RATE_KEY not in order:
                 order.append(RATE_KEY)
             order += [key for key in got.keys_of(int(rows[k])) if key not in order]
-        if rates and RATE_KEY not in order:
+        if rated.shape[0] and RATE_KEY not in order:
             order.append(RATE_KEY)
         for key in order:
             if key == RATE_KEY:
-                sink.add_many(RATE_KEY, [st for _, st, _ in rates], [r[0] for _, _, r in rates],
-                              [r[1] for _, _, r in rates])
+                sink.add_many(RATE_KEY, steps[rated], rate[has_rate], bars[rated] + base + 1)
                 continue
             values, has = got.columns[key]
             h = has[rows]
