@@ -314,6 +314,18 @@ def test_a_loss_heading_then_the_value_of_each_data_set(tmp_path: Path) -> None:
     assert [p.key for p in parse_line_full("loss: 0.5, train: 3").pairs] == ["loss", "train"]
 
 
+def test_darknets_unnamed_loss_then_values_named_after_them(tmp_path: Path) -> None:
+    # AlexeyAB/darknet: " %d: %f, %f avg loss, %f rate, %lf seconds, %d images, %f hours left"
+    run = read(tmp_path, "\n".join(corpus_log("darknet-AlexeyAB-darknet-5836")[7:10]) + "\n")
+    loss = run.series["loss"]
+    assert loss.steps.tolist() == [181, 182, 183] and loss.values[0] == 590.941345 and math.isnan(loss.values[1])
+    assert points(run, "avg loss")[0] == (181, 834.728516) and points(run, "time")[0] == (181, 1.937414)
+    # pjreddie/darknet: "%ld: %f, %f avg, %f rate, %lf seconds, %d images"
+    assert [(p.key, p.value) for p in parse_line_full("849: 2.5, 2.25 avg, 0.002078 rate, 1.032942 seconds, "
+                                                      "217344 images").pairs][:4] == \
+        [("iteration", 849.0), ("loss", 2.5), ("avg loss", 2.25), ("lr", 0.002078)]
+
+
 def test_marians_update_counter(tmp_path: Path) -> None:
     run = read(tmp_path, head("marian-marian-nmt-marian-120", 6))
     cost = run.series["Cost"]

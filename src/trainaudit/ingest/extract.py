@@ -233,6 +233,13 @@ _PHASE_KEYS = frozenset({"train", "training", "dev", "val", "valid", "validation
 # Marian's "Ep. 2 : Up. 116760 : Sen. 6962176 : Cost 111.24": the epoch, the updates done, the sentences
 # seen (src/training/scheduler.h, https://github.com/marian-nmt/marian-dev)
 _MARIAN_RE = re.compile(r"Ep\. (\d{1,9}) : Up\. (\d{1,12}) : (?:Sen\. [\d,]{1,20} : )?")
+# darknet's detector loop (YOLO): "174: 933.341797, 780.749146 avg loss, 0.000000 rate, 3.172139 seconds, ..."
+# (src/detector.c, https://github.com/pjreddie/darknet and https://github.com/AlexeyAB/darknet print
+# "%d: %f, %f avg[ loss], %f rate, %lf seconds, %d images"): the batch, the loss, its running average,
+# the learning rate and the step time, each unnamed or named after its value
+_NUM_OR_NAN = r"(-?(?:\d+(?:\.\d*)?(?:[eE][-+]?\d+)?|nan|inf))"
+_DARKNET_RE = re.compile(r"(\d{1,12}): " + _NUM_OR_NAN + ", " + _NUM_OR_NAN + r" avg(?: loss)?, " + _NUM_OR_NAN +
+                         r" rate, (\d+(?:\.\d*)?) seconds")
 _ABS_RE = re.compile(r"\|(\w{1,40})\|")  # "mean |grad|": an absolute value, not table cells
 # ESPnet2's trainer: "1epoch:train:683-1364batch: loss=..." (the batches of the epoch since the last
 # report, https://github.com/espnet/espnet/blob/master/espnet2/train/trainer.py): epoch 1, batch 1364
@@ -256,6 +263,9 @@ def parse_line_full(text: str, asked: list[int] | None = None) -> Parsed:
         body = _ABS_RE.sub(r"abs_\1", body)
     if "epoch:train:" in body and (m := _ESPNET_RE.match(body)) is not None:
         body = f"epoch {m.group(1)} batch {m.group(2)}, {body[m.end():]}"
+    if " rate, " in body and (m := _DARKNET_RE.match(body)) is not None:
+        body = (f"iteration {m.group(1)}, loss {m.group(2)}, avg loss {m.group(3)}, lr {m.group(4)}, "
+                f"time {m.group(5)}s{body[m.end():]}")
     if "Up. " in body and (m := _MARIAN_RE.search(body)) is not None:
         body = f"{body[:m.start()]}epoch {m.group(1)}, update {m.group(2)}, {body[m.end():]}"
     if (m := _PHASE_COUNTER_RE.match(body)) is not None:
