@@ -180,6 +180,9 @@ KNOWN_LOUD: dict[str, tuple[str, ...]] = {
     "corpus/logs/fairseq-mailong25-self-supervised-speech-recognition-20/log.txt": ("TA104",),
     "corpus/logs/pytorch-loop-pytorch-tutorials-mario-rl/log.txt": ("TA203",),
     "corpus/logs/megatron-deepspeed-HaibaraAiChan-moe-bak-gpt125m-dense/log.txt": ("TA405",),
+    # maskrcnn-benchmark's constant warm-up (a third of the lr until iteration 500) ends in a 3x step, and its
+    # data time is 59% of each iteration, in a thread about the lr that calls the run normal
+    "corpus/logs/maskrcnn-benchmark-tianzhi0549-FCOS-55/log.txt": ("TA206", "TA411"),
     # a DQN's TD loss and environment fps move when learning starts (value targets grow with the return)
     "corpus/logs/stable-baselines3-ZeshiWu-ML-capstone-project-dqn-breakout-lr5e-4/log.txt": ("TA201", "TA406"),
 }

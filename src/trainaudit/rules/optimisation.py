@@ -533,7 +533,8 @@ class NotLearning(Rule):
                 msg = (f"{s.name} sits at {float(np.median(x)):.4g}, next to ln({near}) = {math.log(near):.4g}, on all its "
                        f"{len(x)} logged points: the loss of a uniform guess over {near} classes, the model does not learn")
                 conf = 0.7
-            elif same >= k and abs(float(x[-1])) >= self.p.frozen_floor:
+            elif same >= (_COARSE_REPEATS if _coarse_every_step(s, same) else k) \
+                    and abs(float(x[-1])) >= self.p.frozen_floor:
                 start = len(x) - same
                 exact = bool(np.all(x[-same:] == x[-1]))
                 msg = (f"{s.name} is {float(x[-1]):.6g} " + ("to every printed digit" if exact else
@@ -554,6 +555,23 @@ class NotLearning(Rule):
         if not c and acc is not None:  # the accuracy the message quotes, at its highest
             h.point("acc", acc, int(np.argmax(acc.values)), f"highest {acc.name}")
         return [h]
+
+
+# a value printed with 3 significant digits or fewer at every step ("loss=0.223" in Lightning's bar, a
+# smoothed mean redrawn each step) repeats for a few steps in a healthy run; weights that do not change
+# repeat it for many. Once an epoch ("train loss: 1.06e+02" three epochs running), a few repeats tell.
+_COARSE_REPEATS = 50
+
+
+def _coarse_every_step(s: Series, n: int) -> bool:
+    """The last ``n`` points of ``s`` are one value of 3 significant digits or fewer, on consecutive steps."""
+    return _printed_digits(float(s.values[-1])) <= 3 and bool(np.all(np.diff(s.steps[-n:]) <= 1))
+
+
+def _printed_digits(v: float) -> int:
+    """Significant digits of ``v`` as printed (the shortest repr of the float read: 0.223 -> 3)."""
+    mantissa = repr(abs(v)).split("e")[0].replace(".", "").lstrip("0")
+    return len(mantissa.rstrip("0")) or 1
 
 
 def _accuracy_above_chance(ctx: Context, classes: int) -> bool:
