@@ -195,8 +195,9 @@ class Overfitting(Rule):
         rise = (float(np.median(after[-3:])) - float(after[0])) / abs(float(after[0]))
         ti = max(int(np.searchsorted(t.steps, v.steps[jmin], side="left")), 0)
         train = t.values[ti:]
-        if rise < self.p.short_rise or train.size < 10 or kendall_tau(after) < 0.7 or \
-                kendall_tau(_between_evaluations(t, v.steps[jmin:])) > -0.7:
+        paced = _between_evaluations(t, v.steps[jmin:])
+        if rise < self.p.short_rise or train.size < 10 or paced.size < 5 or kendall_tau(after) < 0.7 or \
+                kendall_tau(paced) > -0.7:
             return []
         msg = (f"{v.name} trends up over its {after.size} evaluations since its minimum {after[0]:.4g} at step "
                f"{int(v.steps[jmin])}, to {after[-1]:.4g} (+{rise:.0%}), while {t.name} trends down "

@@ -79,7 +79,7 @@ class NonFiniteMetric(Rule):
         # picked is still finite)
         first = min((h.first_bad_step for h in hits if h.first_bad_step is not None), default=None)
         others = [h for n, x in ctx.run.series.items() if n not in seen and "loss" in norm(n) and "@rank" not in n
-                  and not validation(n)
+                  and "scale" not in norm(n) and not validation(n)
                   if (h := self._series_hit(ctx, "other", x, named, checks)) is not None and h.first_bad_step is not None
                   and (first is None or h.first_bad_step < first)]
         if others:
