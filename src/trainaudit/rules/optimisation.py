@@ -966,7 +966,9 @@ class LearningRateJump(Rule):
         if lr is None:
             return []
         x = lr.values
-        d = np.diff(x)
+        # the change per step between logged points: a warm-up seen across a gap in the log (a paste's
+        # "..." between step 3 and step 2498) rises by its usual increment times the steps it spans
+        d = np.diff(x) / np.maximum(np.diff(lr.steps), 1)
         with np.errstate(divide="ignore", invalid="ignore"):
             ratio = np.where(x[:-1] > 0, x[1:] / x[:-1], 0.0)
         cand = np.flatnonzero(ratio >= self.p.factor) + 1

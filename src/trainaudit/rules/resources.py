@@ -130,6 +130,10 @@ class CudaOOM(Rule):
         if req is not None and ru is not None:
             h.ev("oom_ru", e, "reserved by PyTorch but unallocated", value=ru, unit="GiB")
             h.calc("frag", "reserved-but-unallocated memory over the requested allocation", "{oom_ru} / {oom}", unit="ratio")
+        # every other number the message gives, cited as read (a long line's quote may be cut before it)
+        for key in ("total", "free", "allocated"):
+            if key in nums:
+                h.ev(f"oom_{key}", e, f"{key} memory in the out-of-memory error", value=nums[key], unit="GiB")
         return [h]
 
 
