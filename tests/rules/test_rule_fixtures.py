@@ -176,6 +176,7 @@ KNOWN_LOUD: dict[str, tuple[str, ...]] = {
     "corpus/logs/tf1-kujason-avod-28/log.txt": ("TA102",),
     "corpus/logs/diffusers-huggingface-notebooks-sdxl-dreambooth-lora-advanced/log.txt": ("TA406",),
     "corpus/logs/yolov5-ultralytics-yolov5-684/log.txt": ("unread",),
+    "corpus/logs/deit-facebookresearch-deit-160/log.txt": ("unread",),
     # logs collected after the rules were written, scored before any change
     "corpus/logs/fairseq-mailong25-self-supervised-speech-recognition-20/log.txt": ("TA104",),
     "corpus/logs/pytorch-loop-pytorch-tutorials-mario-rl/log.txt": ("TA203",),
@@ -183,6 +184,14 @@ KNOWN_LOUD: dict[str, tuple[str, ...]] = {
     # maskrcnn-benchmark's constant warm-up (a third of the lr until iteration 500) ends in a 3x step, and its
     # data time is 59% of each iteration, in a thread about the lr that calls the run normal
     "corpus/logs/maskrcnn-benchmark-tianzhi0549-FCOS-55/log.txt": ("TA206", "TA411"),
+    # three fits of one model in one file (the epoch counter starts again at 1): read as one run, the
+    # next fit's first epochs follow the last one's best
+    "corpus/logs/keras-KyotoSunshine-CNN-for-handwritten-kanji-augmented/log.txt": ("TA201",),
+    "corpus/logs/keras-KyotoSunshine-CNN-for-handwritten-kanji-model/log.txt": ("TA201",),
+    "corpus/logs/keras-KyotoSunshine-CNN-for-handwritten-kanji-model30x30/log.txt": ("TA201",),
+    "corpus/logs/paddle-PaddlePaddle-PaddleClas-3203/log.txt": ("TA201",),
+    "corpus/logs/hf-transformers-DrAliya-NLP-SPAM-FRAUD-MULTITEXT-TWEETS/trainer_state.json": ("TA406",),
+    "corpus/logs/hf-transformers-armenkarakashian-TrOcr-Number-Line-Fraction-Recognition/trainer_state.json": ("TA405",),
     # a DQN's TD loss and environment fps move when learning starts (value targets grow with the return)
     "corpus/logs/stable-baselines3-ZeshiWu-ML-capstone-project-dqn-breakout-lr5e-4/log.txt": ("TA201", "TA406"),
 }
