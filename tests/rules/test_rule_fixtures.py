@@ -184,13 +184,9 @@ KNOWN_LOUD: dict[str, tuple[str, ...]] = {
     # maskrcnn-benchmark's constant warm-up (a third of the lr until iteration 500) ends in a 3x step, and its
     # data time is 59% of each iteration, in a thread about the lr that calls the run normal
     "corpus/logs/maskrcnn-benchmark-tianzhi0549-FCOS-55/log.txt": ("TA206", "TA411"),
-    # three fits of one model in one file (the epoch counter starts again at 1): read as one run, the
-    # next fit's first epochs follow the last one's best
-    "corpus/logs/keras-KyotoSunshine-CNN-for-handwritten-kanji-augmented/log.txt": ("TA201",),
-    "corpus/logs/keras-KyotoSunshine-CNN-for-handwritten-kanji-model/log.txt": ("TA201",),
-    "corpus/logs/keras-KyotoSunshine-CNN-for-handwritten-kanji-model30x30/log.txt": ("TA201",),
+    # fits of one model in one file: the last fit is read, beside the validation loss of the one before
+    "corpus/logs/keras-KyotoSunshine-CNN-for-handwritten-kanji-augmented/log.txt": ("TA301",),
     "corpus/logs/paddle-PaddlePaddle-PaddleClas-3203/log.txt": ("TA201",),
-    "corpus/logs/hf-transformers-DrAliya-NLP-SPAM-FRAUD-MULTITEXT-TWEETS/trainer_state.json": ("TA406",),
     "corpus/logs/hf-transformers-armenkarakashian-TrOcr-Number-Line-Fraction-Recognition/trainer_state.json": ("TA405",),
     # a DQN's TD loss and environment fps move when learning starts (value targets grow with the return)
     "corpus/logs/stable-baselines3-ZeshiWu-ML-capstone-project-dqn-breakout-lr5e-4/log.txt": ("TA201", "TA406"),

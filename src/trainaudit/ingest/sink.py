@@ -236,6 +236,17 @@ class RunBuilder(Sink):
             if back.size:
                 if "@" not in metric:
                     restarts.extend(int(steps[i]) for i in back)
+                    # a restart from the very first step supersedes what the run before it logged, its tail
+                    # too (a second fit of the same model, a run launched again with a fix, in one file); a
+                    # resume from a later step keeps the steps before it, and the value read last wins
+                    # (a progress bar's rate, "it/s", starts again with every bar: not a new run)
+                    anew = back[steps[back] <= steps[0]] if not metric.endswith("/s") else back[:0]
+                    later = np.full(steps.shape[0] + 1, np.iinfo(np.int64).max, dtype=np.int64)
+                    later[anew] = steps[anew]
+                    later = np.minimum.accumulate(later[::-1])[::-1][1:]  # the lowest restart after each point
+                    live = steps < later
+                    if not live.all():
+                        steps, values, lines, src = steps[live], values[live], lines[live], src[live]
                 order = np.argsort(steps, kind="stable")
                 steps, values, lines, src = steps[order], values[order], lines[order], src[order]
             if steps.size > 1:

@@ -1136,11 +1136,17 @@ class Crash(Rule):
             msg = ("the run died while init_process_group waited for the other ranks to join (the traceback is cut "
                    "before its exception): a rank did not start, or died at start-up")
         category = Category.DATA_PIPELINE if waiting else Category.DISTRIBUTED_FAILURE if joining else self.category
-        h = self.hit(msg, 0.85 if joining is None else 0.7, first_bad_step=ctx.step_of(e), last_step=ctx.step_of(e),
-                     fatal=True, category=category,
+        # a traceback cut before its exception says the run died, not of what: the exception may be an OOM,
+        # a NaN check or a failed reference check as well as a bug
+        cut = bool(tbs) and bool(e.data.get("incomplete")) and not waiting and joining is None
+        needs = [] if frames else ["the full stderr with the Python traceback"]
+        if cut:
+            needs.append("the end of the traceback: its exception line names what killed the run")
+        h = self.hit(msg, 0.5 if cut else 0.85 if joining is None else 0.7, first_bad_step=ctx.step_of(e),
+                     last_step=ctx.step_of(e), fatal=True, category=category,
                      guidance=_STALLED_LOADER if waiting else DISTRIBUTED_GUIDANCE if joining else None,
                      data={"user_frames": frames[-5:], "rank": e.rank, "exception": e.data.get("exception")},
-                     needs=[] if frames else ["the full stderr with the Python traceback"])
+                     needs=needs)
         h.ev("exc", e, "last exception" if tbs else "fatal signal" if sigs else "fatal error")
         if joining is not None:
             h.ev("joining", joining, "the last wait for the other ranks before the traceback")

@@ -109,9 +109,10 @@ def _keyword(role: str, n: str) -> bool:
         return ("time" in n and any(k in n for k in ("iter", "step", "batch", "delta", "epoch", "per"))
                 and not is_val and "data" not in n and ("per" in n or not n.endswith(_COUNTS)))
     if role == "throughput":
-        # fps: environment steps per second in RL loggers (Stable-Baselines3's time/fps)
-        return any(k in n for k in ("per_sec", "per_second", "tflop", "throughput", "tokens_s", "speed", "samples_s",
-                                    "it_s", "it_sec")) or n == "fps" or n.endswith("_fps")
+        # fps: environment steps per second in RL loggers (Stable-Baselines3's time/fps); an evaluation's
+        # speed (the HF Trainer's eval_steps_per_second) is not the training's
+        return (any(k in n for k in ("per_sec", "per_second", "tflop", "throughput", "tokens_s", "speed", "samples_s",
+                                     "it_s", "it_sec")) or n == "fps" or n.endswith("_fps")) and not is_val
     if role == "memory":
         return (("mem" in n and any(k in n for k in ("alloc", "reserved", "used", "gb", "mb", "bytes", "current", "peak",
                                                       "usage"))) or "memory" in n
