@@ -187,7 +187,6 @@ KNOWN_LOUD: dict[str, tuple[str, ...]] = {
     # fits of one model in one file: the last fit is read, beside the validation loss of the one before
     "corpus/logs/keras-KyotoSunshine-CNN-for-handwritten-kanji-augmented/log.txt": ("TA301",),
     "corpus/logs/paddle-PaddlePaddle-PaddleClas-3203/log.txt": ("TA201",),
-    "corpus/logs/hf-transformers-armenkarakashian-TrOcr-Number-Line-Fraction-Recognition/trainer_state.json": ("TA405",),
     # a DQN's TD loss and environment fps move when learning starts (value targets grow with the return)
     "corpus/logs/stable-baselines3-ZeshiWu-ML-capstone-project-dqn-breakout-lr5e-4/log.txt": ("TA201", "TA406"),
 }

@@ -11,7 +11,7 @@ import numpy as np
 
 from trainaudit.answer.schema import Category, Severity
 from trainaudit.ingest import catalogue
-from trainaudit.model import Event, EventKind, Series
+from trainaudit.model import Event, EventKind, Series, SourceKind
 from trainaudit.rules.base import Context, Grid, Guidance, Hit, Rule, Thresholds
 from trainaudit.rules.numerics import MIN_SCALE_RE
 from trainaudit.series.roles import norm, peak
@@ -416,6 +416,9 @@ class IncompleteRun(Rule):
 
     Example: ``iteration 4120/ 10000`` is the last line and nothing follows.
 
+    A metrics file alone (trainer_state.json, metrics.csv) is a snapshot with no end to miss: only a
+    log counts.
+
     Thresholds: ``min_points`` logged steps before this counts above info (50), ``done_frac``
     share of train_iters that counts as complete (0.9).
     """
@@ -434,6 +437,8 @@ class IncompleteRun(Rule):
         done_frac: float = 0.9
 
     def check(self, ctx: Context) -> list[Hit]:
+        if not any(src.kind == SourceKind.LOG for src in ctx.run.sources):
+            return []  # a metrics file (trainer_state.json, metrics.csv) is a snapshot: it has no end to miss
         key = next((k for k in ("train_iters", "config.train_iters", "max_steps") if ctx.run.meta.get(k)), "max_steps")
         total = ctx.run.meta.get(key)
         last = ctx.last_step
