@@ -58,6 +58,10 @@ def _num(v: Any) -> float | str | None:
     return "nan" if math.isnan(f) else ("inf" if f > 0 else "-inf")
 
 
+
+# how much of a line a fact quotes
+QUOTE_CHARS = 500
+
 class AnswerBuilder:
     def __init__(self, task: Task) -> None:
         self.task: Task = task
@@ -91,7 +95,7 @@ class AnswerBuilder:
         self.facts.append(ExtractedFact(
             id=fid, source_ref=source_ref, statement=mask_secrets(statement), metric=metric,
             step=None if step is None else int(step), value=_num(value), unit=unit,
-            line=None if not line else int(line), quote=None if quote is None else mask_secrets(quote[:500]),
+            line=None if not line else int(line), quote=None if quote is None else mask_secrets(quote[:QUOTE_CHARS]),
             steps=None if steps is None else [int(s) for s in steps], values=vals))
         self._env[fid] = _fact_env(self.facts[-1])
         return fid

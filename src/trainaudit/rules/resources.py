@@ -9,6 +9,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from trainaudit.answer.builder import QUOTE_CHARS
 from trainaudit.answer.schema import Category, Severity
 from trainaudit.ingest import catalogue
 from trainaudit.model import Event, EventKind, Series, SourceKind
@@ -130,9 +131,10 @@ class CudaOOM(Rule):
         if req is not None and ru is not None:
             h.ev("oom_ru", e, "reserved by PyTorch but unallocated", value=ru, unit="GiB")
             h.calc("frag", "reserved-but-unallocated memory over the requested allocation", "{oom_ru} / {oom}", unit="ratio")
-        # every other number the message gives, cited as read (a long line's quote may be cut before it)
+        # every other number the message gives that its quoted line does not show as it is (past the
+        # quote's end on a long line, or converted from MiB), cited as read
         for key in ("total", "free", "allocated"):
-            if key in nums:
+            if key in nums and f"{nums[key]:.2f}" not in (e.raw or "")[:QUOTE_CHARS]:
                 h.ev(f"oom_{key}", e, f"{key} memory in the out-of-memory error", value=nums[key], unit="GiB")
         return [h]
 
