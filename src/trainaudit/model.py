@@ -89,6 +89,8 @@ class Event:
 # what a reader puts before the name of a metric it read on a line of an evaluation ("Validation:
 # loss = 2.1" gives "val loss"), so that the metric is told from the training metric of the same name
 EVAL_PREFIX = "val "
+# the names a log gives an evaluation's data set ("val_loss", "eval/loss", "Test set: ...", "dev = 0.61")
+EVAL_NAMES = ("validation", "valid", "val", "evaluation", "eval", "testing", "test", "dev")
 
 
 @dataclass(slots=True)

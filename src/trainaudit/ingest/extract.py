@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from numpy.typing import NDArray
 
-from trainaudit.model import EVAL_PREFIX
+from trainaudit.model import EVAL_NAMES, EVAL_PREFIX
 
 # -- stage 1: preambles ------------------------------------------------------------------------
 _LEVEL = r"(?:INFO|WARNING|WARN|ERROR|DEBUG|CRITICAL|FATAL|TRACE|NOTICE)"
@@ -218,7 +218,7 @@ def _tokens(body: str) -> Iterator[tuple[str, str, str]]:
 # a line that opens with an evaluation's name: its metrics are the evaluation's ("Validation: loss = 2.1",
 # "eval epoch: 1, loss: 119.7", "Test set: Average loss: 0.28", "Validating, loss=766.1"); a key that
 # itself starts with the word ("val_loss: 0.5", "test 0.91") is read as it is
-_EVAL_WORDS = r"(?:validation|validating|validate|valid|val|evaluation|evaluating|evaluate|eval|test|testing|dev)"
+_EVAL_WORDS = r"(?:" + "|".join(("validating", "validate", "evaluating", "evaluate", *EVAL_NAMES)) + ")"
 _EVAL_TOPIC_RE = re.compile(r"\W{0,4}" + _EVAL_WORDS + r"(?![\w.@/-])(?! ?[:=]? ?[-+]?\.?\d)", re.I)
 _EVAL_KEY_RE = re.compile(r"(?:^|[\s_/.-])" + _EVAL_WORDS + r"(?:$|[\s_/.-])", re.I)
 # "Train 95, loss: 1.40, train acc: 0.95" / "Test 95, loss: 1.43, test acc: 0.93": the phase, then the
@@ -227,9 +227,9 @@ _PHASE_COUNTER_RE = re.compile(r"(train|training|" + _EVAL_WORDS + r") (\d{1,9})
 _COUNTER_VALUE_RE = re.compile(r"\s{0,12}\d{1,12} ?/ {0,12}\d{1,12}: {1,4}[-+]?(?:\d|\.\d)")
 # a heading that names the loss before the values of each data set ("Loss(time/mini-batch) - Epoch 1: train
 # = ... | dev = ...", https://github.com/funcwj/uPIT-for-speech-separation)
-_LOSS_HEAD_RE = re.compile(r"\bloss\b[^:=|]{0,80}: {0,4}(?:train|training|dev|val|valid|validation|test|eval) {0,4}=",
-                           re.I)
-_PHASE_KEYS = frozenset({"train", "training", "dev", "val", "valid", "validation", "test", "eval"})
+_PHASE_KEYS = frozenset({"train", "training", *EVAL_NAMES})
+_LOSS_HEAD_RE = re.compile(r"\bloss\b[^:=|]{0,80}: {0,4}(?:" + "|".join(sorted(_PHASE_KEYS, key=lambda w: (-len(w), w)))
+                           + ") {0,4}=", re.I)
 # Marian's "Ep. 2 : Up. 116760 : Sen. 6962176 : Cost 111.24": the epoch, the updates done, the sentences
 # seen (src/training/scheduler.h, https://github.com/marian-nmt/marian-dev)
 _MARIAN_RE = re.compile(r"Ep\. (\d{1,9}) : Up\. (\d{1,12}) : (?:Sen\. [\d,]{1,20} : )?")

@@ -218,8 +218,9 @@ class RunBuilder(Sink):
         self.run.meta.setdefault(key, value)
 
     def build(self) -> Run:
-        """Merge parts per metric: sort by step; where a step repeats (a restart re-logging steps,
-        or ranks printing the same line) the value read last wins, and restarts are recorded."""
+        """Merge parts per metric: sort by step; a restart from the series' first step drops what the
+        run before it logged; elsewhere, where a step repeats (a resume re-logging steps, or ranks
+        printing the same line) the value read last wins. Restarts are recorded."""
         restarts: list[int] = []
         # series in the order their first values were handed over, however they were buffered
         # Each metric's parts are let go once merged, and steps already in order are not reordered

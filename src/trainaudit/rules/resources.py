@@ -15,7 +15,7 @@ from trainaudit.ingest import catalogue
 from trainaudit.model import Event, EventKind, Series, SourceKind
 from trainaudit.rules.base import Context, Grid, Guidance, Hit, Rule, Thresholds
 from trainaudit.rules.numerics import MIN_SCALE_RE
-from trainaudit.series.roles import norm, peak
+from trainaudit.series.roles import elapsed_clock, norm, peak
 from trainaudit.series.stats import (
     change_point,
     downsample,
@@ -502,23 +502,18 @@ def _time_series(ctx: Context) -> tuple[Series | None, bool]:
 
 
 def _clock_step_time(ctx: Context, min_points: int = 4) -> Series | None:
-    """The time per step of a clock that runs through the run ("train_time:418178ms", the time
-    since the start): its increments over the steps between two logged points. A clock only goes
-    forward (a reset, as a per-epoch clock makes, drops that point) and grows about as the step
-    does; a running average ("step_avg") is no clock."""
+    """The time per step of a clock that runs through the run (``elapsed_clock``): its increments over
+    the steps between two logged points, a reset dropped; a running average ("step_avg") is no clock."""
     for name, s in ctx.run.series.items():
         n = norm(name)
         if "@rank" in name or not ("time" in n or "elapsed" in n) or any(w in n for w in ("avg", "per", "data", "eta")):
             continue
-        f = s.finite()
-        f = f.take((f.values > 0) & (f.steps > 0))  # the clock's start (0 at step 0) says nothing of its pace
-        if len(f) < min_points:
+        if not elapsed_clock(s, min_points):
             continue
+        f = s.finite()
+        f = f.take((f.values > 0) & (f.steps > 0))
         dv, ds = np.diff(f.values), np.diff(f.steps)
         ok = (ds > 0) & (dv > 0)
-        span = (float(f.values[-1]) / float(f.values[0])) / (float(f.steps[-1]) / float(f.steps[0]))
-        if ok.sum() < max(min_points - 1, 0.9 * dv.size) or not 0.5 <= span <= 2:
-            continue
         i = np.flatnonzero(ok) + 1
         return Series(f"{name} per step", f.steps[i], dv[ok] / ds[ok], f.lines[i], f.src[i])
     return None

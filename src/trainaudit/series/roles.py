@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from trainaudit.model import EVAL_PREFIX, Run, Series
+from trainaudit.model import EVAL_NAMES, EVAL_PREFIX, Run, Series
 
 _SEP = re.compile(r"[\s/\-.]+")
 
@@ -22,7 +22,7 @@ def norm(name: str) -> str:
     return _SEP.sub("_", name.strip().lower()).strip("_")
 
 
-_VAL = re.compile(r"(^|_)(val|valid|validation|eval|evaluation|test|dev)(_|$)")
+_VAL = re.compile(r"(^|_)(" + "|".join(EVAL_NAMES) + r")(_|$)")
 # a loss of one player of a two-player game (a GAN's discriminator / generator or a WGAN's critic): it
 # trades against the other player's loss, so it need not fall; "Loss_D" / "Loss_G" as PyTorch's DCGAN
 # example prints them (https://github.com/pytorch/examples/blob/main/dcgan/main.py)
@@ -138,18 +138,19 @@ class Roles:
         return run.series.get(name) if name else None
 
 
-def elapsed_clock(s: Series) -> bool:
-    """Whether ``s`` is the time since the start (Ultralytics' results.csv ``time``, a wall-clock column)
-    rather than a time per step: it rises with the step, in proportion to it (a line through the origin:
-    its intercept is small beside what it gains over the steps). A step time that grows (a slowdown)
-    starts from the time of a step, far from 0."""
-    ok = np.isfinite(s.values)
-    v, st = s.values[ok], s.steps[ok].astype(np.float64)
-    if v.size < 5 or float(np.ptp(st)) <= 0 or float(np.mean(np.diff(v) > 0)) < 0.9:
+def elapsed_clock(s: Series, min_points: int = 5) -> bool:
+    """Whether ``s`` is a clock that runs through the run (Ultralytics' results.csv ``time``, a
+    "train_time:418178ms"), not a time per step: it goes forward from one logged point to the next (a
+    reset, as a per-epoch clock or a resumed run makes, aside) and grows about as the step does. A step
+    time that grows (a slowdown) grows far slower than the step; a running average does not grow."""
+    f = s.finite()
+    f = f.take((f.values > 0) & (f.steps > 0))  # the clock's start (0 at step 0) says nothing of its pace
+    if len(f) < min_points:
         return False
-    slope, intercept = np.polyfit(st, v, 1)
-    gain = float(slope) * float(st.max())
-    return gain > 0 and abs(float(intercept)) <= 0.25 * gain
+    dv, ds = np.diff(f.values), np.diff(f.steps)
+    forward = int(np.sum((ds > 0) & (dv > 0)))
+    span = (float(f.values[-1]) / float(f.values[0])) / (float(f.steps[-1]) / float(f.steps[0]))
+    return forward >= max(min_points - 1, 0.9 * dv.size) and 0.5 <= span <= 2
 
 
 def find_roles(run: Run) -> Roles:
