@@ -12,7 +12,9 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 from trainaudit.diagnosis import diagnose_run
 from trainaudit.ingest import load_run
+from trainaudit.model import Run
 from trainaudit.rules import run_rules
+from trainaudit.series.roles import elapsed_clock, find_roles, norm
 
 # case, file, rule, category, exact first bad step (None: inside the label's window)
 FIRES = [
@@ -60,13 +62,27 @@ def test_diagnosis_on_framework_runs(synth_runs, case, file):
     assert d.verdict == "unhealthy"
 
 
+def _without_wall_clock(run: Run) -> Run:
+    """The run without what the machine's clock wrote (step times, rates, a clock since the start): on a
+    shared CPU those follow the other processes' load, not the run, so a test cannot expect them steady.
+    The throughput rules' silence on healthy runs is held by the corpus's healthy fixtures instead."""
+    while True:
+        roles = find_roles(run)
+        timed = {roles.names[r] for r in ("step_time", "throughput") if r in roles.names}
+        timed |= {n for n, s in run.series.items() if ("time" in norm(n) or "elapsed" in norm(n)) and elapsed_clock(s)}
+        if not timed:
+            return run
+        for name in timed:
+            del run.series[name]
+
+
 @pytest.mark.parametrize("case", ["hf-trainer-healthy", "lightning-healthy"])
 def test_healthy_framework_runs_are_silent(synth_runs, case):
     c = synth_runs.get(case)
     for f in c.label["files"]:
         run, _ = load_run([str(c.dir.parent / f["path"])])
         assert run.meta.get("framework") in ("hf", "lightning")
-        loud = [(h.rule, h.severity, h.message) for h in run_rules(run) if h.severity != "info"]
+        loud = [(h.rule, h.severity, h.message) for h in run_rules(_without_wall_clock(run)) if h.severity != "info"]
         assert not loud, f"{f['path']}: {loud}"
-    d = diagnose_run(load_run([str(c.dir)])[0])  # every file of the run together
+    d = diagnose_run(_without_wall_clock(load_run([str(c.dir)])[0]))  # every file of the run together
     assert (d.verdict, d.category, d.first_bad_step) == ("healthy", "healthy", None)
