@@ -502,6 +502,43 @@ def render_synth(rows: list[SynthRow], seconds: float) -> str:
     return "\n".join(out) + "\n"
 
 
+# -- answers recorded before the cases joined the corpus ------------------------------------------
+PROSPECTIVE = CORPUS / "prospective.json"
+CONFIDENT = 0.8  # the answers the calibration target is about
+
+
+def render_prospective(record: dict, root: Path = CORPUS / "logs") -> str:
+    """The recorded answers of each batch (``tools/score_unseen.py --record``) against today's labels."""
+    out = ["## Logs answered before anyone tuned on them (prospective)", "",
+           "Each batch of new real logs was answered once, by the code and model of the commit named, before it joined "
+           "the corpus and before any change was made because of it (`python tools/score_unseen.py DIR --record NAME`, "
+           "into `tests/corpus/prospective.json`); here those recorded answers are scored against today's labels "
+           "(`python tools/accuracy.py prospective`). It is the nearest measure here to logs nobody has seen: the "
+           "corpus's own out-of-sample score is higher because the rules were written while reading the corpus. An "
+           "`inconclusive` answer counts as `healthy`, as above.", "",
+           "| batch | answered at | date | logs | top-1 | first bad step | false alarms | inconclusive | "
+           "confidence >= 0.8 right |", "|---|---|---|---|---|---|---|---|---|"]
+    total: list[tuple[dict, str]] = []
+    for b in record["batches"]:
+        rows = [(c, json.loads((root / c["case"] / "label.json").read_text(encoding="utf-8"))["category"])
+                for c in b["cases"]]
+        total += rows
+        name = b["batch"] + (f": {b['what']}" if b.get("what") else "")
+        out.append(f"| {name} | {b['commit']} | {b['date']} | " + _prospective_cells(rows))
+    out.append("| all | | | " + _prospective_cells(total))
+    return "\n".join(out) + "\n"
+
+
+def _prospective_cells(rows: list[tuple[dict, str]]) -> str:
+    right = [c["category"] == label for c, label in rows]
+    stepped = [c["step_ok"] for c, _ in rows if c["step_ok"] is not None]
+    healthy = [ok for (_, label), ok in zip(rows, right) if label == "healthy"]
+    sure = [ok for (c, _), ok in zip(rows, right) if c["confidence"] >= CONFIDENT]
+    inconclusive = sum(c["verdict"] == "inconclusive" for c, _ in rows)
+    return (f"{len(rows)} | {_pct(sum(right), len(rows))} | {_pct(sum(stepped), len(stepped))} | "
+            f"{len(healthy) - sum(healthy)} of {len(healthy)} | {inconclusive} | {_pct(sum(sure), len(sure))} |")
+
+
 # -- the document ----------------------------------------------------------------------------
 HEADER = ("# Accuracy\n\nProduced by `python tools/accuracy.py` (`make accuracy`); each section can be rescored "
           "alone (`python tools/accuracy.py logs`). `tests/corpus/test_scores.py` keeps the scores from dropping.\n")
@@ -515,6 +552,11 @@ def replace_section(doc: str, name: str, body: str) -> str:
     if name == "model" and "<!-- " in doc:  # the headline leads the document
         at = doc.index("<!-- ")
         return doc[:at] + block + "\n\n" + doc[at:]
+    order = list(SECTIONS)
+    before = [f"<!-- /{s} -->" for s in order[:order.index(name)] if f"<!-- /{s} -->" in doc] if name in order else []
+    if before:  # a new section goes after the one it follows in SECTIONS
+        at = doc.index(before[-1]) + len(before[-1])
+        return doc[:at] + "\n\n" + block + doc[at:]
     return doc.rstrip() + "\n\n" + block + "\n"
 
 
@@ -545,7 +587,12 @@ def _model(args: argparse.Namespace) -> str:
     return fit_diagnosis.render(items)
 
 
+def _prospective(_args: argparse.Namespace) -> str:
+    return render_prospective(json.loads(PROSPECTIVE.read_text(encoding="utf-8")))
+
+
 SECTIONS["model"] = _model
+SECTIONS["prospective"] = _prospective
 SECTIONS["logs"] = _logs
 SECTIONS["megatron"] = _megatron
 SECTIONS["synth"] = _synth
