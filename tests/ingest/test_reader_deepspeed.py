@@ -201,3 +201,31 @@ def test_each_engine_pattern_is_searched_only_where_its_literal_is(tmp_path: Pat
         hits = [ln for ln in lines if pat.search(ln)]
         assert hits, pat.pattern
         assert all(literal in ln for ln in hits), pat.pattern
+
+
+# ColossalAI's GPT-2 example: DeepSpeed's fp16 optimizer printing into the loop's own tqdm bar, whose postfix
+# carries the loss ("loss=nan" from the second step)
+GLUED_TO_LOOP_BAR = corpus_log("colossalai-hpcaitech-ColossalAI-Examples-37")
+
+
+def test_a_loop_bar_an_overflow_is_glued_to_keeps_its_metrics(tmp_path: Path) -> None:
+    run = _load(tmp_path, GLUED_TO_LOOP_BAR)
+    assert run.meta["framework"] == "deepspeed+text"
+    loss = run.series["loss"]
+    assert loss.steps.tolist() == [1, 2, 3] and loss.values[0] == 265.25 and all(v != v for v in loss.values[1:])
+    # the overflow after bar n is step n + 1, as without the bar's metrics
+    assert [e.step for e in run.events if e.kind == EventKind.LOSS_SCALE] == [2, 3, 4]
+
+
+def test_a_hand_rolled_loop_beside_the_engine_keeps_its_loss(tmp_path: Path) -> None:
+    # a DeepSpeed engine under a loop of one's own (no framework logger): the loop's lines are read as any
+    # text log is, and the overflows count from the loop's steps
+    lines = [ln for k in range(1, 121) for ln in
+             [f"epoch 0 iter {k} loss {2.5 - k / 100:.4f}",
+              *([f"[deepspeed] OVERFLOW! Rank 0 Skipping step. Attempted loss scale: {2 ** (24 - k // 30)}, reducing to "
+                 f"{2 ** (23 - k // 30)}"] if k % 30 == 0 else [])]]
+    run = _load(tmp_path, PROGRESS[:1] + lines)
+    assert run.meta["framework"] == "deepspeed+text"
+    assert run.series["loss"].steps.tolist() == list(range(1, 121))
+    assert [e.step for e in run.events if e.kind == EventKind.LOSS_SCALE] == [31, 61, 91, 121]
+    assert run.series["skipped"].steps.tolist() == [40]  # the engine's own line still read

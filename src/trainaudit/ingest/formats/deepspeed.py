@@ -48,7 +48,7 @@ decoding, matching or scanning a line.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from collections.abc import Iterator
 from typing import ClassVar
 
@@ -62,6 +62,7 @@ from trainaudit.ingest.formats.shaped import (
     BLANK, OTHER, ROW, Chunk, RunValues, Shape, ShapeTable, Where, byte_offset, read_shaped, zeroed_pattern,
 )
 from trainaudit.ingest.formats.text.bulk import SpanNumbers
+from trainaudit.ingest.formats.text.lines import TextLogReader
 from trainaudit.ingest.signatures import GRAD_OVERFLOW_RE, SignatureScanner
 from trainaudit.ingest.sink import Sink
 from trainaudit.ingest.sources import InputFile, read_head
@@ -112,6 +113,20 @@ def _is_engine_line(text: str) -> bool:
     return bool(OVERFLOW_RE.search(text) or FUSED_RE.search(text) or PROGRESS_RE.search(text)
                 or TPUT_RE.search(text) or PIPE_RE.search(text) or MIN_SCALE_RE.search(text)
                 or ENGINE_HINT_RE.search(text))
+
+
+def _glued_before(text: str) -> str:
+    """What an ``OVERFLOW!`` line has before the engine's tag: the training loop's own progress bar
+    when the engine printed into it ("1/8614 [00:00<1:03:35, 2.26it/s, loss=265.25][deepscale]
+    OVERFLOW! ..."), or nothing."""
+    m = OVERFLOW_RE.search(text) if "OVERFLOW" in text else None
+    return text[:m.start()] if m is not None and text[:m.start()].strip() else ""
+
+
+def _beside_engine(text: str) -> str:
+    """The part of a line that is not the engine's: the whole line, the loop's text an overflow is
+    glued to, or nothing."""
+    return text if not _is_engine_line(text) else _glued_before(text)
 
 
 @dataclass(slots=True)
@@ -242,6 +257,11 @@ class DeepSpeedReader(LineReader):
         with inp.open() as stream:
             for line in self.lines(stream, scanner, spare, gate,
                                    awaits=lambda: delegate is not None and delegate.awaits(dstate)):
+                # a hand-rolled loop's bar the overflow is glued to, first: its step is the one the overflow
+                # follows (the HF Trainer's bar carries no metric; the engine reads its step itself)
+                glued = _glued_before(line.text) if isinstance(delegate, TextLogReader) else ""
+                if glued:
+                    self._delegated(delegate, replace(line, text=glued), sink, state, dstate)  # type: ignore[arg-type]
                 if not self._engine(line, sink, state) and delegate is not None:
                     self._delegated(delegate, line, sink, state, dstate)
                 events = scanner.feed(line)
@@ -257,16 +277,22 @@ class DeepSpeedReader(LineReader):
 
     def _delegate(self, inp: InputFile) -> LineReader | None:
         full = Sample.from_head(inp.name, read_head(inp))
-        # Sniff the others on the non-DeepSpeed lines only: "step=40, skipped=2" must not elect
-        # the generic key=value reader.
-        sample = Sample(full.name, full.head, full.is_text, [ln for ln in full.lines if not _is_engine_line(ln)])
+        # Sniff the others on the non-DeepSpeed lines (and the text overflows are glued to) only:
+        # "step=40, skipped=2" must not elect the generic key=value reader.
+        sample = Sample(full.name, full.head, full.is_text, [t for ln in full.lines if (t := _beside_engine(ln))])
         best: LineReader | None = None
         score = 0.0
         for r in self.others:
             s = r.sniff(sample)
             if s > score:
                 best, score = r, s  # type: ignore[assignment]
-        return best if score >= 0.3 else None
+        if score >= 0.3:
+            return best
+        # no framework of its own: a hand-rolled loop prints the loss ("epoch 0 iter 10 loss 2.34", a tqdm
+        # postfix "loss=nan"), read as any text log is, line by line as a growing log is (its step counter
+        # decided after a few records, so the overflows between them count from the loop's own steps)
+        text = TextLogReader()
+        return text if sample.lines and text.sniff(sample) >= TextLogReader.FOUND else None
 
     def new_state(self) -> dict:
         return {"anchor": None, "since": 0, "overflows": 0, "breakdowns": 0, "scale": None, "pending": [],

@@ -49,12 +49,14 @@ class TextLogReader(LineReader):
     description = ("any text log: step counters and metrics in any spelling (k: v, k=v, dicts, JSON lines, "
                    "tables, progress bars), error signatures, tracebacks, phase markers")
 
+    FOUND = 0.15  # the sniff's score of a sample with a record in it
+
     def sniff(self, sample: Sample) -> float:
         if not sample.is_text:
             return 0.0
         table = Table()
         n = sum(1 for ln in sample.lines[:200] if record_of(ln, 0, None, table) is not None)
-        return 0.15 if n else 0.01
+        return self.FOUND if n else 0.01
 
     def read(self, inp: InputFile, sink: Sink) -> None:
         read_metrics(inp, sink, scan_events=True)
