@@ -142,6 +142,13 @@ def test_tensorflow_step_under_glog_with_a_15_digit_thread_id(tmp_path: Path) ->
     assert set(run.series) == {"loss", "per-step time"}
 
 
+def test_recbole_day_month_clock_preamble_is_no_step(tmp_path: Path) -> None:
+    # RecBole's logger ("%d %b %H:%M"): the day of the month is no step counter, the epoch is
+    run = read(tmp_path, head("recbole-nuster1128-RecBole-MetaRec-6", 11))
+    assert points(run, "train loss") == [(0, 1.3043), (1, 1.3043), (2, 1.3043)]
+    assert points(run, "valid_score") == [(0, 0.4289), (1, 0.4289)]
+
+
 def test_tqdm_speed_in_both_units_as_one_throughput_series(tmp_path: Path) -> None:
     # Ultralytics YOLOv8's epoch bars; tqdm prints s/it once an iteration takes more than a second
     run = read(tmp_path, head("ultralytics-ultralytics-ultralytics-7618", 7))

@@ -50,6 +50,10 @@ _PREAMBLES = [
     # syslog (RFC 3164): "Oct 12 10:11:12 host kernel: ", "Oct 12 10:11:13 host sshd[4242]: "
     re.compile(r"(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) [ \d]\d \d\d:\d\d:\d\d [\w.\-]{1,120} "
                r"[\w.\-/]{1,120}(?:\[\d{1,10}\])?: ?"),
+    # a day and a month's name with a clock: RecBole's logger ("27 Nov 14:49", datefmt "%d %b %H:%M",
+    # https://github.com/RUCAIBox/RecBole/blob/master/recbole/utils/logger.py), "Nov 27 2022 14:49:09"
+    re.compile(r"(?:\d{1,2} (?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec)|(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep"
+               r"|Oct|Nov|Dec) [ \d]\d)(?: \d{4})? \d\d:\d\d(?::\d\d(?:[.,]\d{1,9})?)? ?"),
     # C's ctime(): "Sun Jan 31 00:02:53 2021"
     re.compile(r"(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) (?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) [ \d]\d "
                r"\d\d:\d\d:\d\d \d{4} ?"),
