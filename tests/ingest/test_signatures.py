@@ -414,7 +414,16 @@ def test_ci_markers() -> None:
     assert events[0].data["marker"] == "training_failed"
     assert events[1].data == {"ci": "megatron", "check": "approximate", "metric": "iteration-time", "passed": False}
     assert events[2].data["failed_metrics"] == ["iteration-time", "lm loss"]
-    assert events[3].data == {"cuda_error": "an illegal memory access was encountered"}
+    assert events[3].data == {"cuda_error": "an illegal memory access was encountered", "fatal": True}
+
+
+def test_marian_cuda_check_spellings() -> None:
+    # Marian's CUDA_CHECK ("CUDA error <code> '<cudaGetErrorString>' - <file>:<line>: <call>"), as Marian logs it
+    oom = next(ln for ln in corpus_log("marian-cepin19-dp-wmt-bt-encs-workspace-oom") if "CUDA error 2" in ln)
+    assert only(scan_lines([oom]), EventKind.OOM).data == {"device": "CUDA"}
+    illegal = next(ln for ln in corpus_log("marian-cepin19-dp-wmt-bt-encs-illegal-memory-access") if "CUDA error 77" in ln)
+    ev = only(scan_lines([illegal]), EventKind.ERROR)
+    assert ev.data == {"cuda_error": "an illegal memory access was encountered", "fatal": True}
 
 
 # -- whole files -------------------------------------------------------------------------------------------

@@ -107,6 +107,20 @@ def test_oom_numbers_and_fragmentation(tmp_path, key, req, ru, frag):
     assert ("expandable_segments" in d.stories[0].fix) is frag or not frag
 
 
+def test_an_oom_the_run_outlived_is_a_note(tmp_path):
+    # TensorFlow's allocator retrying smaller after "failed to allocate ... CUDA_ERROR_OUT_OF_MEMORY" (INFO
+    # lines): the epochs go on, and the run is healthy
+    case = "tf-keras-ChenKen9869-BiLSTM-CRF-Word-segmentation"
+    _, hits, d = _diag(tmp_path, corpus_log(case))
+    assert hits["TA401"].severity == "info" and "went on training after it" in hits["TA401"].message
+    assert not hits["TA401"].fatal and d.verdict == "healthy"
+    # the same lines with no epoch after the first out-of-memory message: it is what stopped the run
+    lines = corpus_log(case)
+    cut = next(i for i, ln in enumerate(lines) if "CUDA_ERROR_OUT_OF_MEMORY" in ln)
+    _, hits, d = _diag(tmp_path, lines[:cut + 1], "cut.log")
+    assert hits["TA401"].severity == "critical" and hits["TA401"].fatal and (d.verdict, d.category) == ("crash", "oom")
+
+
 def test_nccl_timeout(tmp_path):
     _, hits, d = _diag(tmp_path, sample_block("error_signatures.txt", "LlamaFactory/issues/6269"))
     assert hits["TA404"].category == "distributed_failure" and hits["TA404"].data["ranks"] == [0]

@@ -127,9 +127,10 @@ OOM_ALLOC_RE = re.compile(rf"Of the allocated memory (?P<alloc>{_SIZE}) is alloc
                           rf"(?:, with (?P<pools>{_SIZE}) allocated in private pools(?: \([^)]*\))?)?,? and "
                           rf"(?P<unalloc>{_SIZE}) is reserved by PyTorch but unallocated")
 # PyTorch before 1.0: "cuda runtime error (2) : out of memory"; the driver API:
-# "CUDA error: out of memory"; NCCL: "Cuda failure 'out of memory'". OOM without numbers.
+# "CUDA error: out of memory"; NCCL: "Cuda failure 'out of memory'"; Marian's CUDA_CHECK: "CUDA error 2
+# 'out of memory'" (marian-nmt/marian-dev src/tensors/gpu/cuda_helpers.h). OOM without numbers.
 OOM_BARE_RE = re.compile(r"cuda runtime error \(2\) : out of memory|CUDA error: out of memory|"
-                         r"CUDA_ERROR_OUT_OF_MEMORY|Cuda failure 'out of memory'")
+                         r"CUDA_ERROR_OUT_OF_MEMORY|Cuda failure 'out of memory'|CUDA error \d{1,4} 'out of memory'")
 
 
 def _oom(line: Line, text: str) -> list[tuple[EventKind, str, dict[str, Any]]]:
@@ -580,7 +581,7 @@ def _dist(line: Line, text: str) -> list[tuple[EventKind, str, dict[str, Any]]]:
 #   "device-side assert triggered", ...); Megatron-LM's CI (tests/functional_tests: "Training failed. Aborting.",
 #   "Exact|Approximate
 #   comparison of <metric>: FAILED", "AssertionError: The following metrics failed: <m1>, <m2>").
-CUDA_ERR_RE = re.compile(r"CUDA error: (?P<err>[^.\n]+?)(?:\.|$| when calling)")
+CUDA_ERR_RE = re.compile(r"CUDA error(?:: | \d{1,4} ')(?P<err>[^.'\n]+?)(?:\.|'|$| when calling)")  # and Marian's
 # The gate's own messages: also read by compare/cilog.py, which imports these (one definition).
 CI_FAILED_RE = re.compile(r"Training failed\. Aborting\.")
 # A metric name is short: bounded, so each "comparison of" looks a few hundred characters ahead, not to
@@ -594,7 +595,9 @@ def _cuda(line: Line, text: str) -> list[tuple[EventKind, str, dict[str, Any]]]:
     m = CUDA_ERR_RE.search(text)
     if m is None:
         return []
-    return [(EventKind.ERROR, _short(f"CUDA error: {m.group('err')}"), {"cuda_error": m.group("err")})]
+    # an error of the CUDA runtime outside an allocation ends the process: the exception it raises, or the
+    # abort of a C++ trainer (Marian), and a sticky error leaves the context unusable
+    return [(EventKind.ERROR, _short(f"CUDA error: {m.group('err')}"), {"cuda_error": m.group("err"), "fatal": True})]
 
 
 def _ci(line: Line, text: str) -> list[tuple[EventKind, str, dict[str, Any]]]:

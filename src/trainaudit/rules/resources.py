@@ -69,6 +69,14 @@ def _first(events: list[Event]) -> Event:
     return events[0]
 
 
+def _trained_after(ctx: Context, e: Event) -> int:
+    """Training-loss points logged at steps after the event's (0 when it has no step of its own)."""
+    loss = ctx.series("loss")
+    if loss is None or e.step is None:
+        return 0
+    return int(np.sum(loss.steps > e.step))
+
+
 class CudaOOM(Rule):
     """Detects CUDA out-of-memory errors and reads their numbers: requested, free, total,
     allocated, and "reserved by PyTorch but unallocated". When the reserved-but-unallocated
@@ -86,8 +94,12 @@ class CudaOOM(Rule):
     allocating tensor with shape[...]`` and a notebook's ``OutOfMemoryError  Traceback`` header
     count too (without numbers).
 
+    An out-of-memory message the run outlived (``survived_points`` training-loss points or more logged
+    at later steps: an allocator that retried smaller, a loop that skipped the batch) is a note, not
+    what stopped the run.
+
     Thresholds: ``frag_frac`` reserved-unallocated share of total that, with the free memory
-    covering the request, means fragmentation (0.1).
+    covering the request, means fragmentation (0.1); ``survived_points`` (3).
     """
 
     id = "TA401"
@@ -98,6 +110,7 @@ class CudaOOM(Rule):
 
     class Params(Thresholds):
         frag_frac: float = 0.1
+        survived_points: int = 3
 
     def check(self, ctx: Context) -> list[Hit]:
         ooms = ctx.events(EventKind.OOM)
@@ -125,6 +138,16 @@ class CudaOOM(Rule):
         if frag:
             msg += "; the reserved-but-unallocated memory would cover the request: fragmentation"
         ranks = sorted({x.rank for x in ooms if x.rank is not None})
+        after = _trained_after(ctx, ooms[-1])
+        if after >= self.p.survived_points:
+            # TensorFlow's allocator logs a failed attempt at INFO and retries smaller ("failed to allocate
+            # ... CUDA_ERROR_OUT_OF_MEMORY", tensorflow/compiler/xla/stream_executor/cuda/cuda_driver.cc,
+            # GpuDriver::DeviceAllocate); a loop may catch the error and skip the batch. Training went on.
+            msg += f"; the run went on training after it ({after} training-loss points later): not what stopped it"
+            h = self.hit(msg, 0.5, metric=None, first_bad_step=ctx.step_of(e), last_step=ctx.step_of(ooms[-1]),
+                         severity="info", data={"numbers": nums, "rank": e.rank, "ranks": ranks, "survived": True})
+            h.ev("oom", e, "the out-of-memory message")
+            return [h]
         h = self.hit(msg, 0.97, metric=None, first_bad_step=ctx.step_of(e), last_step=ctx.step_of(e), fatal=True,
                      data={"numbers": nums, "fragmentation": bool(frag), "rank": e.rank, "ranks": ranks})
         h.ev("oom", e, "TensorFlow's out-of-memory error" if tf else "CUDA out-of-memory error", value=req, unit="GiB" if req is not None else None)
