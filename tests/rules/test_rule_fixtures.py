@@ -189,6 +189,14 @@ KNOWN_LOUD: dict[str, tuple[str, ...]] = {
     "corpus/logs/paddle-PaddlePaddle-PaddleClas-3203/log.txt": ("TA201",),
     # a DQN's TD loss and environment fps move when learning starts (value targets grow with the return)
     "corpus/logs/stable-baselines3-ZeshiWu-ML-capstone-project-dqn-breakout-lr5e-4/log.txt": ("TA201", "TA406"),
+    # step time that grows by design: a batch-size schedule, batches sorted by utterance length in each epoch
+    "corpus/logs/pytorch-loop-KellerJordan-modded-nanogpt-fp8downproj-baseline-batch-schedule/log.txt": ("TA406",),
+    "corpus/logs/pytorch-loop-SeanNaren-deepspeech.pytorch-127/log.txt": ("TA406",),
+    # tqdm's rate of the evaluation and data-set bars, which count from 1 again, read beside the training bar's
+    "corpus/logs/trl-Ishihara-Masabumi-Llama_SFT-jcommonsenseqa/train_log.txt": ("TA406",),
+    # spaCy's NER demo memorises its five examples: a loss of exactly 0 is what that example shows
+    "corpus/logs/spacy-explosion-spaCy-examples-ner-demo/log.txt": ("TA203",),
+    "corpus/logs/tf-loop-salu133445-musegan-66/log.txt": ("unread",),  # a headerless table of five columns
 }
 
 

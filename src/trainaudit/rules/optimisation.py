@@ -989,6 +989,19 @@ class LearningRateJump(Rule):
         return []
 
 
+def _learning_while(ctx: Context, step: int, drop: float) -> bool:
+    """Whether the training loss falls by ``drop`` (relative) or more from ``step`` on: the median of its
+    first three points there against the median of its last three."""
+    loss = ctx.series("loss", finite=True)
+    if loss is None:
+        return False
+    x = loss.values[loss.steps >= step]
+    if x.size < 4:
+        return False
+    first, last = float(np.median(x[:3])), float(np.median(x[-3:]))
+    return first > 0 and last <= (1 - drop) * first
+
+
 class LearningRateZero(Rule):
     """Detects a learning rate that is 0 for most of the run (outside the first logged point and
     the last 10%, where warm-up from 0 and decay to 0 are normal).
@@ -1000,7 +1013,10 @@ class LearningRateZero(Rule):
 
     Example: ``learning rate: 0.000000E+00`` on every line.
 
-    Thresholds: ``zero_frac`` fraction of zero lr points (0.5), ``min_points`` (3).
+    A training loss that falls ``loss_drop`` or more over the same steps says the weights move: the lr
+    is small and printed with too few digits ("train_lr": "0.000"), not 0.
+
+    Thresholds: ``zero_frac`` fraction of zero lr points (0.5), ``min_points`` (3), ``loss_drop`` (0.05).
     """
 
     id = "TA207"
@@ -1017,6 +1033,7 @@ class LearningRateZero(Rule):
     class Params(Thresholds):
         zero_frac: float = 0.5
         min_points: int = 3
+        loss_drop: float = 0.05
 
     def check(self, ctx: Context) -> list[Hit]:
         lr = ctx.series("lr", finite=True, min_points=self.p.min_points)
@@ -1029,6 +1046,8 @@ class LearningRateZero(Rule):
             return []
         zeros = np.flatnonzero(lr.values == 0)
         i = int(zeros[0])
+        if _learning_while(ctx, int(lr.steps[i]), self.p.loss_drop):
+            return []  # the loss falls, so the weights move: a small lr printed with too few digits ("0.000")
         h = self.hit(f"{lr.name} is 0 on {frac:.0%} of the logged steps: the weights do not move", 0.9, metric=lr.name,
                      first_bad_step=int(lr.steps[i]), last_step=int(lr.steps[zeros[-1]]))
         h.point("body", lr, end - 1, f"{lr.name} on the logged steps (first point and last 10% excluded)",
