@@ -149,6 +149,15 @@ def test_recbole_day_month_clock_preamble_is_no_step(tmp_path: Path) -> None:
     assert points(run, "valid_score") == [(0, 0.4289), (1, 0.4289)]
 
 
+def test_an_evaluation_tag_in_brackets_names_the_evaluation(tmp_path: Path) -> None:
+    # Marian: "[valid] Ep. 57 : Up. 120000 : cross-entropy : 43.6931 : stalled 10 times"; other tags ("[memory]",
+    # "[data]") are a logger's, dropped with the time before them
+    lines = [ln for ln in corpus_log("marian-cepin19-dp-europarl-fr-overfitting") if "[valid]" in ln][:7]
+    run = read(tmp_path, "\n".join(lines) + "\n")
+    assert "cross-entropy" not in run.series and "translation" not in run.series
+    assert points(run, "val cross-entropy") == [(60000, 43.2518), (65000, 43.2315)]
+
+
 def test_tqdm_speed_in_both_units_as_one_throughput_series(tmp_path: Path) -> None:
     # Ultralytics YOLOv8's epoch bars; tqdm prints s/it once an iteration takes more than a second
     run = read(tmp_path, head("ultralytics-ultralytics-ultralytics-7618", 7))

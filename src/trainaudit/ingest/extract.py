@@ -77,8 +77,10 @@ _PREAMBLES = [
     re.compile(r"\[\d{1,5},\d{1,5}\]<std(?:out|err)>: ?"),  # mpirun / horovod rank tags
     re.compile(r"DLL "),  # NVIDIA dllogger
     re.compile(r"> ?"),  # Markdown quote
-    # [deepspeed], [user], [R0]; ESPnet's "[host:rank/world]" (espnet2/tasks/abs_task.py)
-    re.compile(r"\[(?:[A-Za-z_][\w.\-]{0,40}(?::\d{1,5}/\d{1,5})?|R\d{1,4}|rank ?\d{1,5})\] ?"),
+    # [deepspeed], [user], [R0]; ESPnet's "[host:rank/world]" (espnet2/tasks/abs_task.py); not an evaluation's
+    # tag, which says whose the line's metrics are (Marian's "[valid] Ep. 2 : Up. 40000 : perplexity : 6.0992")
+    re.compile(r"\[(?!(?i:" + "|".join(EVAL_NAMES) + r")\])(?:[A-Za-z_][\w.\-]{0,40}(?::\d{1,5}/\d{1,5})?|R\d{1,4}"
+               r"|rank ?\d{1,5})\] ?"),
     re.compile(r"[|\- ] "),  # separators left between preamble fields
 ]
 _MAX_PREAMBLES = 8

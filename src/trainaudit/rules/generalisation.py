@@ -50,7 +50,8 @@ class Overfitting(Rule):
 
     So does a validation loss up at each of its last ``min_after`` + 2 evaluations, ending
     ``short_rise`` above where that climb began, while the training loss falls ``train_drop`` over
-    the same steps (a later, shallower minimum than the global one).
+    the same steps (a later, shallower minimum than the global one); or up at each of its last
+    ``long_climb`` evaluations or more, by any amount, while the training loss falls at all.
 
     The end level must also stand 3 robust standard deviations above the validation loss's level
     between its early descent and its minimum: a noisy curve is not overfitting for one high
@@ -62,7 +63,7 @@ class Overfitting(Rule):
     Thresholds: ``ratio`` relative rise of validation loss over its minimum (0.1, as
     SageMaker Debugger's Overfit rule), ``min_points`` validation points (4), ``min_after``
     validation points after the minimum (2), ``short_rise`` (0.03), ``train_drop`` (0.2),
-    ``memorised_acc`` (0.99), ``gap_ratio`` (10).
+    ``memorised_acc`` (0.99), ``gap_ratio`` (10), ``long_climb`` (6).
     """
 
     id = "TA301"
@@ -84,6 +85,7 @@ class Overfitting(Rule):
         train_drop: float = 0.2
         memorised_acc: float = 0.99
         gap_ratio: float = 10.0
+        long_climb: int = 6
 
     grid: ClassVar[Grid] = {"ratio": (0.05, 0.1, 0.2, 0.3), "short_rise": (0.01, 0.03, 0.1), "min_points": (3, 4, 5, 6),
                               "train_drop": (0.05, 0.1, 0.2)}
@@ -175,7 +177,11 @@ class Overfitting(Rule):
         ti = max(int(np.searchsorted(t.steps, v.steps[j], side="right")) - 1, 0)
         t0, t1 = float(t.values[ti]), float(t.values[-1])
         drop = (t0 - t1) / abs(t0) if t0 else 0.0
-        if rise < self.p.short_rise or drop < self.p.train_drop:
+        # a climb at every one of ``long_climb`` evaluations or more is no noise however small (an
+        # exchangeable series rises ``k`` times in a row with probability 1/(k+1)!), nor is a training loss
+        # that goes on falling over it
+        long = n_up >= self.p.long_climb and drop > 0 and rise > 0
+        if not long and (rise < self.p.short_rise or drop < self.p.train_drop):
             return []
         msg = (f"{v.name} rises at each of its last {n_up} evaluations, from {x[j]:.4g} at step {int(v.steps[j])} to "
                f"{x[-1]:.4g} (+{rise:.0%}), while {t.name} falls from {t0:.4g} to {t1:.4g}")

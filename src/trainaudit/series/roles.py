@@ -96,8 +96,8 @@ def _keyword(role: str, n: str) -> bool:
     if role == "loss":
         return (("loss" in n or "entropy" in n or n == "value" or bool(_BOOSTING_ERROR.match(n))) and not is_val
                 and "scale" not in n and "balanc" not in n and "aux" not in n)
-    if role == "val_loss":
-        return ("loss" in n or bool(_BOOSTING_ERROR.match(n))) and is_val
+    if role == "val_loss":  # "entropy": Marian's validation "cross-entropy", as the training loss's role reads it
+        return ("loss" in n or "entropy" in n or bool(_BOOSTING_ERROR.match(n))) and is_val
     if role == "grad_norm":
         return ("grad" in n and "norm" in n) and not is_val
     if role == "lr":
