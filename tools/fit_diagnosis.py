@@ -34,7 +34,7 @@ import accuracy
 
 from trainaudit.diagnosis import Analysis, Model, analyse, decide
 from trainaudit.diagnosis.decide import CONFIDENT
-from trainaudit.diagnosis.features import CLASSES, FEATURES, confidence_vector
+from trainaudit.diagnosis.features import CLASSES, CONFIDENCE_FEATURES, FEATURES, confidence_vector
 from trainaudit.diagnosis.model import MODEL_FILE, fit, fit_binary
 from trainaudit.errors import InputError
 from trainaudit.ingest import load_run
@@ -197,7 +197,26 @@ def fit_on(items: list[Analysed], l2: float = L2, k: int = K) -> Model:
             runner = max((i for i in range(len(CLASSES)) if i != best), key=lambda i: p[i])
             zs.append(confidence_vector(a.analysis.x, p, best, runner))  # type: ignore[union-attr]
             right.append(d.category == a.case.log.category)
-    return Model(FEATURES, model.weights, confidence=fit_binary(zs, right, l2=l2))
+    conf = fit_binary(zs, right, l2=l2)
+    shift = confidence_shift(np.stack(zs) @ conf, np.array(right))
+    conf[CONFIDENCE_FEATURES.index("bias")] += shift
+    return Model(FEATURES, model.weights, {"confidence_shift": round(shift, 2)}, conf)
+
+
+SURE_TARGET = 0.96  # of the held-out decisions the shifted model puts at >= CONFIDENT, at least this share right
+SHIFTS = tuple(-0.1 * i for i in range(31))  # 0 .. -3 on the log-odds: the smallest that reaches the target
+
+
+def confidence_shift(logits: np.ndarray, right: np.ndarray) -> float:
+    """How far to lower every decision's log-odds of being right so that, among the held-out decisions
+    the fit learned from, those at confidence >= CONFIDENT are SURE_TARGET right: an answer shown as sure
+    must be right 95 % of the time (the logistic fit is right on average over all confidences, not at the
+    top), and the margin over 95 % allows for the fit's own optimism on the decisions it was fitted on."""
+    for b in SHIFTS:
+        sure = 1.0 / (1.0 + np.exp(-(logits + b))) >= CONFIDENT
+        if not sure.any() or float(np.mean(right[sure])) >= SURE_TARGET:
+            return b
+    return SHIFTS[-1]
 
 
 @dataclass
@@ -253,7 +272,10 @@ def write_model(items: list[Analysed], path: Path = MODEL_PATH, l2: float = L2) 
             "method": "conditional logit (softmax over categories), L2-penalised, Newton's method",
             "l2": l2, "cases": dict(sorted(counts.items())), "categories": dict(sorted(cats.items())),
             "groups": len({a.case.group for a in items}), "evaluation": f"grouped {K}-fold, fold = sha256(group) % {K}",
-            "command": "python tools/fit_diagnosis.py"}
+            "command": "python tools/fit_diagnosis.py",
+            "confidence": f"logistic on the decisions of inner-fold models, its log-odds then lowered by "
+                          f"{-model.info['confidence_shift']:.1f} so that {SURE_TARGET:.0%} of those at >= {CONFIDENT} "
+                          f"are right"}
     model = Model(model.features, model.weights, info, model.confidence)
     path.write_text(model.to_json(), encoding="utf-8")
     return model
@@ -320,7 +342,8 @@ def thresholds_section() -> list[str]:
 
 
 def render(items: list[Analysed], k: int = K, l2: float = L2) -> str:
-    ins, oos = in_sample(items, l2), out_of_sample(items, k, l2)
+    model = fit_on(items, l2)
+    ins, oos = [_outcome(a, model) for a in items], out_of_sample(items, k, l2)
     kinds = [kd for kd in ("logs", "runs", "synth") if any(o.kind == kd for o in ins)]
     names = {"logs": "real pasted logs (`tests/corpus/logs`)", "runs": "real framework runs (`tests/corpus/runs`)",
              "synth": "generated runs (`tools/synth`, each file alone and all together)"}
@@ -346,7 +369,11 @@ def render(items: list[Analysed], k: int = K, l2: float = L2) -> str:
     a = summarise(oos)
     out += ["", "### Calibration (out of sample, all sets)", "",
             f"Answers with confidence >= {CONFIDENT}: {accuracy._pct(a.confident_right, a.confident)} right "
-            f"(the aim is at least 95 %). Below {CONFIDENT} the answer says what would decide it (`needs_more_data`).",
+            f"(the aim is at least 95 %). Below {CONFIDENT} the answer says what would decide it (`needs_more_data`). "
+            f"The confidence is a logistic model of whether the decision is right, fitted on the decisions that "
+            f"category models made on cases they were not fitted on (an inner grouped fold), its log-odds then "
+            f"lowered, in steps of 0.1, until {SURE_TARGET:.0%} of those decisions at >= {CONFIDENT} are right "
+            f"(each fold's model fits its own shift; the shipped one: {-model.info['confidence_shift']:.1f}).",
             "", "| confidence | answers | right | share right |", "|---|---|---|---|"]
     for name, n, r in reliability(oos):
         out.append(f"| {name} | {n} | {r} | {f'{r / n:.2f}' if n else '-'} |")

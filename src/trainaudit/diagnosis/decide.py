@@ -18,7 +18,7 @@ import numpy as np
 from trainaudit.answer.schema import Severity
 from trainaudit.diagnosis.coverage import Coverage, coverage_of
 from trainaudit.diagnosis.engine import Diagnosis, Story, conclude, diagnose
-from trainaudit.diagnosis.features import CLASSES, HEALTHY, confidence_vector, matrix, patterns
+from trainaudit.diagnosis.features import CLASSES, HEALTHY, confidence_vector, matrix, patterns, val_rise
 from trainaudit.diagnosis.hyper import name_causes
 from trainaudit.diagnosis.model import Model, shipped
 from trainaudit.model import EventKind, Run
@@ -64,7 +64,7 @@ WORDS: dict[str, str] = {
     "h:errors": "error lines", "h:metrics": "many metrics", "h:validation": "validation metrics logged",
     "h:grad_norm": "grad norm logged", "h:stories": "findings", "h:max_story_confidence": "a confident finding",
     "h:max_story_severity": "a severe finding", "h:info_hits": "informational notes",
-    "h:patterns": "short-log patterns",
+    "h:patterns": "short-log patterns", "h:val_rise": "the validation loss ends above its best",
 }
 
 
@@ -92,7 +92,7 @@ def analyse(run: Run, config: Config | None = None) -> Analysis:
     cov = coverage_of(run, ctx, done.ran, done.skipped)
     engine = diagnose(done.hits, n_loss_points=cov.loss_points, has=set(ctx.roles.names))
     errors = sum(1 for e in run.events if e.kind in (EventKind.ERROR, EventKind.TRACEBACK))
-    x = matrix(engine, cov, patterns(run, ctx), errors)
+    x = matrix(engine, cov, patterns(run, ctx), errors, val_rise(ctx))
     # after the features: naming the learning rate changes what a root cause says, not the decision
     name_causes(run, ctx, engine.stories)
     return Analysis(engine, x, cov)

@@ -31,7 +31,8 @@ SHARED = ("story", "story_confidence", "story_severity", "engine_primary", "earl
           "rules", "message_evidence", "series_evidence", "short_log", "tiny_log", "no_loss", "alone", "other_stories", "info_hits",
           "pattern", "sibling", "sibling_short")
 RUN = ("h:loss_points", "h:no_loss", "h:few_points", "h:events", "h:errors", "h:metrics", "h:validation",
-       "h:grad_norm", "h:stories", "h:max_story_confidence", "h:max_story_severity", "h:info_hits", "h:patterns")
+       "h:grad_norm", "h:stories", "h:max_story_confidence", "h:max_story_severity", "h:info_hits", "h:patterns",
+       "h:val_rise")
 FEATURES: tuple[str, ...] = (*SHARED, *RUN, *(f"bias:{c}" for c in CLASSES),
                              *(f"story:{c}" for c in CLASSES if c != HEALTHY))
 SHORT = 20  # fewer logged training-loss points than this is a short log
@@ -124,12 +125,23 @@ def patterns(run: Run, ctx: Context) -> dict[str, float]:
     return out
 
 
+def val_rise(ctx: Context) -> float:
+    """How far the validation loss ends above its best (the median of its last three points over its
+    minimum before them, relative), 0 without one: a run called healthy while it does is less sure."""
+    val = ctx.series("val_loss", finite=True)
+    if val is None or len(val) < 4:
+        return 0.0
+    best = float(np.min(val.values[:-1]))
+    end = float(np.median(val.values[-3:]))
+    return max(0.0, end / best - 1) if best > 0 else 0.0
+
+
 # -- the feature matrix ----------------------------------------------------------------------
 def _log(x: float, top: float) -> float:
     return min(1.0, math.log1p(max(x, 0.0)) / math.log1p(top))
 
 
-def matrix(engine: Diagnosis, cov: Coverage, pats: dict[str, float], n_errors: int) -> np.ndarray:
+def matrix(engine: Diagnosis, cov: Coverage, pats: dict[str, float], n_errors: int, rise: float = 0.0) -> np.ndarray:
     """(len(CLASSES), len(FEATURES)) for one run."""
     col = {f: i for i, f in enumerate(FEATURES)}
     x = np.zeros((len(CLASSES), len(FEATURES)))
@@ -189,6 +201,7 @@ def matrix(engine: Diagnosis, cov: Coverage, pats: dict[str, float], n_errors: i
     h[col["h:max_story_severity"]] = max((SEVERITY_ORDER[s.severity] for s in engine.stories), default=0) / 4
     h[col["h:info_hits"]] = _log(sum(info.values()), 10)
     h[col["h:patterns"]] = min(1.0, sum(pats.values()))
+    h[col["h:val_rise"]] = min(1.0, rise / 0.2)
     return x
 
 
@@ -196,7 +209,8 @@ def matrix(engine: Diagnosis, cov: Coverage, pats: dict[str, float], n_errors: i
 CONFIDENCE_FEATURES: tuple[str, ...] = (
     "bias", "p", "margin", "answer:healthy", "answer:crash", "answer:numeric", "answer:fatal", "answer:learning",
     "answer:resources", "story_confidence", "alone", "message_evidence", "fatal", "short_log", "tiny_log",
-    "no_loss", "h:loss_points", "h:few_points", "h:validation", "h:grad_norm", "h:stories", "healthy_despite_patterns")
+    "no_loss", "h:loss_points", "h:few_points", "h:validation", "h:grad_norm", "h:stories", "healthy_despite_patterns",
+    "healthy_val_risen")
 
 
 def confidence_vector(x: np.ndarray, p: np.ndarray, best: int, runner: int) -> np.ndarray:
@@ -215,4 +229,6 @@ def confidence_vector(x: np.ndarray, p: np.ndarray, best: int, runner: int) -> n
         v[f] = float(h[col[f]])
     # a "healthy" answer while a short-log pattern points at a problem no rule made a finding of
     v["healthy_despite_patterns"] = float(h[col["h:patterns"]]) if cat == HEALTHY else 0.0
+    # a "healthy" answer while the validation loss ends above its best
+    v["healthy_val_risen"] = float(h[col["h:val_rise"]]) if cat == HEALTHY else 0.0
     return np.array([v[f] for f in CONFIDENCE_FEATURES])
