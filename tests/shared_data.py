@@ -38,10 +38,10 @@ def sample_block(name: str, contains: str) -> list[str]:
 CORPUS_LOGS = REPO / "tests" / "corpus" / "logs"
 
 
-def corpus_log(case: str) -> list[str]:
+def corpus_log(case: str, name: str = "log.txt") -> list[str]:
     """The verbatim lines of a real-log corpus case (``tests/corpus/logs/<case>``; its label.json
     gives the source)."""
-    return (CORPUS_LOGS / case / "log.txt").read_text(encoding="utf-8").splitlines()
+    return (CORPUS_LOGS / case / name).read_text(encoding="utf-8").splitlines()
 
 
 def write_lines(path: Path, lines: list[str], newline: str = "\n") -> Path:

@@ -46,6 +46,8 @@ LINES = {
     "assert-not-close": corpus_log("transformer-engine-NVIDIA-TransformerEngine-3014")[0],
     "tf-oom": next(ln for ln in corpus_log("tf1-tensorflow-tensorflow-4735") if "OOM when" in ln),
     "notebook-cuda-oom": next(ln for ln in corpus_log("unsloth-unslothai-unsloth-3373") if "Traceback" in ln),
+    "store-port-in-use": next(ln for ln in corpus_log("pytorch-loop-JVrabel-LLM_KD", "training.log")
+                              if "failed to listen" in ln),
     "store-barrier-timeout": next(ln for ln in corpus_log("accelerate-huggingface-accelerate-157-2")
                                   if "Timed out" in ln),
     # a rank waiting for the others to join: context (no category), no failure by itself

@@ -417,6 +417,14 @@ def test_ci_markers() -> None:
     assert events[3].data == {"cuda_error": "an illegal memory access was encountered", "fatal": True}
 
 
+def test_oom_spellings_without_numbers() -> None:
+    thc = next(ln for ln in corpus_log("pytorch-loop-facebookarchive-loop-57") if "THCudaCheck" in ln)  # glued to a bar
+    loop = corpus_log("pytorch-loop-Bolin42-WaterMarkModel", "training.log")[-1]  # a loop's own report
+    for line in (thc, loop, "RuntimeError: CUDA out of memory."):  # the last: PyTorch's sentence cut before its numbers
+        assert only(scan_lines([line]), EventKind.OOM).data == {"device": "CUDA"}, line
+    assert scan_lines(["cuda out of memory handling: enabled", "Reduce batch size if CUDA OOM"]) == []
+
+
 def test_marian_cuda_check_spellings() -> None:
     # Marian's CUDA_CHECK ("CUDA error <code> '<cudaGetErrorString>' - <file>:<line>: <call>"), as Marian logs it
     oom = next(ln for ln in corpus_log("marian-cepin19-dp-wmt-bt-encs-workspace-oom") if "CUDA error 2" in ln)

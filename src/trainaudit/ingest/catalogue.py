@@ -139,6 +139,14 @@ CATALOGUE: tuple[Known, ...] = (
           "the store holds a stale registration from an earlier launch", "distributed_failure", "critical",
           "https://github.com/pytorch/pytorch/blob/main/torch/distributed/distributed_c10d.py (_store_based_barrier)",
           fatal=True),
+    # the rendezvous store's server could not bind its port (torch.distributed's TCPStore: "The server socket has
+    # failed to listen on any local network address ... EADDRINUSE"): MASTER_PORT is taken by another job or a
+    # process left from an earlier launch, so the process group never forms
+    Known("store-port-in-use", ("The server socket has failed to listen",), EventKind.DISTRIBUTED_ERROR,
+          "torch.distributed's rendezvous store could not listen on its port (another job or a leftover process "
+          "holds MASTER_PORT): the process group cannot form and every rank exits", "distributed_failure",
+          "critical", "https://github.com/pytorch/pytorch/blob/main/torch/csrc/distributed/c10d/socket.cpp "
+          "(SocketListenFromHostOp)", fatal=True),
     # FastChat masks every target token of a conversation whose tokenization does not add up under its
     # template: the sample trains on nothing (a tokenizer that does not match the template: all of them)
     Known("fastchat-tokenization-mismatch", ("tokenization mismatch", "(ignored)"), EventKind.WARNING,

@@ -37,7 +37,7 @@ GATE = re.compile(
     r"|G(?:PU is lost|radient overflow|rad overflow on iteration|rad scale is small)|H(?:IP out|eartbeat monitor)|K(?:illed)|M(?:inimum loss scale)"
     r"|N(?:CCL|VRM|aN)|O(?:utOfMemory|OM|ut of memory)|P(?:rocessGroupNCCL)|R(?:oot Cause)"
     r"|S(?:egmentation fault|ending process)|T(?:raceback|raining failed|he above exception"
-    r"|he loss returned|imeout at NCCL)|U(?:nexpected result|sing dynamic loss scale)|W(?:atchdog)|X(?:id)"
+    r"|he loss returned|imeout at NCCL|HCudaCheck FAIL)|U(?:nexpected result|sing dynamic loss scale)|W(?:atchdog)|X(?:id)"
     r"|Y(?:our loss is probably exploding)"
     r"|\((?:exitcode)"
 )
@@ -128,9 +128,12 @@ OOM_ALLOC_RE = re.compile(rf"Of the allocated memory (?P<alloc>{_SIZE}) is alloc
                           rf"(?P<unalloc>{_SIZE}) is reserved by PyTorch but unallocated")
 # PyTorch before 1.0: "cuda runtime error (2) : out of memory"; the driver API:
 # "CUDA error: out of memory"; NCCL: "Cuda failure 'out of memory'"; Marian's CUDA_CHECK: "CUDA error 2
-# 'out of memory'" (marian-nmt/marian-dev src/tensors/gpu/cuda_helpers.h). OOM without numbers.
+# 'out of memory'" (marian-nmt/marian-dev src/tensors/gpu/cuda_helpers.h); PyTorch 0.4's THC: "THCudaCheck FAIL
+# file=... line=... error=2 : out of memory"; PyTorch's sentence cut before its numbers ("CUDA out of memory."), or
+# a loop's own report of it ("CUDA out of memory in epoch 1"). OOM without numbers.
 OOM_BARE_RE = re.compile(r"cuda runtime error \(2\) : out of memory|CUDA error: out of memory|"
-                         r"CUDA_ERROR_OUT_OF_MEMORY|Cuda failure 'out of memory'|CUDA error \d{1,4} 'out of memory'")
+                         r"CUDA_ERROR_OUT_OF_MEMORY|Cuda failure 'out of memory'|CUDA error \d{1,4} 'out of memory'|"
+                         r"error=2 : out of memory|\bCUDA out of memory\b")
 
 
 def _oom(line: Line, text: str) -> list[tuple[EventKind, str, dict[str, Any]]]:
