@@ -158,6 +158,13 @@ def test_an_evaluation_tag_in_brackets_names_the_evaluation(tmp_path: Path) -> N
     assert points(run, "val cross-entropy") == [(60000, 43.2518), (65000, 43.2315)]
 
 
+def test_pytorch_profiler_stage_lines_are_no_step(tmp_path: Path) -> None:
+    # kineto's "STAGE:<time> <pid>:<tid> <file>:<line>]" lines between the epochs: their pid is no step counter
+    run = read(tmp_path, head("pytorch-loop-B777B2056-2-machine-translation-en2zh-sgd-stuck", 17))
+    assert points(run, "Train Loss") == [(0, 11.2338), (1, 10.8902)]
+    assert not any("Profiler" in k for k in run.series)
+
+
 def test_tqdm_speed_in_both_units_as_one_throughput_series(tmp_path: Path) -> None:
     # Ultralytics YOLOv8's epoch bars; tqdm prints s/it once an iteration takes more than a second
     run = read(tmp_path, head("ultralytics-ultralytics-ultralytics-7618", 7))

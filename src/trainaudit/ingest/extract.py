@@ -44,6 +44,9 @@ _PREAMBLES = [
     # glog / absl: I0305 10:11:12.123456  4242 solver.cpp:218]
     # (the thread id is a 15-digit pthread id in TensorFlow's logs: "I0912 11:40:27.956218 139735407601536")
     re.compile(r"[IWEF]\d{4} \d\d:\d\d:\d\d(?:\.\d+)? {1,8}\d{1,20} [\w.\-/]{1,200}:\d{1,8}\] ?"),
+    # PyTorch profiler's (kineto's) logger: "STAGE:2025-04-07 10:29:46 22264:22264 ActivityProfilerController.cpp:314]"
+    # (a tag, the time, pid:tid, the source location; https://github.com/pytorch/kineto, libkineto/src)
+    re.compile(r"[A-Z]{1,10}:\d{4}-\d\d-\d\d \d\d:\d\d:\d\d \d{1,10}:\d{1,10} [\w.\-/]{1,200}:\d{1,8}\] ?"),
     # ISO-like dates with an optional time: 2020-03-02 11:02:10,551 / [2018-11-26 14:47:26,759 INFO]
     re.compile(r"\[?\d{4}[-/.]\d\d[-/.]\d\d(?:[ T_]\d\d:\d\d(?::\d\d)?(?:[.,:]\d{1,9})?(?:Z|[+-]\d\d:?\d\d)?)?"
                r"(?: [\w.\-]{1,120}(?=\]))?(?: {1,4}" + _LEVEL + r")?\]? ?[:|,-]? ?"),
