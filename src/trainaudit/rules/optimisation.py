@@ -991,14 +991,16 @@ class LearningRateJump(Rule):
 
 def _learning_while(ctx: Context, step: int, drop: float) -> bool:
     """Whether the training loss falls by ``drop`` (relative) or more from ``step`` on: the median of its
-    first three points there against the median of its last three."""
+    first fifth there (three points at least) against the median of its last fifth, so that batch-to-batch
+    noise of a per-step loss does not pass for a fall."""
     loss = ctx.series("loss", finite=True)
     if loss is None:
         return False
     x = loss.values[loss.steps >= step]
     if x.size < 4:
         return False
-    first, last = float(np.median(x[:3])), float(np.median(x[-3:]))
+    k = max(3, x.size // 5)
+    first, last = float(np.median(x[:k])), float(np.median(x[-k:]))
     return first > 0 and last <= (1 - drop) * first
 
 
