@@ -1,6 +1,6 @@
 """Score labelled logs nobody has tuned on yet, once, with the code and model of this checkout.
 
-    python tools/score_unseen.py CASE_DIR... [--record NAME]
+    python tools/score_unseen.py CASE_DIR... [--record NAME [--what TEXT]]
 
 Each CASE_DIR is a corpus case folder (a log and its ``label.json``, as in ``tests/corpus/logs``),
 or a folder of them. A case already in ``tests/corpus/logs`` is left out: it has been seen. Every
@@ -53,7 +53,7 @@ def _git(*args: str) -> str:
     return subprocess.run(["git", *args], cwd=accuracy.REPO, check=True, capture_output=True, text=True).stdout.strip()
 
 
-def record(name: str, outcomes: list[fd.Outcome]) -> None:
+def record(name: str, outcomes: list[fd.Outcome], what: str | None = None) -> None:
     if _git("status", "--porcelain", "--", "src"):
         raise SystemExit("score_unseen: src/ has changes not committed: commit them so the record names the code")
     doc = json.loads(RECORD.read_text(encoding="utf-8")) if RECORD.exists() else {"batches": []}
@@ -61,7 +61,7 @@ def record(name: str, outcomes: list[fd.Outcome]) -> None:
         raise SystemExit(f"score_unseen: batch {name!r} is already recorded")
     doc["batches"].append({
         "batch": name, "commit": _git("rev-parse", "--short=7", "HEAD"), "date": datetime.date.today().isoformat(),
-        "cases": [{"case": o.result.case.name, "category": o.result.category, "verdict": o.result.verdict,
+        **({"what": what} if what else {}), "cases": [{"case": o.result.case.name, "category": o.result.category, "verdict": o.result.verdict,
                    "confidence": round(o.confidence, 3), "first_bad_step": o.result.first_bad,
                    "step_ok": o.result.step_ok} for o in outcomes]})
     RECORD.write_text(dump(doc), encoding="utf-8")
@@ -82,6 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python tools/score_unseen.py", description=__doc__.split("\n")[0])
     ap.add_argument("paths", nargs="+", type=Path, help="case folders, or folders of them")
     ap.add_argument("--record", metavar="NAME", help="append the answers to tests/corpus/prospective.json")
+    ap.add_argument("--what", metavar="TEXT", help="what the batch is (where its logs come from), for the record")
     args = ap.parse_args(argv)
     outcomes = score(unseen_cases(args.paths))
     for o in outcomes:
@@ -90,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
               f"answer={r.category:21s} {r.verdict:12s} confidence={o.confidence:.2f} step_ok={r.step_ok}")
     print(fd.summarise(outcomes))
     if args.record:
-        record(args.record, outcomes)
+        record(args.record, outcomes, args.what)
     return 0
 
 
