@@ -106,6 +106,7 @@ class CudaOOM(Rule):
     name = "cuda-oom"
     category = Category.OOM
     severity = Severity.CRITICAL
+    also = (Severity.INFO,)
     guidance = OOM_GUIDANCE
 
     class Params(Thresholds):
@@ -143,10 +144,13 @@ class CudaOOM(Rule):
             # TensorFlow's allocator logs a failed attempt at INFO and retries smaller ("failed to allocate
             # ... CUDA_ERROR_OUT_OF_MEMORY", tensorflow/compiler/xla/stream_executor/cuda/cuda_driver.cc,
             # GpuDriver::DeviceAllocate); a loop may catch the error and skip the batch. Training went on.
-            msg += f"; the run went on training after it ({after} training-loss points later): not what stopped it"
+            msg += "; the run went on training after it: not what stopped it"
             h = self.hit(msg, 0.5, metric=None, first_bad_step=ctx.step_of(e), last_step=ctx.step_of(ooms[-1]),
                          severity="info", data={"numbers": nums, "rank": e.rank, "ranks": ranks, "survived": True})
             h.ev("oom", e, "the out-of-memory message")
+            loss = ctx.series("loss")
+            if loss is not None:
+                h.point("trained", loss, len(loss) - 1, f"the last {loss.name}, logged after it")
             return [h]
         h = self.hit(msg, 0.97, metric=None, first_bad_step=ctx.step_of(e), last_step=ctx.step_of(e), fatal=True,
                      data={"numbers": nums, "fragmentation": bool(frag), "rank": e.rank, "ranks": ranks})
@@ -647,17 +651,17 @@ class ThroughputRegression(Rule):
         if i < 0:
             i = int(np.searchsorted(s.steps, st[k]))
         j_before = int(np.searchsorted(s.steps, st[k])) - 1
-        msg = (f"{s.name} worsens {r:.2f}x from step {int(s.steps[i])} "
-               f"({'median' if time_like else 'median inverse'} {before:.4g} -> {after:.4g})")
-        if not time_like:
-            msg = (f"{s.name} drops to {1 / r:.0%} of its level from step {int(s.steps[i])} "
-                   f"(median {1 / before:.4g} -> {1 / after:.4g})")
+        # the message gives the medians of the points it cites (up to 21 on each side of the change)
+        cited_before = np.arange(max(skip, j_before - 20), j_before + 1)
+        cited_after = np.arange(max(i, len(s) - 21), len(s))
+        mb, ma = float(np.median(s.values[cited_before])), float(np.median(s.values[cited_after]))
+        msg = (f"{s.name} worsens {ma / mb:.2f}x from step {int(s.steps[i])} (median {mb:.4g} -> {ma:.4g})"
+               if time_like else
+               f"{s.name} drops to {ma / mb:.0%} of its level from step {int(s.steps[i])} (median {mb:.4g} -> {ma:.4g})")
         h = self.hit(msg, min(0.9, 0.5 + (r - 1)), metric=s.name, first_bad_step=int(s.steps[i]), last_step=int(s.steps[-1]),
                      severity="high" if r >= 2 else "medium", data={"ratio": r})
-        lo = max(skip, j_before - 20)
-        h.point("before", s, j_before, f"{s.name} before the change", indices=np.arange(lo, j_before + 1))
-        h.point("after", s, len(s) - 1, f"{s.name} after the change",
-                indices=np.arange(max(i, len(s) - 21), len(s)))
+        h.point("before", s, j_before, f"{s.name} before the change", indices=cited_before)
+        h.point("after", s, len(s) - 1, f"{s.name} after the change", indices=cited_after)
         if time_like:
             h.calc("slowdown", "step time after over before (medians)", "median({after}) / median({before})", unit="x")
         else:
