@@ -91,6 +91,9 @@ class Event:
 EVAL_PREFIX = "val "
 # the names a log gives an evaluation's data set ("val_loss", "eval/loss", "Test set: ...", "dev = 0.61")
 EVAL_NAMES = ("validation", "valid", "val", "evaluation", "eval", "testing", "test", "dev")
+# the key of Run.meta under which a reader's sink lists the series it thinned while read, each with the
+# points and non-finite values read (Run.read_counts)
+THINNED = "thinned"
 
 
 @dataclass(slots=True)
@@ -132,6 +135,12 @@ class Run:
 
     def metric(self, name: str) -> Series | None:
         return self.series.get(name)
+
+    def read_counts(self, name: str) -> tuple[int, int] | None:
+        """(points, non-finite values) read of a series thinned while read (too long to hold: the
+        series holds fewer of them), None for a series held whole."""
+        got = self.meta.get(THINNED, {}).get(name)
+        return (int(got[0]), int(got[1])) if got is not None else None
 
     def source_path(self, series: Series, index: int) -> str:
         return self.sources[int(series.src[index])].path

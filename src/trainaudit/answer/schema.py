@@ -196,6 +196,8 @@ class MetricCoverage(_Model):
     points: int
     first_step: int | None = None
     last_step: int | None = None
+    # points read, where a series too long to hold was thinned to ``points`` while read (absent otherwise)
+    read_points: int | None = Field(default=None, exclude_if=lambda v: v is None)
 
 
 class Coverage(_Model):

@@ -207,6 +207,12 @@ def load_run(paths: list[str], fmt: str | None = None, position: Position | None
     skims: list[tuple[Source, Skim]] = []
     problems = scan(paths, builder, fmt, position, skims)
     run = builder.build()
+    if builder.dropped:
+        names = ", ".join(f"{m} ({len(run.series[m]) + n} points read, {len(run.series[m])} kept)"
+                          for m, (n, _) in builder.dropped.items())
+        problems.append(Problem(", ".join(paths), f"series of more than {builder.max_points} points thinned while "
+                                "read (each range of steps keeps its first, last, lowest, highest and non-finite "
+                                f"points): {names}", fatal=False))
     if skims:
         differ = []
         for source, found in skims:

@@ -109,7 +109,8 @@ class NonFiniteMetric(Rule):
         v = float(s.values[i])
         what = "NaN" if math.isnan(v) else ("+Inf" if v > 0 else "-Inf")
         first_step = named if named is not None else int(s.steps[i])
-        msg = f"{s.name} is {what} from step {first_step} ({bad.size} of {len(s)} logged values non-finite)"
+        n, n_bad = ctx.run.read_counts(s.name) or (len(s), int(bad.size))  # a thinned series: what was read
+        msg = f"{s.name} is {what} from step {first_step} ({n_bad} of {n} logged values non-finite)"
         if role == "grad_norm":
             loss = ctx.series("loss")
             lv = loss.value_at(int(s.steps[i])) if loss is not None else None
