@@ -94,6 +94,9 @@ EVAL_NAMES = ("validation", "valid", "val", "evaluation", "eval", "testing", "te
 # the key of Run.meta under which a reader's sink lists the series it thinned while read, each with the
 # points and non-finite values read (Run.read_counts)
 THINNED = "thinned"
+# the key of Run.meta under which a sink that keeps the first and last events of each kind, and counts
+# those between, lists what it left out: kind -> [count, first step, last step, first line, last line]
+EVENTS_LEFT_OUT = "events_left_out"
 
 
 @dataclass(slots=True)
@@ -135,6 +138,17 @@ class Run:
 
     def metric(self, name: str) -> Series | None:
         return self.series.get(name)
+
+    def left_out(self, *kinds: EventKind) -> int:
+        """Events of ``kinds`` (all kinds when none) counted but not kept: the middle of a run of more
+        like events than a reader's sink keeps (``EVENTS_LEFT_OUT``)."""
+        runs = self.meta.get(EVENTS_LEFT_OUT, {})
+        return sum(int(r[0]) for k, r in runs.items() if not kinds or k in {x.value for x in kinds})
+
+    def n_events(self, *kinds: EventKind) -> int:
+        """Events of ``kinds`` (all kinds when none) read, those kept and those left out."""
+        kept = len(self.events) if not kinds else sum(1 for e in self.events if e.kind in kinds)
+        return kept + self.left_out(*kinds)
 
     def read_counts(self, name: str) -> tuple[int, int] | None:
         """(points, non-finite values) read of a series thinned while read (too long to hold: the

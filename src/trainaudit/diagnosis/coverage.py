@@ -32,7 +32,7 @@ class Coverage:
 
 
 def coverage_of(run: Run, ctx: Context, ran: list[str], skipped: dict[str, str]) -> Coverage:
-    cov = Coverage(events=len(run.events), rules_run=list(ran), rules_skipped=dict(skipped),
+    cov = Coverage(events=run.n_events(), rules_run=list(ran), rules_skipped=dict(skipped),
                    roles=dict(ctx.roles.names), skimmed=[s.path for s in run.sources if s.note])
     for name, s in sorted(run.series.items()):
         fin = s.finite()

@@ -8,7 +8,9 @@ for ``parse`` without ``-o``) and a streaming row writer (``trainaudit.ingest.ex
 
 from __future__ import annotations
 
+import heapq
 from array import array
+from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -16,7 +18,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike
 
-from trainaudit.model import THINNED, Event, EventKind, Run, Series, Source
+from trainaudit.model import EVENTS_LEFT_OUT, THINNED, Event, EventKind, Run, Series, Source
 
 FLUSH_POINTS = 1 << 16
 # Series one run may hold. A real run has a few thousand at most (per-rank copies of a few metrics
@@ -205,6 +207,12 @@ MAX_POINTS = 400_000
 THIN_SAMPLES = 64  # evenly spaced points kept in each range of a thinned series
 THIN_BUCKETS = MAX_POINTS // (4 * THIN_SAMPLES)  # ranges: a thinned series holds at most ~MAX_POINTS / 3
 
+# Events of one kind kept at each end of a run (KEEP_EVENTS first, KEEP_EVENTS last); those between are
+# counted with their step and line range. A 1 GB DeepSpeed log has 750 000 fp16 overflow lines, a Megatron
+# one 600 000 iterations without a loss, each an Event with its line; a diagnosis cites the first and the
+# last of such a run, and counts the rest.
+KEEP_EVENTS = 50_000
+
 _Part = tuple[np.ndarray, np.ndarray, np.ndarray, "int | np.ndarray"]  # steps, values, lines, source(s)
 _Arrays = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]  # a merged series: steps, values, lines, sources
 
@@ -254,6 +262,7 @@ class RunBuilder(Sink):
     flushes_early = False
     max_points = MAX_POINTS
     thin_buckets = THIN_BUCKETS
+    keep_events = KEEP_EVENTS
 
     def __init__(self) -> None:
         super().__init__()
@@ -263,6 +272,11 @@ class RunBuilder(Sink):
         self._restarts: list[int] = []
         # metric -> (points, non-finite values) left out by thinning, for the series thinned
         self.dropped: dict[str, tuple[int, int]] = {}
+        self._kind_seen: dict[EventKind, int] = {}  # events of each kind written
+        self._head_seq = array("q")  # the place in line order of each event in run.events
+        self._tails: dict[EventKind, deque[tuple[int, Event]]] = {}  # the last events of a kind past the first
+        self._left_out: dict[EventKind, list[Any]] = {}  # kind -> [count, first/last step, first/last line]
+        self._seq = 0
 
     def begin(self, source: Source) -> None:
         super().begin(source)
@@ -289,7 +303,24 @@ class RunBuilder(Sink):
         return part
 
     def write_event(self, ev: Event) -> None:
-        self.run.events.append(ev)
+        self._seq += 1
+        seen = self._kind_seen[ev.kind] = self._kind_seen.get(ev.kind, 0) + 1
+        if seen <= self.keep_events:
+            self.run.events.append(ev)
+            self._head_seq.append(self._seq)
+            return
+        tail = self._tails.get(ev.kind)
+        if tail is None:
+            tail = self._tails[ev.kind] = deque(maxlen=self.keep_events)
+        if len(tail) == self.keep_events:
+            old = tail[0][1]  # leaves the tail: counted, not kept
+            run = self._left_out.get(ev.kind)
+            if run is None:
+                self._left_out[ev.kind] = [1, old.step, old.step, old.line, old.line]
+            else:
+                run[0] += 1
+                run[2], run[4] = old.step, old.line
+        tail.append((self._seq, ev))
 
     def write_meta(self, key: str, value: Any) -> None:
         self.run.meta.setdefault(key, value)
@@ -342,6 +373,13 @@ class RunBuilder(Sink):
             self.run.series[metric] = Series(metric, steps, values, lines, src)
         if self._restarts:
             self.run.meta["restarts"] = sorted(set(self._restarts))
+        if self._tails:
+            # the first events of each kind and the last ones, in line order
+            merged = heapq.merge(zip(self._head_seq, self.run.events), *self._tails.values(), key=lambda t: t[0])
+            self.run.events = [e for _, e in merged]
+            self._tails.clear()
+        if self._left_out:
+            self.run.meta[EVENTS_LEFT_OUT] = {k.value: r for k, r in self._left_out.items()}
         if self.dropped:
             # what each thinned series stands for: its points and non-finite values with those left out
             self.run.meta[THINNED] = {
