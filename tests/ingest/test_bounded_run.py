@@ -175,3 +175,23 @@ def test_events_below_the_cap_are_all_kept(tmp_path: Path, monkeypatch: pytest.M
     assert [e.line for e in run.events if e.kind is EventKind.LOSS_SCALE] == list(range(2, 201, 2))
     assert EVENTS_LEFT_OUT not in run.meta and run.left_out() == 0
     assert not any("counted, not kept" in p.message for p in problems)
+
+
+def test_many_series_are_thinned_to_a_share_of_the_points_held() -> None:
+    # one metric per rank: no series is long alone, all of them together are
+    b = _builder(max_points=100_000, buckets=1000)
+    b.max_held = 40_000
+    for rank in range(20):
+        v = _noisy(5000, seed=rank)
+        v[1234 + rank] = 99.0 + rank  # a spike at its own step in each
+        b.metric_for("tflops", 0)
+        _feed(b, b.metric_for("tflops", rank), v, by_one=False)
+    b.end()
+    run = b.build()
+    assert len(run.series) == 20
+    assert sum(len(s) for s in run.series.values()) <= 40_000
+    for rank in range(20):
+        s = run.series["tflops" if rank == 0 else f"tflops@rank{rank}"]
+        assert len(s) < 5000
+        assert run.read_counts(s.name) == (5000, 0)
+        assert float(s.values[s.steps == 1235 + rank][0]) == 99.0 + rank

@@ -108,7 +108,7 @@ class Sink:
         buf.lines.append(line)
         self.n_values += 1
         self.last_step = step
-        if len(buf.steps) >= FLUSH_POINTS:
+        if len(buf.steps) >= self.flush_points:
             self._flush(metric)
 
     def add_many(self, metric: str, steps: ArrayLike, values: ArrayLike, lines: ArrayLike) -> None:
@@ -116,7 +116,7 @@ class Sink:
         if s.size == 0 or not self._admit(metric, int(s.size)):
             return
         ln = np.asarray(lines, dtype=np.int64)
-        if not self.flushes_early and s.size < FLUSH_POINTS:
+        if not self.flushes_early and s.size < self.flush_points:
             # a consumer that keeps everything to the end: short runs join the metric's buffer, one
             # growing array, not thousands of small ones that the allocator cannot give back
             buf = self._buffers.get(metric)
@@ -125,7 +125,7 @@ class Sink:
             buf.steps.frombytes(s.tobytes())
             buf.values.frombytes(np.asarray(values, dtype=np.float64).tobytes())
             buf.lines.frombytes(ln.tobytes())
-            if len(buf) >= FLUSH_POINTS:
+            if len(buf) >= self.flush_points:
                 self._flush(metric)
         else:
             self._flush(metric)
@@ -170,6 +170,7 @@ class Sink:
 
     # -- consumer API -----------------------------------------------------------------------
     flushes_early = True
+    flush_points = FLUSH_POINTS  # a metric's buffered values are handed over at this many
     max_series = MAX_SERIES
 
     def write_values(self, metric: str, steps: np.ndarray, values: np.ndarray, lines: np.ndarray) -> None:
@@ -204,6 +205,9 @@ class Sink:
 # real run's curve has far fewer points than this; the rules see the thinned series, and the answer's
 # coverage says how many points were read.
 MAX_POINTS = 400_000
+# Points all series together may hold while read: past it, every series longer than its share of half of
+# it is thinned to that share (a 1 GB log of 8 ranks logging 7 metrics each has 56 series of 770 000 points).
+MAX_HELD = 5_000_000
 THIN_SAMPLES = 64  # evenly spaced points kept in each range of a thinned series
 THIN_BUCKETS = MAX_POINTS // (4 * THIN_SAMPLES)  # ranges: a thinned series holds at most ~MAX_POINTS / 3
 
@@ -257,10 +261,13 @@ def thin(steps: np.ndarray, values: np.ndarray, buckets: int) -> np.ndarray:
 
 class RunBuilder(Sink):
     """Collects everything into one :class:`Run` (all sources merged). A series that grows past
-    ``max_points`` while read is merged as ``build`` merges it and thinned (``thin``)."""
+    ``max_points`` while read, or the longest ones when all of them hold more than ``max_held``, are
+    merged as ``build`` merges them and thinned (``thin``)."""
 
     flushes_early = False
+    flush_points = 1 << 13  # buffers of many series (one per rank and metric) stay small
     max_points = MAX_POINTS
+    max_held = MAX_HELD
     thin_buckets = THIN_BUCKETS
     keep_events = KEEP_EVENTS
 
@@ -269,6 +276,8 @@ class RunBuilder(Sink):
         self.run = Run()
         self._parts: dict[str, list[_Part]] = {}
         self._held: dict[str, int] = {}  # points in a metric's parts
+        self._total = 0  # points in all parts
+        self._buckets: dict[str, int] = {}  # the ranges a thinned series is thinned to (thin)
         self._restarts: list[int] = []
         # metric -> (points, non-finite values) left out by thinning, for the series thinned
         self.dropped: dict[str, tuple[int, int]] = {}
@@ -285,20 +294,28 @@ class RunBuilder(Sink):
     def write_values(self, metric: str, steps: np.ndarray, values: np.ndarray, lines: np.ndarray) -> None:
         self._parts.setdefault(metric, []).append((steps, values, lines, len(self.run.sources) - 1))
         held = self._held[metric] = self._held.get(metric, 0) + int(steps.size)
+        self._total += int(steps.size)
         if held > self.max_points:
             self._thin(metric, self._merge(metric, self._parts.pop(metric)))
+        if self._total > self.max_held:
+            share = max(self.max_held // (2 * len(self._held)), 4 * (THIN_SAMPLES + 8))
+            for m, n in list(self._held.items()):
+                if n > share:
+                    self._buckets[m] = min(self._buckets.get(m, self.thin_buckets), share // (THIN_SAMPLES + 8))
+                    self._thin(m, self._merge(m, self._parts.pop(m)))
 
     def _thin(self, metric: str, series: _Arrays) -> _Arrays:
         """``series`` thinned (``thin``) as the metric's one part; the points and non-finite values
         left out are counted in ``dropped``."""
         steps, values, lines, src = series
-        keep = thin(steps, values, self.thin_buckets)
+        keep = thin(steps, values, self._buckets.get(metric, self.thin_buckets))
         out = np.ones(steps.size, dtype=bool)
         out[keep] = False
         n, bad = self.dropped.get(metric, (0, 0))
         self.dropped[metric] = (n + int(np.count_nonzero(out)), bad + int(np.count_nonzero(~np.isfinite(values[out]))))
         part = steps[keep], values[keep], lines[keep], src[keep]
         self._parts[metric] = [part]
+        self._total += int(keep.size) - self._held[metric]
         self._held[metric] = int(keep.size)
         return part
 
