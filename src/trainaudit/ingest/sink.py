@@ -207,7 +207,7 @@ class Sink:
 MAX_POINTS = 400_000
 # Points all series together may hold while read: past it, every series longer than its share of half of
 # it is thinned to that share (a 1 GB log of 8 ranks logging 7 metrics each has 56 series of 770 000 points).
-MAX_HELD = 5_000_000
+MAX_HELD = 3_000_000
 THIN_SAMPLES = 64  # evenly spaced points kept in each range of a thinned series
 THIN_BUCKETS = MAX_POINTS // (4 * THIN_SAMPLES)  # ranges: a thinned series holds at most ~MAX_POINTS / 3
 
@@ -215,7 +215,7 @@ THIN_BUCKETS = MAX_POINTS // (4 * THIN_SAMPLES)  # ranges: a thinned series hold
 # counted with their step and line range. A 1 GB DeepSpeed log has 750 000 fp16 overflow lines, a Megatron
 # one 600 000 iterations without a loss, each an Event with its line; a diagnosis cites the first and the
 # last of such a run, and counts the rest.
-KEEP_EVENTS = 50_000
+KEEP_EVENTS = 10_000
 
 _Part = tuple[np.ndarray, np.ndarray, np.ndarray, "int | np.ndarray"]  # steps, values, lines, source(s)
 _Arrays = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]  # a merged series: steps, values, lines, sources
