@@ -91,6 +91,12 @@ class Event:
 EVAL_PREFIX = "val "
 # the names a log gives an evaluation's data set ("val_loss", "eval/loss", "Test set: ...", "dev = 0.61")
 EVAL_NAMES = ("validation", "valid", "val", "evaluation", "eval", "testing", "test", "dev")
+# the key of Run.meta under which a reader's sink lists the series it thinned while read, each with the
+# points and non-finite values read (Run.read_counts)
+THINNED = "thinned"
+# the key of Run.meta under which a sink that keeps the first and last events of each kind, and counts
+# those between, lists what it left out: kind -> [count, first step, last step, first line, last line]
+EVENTS_LEFT_OUT = "events_left_out"
 
 
 @dataclass(slots=True)
@@ -132,6 +138,23 @@ class Run:
 
     def metric(self, name: str) -> Series | None:
         return self.series.get(name)
+
+    def left_out(self, *kinds: EventKind) -> int:
+        """Events of ``kinds`` (all kinds when none) counted but not kept: the middle of a run of more
+        like events than a reader's sink keeps (``EVENTS_LEFT_OUT``)."""
+        runs = self.meta.get(EVENTS_LEFT_OUT, {})
+        return sum(int(r[0]) for k, r in runs.items() if not kinds or k in {x.value for x in kinds})
+
+    def n_events(self, *kinds: EventKind) -> int:
+        """Events of ``kinds`` (all kinds when none) read, those kept and those left out."""
+        kept = len(self.events) if not kinds else sum(1 for e in self.events if e.kind in kinds)
+        return kept + self.left_out(*kinds)
+
+    def read_counts(self, name: str) -> tuple[int, int] | None:
+        """(points, non-finite values) read of a series thinned while read (too long to hold: the
+        series holds fewer of them), None for a series held whole."""
+        got = self.meta.get(THINNED, {}).get(name)
+        return (int(got[0]), int(got[1])) if got is not None else None
 
     def source_path(self, series: Series, index: int) -> str:
         return self.sources[int(series.src[index])].path

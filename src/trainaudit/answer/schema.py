@@ -13,7 +13,7 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 
 SCHEMA_VERSION: Literal["1"] = "1"
 
@@ -196,6 +196,15 @@ class MetricCoverage(_Model):
     points: int
     first_step: int | None = None
     last_step: int | None = None
+    # points read, where a series too long to hold was thinned to ``points`` while read (absent otherwise)
+    read_points: int | None = None
+
+    @model_serializer(mode="wrap")
+    def _without_read_points(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        out: dict[str, Any] = handler(self)
+        if out.get("read_points") is None:
+            out.pop("read_points", None)  # a series held whole: answers without thinning stay as they were
+        return out
 
 
 class Coverage(_Model):

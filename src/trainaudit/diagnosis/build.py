@@ -183,7 +183,8 @@ def _coverage(diag: Diagnosis, sid: dict[str, str]) -> Coverage | None:
     c = diag.coverage
     if c is None:
         return None
-    return Coverage(metrics={name: MetricCoverage(points=m.points, first_step=m.first_step, last_step=m.last_step)
+    return Coverage(metrics={name: MetricCoverage(points=m.points, first_step=m.first_step, last_step=m.last_step,
+                                                 read_points=m.read)
                              for name, m in c.metrics.items()},
                     events=c.events, rules_run=c.rules_run, rules_skipped=c.rules_skipped,
                     skimmed=[sid[p] for p in c.skimmed if p in sid])

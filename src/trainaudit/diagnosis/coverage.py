@@ -15,6 +15,7 @@ class MetricCoverage:
     points: int
     first_step: int | None
     last_step: int | None
+    read: int | None = None  # points read, where the series was thinned while read (Run.read_counts)
 
 
 @dataclass
@@ -31,12 +32,13 @@ class Coverage:
 
 
 def coverage_of(run: Run, ctx: Context, ran: list[str], skipped: dict[str, str]) -> Coverage:
-    cov = Coverage(events=len(run.events), rules_run=list(ran), rules_skipped=dict(skipped),
+    cov = Coverage(events=run.n_events(), rules_run=list(ran), rules_skipped=dict(skipped),
                    roles=dict(ctx.roles.names), skimmed=[s.path for s in run.sources if s.note])
     for name, s in sorted(run.series.items()):
         fin = s.finite()
         cov.metrics[name] = MetricCoverage(len(s), int(s.steps[0]) if len(s) else None,
-                                           int(s.steps[-1]) if len(s) else None)
+                                           int(s.steps[-1]) if len(s) else None,
+                                           (run.read_counts(name) or (None,))[0])
         if ctx.roles.names.get("loss") == name:
             cov.loss_points = len(fin)
     return cov

@@ -91,7 +91,7 @@ def analyse(run: Run, config: Config | None = None) -> Analysis:
     ctx = Context.of(run)
     cov = coverage_of(run, ctx, done.ran, done.skipped)
     engine = diagnose(done.hits, n_loss_points=cov.loss_points, has=set(ctx.roles.names))
-    errors = sum(1 for e in run.events if e.kind in (EventKind.ERROR, EventKind.TRACEBACK))
+    errors = run.n_events(EventKind.ERROR, EventKind.TRACEBACK)
     x = matrix(engine, cov, patterns(run, ctx), errors, val_rise(ctx))
     # after the features: naming the learning rate changes what a root cause says, not the decision
     name_causes(run, ctx, engine.stories)

@@ -104,9 +104,9 @@ def patterns(run: Run, ctx: Context) -> dict[str, float]:
             rise = float(val.values[-1]) / lo - 1
             if rise >= 0.02 and t_at > 0 and t_end <= 0.8 * t_at:
                 out[Category.OVERFITTING.value] = max(out.get(Category.OVERFITTING.value, 0.0), min(1.0, rise / 0.1))
-    scale_events = [e for e in run.events if e.kind == EventKind.LOSS_SCALE]
-    if len(scale_events) >= 3:
-        out[Category.LOSS_SCALE_COLLAPSE.value] = min(1.0, len(scale_events) / 10)
+    scale_events = run.n_events(EventKind.LOSS_SCALE)
+    if scale_events >= 3:
+        out[Category.LOSS_SCALE_COLLAPSE.value] = min(1.0, scale_events / 10)
     skipped = ctx.series("skipped", finite=True)
     if skipped is not None and len(skipped) >= 3 and skip_rate(skipped) >= 0.5:
         out[Category.LOSS_SCALE_COLLAPSE.value] = 1.0

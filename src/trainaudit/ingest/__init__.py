@@ -16,7 +16,7 @@ from trainaudit.ingest.formats import all_readers, best_reader, format_names, re
 from trainaudit.ingest.ranks import RankHead, Skim, describe, keep_per_rank, plan, rank_head, skim
 from trainaudit.ingest.sink import RunBuilder, Sink
 from trainaudit.ingest.sources import STREAM_ERRORS, InputFile, context_file, expand_inputs, read_head
-from trainaudit.model import Run, Source
+from trainaudit.model import EVENTS_LEFT_OUT, Run, Source
 from trainaudit.safeio import LIMITS
 
 __all__ = ["Detected", "Position", "Problem", "detect", "format_names", "load_run", "scan"]
@@ -207,6 +207,16 @@ def load_run(paths: list[str], fmt: str | None = None, position: Position | None
     skims: list[tuple[Source, Skim]] = []
     problems = scan(paths, builder, fmt, position, skims)
     run = builder.build()
+    if builder.dropped:
+        names = ", ".join(f"{m} ({len(run.series[m]) + n} points read, {len(run.series[m])} kept)"
+                          for m, (n, _) in builder.dropped.items())
+        problems.append(Problem(", ".join(paths), f"series of more than {builder.max_points} points thinned while "
+                                "read (each range of steps keeps its first, last, lowest, highest and non-finite "
+                                f"points): {names}", fatal=False))
+    for kind, (n, step_a, step_b, line_a, line_b) in run.meta.get(EVENTS_LEFT_OUT, {}).items():
+        problems.append(Problem(", ".join(paths), f"{n} {kind} events between lines {line_a} and {line_b} (steps "
+                                f"{step_a} to {step_b}) counted, not kept: the first and the last "
+                                f"{builder.keep_events} of that kind are", fatal=False))
     if skims:
         differ = []
         for source, found in skims:

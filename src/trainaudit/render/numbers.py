@@ -45,6 +45,7 @@ def coverage_line(c: Coverage | None, limit: int = 4) -> str | None:
     metrics = sorted(c.metrics.items(), key=lambda kv: -kv[1].points)
     parts = [f"{name} {m.points} point{'s' if m.points != 1 else ''}"
              + (f" (steps {m.first_step}-{m.last_step})" if m.first_step is not None and m.points > 1 else "")
+             + (f" thinned from {m.read_points} read" if m.read_points is not None else "")
              for name, m in metrics[:limit]]
     if len(metrics) > limit:
         parts.append(f"{len(metrics) - limit} more metric(s)")

@@ -109,7 +109,8 @@ class NonFiniteMetric(Rule):
         v = float(s.values[i])
         what = "NaN" if math.isnan(v) else ("+Inf" if v > 0 else "-Inf")
         first_step = named if named is not None else int(s.steps[i])
-        msg = f"{s.name} is {what} from step {first_step} ({bad.size} of {len(s)} logged values non-finite)"
+        n, n_bad = ctx.run.read_counts(s.name) or (len(s), int(bad.size))  # a thinned series: what was read
+        msg = f"{s.name} is {what} from step {first_step} ({n_bad} of {n} logged values non-finite)"
         if role == "grad_norm":
             loss = ctx.series("loss")
             lv = loss.value_at(int(s.steps[i])) if loss is not None else None
@@ -544,7 +545,8 @@ class LossScaleCollapse(Rule):
                     hits.append(h)
         if not hits and overflow:
             vals = np.array([v for _, v in overflow])
-            n = len(overflow)
+            # the overflows read: those kept, the first and the last of a long run, and those counted between
+            n = len(overflow) + ctx.run.left_out(EventKind.LOSS_SCALE)
             calib = self._calibration(vals, [e.step for e, _ in overflow])
             n_late = n - max(int(n * self.p.calibration_frac), calib)
             settled = vals[calib - 1] if calib else vals[0]
@@ -552,7 +554,7 @@ class LossScaleCollapse(Rule):
                 n >= self.p.floor_reductions or bool(mins) or any(e.data.get("at_minimum") for e, _ in overflow))
             if at_floor or (n_late >= self.p.late_halvings and vals[-1] < settled / 2 ** self.p.late_halvings):
                 e0 = overflow[0][0]
-                k = next((j for j in range(n) if vals[j] <= vals[0] / 2), 0) if n > 1 else 0
+                k = next((j for j in range(len(vals)) if vals[j] <= vals[0] / 2), 0) if len(vals) > 1 else 0
                 msg = (f"{n} fp16 overflow{'s' if n > 1 else ''} reduced the loss scale to {vals[-1]:g}"
                        + (" (the minimum)" if vals[-1] <= self.p.min_scale else ""))
                 h = self.hit(msg, 0.85, metric="loss scale", first_bad_step=overflow[k][0].step,

@@ -351,6 +351,10 @@ def read_shaped(reader: LineReader, inp: InputFile, sink: Sink, table: ShapeTabl
                     one(base + j + 1, lines[j])
                 i = end
             base += n
+            # what a format cached of the chunk refers back to it (NumberedLines keeps its chunk): a cycle
+            # that only the cyclic collector frees, which numpy's allocations do not wake, so dozens of
+            # read chunks with their arrays stayed in memory
+            got.cache.clear()
     for ev in scanner.finish():
         sink.event(ev)
     reader.finish(sink, state)
