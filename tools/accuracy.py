@@ -35,6 +35,7 @@ from trainaudit.audit.combine import Verdict, explaining_commit, settle
 from trainaudit.history.classify import Classified, rerank
 from trainaudit.history.ranking import Model, Sample, fit, log_likelihood
 from trainaudit.diagnosis import diagnose_run
+from trainaudit.diagnosis.decide import CONFIDENT
 from trainaudit.errors import InputError
 from trainaudit.ingest import load_run
 
@@ -504,7 +505,6 @@ def render_synth(rows: list[SynthRow], seconds: float) -> str:
 
 # -- answers recorded before the cases joined the corpus ------------------------------------------
 PROSPECTIVE = CORPUS / "prospective.json"
-CONFIDENT = 0.8  # the answers the calibration target is about
 
 
 def render_prospective(record: dict, root: Path = CORPUS / "logs") -> str:

@@ -84,6 +84,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--record", metavar="NAME", help="append the answers to tests/corpus/prospective.json")
     ap.add_argument("--what", metavar="TEXT", help="what the batch is (where its logs come from), for the record")
     args = ap.parse_args(argv)
+    missing = [str(p) for p in args.paths if not p.is_dir()]
+    if missing:
+        ap.error(f"not a folder: {', '.join(missing)}")
     outcomes = score(unseen_cases(args.paths))
     for o in outcomes:
         r = o.result

@@ -11,6 +11,7 @@ import shutil
 from pathlib import Path
 
 import accuracy
+import pytest
 import score_unseen
 
 from trainaudit.diagnosis import diagnose_run
@@ -70,3 +71,10 @@ def test_score_unseen_leaves_out_the_corpus_and_answers_as_diagnose(tmp_path: Pa
     assert (outcome.result.category, outcome.result.verdict, outcome.result.first_bad) == \
         (str(d.category), d.verdict, d.first_bad_step)
     assert abs(outcome.confidence - d.confidence) < 1e-9
+
+
+def test_score_unseen_refuses_a_path_that_is_not_a_folder(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        score_unseen.main([str(tmp_path / "missing")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert exc.value.code == 2 and err[-1].endswith(f"not a folder: {tmp_path / 'missing'}")

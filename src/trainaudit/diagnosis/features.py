@@ -141,7 +141,7 @@ def _log(x: float, top: float) -> float:
     return min(1.0, math.log1p(max(x, 0.0)) / math.log1p(top))
 
 
-def matrix(engine: Diagnosis, cov: Coverage, pats: dict[str, float], n_errors: int, rise: float = 0.0) -> np.ndarray:
+def matrix(engine: Diagnosis, cov: Coverage, pats: dict[str, float], n_errors: int, rise: float) -> np.ndarray:
     """(len(CLASSES), len(FEATURES)) for one run."""
     col = {f: i for i, f in enumerate(FEATURES)}
     x = np.zeros((len(CLASSES), len(FEATURES)))
