@@ -24,10 +24,10 @@ DOC = Path(__file__).resolve().parents[2] / "docs" / "accuracy.md"
 # typed or transcribed rather than excerpted were left out); the counts are those of today's code on them
 # (their answers before any change are in tests/corpus/prospective.json), and docs/accuracy.md shows the
 # known false alarms and unread logs.
-TOP1_FLOOR = 873
+TOP1_FLOOR = 877
 FIRST_BAD_STEP_FLOOR = 243
-FALSE_ALARMS_CEILING = 17
-UNREAD_CEILING = 9
+FALSE_ALARMS_CEILING = 13
+UNREAD_CEILING = 6
 
 
 @pytest.fixture(scope="module")

@@ -180,6 +180,34 @@ def test_tqdm_speed_in_both_units_as_one_throughput_series(tmp_path: Path) -> No
     assert [s for s, _ in bar] == [450, 460, 480] and bar[2][1] == pytest.approx(1 / 1.52)
 
 
+def test_a_number_after_the_counter_with_no_name(tmp_path: Path) -> None:
+    # accelerate's notebook_launcher example prints its accuracy as "epoch N: value": a value of the run
+    # whose meaning the log does not say, read under a name that no rule takes for a loss
+    run = read(tmp_path, head("accelerate-huggingface-accelerate-docs-notebook-launcher", 6))
+    assert points(run, "unnamed") == [(0, 88.12), (1, 91.73), (2, 92.58), (3, 93.9), (4, 94.71)]
+    assert list(run.series) == ["unnamed"]
+
+
+def test_the_rate_of_shorter_progress_bars_is_not_the_trainings(tmp_path: Path) -> None:
+    # A loop with tqdm: the training bar (200 steps) stops for an evaluation bar of 12 batches,
+    # which counts from 1 again at five times the rate; a data-set map bar before training is shorter
+    # too (written here). The rates in one series would read as the training slowing down 5x.
+    lines = [f"Map: 100%|██████████| {n}/10 [00:00<00:00, {900 + n}.00it/s]" for n in range(1, 11)]
+    for s in range(1, 201):
+        lines.append(f" {s // 2}%|█         | {s}/200 [00:{s % 60:02d}<01:00,  2.{s % 10}0it/s]")
+        if s % 50 == 0:
+            lines += [f" {e * 8}%|█         | {e}/12 [00:00<00:01, 10.{e}0it/s]" for e in range(1, 13)]
+            lines.append(f"eval_loss: {1 / s:.4f}")  # at the training's step, not the evaluation bar's count
+    run = read(tmp_path, "\n".join(lines) + "\n", "hf.log")
+    rate = points(run, "it/s")
+    assert [s for s, _ in rate] == list(range(1, 201)) and all(2.0 <= v < 3.0 for _, v in rate)
+    assert points(run, "eval_loss")[0] == (50, 0.02)
+    # a shorter bar's own metrics stay, at the training's step
+    run = read(tmp_path, (" 50%|#  | 100/200 [00:10<00:10, 2.00it/s, loss=0.9]\n"
+                          " 50%|#  | 2/4 [00:00<00:00, 9.00it/s, val_loss=0.7]\n"), "bars.log")
+    assert points(run, "it/s") == [(100, 2.0)] and points(run, "val_loss") == [(100, 0.7)]
+
+
 def test_a_markdown_table_with_a_step_column(tmp_path: Path) -> None:
     # transformers' Trainer prints this table in notebooks; pasted as Markdown (written here)
     run = read(tmp_path, ("| Step | Training Loss | Validation Loss |\n"

@@ -139,7 +139,7 @@ def hostile_lines(rng: random.Random, n: int) -> list[str]:
             step = max(0, step - 50)  # a run restarted from a checkpoint: the counter goes back alone
         x = rng.choice([rng.uniform(0, 5), 0.0, 1.0, float(rng.randrange(5)), -rng.random(), 1e-30 * rng.random(),
                         rng.random() * 1e25])
-        k = rng.randrange(22)
+        k = rng.randrange(24)
         lines = [
             f"iter {step} loss {x:.4f} lr {rng.random():.2e}",
             f"Epoch[{epoch}] Batch[{step}] Speed: {rng.uniform(0, 600):.2f} samples/sec accuracy={rng.random():.4f}",
@@ -163,6 +163,10 @@ def hostile_lines(rng: random.Random, n: int) -> list[str]:
             f"éval step {step} loss {x:.4f}",
             f"step {step} loss {x:.4f} " + "x" * 1100,
             f"Iteration {step}, loss = {x:.5g}",
+            # a shorter bar (an evaluation's), and a longer one with a postfix: their rates are kept or not
+            f"Evaluating: {rng.randrange(100)}%|##| {rng.randrange(1, 41)}/40 [00:00<00:01, {rng.uniform(5, 20):.2f}it/s]",
+            f"{rng.randrange(100)}%|#| {step}/{rng.choice([40, 1000, 5000])} [00:01<00:09, {rng.uniform(1, 3):.2f}it/s, "
+            f"loss={x:.3g}]",
         ]
         out.append(lines[k])
         if rng.random() < 0.01:
@@ -172,6 +176,25 @@ def hostile_lines(rng: random.Random, n: int) -> list[str]:
             out.append(f"{rng.randrange(100)}%|##| {step}/1000 [00:01<00:02, 4.2it/s]\r"
                        f"{rng.randrange(100)}%|###| {step + 1}/1000 [00:01<00:01, 4.3it/s, loss={x:.2f}]")
     return out
+
+
+def test_progress_bars_of_several_lengths(small: Spy, tmp_path: Path) -> None:
+    # a training bar, evaluation bars of 12 and 4 batches (the last with a metric of its own) and, midway,
+    # a longer bar: rates of a bar shorter than the longest before it are left out, in bulk as line by line
+    lines = []
+    for s in range(1, 3001):
+        total = 3000 if s < 2000 else 9000
+        lines.append(f" {s // 30}%|#  | {s}/{total} [00:{s % 60:02d}<01:00,  2.{s % 10}0it/s, loss={1 / s:.5f}]")
+        if s % 50 == 0:
+            lines += [f" {e * 8}%|#  | {e}/12 [00:00<00:01, 10.{e}0it/s]" for e in range(1, 13)]
+            lines.append(f" 50%|#  | 2/4 [00:00<00:00, 9.{s % 7}0it/s, val_loss=0.{s % 9}]")
+    path = tmp_path / "bars.log"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    same(path, small)
+    run = read(path, bulk=True, workers=small.workers)
+    assert run.series["it/s"].values.min() >= 2.0 and run.series["it/s"].values.max() < 3.0
+    assert run.series["val_loss"].steps.tolist() == list(range(50, 3001, 50))  # at the training's step
+    assert small.placed > 1000
 
 
 @pytest.mark.parametrize("seed", range(6))

@@ -159,6 +159,10 @@ _KEY_UNITS = frozenset({"ms", "s", "sec", "secs", "seconds", "mb", "mib", "gb", 
 _INVERSE_SPEED = {"s/it": "it/s", "sec/it": "it/s", "s/iter": "iter/s", "sec/iter": "iter/s"}
 
 
+# the keys a speed pair takes (:func:`speed_pair`), lower case
+RATE_KEYS = frozenset(_INVERSE_SPEED.get(u, u) for u in SPEED_UNITS)
+
+
 def speed_pair(unit: str, v: float) -> Pair:
     inv = _INVERSE_SPEED.get(unit.lower())
     if inv is not None:
@@ -943,6 +947,9 @@ def record_layout(p: Parsed, text: str, table: Table, vals: list[float], tqdm: b
                 totals[pr.key.lower()] = n_pairs + i
             continue
         metrics[pr.key] = i
+    if not tqdm and not metrics and counters and len(bare) == 1 and not table.header:
+        # one number after the counters and no name ("epoch 3: 93.90"): a value of the run, of unknown meaning
+        metrics["unnamed"] = bare[0]
     if not pairs and len(bare) >= 2 and not metrics:
         first = vals[bare[0]]
         if table.header and len(table.header) == len(bare) + skipped:
@@ -1123,6 +1130,7 @@ class Extractor:
         self.vertical = False  # such a table was read: its rows are one record, never placed in bulk
         self.block_sections: list[str] = []  # the nested keys open in a Ray Tune result block (_result_row)
         self.in_result = False  # reading the "  key: value" lines of a "Result for <trial>:" block
+        self.bar_total: dict[str, float] = {}  # a rate's key -> the longest progress bar that printed it so far
 
     def feed(self, text: str, no: int, rank: int | None) -> list[tuple[int, Record]]:
         if ("|" in text or "\u2502" in text) and self._block_row(text, no, rank):
@@ -1136,9 +1144,32 @@ class Extractor:
                 return done
         out = done + (self._feed_block() if self.block is not None else [])
         rec = record_of(text, no, rank, self.table)
-        if rec is None:
+        if rec is None or not self.main_bar(rec):
             return out
         return out + self._feed(rec)
+
+    # A log shows several tqdm bars: the training's, and shorter ones for each evaluation, a dataset map
+    # or a pipeline's loading (HF Trainer's evaluation loop, Lightning's validation bar, diffusers'
+    # validation pipeline). Each bar counts from 1 again, so their rates in one series would stand at
+    # the training's steps and read as the training slowing down or speeding up. The training's bar is
+    # the longest: a bar's rate is kept only while no longer bar printed the same rate before it.
+    def main_bar(self, rec: Record) -> bool:
+        """Whether ``rec`` is kept. A progress bar shorter than the longest one so far loses its rates
+        and its count: its other metrics (an evaluation bar's ``val_loss=``) stand at the training's
+        step; a record left without metrics is dropped."""
+        total = rec.totals.get("progress")
+        if total is None:
+            return True
+        rates = [k for k in rec.metrics if k.lower() in RATE_KEYS]
+        if not rates:
+            return True
+        if any(total < self.bar_total.get(k, -math.inf) for k in rates):
+            for k in rates:
+                del rec.metrics[k]
+            del rec.counters["progress"], rec.totals["progress"]
+            return bool(rec.metrics)
+        self.bar_total.update((k, total) for k in rates)
+        return True
 
     def _block_row(self, text: str, no: int, rank: int | None) -> bool:
         """A row of a vertical key/value table, taken into the table's record. stable-baselines3's

@@ -30,6 +30,7 @@ from trainaudit.ingest.chunks import cut_long_lines, read_range
 from trainaudit.ingest.extract import (
     _ZERO_BYTES,
     NAN_SOURCE,
+    RATE_KEYS,
     SHAPES,
     Extractor,
     LineShape,
@@ -563,7 +564,58 @@ class BulkLines:
         plan = self.ex.row_plan(lay, [_facts(v) for v in vals])
         return _Part(plan, lay, np.array([i], dtype=np.int64), np.array([vals], dtype=np.float64).reshape(1, -1))
 
+    def _main_bars(self, parts: list[_Part]) -> list[_Part]:
+        """The parts as :meth:`Extractor.main_bar` leaves their records, in line order: a row of a
+        progress bar shorter than the longest one that printed its rate before it loses its rates and
+        its count, and the row itself when it has no other metric."""
+        rated = []
+        for j, p in enumerate(parts):
+            slot = dict(p.layout.totals).get("progress")
+            rates = [k for k, _ in p.layout.metrics if k.lower() in RATE_KEYS]
+            if slot is not None and rates:
+                rated.append((j, p.values[:, slot], rates))
+        if not rated:
+            return parts
+        drop = {j: np.zeros(parts[j].rows.shape[0], dtype=bool) for j, _, _ in rated}
+        for key in sorted({k for _, _, rates in rated for k in rates}):
+            with_key = [(j, tot) for j, tot, rates in rated if key in rates]
+            rows = np.concatenate([parts[j].rows for j, _ in with_key])
+            tot = np.concatenate([t for _, t in with_key])
+            order = np.argsort(rows, kind="stable")
+            top = np.maximum.accumulate(np.concatenate([[self.ex.bar_total.get(key, -np.inf)], tot[order]]))
+            short = np.empty(rows.shape[0], dtype=bool)
+            short[order] = tot[order] < top[:-1]
+            at = 0
+            for j, _ in with_key:
+                m = parts[j].rows.shape[0]
+                drop[j] |= short[at:at + m]
+                at += m
+        # the longest bar after these rows: a row that lost its rates sets nothing (as line by line)
+        for j, tot, rates in rated:
+            kept = tot[~drop[j]]
+            if kept.size:
+                for k in rates:
+                    self.ex.bar_total[k] = max(self.ex.bar_total.get(k, -np.inf), float(kept.max()))
+        out: list[_Part] = []
+        for j, p in enumerate(parts):
+            d = drop.get(j)
+            if d is None or not d.any():
+                out.append(p)
+                continue
+            if not d.all():
+                out.append(_Part(p.plan, p.layout, p.rows[~d], p.values[~d]))
+            left = tuple((k, i) for k, i in p.layout.metrics if k.lower() not in RATE_KEYS)
+            if left:
+                lay = RecordLayout(left, tuple(c for c in p.layout.counters if c[0] != "progress"),
+                                   tuple(t for t in p.layout.totals if t[0] != "progress"))
+                vals = p.values[d]
+                out.append(_Part(self.ex.row_plan(lay, [_facts(v) for v in vals[0]]), lay, p.rows[d], vals))
+        return out
+
     def _place(self, parts: list[_Part], base: int) -> None:
+        parts = self._main_bars(parts)
+        if not parts:
+            return
         n = sum(p.rows.shape[0] for p in parts)
         if n < SMALL_RUN:
             self._one_by_one(parts, base)
