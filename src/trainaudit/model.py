@@ -97,6 +97,8 @@ THINNED = "thinned"
 # the key of Run.meta under which a sink that keeps the first and last events of each kind, and counts
 # those between, lists what it left out: kind -> [count, first step, last step, first line, last line]
 EVENTS_LEFT_OUT = "events_left_out"
+# the run's metadata key of the one total a text log's step counter prints beside it ("Step 380000/1000000")
+STEP_TOTAL = "step_total"
 
 
 @dataclass(slots=True)

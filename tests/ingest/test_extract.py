@@ -180,6 +180,35 @@ def test_tqdm_speed_in_both_units_as_one_throughput_series(tmp_path: Path) -> No
     assert [s for s, _ in bar] == [450, 460, 480] and bar[2][1] == pytest.approx(1 / 1.52)
 
 
+def test_a_data_split_names_the_number_after_it(tmp_path: Path) -> None:
+    # build-nanogpt writes "{step} train {loss:.6f}" and "{step} val {loss:.4f}" to its log file
+    run = read(tmp_path, "55999 train 2.944906\n56000 val 2.9752\n56000 hella 0.3233\n56000 train 2.952454\n")
+    assert points(run, "train") == [(55999, 2.944906), (56000, 2.952454)] and points(run, "val") == [(56000, 2.9752)]
+    # qlib's LSTM benchmark: "train %.6f, valid %.6f" of its scores, here both NaN
+    run = read(tmp_path, "Epoch0:\ntrain nan, valid nan\n")
+    assert math.isnan(points(run, "train")[0][1]) and math.isnan(points(run, "valid")[0][1])
+    # prose with a split word before a count is no metric
+    assert "train" not in read(tmp_path, "step 1 loss 2.5\nwe train 3 models\nstep 2 loss 2.4\n").series
+
+
+def test_a_counter_named_with_a_number_sign(tmp_path: Path) -> None:
+    # dlib's dnn_trainer prints "step#: 0  learning rate: 0.1  average loss: 0 ..."; "#0" alone stays an index
+    run = read(tmp_path, head("dlib-davisking-dlib-252", 6) + "step#: 100     learning rate: 0.1   average loss: 0.75\n")
+    assert points(run, "average loss") == [(0, 0.0), (100, 0.75)] and points(run, "learning rate")[0] == (0, 0.1)
+    run = read(tmp_path, "GPU #0 loss 0.5\nGPU #1 loss 0.4\n")
+    assert [v for _, v in points(run, "loss")] == [0.5, 0.4]
+
+
+def test_a_duration_in_parentheses_after_a_value(tmp_path: Path) -> None:
+    # NiftyNet's "Training iter {}, loss={} ({:.6f}s)": the iteration's time; a running mean in
+    # parentheses has no unit and stays out
+    run = read(tmp_path, ("INFO:niftynet:2018-02-04 06:07:02,482: Training iter 3211, loss=0.4551 (1.349622s)\n"
+                          "INFO:niftynet:2018-02-04 06:07:04,463: Training iter 3212, loss=0.3341 (63.809136s)\n"
+                          "iter 3213 time: 0.5 (0.6)\n"))
+    assert points(run, "time") == [(3211, 1.349622), (3212, 63.809136), (3213, 0.5)]
+    assert points(run, "loss") == [(3211, 0.4551), (3212, 0.3341)]
+
+
 def test_a_number_after_the_counter_with_no_name(tmp_path: Path) -> None:
     # accelerate's notebook_launcher example prints its accuracy as "epoch N: value": a value of the run
     # whose meaning the log does not say, read under a name that no rule takes for a loss

@@ -420,7 +420,8 @@ def test_ci_markers() -> None:
 def test_oom_spellings_without_numbers() -> None:
     thc = next(ln for ln in corpus_log("pytorch-loop-facebookarchive-loop-57") if "THCudaCheck" in ln)  # glued to a bar
     loop = corpus_log("pytorch-loop-Bolin42-WaterMarkModel", "training.log")[-1]  # a loop's own report
-    for line in (thc, loop, "RuntimeError: CUDA out of memory."):  # the last: PyTorch's sentence cut before its numbers
+    dlib = next(ln for ln in corpus_log("dlib-davisking-dlib-252") if "cudaMalloc" in ln)  # a CUDA CHECK macro's
+    for line in (thc, loop, dlib, "RuntimeError: CUDA out of memory."):  # the last: cut before its numbers
         assert only(scan_lines([line]), EventKind.OOM).data == {"device": "CUDA"}, line
     assert scan_lines(["cuda out of memory handling: enabled", "Reduce batch size if CUDA OOM"]) == []
 

@@ -73,3 +73,10 @@ def test_the_time_since_the_start_is_no_step_time() -> None:
     slow = 1.0 + 0.05 * steps
     run = Run(series={"time": Series("time", steps, slow, steps, np.zeros(30, dtype=np.int16))})
     assert not elapsed_clock(run.series["time"]) and find_roles(run).names["step_time"] == "time"
+
+
+def test_llm_c_main_log_names() -> None:
+    # llm.c writes "s:%d trl:%.4f lr:%.6f norm:%.2f" and "s:%d tel:%.4f" to its main.log
+    run = Run(series={n: _series(n, 5) for n in ("trl", "lr", "norm", "tel")})
+    roles = find_roles(run).names
+    assert roles["loss"] == "trl" and roles["val_loss"] == "tel"

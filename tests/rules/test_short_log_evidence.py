@@ -269,3 +269,40 @@ def test_overfitting_with_min_points_at_three_reads_a_three_point_validation_los
     run, _ = load_run([str(log)])
     hits = Overfitting.with_overrides({"min_points": 3}).check(Context.of(run))
     assert len(hits) == 1 and hits[0].category == "overfitting"
+
+
+def test_a_loss_at_ln_c_while_every_accuracy_sits_at_one_in_c(tmp_path: Path) -> None:
+    # four epochs of a 10-class model that does not learn: the loss next to ln(10) = 2.3026 and the
+    # accuracy at 10% (archsyscall/ConvNets-TensorFlow2#2 prints these lines)
+    rows = [(2.32971787453, 10.1759996414, 2.30850172043), (2.3074965477, 10.0780000687, 2.30438804626),
+            (2.30412840843, 10.1899995804, 2.30372524261), (2.30375742912, 10.0920000076, 2.30361151695)]
+    text = "".join(f"Epoch: [{e}/100], Loss: {lo}, Accuracy: {a}, Test Loss: {t}, Test Accuracy: 10.0\n"
+                   for e, (lo, a, t) in enumerate(rows, 1))
+    h = _hits(tmp_path, text)["TA202"]
+    assert h.first_bad_step == 2 and "ln(10)" in h.message and "Accuracy" in h.message
+    # the same losses while the accuracy climbs above chance: the first epochs of a model that learns
+    learns = text.replace("Test Accuracy: 10.0", "Test Accuracy: 31.0")
+    assert "TA202" not in _hits(tmp_path, learns)
+    # a loss near ln(10) with no accuracy printed says nothing at four points
+    assert "TA202" not in _hits(tmp_path, "".join(f"Epoch: [{e}/100], Loss: {lo}\n" for e, (lo, _, _) in enumerate(rows, 1)))
+
+
+def test_a_learning_rate_of_zero_at_the_end_of_a_schedule(tmp_path: Path) -> None:
+    # llm.c prints its lr with six decimals: the last steps of a cosine decay to 0 read "lr:0.000000"
+    tail = "".join(f"s:{s} trl:{3.3 - 0.0001 * (s % 7):.4f} lr:0.000000 norm:0.22\n" for s in range(19396, 19420))
+    assert "TA207" not in _hits(tmp_path, tail)
+    # the same lines from the first step: nothing ever trained
+    start = "".join(f"s:{s} trl:{3.3 - 0.0001 * (s % 7):.4f} lr:0.000000 norm:0.22\n" for s in range(24))
+    assert _hits(tmp_path, start)["TA207"].first_bad_step == 0
+    # late, but the log prints the planned steps and a third of them are left: the schedule is broken
+    planned = "".join(f"Step {s}/1000000; xent: {4.0 - 0.001 * (s % 5):.2f}; lr: 0.00000\n" for s in range(380000, 382400, 100))
+    assert _hits(tmp_path, planned)["TA207"].first_bad_step == 380000
+
+
+def test_a_flat_loss_while_the_accuracy_climbs_is_learning(tmp_path: Path) -> None:
+    # Bayes by backprop: the KL term dominates a loss that moves by 2% while the error rate falls fourfold
+    lines = [f"Epoch {e}. Loss: {2626.0 - 4.5 * e:.4f}, Train_acc {0.945 + 0.0045 * e:.4f}\n" for e in range(12)]
+    assert "TA202" not in _hits(tmp_path, "".join(lines))
+    # the same loss while the accuracy does not move: nothing is learnt
+    flat = [f"Epoch {e}. Loss: {2626.0 - 4.5 * e:.4f}, Train_acc {0.1 + 0.001 * (e % 2):.4f}\n" for e in range(12)]
+    assert _hits(tmp_path, "".join(flat))["TA202"].first_bad_step == 1

@@ -14,7 +14,7 @@ from trainaudit.ingest.signatures import SIGNAL_LITERALS, SignatureScanner
 from trainaudit.ingest.sink import STEP_MAX, STEP_MIN, Sink
 from trainaudit.ingest.sources import InputFile
 from trainaudit.ingest.text import Line, iter_gated, iter_lines, literals, strip_prefixes, trie_pattern, ANSI_RE
-from trainaudit.model import Event, SourceKind
+from trainaudit.model import STEP_TOTAL, Event, SourceKind
 
 SNIFF_LINES = 400
 
@@ -208,6 +208,8 @@ def extractor_meta(sink: Sink, ex: Extractor, placed: bool) -> None:
         sink.meta("step_text", ex.texts)
     if ex.step is not None and ex.step.key is None and placed:
         sink.meta("steps_are_line_counts", True)  # no step counter in the log: steps number its records
+    if ex.step is not None and ex.step.total is not None:
+        sink.meta(STEP_TOTAL, ex.step.total)
 
 
 SPARE_RECORDS = 100_000  # records held while the format finds nothing (some tens of MB at most)

@@ -163,6 +163,9 @@ _INVERSE_SPEED = {"s/it": "it/s", "sec/it": "it/s", "s/iter": "iter/s", "sec/ite
 RATE_KEYS = frozenset(_INVERSE_SPEED.get(u, u) for u in SPEED_UNITS)
 
 
+_PAREN_DURATIONS = {"s": "time", "sec": "time", "ms": "time (ms)"}
+
+
 def speed_pair(unit: str, v: float) -> Pair:
     inv = _INVERSE_SPEED.get(unit.lower())
     if inv is not None:
@@ -172,6 +175,11 @@ def speed_pair(unit: str, v: float) -> Pair:
 _METRIC_PARTS = ("loss", "acc", "data", "lr", "ppl", "perplex", "norm", "time", "err", "score", "bleu", "f1", "map", "auc",
                  "reward", "kl", "entropy", "grad", "token", "tps", "wps", "mfu", "mem", "prec", "recall", "iou",
                  "psnr", "ssim", "dice", "cost", "xent", "nll", "ce", "speed", "throughput", "scale", "rate", "value")
+
+
+# a data split naming the number after it: build-nanogpt's "55899 train 2.947076", qlib's "train nan, valid nan"
+# (a loss or a score: which one, the word does not say)
+_SPLITS = frozenset({"train", "training", *EVAL_NAMES})
 
 
 def _metric_word(word: str) -> bool:
@@ -358,10 +366,16 @@ def parse_line_full(text: str, asked: list[int] | None = None) -> Parsed:
             if depth_after_value:
                 if unit.lower() in SPEED_UNITS or _next_word(toks, i).lower() in SPEED_UNITS:
                     out.pairs.append(speed_pair(unit or _next_word(toks, i), v))
+                elif unit in _PAREN_DURATIONS and not words:
+                    # a bare duration in parentheses after a value: NiftyNet's "Training iter 3211, loss=0.455
+                    # (1.349622s)" is the iteration's time (not the value's running mean, which has no unit)
+                    out.pairs.append(Pair(_PAREN_DURATIONS[unit], v, unit))
                 continue
             if words and words[-1] == "#":
-                words = []  # "#0": an index, not a value
-                continue
+                if len(words) < 2 or counter_rank(words[-2]) is None:
+                    words = []  # "#0": an index, not a value
+                    continue
+                words = words[:-1]  # "step#: 0" (dlib's dnn_trainer), "Epoch #3": the counter named before it
             if asked is not None and words and words[-1].lower() in _QUALIFIERS:
                 asked.append(i - 1)
             if words and words[-1].lower() in _QUALIFIERS and math.isfinite(v) and v == int(v) and \
@@ -378,7 +392,8 @@ def parse_line_full(text: str, asked: list[int] | None = None) -> Parsed:
                 words, assign, pipe_key = pipe_key, True, []  # the value cell of a "| key | value |" row
             if words and (assign or counter_rank(words[-1]) is not None or
                           (len(words) <= 2 and (_metric_word(words[-1]) or unit == "%")) or
-                          any("grad" in w.lower() for w in words)):
+                          any("grad" in w.lower() for w in words) or
+                          (len(words) == 1 and words[0].lower() in _SPLITS)):
                 # without ':' or '=' a key must read as a metric ("loss 2.3", "val_acc 0.91"): other
                 # word-number pairs are prose ("Tried to allocate 20.00 MiB", "exits with code 1")
                 key = _clean_key(words)
@@ -1098,6 +1113,7 @@ class _Step:
     key: str | None  # the counter the step comes from (None: the record's index)
     integral: bool
     swap_total: bool = False  # the counter's "N/M" total is the step (wenet's "Batch epoch/batch")
+    total: int | None = None  # the one "N/M" total the counter printed with it ("Step 380000/1000000")
 
 
 class Extractor:
@@ -1331,7 +1347,9 @@ class Extractor:
                 if k in r.totals:
                     r.counters[k] = r.totals[k]
             return _Step(k, all(t == int(t) for t in totals), swap_total=True)
-        return _Step(k, all(v == int(v) for v in vals))
+        one = set(totals)
+        total = int(totals[0]) if len(one) == 1 and totals[0] == int(totals[0]) and totals[0] > 0 else None
+        return _Step(k, all(v == int(v) for v in vals), total=total)
 
     def place(self, rec: Record) -> tuple[int, Record] | None:
         assert self.step is not None

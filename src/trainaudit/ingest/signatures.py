@@ -130,10 +130,12 @@ OOM_ALLOC_RE = re.compile(rf"Of the allocated memory (?P<alloc>{_SIZE}) is alloc
 # "CUDA error: out of memory"; NCCL: "Cuda failure 'out of memory'"; Marian's CUDA_CHECK: "CUDA error 2
 # 'out of memory'" (marian-nmt/marian-dev src/tensors/gpu/cuda_helpers.h); PyTorch 0.4's THC: "THCudaCheck FAIL
 # file=... line=... error=2 : out of memory"; PyTorch's sentence cut before its numbers ("CUDA out of memory."), or
-# a loop's own report of it ("CUDA out of memory in epoch 1"). OOM without numbers.
+# a loop's own report of it ("CUDA out of memory in epoch 1"); the CHECK macro many CUDA projects share,
+# "code: <cudaError_t>, reason: <cudaGetErrorString>" (dlib's CHECK_CUDA: "Error while calling
+# cudaMalloc(...) in file ...:191. code: 2, reason: out of memory"). OOM without numbers.
 OOM_BARE_RE = re.compile(r"cuda runtime error \(2\) : out of memory|CUDA error: out of memory|"
                          r"CUDA_ERROR_OUT_OF_MEMORY|Cuda failure 'out of memory'|CUDA error \d{1,4} 'out of memory'|"
-                         r"error=2 : out of memory|\bCUDA out of memory\b")
+                         r"error=2 : out of memory|\bCUDA out of memory\b|code: 2, reason: out of memory")
 
 
 def _oom(line: Line, text: str) -> list[tuple[EventKind, str, dict[str, Any]]]:

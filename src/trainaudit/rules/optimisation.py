@@ -11,7 +11,7 @@ import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
 from trainaudit.answer.schema import Category, Severity
-from trainaudit.model import EventKind, Series
+from trainaudit.model import STEP_TOTAL, EventKind, Series
 from trainaudit.rules.base import Context, Grid, Guidance, Hit, Role, Rule, Thresholds
 from trainaudit.series.roles import adversarial, norm
 from trainaudit.series.stats import downsample, first_equal_row, first_sustained, kendall_tau, monotone_tail, \
@@ -348,11 +348,13 @@ class NotLearning(Rule):
     A short paste (``short_points`` to ``min_points`` points) counts only when the signal is
     unambiguous: the loss pinned at ln(C) of a common class count or vocabulary size (within
     ``pinned_tol``) on its last ``short_points`` points, or flat (``flat_tol``) while the accuracy
-    sits at chance.
+    sits at chance, or within ``near_tol`` of ln(C) on its last ``short_points`` points while every
+    accuracy the log prints stays at the 1/C of a uniform guess (two signs that agree).
 
     A loss that moves from one logged point to the next by more than ``max_noise`` (0.03) of its
     level (median absolute step) is not flat, whatever its first and last tenths say; nor is a run
-    whose validation loss falls ``min_improvement`` or more while trending down: it learns.
+    whose validation loss falls ``min_improvement`` or more while trending down, or whose accuracy
+    trends up while its error falls by a quarter: it learns.
 
     Thresholds: ``min_improvement`` relative (0.02), ``uniform_tol`` relative distance to ln(C)
     (0.05), ``learned`` relative drop of the best 10% stretch (0.1), ``min_points`` (10),
@@ -450,7 +452,7 @@ class NotLearning(Rule):
         stretches = np.median(s.values[: len(s) // k * k].reshape(-1, k), axis=1)
         if (head - float(stretches.min())) / abs(head) >= self.p.learned:
             return []  # it learned, then came back up: divergence, not a flat start
-        if self._validation_learns(ctx):
+        if self._validation_learns(ctx) or _accuracy_learns(ctx):
             return []
         n_cls = None
         for key in ("num_classes", "config.num_classes", "vocab_size", "config.vocab_size", "padded_vocab_size"):
@@ -480,6 +482,16 @@ class NotLearning(Rule):
         h.calc("improvement", "relative improvement of the loss, first 10% vs last 10%",
                "(median({head}) - median({tail})) / abs(median({head}))", unit="ratio")
         return [h]
+
+    def _at_chance(self, ctx: Context, x: np.ndarray) -> tuple[int, Series] | None:
+        """The class count C when the last ``short_points`` losses sit within ``near_tol`` of ln(C) and
+        the accuracies the log prints stay at 1/C (within half of it), with the accuracy: two signs of a
+        uniform guess that agree, each common at the start of training alone, however few points."""
+        c = uniform_size(x[-self.p.short_points:], self.p.near_tol)
+        if c is None or c > self.p.max_classes or _accuracy_above_chance(ctx, c):
+            return None
+        acc = _accuracy_at_chance(ctx, c)
+        return None if acc is None else (c, acc)
 
     def _validation_learns(self, ctx: Context) -> bool:
         """A validation loss that falls ``min_improvement`` or more from its first evaluation to its last
@@ -533,6 +545,13 @@ class NotLearning(Rule):
                 msg = (f"{s.name} sits at {float(np.median(x)):.4g}, next to ln({near}) = {math.log(near):.4g}, on all its "
                        f"{len(x)} logged points: the loss of a uniform guess over {near} classes, the model does not learn")
                 conf = 0.7
+            elif (at := self._at_chance(ctx, x)) is not None:
+                near, acc = at
+                start = len(x) - k
+                msg = (f"{s.name} sits at {float(np.median(x[start:])):.4g}, next to ln({near}) = {math.log(near):.4g}, on "
+                       f"its last {k} logged points while {acc.name} stays at the 1/{near} of a uniform guess "
+                       f"({float(np.max(acc.values)):.3g} at best): the model does not learn")
+                conf = 0.75
             elif same >= (_COARSE_REPEATS if _coarse_every_step(s, same) else k) \
                     and abs(float(x[-1])) >= self.p.frozen_floor:
                 start = len(x) - same
@@ -590,6 +609,40 @@ def _accuracy_above_chance(ctx: Context, classes: int) -> bool:
         if best >= chance + 0.25 * (1.0 - chance):
             return True
     return False
+
+
+def _accuracy_learns(ctx: Context, cut: float = 0.25) -> bool:
+    """Whether an accuracy the log prints (in % or as a fraction) trends up (Kendall's tau at least 0.5)
+    while its error, 1 - accuracy, falls by ``cut`` or more from its first point to the median of its
+    last three: the model learns, however flat the loss is (a loss dominated by a term that barely
+    moves, such as the KL term of Bayes by backprop)."""
+    for name, series in ctx.run.series.items():
+        if "acc" not in name.lower() or "@rank" in name:
+            continue
+        f = series.finite()
+        if len(f) < 4:
+            continue
+        v = f.values / 100.0 if float(np.max(f.values)) > 1.0 else f.values
+        first, last = 1.0 - float(v[0]), 1.0 - float(np.median(v[-3:]))
+        if first > 0 and (first - last) / first >= cut and kendall_tau(v) >= 0.5:
+            return True
+    return False
+
+
+def _accuracy_at_chance(ctx: Context, classes: int) -> Series | None:
+    """The first accuracy the log prints (in % or as a fraction) when every one of them sits within half
+    of 1/C of the 1/C of a uniform guess over ``classes`` on all its points (2 at least), else None."""
+    chance = 1.0 / classes
+    found: list[Series] = []
+    for name, series in ctx.run.series.items():
+        if "acc" not in name.lower() or "@rank" in name:
+            continue
+        f = series.finite()
+        v = f.values / 100.0 if f.values.size and float(np.max(f.values)) > 1.0 else f.values
+        if v.size < 2 or float(np.max(np.abs(v - chance))) > 0.5 * chance:
+            return None
+        found.append(f)
+    return found[0] if found else None
 
 
 def _still_tail(x: np.ndarray, tol: float = 0.0) -> int:
@@ -1016,7 +1069,11 @@ class LearningRateZero(Rule):
     Example: ``learning rate: 0.000000E+00`` on every line.
 
     A training loss that falls ``loss_drop`` or more over the same steps says the weights move: the lr
-    is small and printed with too few digits ("train_lr": "0.000"), not 0.
+    is small and printed with too few digits ("train_lr": "0.000"), not 0. An excerpt from late in a
+    run (more steps before its first point than it holds) whose lr is 0 throughout may be the end of
+    a schedule that decays to 0 (llm.c's cosine with ``-q 0.0``, its final_learning_rate_frac): it does not
+    count, unless the log prints the planned steps beside the step and the excerpt starts before the
+    last 10% of them ("Step 380000/1000000").
 
     Thresholds: ``zero_frac`` fraction of zero lr points (0.5), ``min_points`` (3), ``loss_drop`` (0.05).
     """
@@ -1048,6 +1105,9 @@ class LearningRateZero(Rule):
             return []
         zeros = np.flatnonzero(lr.values == 0)
         i = int(zeros[0])
+        total = ctx.run.meta.get(STEP_TOTAL)
+        if zeros.size == len(lr) and _late_excerpt(ctx, lr) and (total is None or lr.steps[0] >= 0.9 * total):
+            return []  # an excerpt from late in a run, 0 throughout: where a schedule decays to 0 (its last 10%)
         if _learning_while(ctx, int(lr.steps[i]), self.p.loss_drop):
             return []  # the loss falls, so the weights move: a small lr printed with too few digits ("0.000")
         h = self.hit(f"{lr.name} is 0 on {frac:.0%} of the logged steps: the weights do not move", 0.9, metric=lr.name,

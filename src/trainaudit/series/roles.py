@@ -55,9 +55,11 @@ _EXACT: dict[str, list[str]] = {
     "loss": ["lm_loss", "loss", "train_loss", "train_lm_loss", "training_loss", "reduced_train_loss",
              "train_loss_step", "train_loss_epoch", "total_loss", "train_total_loss", "loss_step", "trainer_loss",
              "train_ce_loss", "ce_loss", "train_loss_avg", "xent", "train_xent", "nll", "nll_loss", "cross_entropy",
-             "crossentropy", "cost", "train_cost", "ce", "objective"],
+             "crossentropy", "cost", "train_cost", "ce", "objective",
+             # llm.c's main.log: "s:%d trl:%.4f lr:%.6f norm:%.2f", "s:%d tel:%.4f" (llmc/logger.h)
+             "trl"],
     "val_loss": ["val_loss", "valid_loss", "validation_loss", "eval_loss", "val_lm_loss", "lm_loss_validation",
-                 "validation_lm_loss", "val_loss_epoch", "test_loss", "dev_loss", "eval_lm_loss"],
+                 "validation_lm_loss", "val_loss_epoch", "test_loss", "dev_loss", "eval_lm_loss", "tel"],
     "grad_norm": ["grad_norm", "gnorm", "train_grad_norm", "global_grad_norm", "grad_norm_total",
                   "grad_norm_2_0_norm_total", "gradient_norm", "train_gnorm", "total_grad_norm"],
     "lr": ["learning_rate", "lr", "train_learning_rate", "train_lr", "lr_adam", "lr_adamw", "lr_sgd", "lr_0"],
