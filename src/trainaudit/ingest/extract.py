@@ -1347,8 +1347,7 @@ class Extractor:
                 if k in r.totals:
                     r.counters[k] = r.totals[k]
             return _Step(k, all(t == int(t) for t in totals), swap_total=True)
-        one = set(totals)
-        total = int(totals[0]) if len(one) == 1 and totals[0] == int(totals[0]) and totals[0] > 0 else None
+        total = int(totals[0]) if len(set(totals)) == 1 and totals[0] == int(totals[0]) and totals[0] > 0 else None
         return _Step(k, all(v == int(v) for v in vals), total=total)
 
     def place(self, rec: Record) -> tuple[int, Record] | None:

@@ -488,7 +488,7 @@ class NotLearning(Rule):
         the accuracies the log prints stay at 1/C (within half of it), with the accuracy: two signs of a
         uniform guess that agree, each common at the start of training alone, however few points."""
         c = uniform_size(x[-self.p.short_points:], self.p.near_tol)
-        if c is None or c > self.p.max_classes or _accuracy_above_chance(ctx, c):
+        if c is None or c > self.p.max_classes:
             return None
         acc = _accuracy_at_chance(ctx, c)
         return None if acc is None else (c, acc)
@@ -528,8 +528,7 @@ class NotLearning(Rule):
             start = len(x) - len(body)
             spread = (float(body.max()) - float(body.min())) / max(abs(float(np.median(body))), 1e-12)
             # any accuracy the log prints (MLM_acc, top1, val_acc) stuck at chance
-            accs = [ctx.run.series[n].finite() for n in ctx.run.series if "acc" in n.lower() and "@rank" not in n]
-            acc = next((a for a in accs if len(a) and float(np.max(a.values)) <= self.p.chance_acc), None)
+            acc = next((a for a, _ in _accuracies(ctx) if float(np.max(a.values)) <= self.p.chance_acc), None)
             chance = acc is not None
             # the same value to every printed digit (or within ``pinned_spread`` of it: 1535.6199,
             # 1535.6196, 1535.6337), again and again: the weights do not change
@@ -593,22 +592,24 @@ def _printed_digits(v: float) -> int:
     return len(mantissa.rstrip("0")) or 1
 
 
+def _accuracies(ctx: Context) -> list[tuple[Series, np.ndarray]]:
+    """Every accuracy the log prints (a name with "acc", not a per-rank copy) with points: its finite
+    points, and their values as fractions (a value above 1 says the series is in %)."""
+    out = []
+    for name, series in ctx.run.series.items():
+        if "acc" in name.lower() and "@rank" not in name:
+            f = series.finite()
+            if len(f):
+                out.append((f, f.values / 100.0 if float(np.max(f.values)) > 1.0 else f.values))
+    return out
+
+
 def _accuracy_above_chance(ctx: Context, classes: int) -> bool:
     """Whether an accuracy the log prints (``test_acc1``, ``val_accuracy``, in % or as a fraction) is
     well above the 1/C of a uniform guess over ``classes``: then a loss that happens to sit near ln(C)
     is no uniform guess (training with mixup and label smoothing ends near 2.5 = ln(12) on ImageNet)."""
     chance = 1.0 / classes
-    for name, series in ctx.run.series.items():
-        if "acc" not in name.lower() or "@rank" in name:
-            continue
-        v = series.finite().values
-        if not v.size:
-            continue
-        best = float(np.max(v))
-        best = best / 100.0 if best > 1.0 else best
-        if best >= chance + 0.25 * (1.0 - chance):
-            return True
-    return False
+    return any(float(np.max(v)) >= chance + 0.25 * (1.0 - chance) for _, v in _accuracies(ctx))
 
 
 def _accuracy_learns(ctx: Context, cut: float = 0.25) -> bool:
@@ -616,33 +617,21 @@ def _accuracy_learns(ctx: Context, cut: float = 0.25) -> bool:
     while its error, 1 - accuracy, falls by ``cut`` or more from its first point to the median of its
     last three: the model learns, however flat the loss is (a loss dominated by a term that barely
     moves, such as the KL term of Bayes by backprop)."""
-    for name, series in ctx.run.series.items():
-        if "acc" not in name.lower() or "@rank" in name:
-            continue
-        f = series.finite()
-        if len(f) < 4:
-            continue
-        v = f.values / 100.0 if float(np.max(f.values)) > 1.0 else f.values
+    for _, v in _accuracies(ctx):
         first, last = 1.0 - float(v[0]), 1.0 - float(np.median(v[-3:]))
-        if first > 0 and (first - last) / first >= cut and kendall_tau(v) >= 0.5:
+        if v.size >= 4 and first > 0 and (first - last) / first >= cut and kendall_tau(v) >= 0.5:
             return True
     return False
 
 
 def _accuracy_at_chance(ctx: Context, classes: int) -> Series | None:
-    """The first accuracy the log prints (in % or as a fraction) when every one of them sits within half
-    of 1/C of the 1/C of a uniform guess over ``classes`` on all its points (2 at least), else None."""
+    """The first accuracy the log prints when every one of them sits within half of 1/C of the 1/C of a
+    uniform guess over ``classes`` on all its points (2 at least), else None."""
     chance = 1.0 / classes
-    found: list[Series] = []
-    for name, series in ctx.run.series.items():
-        if "acc" not in name.lower() or "@rank" in name:
-            continue
-        f = series.finite()
-        v = f.values / 100.0 if f.values.size and float(np.max(f.values)) > 1.0 else f.values
-        if v.size < 2 or float(np.max(np.abs(v - chance))) > 0.5 * chance:
-            return None
-        found.append(f)
-    return found[0] if found else None
+    accs = _accuracies(ctx)
+    if not accs or any(v.size < 2 or float(np.max(np.abs(v - chance))) > 0.5 * chance for _, v in accs):
+        return None
+    return accs[0][0]
 
 
 def _still_tail(x: np.ndarray, tol: float = 0.0) -> int:
