@@ -191,6 +191,30 @@ def test_a_data_split_names_the_number_after_it(tmp_path: Path) -> None:
     assert "train" not in read(tmp_path, "step 1 loss 2.5\nwe train 3 models\nstep 2 loss 2.4\n").series
 
 
+def test_counters_in_json_strings_glued_to_their_word_or_after_a_phase(tmp_path: Path) -> None:
+    # pycls's json_stats under its "[file.py: line]:" logger: "iter": "10/625" is the step, the logger's
+    # line number no metric
+    run = read(tmp_path, head("pytorch-loop-feymanpriv-DOLG-7", 4))
+    assert [s for s, _ in points(run, "desc_loss")] == [10, 20] and not any(".py" in n for n in run.series)
+    assert run.meta["step_total"] == 625
+    # qlib's "[pid:thread](time) LEVEL - logger - [file:line] - " and its "Epoch0:" heading
+    run = read(tmp_path, "".join(corpus_line + "\n" for corpus_line in corpus_log("qlib-microsoft-qlib-1734")))
+    assert list(run.series) == ["train", "valid"] and [s for s, _ in points(run, "train")] == [0]
+    # DINOv2's glog-like prefix with the year and its "Training  [     40/5000000]" counter
+    run = read(tmp_path, head("pytorch-loop-facebookresearch-dinov2-143", 3))
+    assert [s for s, _ in points(run, "total_loss")] == [40, 50, 60] and "Training" not in run.series
+    # an episode counts a reinforcement-learning loop's progress
+    run = read(tmp_path, "Episode 10, reward = 3.5\nEpisode 20, reward = 4.5\n")
+    assert points(run, "reward") == [(10, 3.5), (20, 4.5)]
+
+
+def test_the_source_line_under_a_python_warning_is_no_record(tmp_path: Path) -> None:
+    # warnings.formatwarning prints the offending source line under the warning: "loss.data[0]" is code
+    run = read(tmp_path, head("pytorch-loop-NVIDIA-DeepRecommender-25", 9))
+    assert list(run.series) == ["RMSE"] and [s for s, _ in points(run, "RMSE")] == [0, 1000, 2000]
+    assert parse_line("  t_loss += loss.data[0]").pairs == [] and parse_line("loss = 0.5").pairs
+
+
 def test_a_counter_named_with_a_number_sign(tmp_path: Path) -> None:
     # dlib's dnn_trainer prints "step#: 0  learning rate: 0.1  average loss: 0 ..."; "#0" alone stays an index
     run = read(tmp_path, head("dlib-davisking-dlib-252", 6) + "step#: 100     learning rate: 0.1   average loss: 0.75\n")

@@ -77,7 +77,7 @@ def test_terminate_on_nan_glued_to_bar(tmp_path: Path) -> None:
     assert "loss" not in run.series  # only in-progress running averages were printed
     nan_ev, phase = run.events
     assert nan_ev.kind is EventKind.NAN_CHECK and nan_ev.line == 1 and nan_ev.step == 1
-    assert nan_ev.data["batch"] == 3
+    assert nan_ev.data["batch"] == 3 and run.meta["step_text"] == {1: "epoch 1, batch 3"}
     assert phase.kind is EventKind.PHASE and phase.data["interrupted"] is True
     assert phase.data["batch"] == 4 and phase.data["nonfinite_metrics"] == ["loss"]
     assert phase.data["running_values"]["loss"] == math.inf
@@ -163,6 +163,7 @@ def test_a_running_value_that_turns_nan_mid_epoch_is_a_nan_check(tmp_path: Path)
     nan_ev, phase = run.events
     assert nan_ev.kind is EventKind.NAN_CHECK and nan_ev.line == 3 and nan_ev.step == 1
     assert nan_ev.data == {"batch": 256, "epoch": 1, "metrics": ["loss"]}
+    assert run.meta["step_text"] == {1: "epoch 1, batch 256/15998"}  # the step is the epoch; the line says more
     assert phase.kind is EventKind.PHASE and phase.data["nonfinite_metrics"] == ["loss"]
     # finite running values say nothing
     run = _run(tmp_path, [*lines[:2], lines[1].replace("128/", "256/")], "ok.log")

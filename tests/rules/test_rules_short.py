@@ -44,6 +44,10 @@ def _hits(case: str) -> dict[str, list]:  # type: ignore[type-arg]
     ("tf1-tensorflow-models-8423", "TA201", "divergence", 409),
     # a GAN: the generator's loss is NaN at iteration 37, the discriminator's (the loss role) from 38
     ("numpy-loop-eriklindernoren-ML-From-Scratch-29", "TA101", "nan_inf", 37),
+    # an error printed as the objective: DeepRecommender's "[0,  1000] RMSE: nan" (its training RMSE)
+    ("pytorch-loop-NVIDIA-DeepRecommender-25", "TA101", "nan_inf", 1000),
+    # qlib's "train nan, valid nan", the split's score
+    ("qlib-microsoft-qlib-1734", "TA101", "nan_inf", 0),
     # Caffe's softmax clamp 87.3365 from iteration 100
     ("caffe-BVLC-caffe-6047", "TA201", "divergence", 100),
     # validation loss rises over its last evaluations while the training loss falls

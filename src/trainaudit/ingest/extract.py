@@ -44,6 +44,9 @@ _PREAMBLES = [
     # glog / absl: I0305 10:11:12.123456  4242 solver.cpp:218]
     # (the thread id is a 15-digit pthread id in TensorFlow's logs: "I0912 11:40:27.956218 139735407601536")
     re.compile(r"[IWEF]\d{4} \d\d:\d\d:\d\d(?:\.\d+)? {1,8}\d{1,20} [\w.\-/]{1,200}:\d{1,8}\] ?"),
+    # the same with the year and the logger's name: DINOv2's "I20250119 10:05:11 90 dinov2 helpers.py:102] "
+    # (dinov2/logging/__init__.py: "%(levelname).1s%(asctime)s %(process)s %(name)s %(filename)s:%(lineno)s] ")
+    re.compile(r"[IWEF]\d{8} \d\d:\d\d:\d\d(?:\.\d+)? {1,8}\d{1,20} (?:[\w.\-]{1,120} )?[\w.\-/]{1,200}:\d{1,8}\] ?"),
     # PyTorch profiler's (kineto's) logger: "STAGE:2025-04-07 10:29:46 22264:22264 ActivityProfilerController.cpp:314]"
     # (a tag, the time, pid:tid, the source location; https://github.com/pytorch/kineto, libkineto/src)
     re.compile(r"[A-Z]{1,10}:\d{4}-\d\d-\d\d \d\d:\d\d:\d\d \d{1,10}:\d{1,10} [\w.\-/]{1,200}:\d{1,8}\] ?"),
@@ -57,6 +60,10 @@ _PREAMBLES = [
     # https://github.com/RUCAIBox/RecBole/blob/master/recbole/utils/logger.py), "Nov 27 2022 14:49:09"
     re.compile(r"(?:\d{1,2} (?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec)|(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep"
                r"|Oct|Nov|Dec) [ \d]\d)(?: \d{4})? \d\d:\d\d(?::\d\d(?:[.,]\d{1,9})?)? ?"),
+    # qlib's logger: "[%(process)s:%(threadName)s](%(asctime)s) %(levelname)s - %(name)s - [%(filename)s:%(lineno)d] "
+    # (https://github.com/microsoft/qlib/blob/main/qlib/config.py, logging_config)
+    re.compile(r"\[\d{1,10}:[\w\-]{1,60}\]\(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d{1,9})?\) ?(?:" + _LEVEL +
+               r" - [\w.\-]{1,120} - )?"),
     # C's ctime(): "Sun Jan 31 00:02:53 2021"
     re.compile(r"(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) (?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) [ \d]\d "
                r"\d\d:\d\d:\d\d \d{4} ?"),
@@ -77,6 +84,9 @@ _PREAMBLES = [
     re.compile(r"\| ?[\w.]{1,120}(?::\w{1,60}){1,2}:\d{1,8} ?- ?"),
     # Swin-Transformer's logger.py: "[%(asctime)s %(name)s] (%(filename)s %(lineno)d): %(levelname)s"
     re.compile(r"\([\w.\-/]{1,120}\.py \d{1,8}\):? ?"),
+    # pycls's logger (and SlowFast's): "[%(filename)s: %(lineno)3d]: %(message)s", the line number padded
+    # (https://github.com/facebookresearch/pycls/blob/main/pycls/core/logging.py)
+    re.compile(r"\[[\w.\-/]{1,120}\.py: {1,4}\d{1,8}\]:? ?"),
     re.compile(r"\[\d{1,5},\d{1,5}\]<std(?:out|err)>: ?"),  # mpirun / horovod rank tags
     re.compile(r"DLL "),  # NVIDIA dllogger
     re.compile(r"> ?"),  # Markdown quote
@@ -137,6 +147,8 @@ COUNTER_KEYS = {
     "global step": 0, "global_step": 0, "globalstep": 0, "step": 1, "steps": 1, "train step": 1, "train_step": 1,
     "iteration": 2, "iter": 2, "iters": 2, "it": 3, "update": 2, "updates": 2, "num_updates": 2, "s": 4, "i": 5,
     "batch": 6, "sample": 6, "samples": 6, "epoch": 7, "ep": 7, "e": 8,
+    # a reinforcement-learning loop's unit of progress ("***** Episode 31455, Mean R = 28911.0 *****")
+    "episode": 6, "episodes": 6,
     # stable-baselines3 dumps its logger at the environment steps done so far (logger.dump(step=num_timesteps))
     "total_timesteps": 1, "num_timesteps": 1,
     # Ray Tune's result of one report (ray/tune/result.py: TRAINING_ITERATION, TIMESTEPS_TOTAL)
@@ -265,6 +277,14 @@ _ABS_RE = re.compile(r"\|(\w{1,40})\|")  # "mean |grad|": an absolute value, not
 # ESPnet2's trainer: "1epoch:train:683-1364batch: loss=..." (the batches of the epoch since the last
 # report, https://github.com/espnet/espnet/blob/master/espnet2/train/trainer.py): epoch 1, batch 1364
 _ESPNET_RE = re.compile(r"(\d{1,9})epoch:train:\d{1,12}-(\d{1,12})batch: ?")
+# a Python augmented assignment: the source line that the warnings module prints under a warning
+# ("run.py:198: UserWarning: ...\n  t_loss += loss.data[0]", warnings.formatwarning,
+# https://docs.python.org/3/library/warnings.html#warnings.formatwarning); no log prints "+=" after a name
+_AUGMENTED_RE = re.compile(r"[A-Za-z_][\w.]{0,120}(?:\[[^\]\n]{0,40}\]){0,3} ?(?:\*\*|//|>>|<<|[-+*/%@&|^])= ")
+_GLUED_COUNTER_RE = re.compile(r"(?i)(epoch|iteration|iter|step)(\d{1,9}):? ?")
+# a counter printed as a JSON string, "N/M": pycls's and SlowFast's json_stats ("epoch": "1/100", "iter": "10/625",
+# https://github.com/facebookresearch/pycls/blob/main/pycls/core/meters.py)
+_STR_COUNTER_RE = re.compile(r"[\"'](\d{1,12})/(\d{1,12})[\"']")
 
 
 def parse_line(text: str) -> Parsed:
@@ -291,6 +311,10 @@ def parse_line_full(text: str, asked: list[int] | None = None) -> Parsed:
         body = f"{body[:m.start()]}epoch {m.group(1)}, update {m.group(2)}, {body[m.end():]}"
     if (m := _PHASE_COUNTER_RE.match(body)) is not None:
         body = f"{m.group(1)}: epoch {m.group(2)}, {body[m.end():]}"
+    if (m := _GLUED_COUNTER_RE.fullmatch(body)) is not None:
+        body = f"{m.group(1)} {m.group(2)}"  # qlib's heading "Epoch0:" (the counter and its number as one word)
+    if _AUGMENTED_RE.match(body):
+        return out  # a line of code, not a record: "  t_loss += loss.data[0]" (a warning's source line)
     toks = list(_tokens(body))
     words: list[str] = []  # the key being read
     qualifier = ""
@@ -326,6 +350,12 @@ def parse_line_full(text: str, asked: list[int] | None = None) -> Parsed:
         if kind in ("date", "clock", "ver"):
             words, assign, last, slash_pending = [], False, None, False
             row_words.append(val)
+            continue
+        if kind == "str" and words and assign and counter_rank(words[-1]) is not None and \
+                (m := _STR_COUNTER_RE.fullmatch(val)) is not None:
+            last = Pair(_clean_key(words), float(m.group(1)), "", float(m.group(2)))  # "iter": "10/625"
+            out.pairs.append(last)
+            words, assign = [], False
             continue
         if kind == "str" and not _next_is(toks, i, ":=") and number(val[1:-1]) is not None:
             kind, val = "num", val[1:-1]  # 'loss': '24.061707', "grad_norm": "nan"
@@ -387,6 +417,16 @@ def parse_line_full(text: str, asked: list[int] | None = None) -> Parsed:
                 # tqdm's percentage before its bar ("steps:  5%|██  | 891/17824 [..."): the bar's
                 # description is no key of it (kohya-ss/sd-scripts#304 prints "steps:")
                 words, assign, last = [], False, None
+                continue
+            phase_counter = len(words) == 1 and words[0].lower() in _PHASE_KEYS and _next_is(toks, i, "/")
+            if asked is not None and phase_counter:
+                asked.append(i - 1)
+            if phase_counter and math.isfinite(v) and v == int(v) and v >= 0:
+                # "Training  [     40/5000000]": the phase's own counter, as the MetricLogger of DINO and
+                # DINOv2 prints it (https://github.com/facebookresearch/dinov2, dinov2/logging/helpers.py)
+                last = Pair("iter", v)
+                out.pairs.append(last)
+                words, assign = [], False
                 continue
             if not words and pipe_key:
                 words, assign, pipe_key = pipe_key, True, []  # the value cell of a "| key | value |" row

@@ -16,6 +16,7 @@ from trainaudit.series.roles import norm, validation
 from trainaudit.series.stats import robust_z, sliding_max, trailing_median_mad, trailing_median_mad_at
 
 TRAINING_ROLES = ("loss", "grad_norm", "lr", "loss_scale", "val_loss")
+_ERROR_RE = re.compile(r"loss|(?:^|_)(?:r?mse|mae|rmsle|nll|cost|err(?:or)?|train|training)(?:_|$)")
 
 
 class NonFiniteMetric(Rule):
@@ -78,7 +79,8 @@ class NonFiniteMetric(Rule):
         # (or the only one: a component's loss, "train_mel_loss_before = nan", while the loss the roles
         # picked is still finite)
         first = min((h.first_bad_step for h in hits if h.first_bad_step is not None), default=None)
-        others = [h for n, x in ctx.run.series.items() if n not in seen and "loss" in norm(n) and "@rank" not in n
+        # (or an error the loop prints as its objective: DeepRecommender's "RMSE: nan", qlib's "train nan")
+        others = [h for n, x in ctx.run.series.items() if n not in seen and _ERROR_RE.search(norm(n)) and "@rank" not in n
                   and "scale" not in norm(n) and not validation(n)
                   if (h := self._series_hit(ctx, "other", x, named, checks)) is not None and h.first_bad_step is not None
                   and (first is None or h.first_bad_step < first)]

@@ -244,6 +244,7 @@ class KerasReader(ShapedReader):
             sink.event(Event(EventKind.NAN_CHECK, f"TerminateOnNaN: batch {batch} had an invalid (NaN/Inf) loss",
                              src, line.no, line.raw, step=_running_epoch(state), rank=line.rank,
                              data={"batch": batch, "epoch": _running_epoch(state)}))
+            sink.meta("step_text", {_running_epoch(state): f"epoch {_running_epoch(state)}, batch {batch}"})
             text = text[: t.start()]  # what precedes the message is the bar it was glued to
             state["nan_seen"] = True  # said already, by Keras itself
         m = EPOCH_RE.match(text)
@@ -280,6 +281,8 @@ class KerasReader(ShapedReader):
                                  f"from batch {n}/{total}: a batch before it produced a NaN/Inf", src, line.no,
                                  line.raw, step=epoch, rank=line.rank,
                                  data={"batch": n, "epoch": epoch, "metrics": bad}))
+                # where the log shows it: the epoch is the step, the bar's count says how far into it
+                sink.meta("step_text", {epoch: f"epoch {epoch}, batch {n}/{total}"})
             return
         if state["epoch"] is None:
             state["epochs_seen"] += 1  # no headers: number the final bars themselves
