@@ -208,6 +208,18 @@ def test_counters_in_json_strings_glued_to_their_word_or_after_a_phase(tmp_path:
     assert points(run, "reward") == [(10, 3.5), (20, 4.5)]
 
 
+def test_mlperf_log_lines_and_values_named_with_is(tmp_path: Path) -> None:
+    # MLPerf's ":::MLLOG {...}": the key names the value, the metadata's epoch_num is its counter
+    run = read(tmp_path, "".join(ln + "\n" for ln in corpus_log(
+        "pytorch-loop-mlcommons-training_results_v2.0-NVIDIA-dgxa100_n192-rnnt-result_7")))
+    assert [s for s, _ in points(run, "eval_accuracy")][:3] == [97, 98, 99] and "lineno" not in run.series
+    # "avg loss so far is 0.0236": the verb stands for the ':'; prose with "is" and a number stays out
+    run = read(tmp_path, head("paddle-IcarusWizard-prednet-paddle-train-log", 7))
+    assert points(run, "avg loss")[:2] == [(25, 0.02361789532005787), (50, 0.022946488112211227)]
+    assert points(run, "val loss") == [(125, 0.030769934877753258)]
+    assert parse_line("the batch size is 32").pairs == [] and parse_line("this is 3 times faster").pairs == []
+
+
 def test_the_source_line_under_a_python_warning_is_no_record(tmp_path: Path) -> None:
     # warnings.formatwarning prints the offending source line under the warning: "loss.data[0]" is code
     run = read(tmp_path, head("pytorch-loop-NVIDIA-DeepRecommender-25", 9))

@@ -19,6 +19,9 @@ def test_a_one_point_summary_does_not_take_a_role_from_a_series_with_points() ->
     assert find_roles(run).names["throughput"] == "it/s"
     alone = Run(series={"train_samples_per_second": _series("train_samples_per_second", 1)})
     assert find_roles(alone).names["throughput"] == "train_samples_per_second"
+    # MLPerf GNMT's epoch summary "Training Loss: 3.1356" (an exact name, once) and its per-iteration "Loss/tok"
+    run = Run(series={"Training Loss": _series("Training Loss", 1), "Loss/tok": _series("Loss/tok", 40)})
+    assert find_roles(run).names["loss"] == "Loss/tok"
 
 
 def test_gan_players_losses_and_peak_counters_are_named() -> None:

@@ -285,3 +285,14 @@ def test_loss_scale_read_once_per_digit_shape_is_the_regex_answer(lines: list[li
             raw = "".join(str((int(c) + d) % 10) if c in "0123456789" else c for c in base)
             m = _SCALE_RE.search(raw)
             assert _scale_text(raw, memo) == (m.group(1) if m else None)
+
+
+def test_a_grad_norm_the_loss_scaler_skipped_is_no_nan(tmp_path):
+    # MLPerf's GNMT reference: "Gradient norm: inf", then its fp16 optimizer's "Skipped batch, new scale: 2048.0"
+    lines = corpus_log("pytorch-loop-mlcommons-training_results_v0.7-Fujitsu-gnmt-result_1")
+    run, hits, d = _diag(tmp_path, lines)
+    assert [e.data.get("new_scale") for e in run.events if e.kind.value == "loss_scale"] == [2048.0]
+    assert "TA101" not in hits and d.category == "healthy"
+    # without the scaler's line the Inf is unexplained
+    _, hits, _ = _diag(tmp_path, [ln for ln in lines if "Skipped batch" not in ln], "cut.log")
+    assert hits["TA101"].metric == "Gradient norm"

@@ -48,6 +48,8 @@ def _hits(case: str) -> dict[str, list]:  # type: ignore[type-arg]
     ("pytorch-loop-NVIDIA-DeepRecommender-25", "TA101", "nan_inf", 1000),
     # qlib's "train nan, valid nan", the split's score
     ("qlib-microsoft-qlib-1734", "TA101", "nan_inf", 0),
+    # a wav2vec2 CTC fine-tune whose WER is 1.0 at all 14 evaluations: it emits nothing but blanks
+    ("hf-transformers-Wenxin-Jiang-CS577-NLP-Raffay-wav2vec2-urdu-asr-project", "TA202", "plateau", 200),
     # Caffe's softmax clamp 87.3365 from iteration 100
     ("caffe-BVLC-caffe-6047", "TA201", "divergence", 100),
     # validation loss rises over its last evaluations while the training loss falls

@@ -186,7 +186,8 @@ def speed_pair(unit: str, v: float) -> Pair:
 # what a metric name without ':' or '=' before its value contains
 _METRIC_PARTS = ("loss", "acc", "data", "lr", "ppl", "perplex", "norm", "time", "err", "score", "bleu", "f1", "map", "auc",
                  "reward", "kl", "entropy", "grad", "token", "tps", "wps", "mfu", "mem", "prec", "recall", "iou",
-                 "psnr", "ssim", "dice", "cost", "xent", "nll", "ce", "speed", "throughput", "scale", "rate", "value")
+                 "psnr", "ssim", "dice", "cost", "xent", "nll", "ce", "speed", "throughput", "scale", "rate", "value",
+                 "mse", "mae")
 
 
 # a data split naming the number after it: build-nanogpt's "55899 train 2.947076", qlib's "train nan, valid nan"
@@ -281,6 +282,24 @@ _ESPNET_RE = re.compile(r"(\d{1,9})epoch:train:\d{1,12}-(\d{1,12})batch: ?")
 # ("run.py:198: UserWarning: ...\n  t_loss += loss.data[0]", warnings.formatwarning,
 # https://docs.python.org/3/library/warnings.html#warnings.formatwarning); no log prints "+=" after a name
 _AUGMENTED_RE = re.compile(r"[A-Za-z_][\w.]{0,120}(?:\[[^\]\n]{0,40}\]){0,3} ?(?:\*\*|//|>>|<<|[-+*/%@&|^])= ")
+# MLPerf's logger (https://github.com/mlcommons/logging, mlperf_logging/mllog): one JSON object a line,
+# ':::MLLOG {"namespace": "", "time_ms": ..., "event_type": "POINT_IN_TIME", "key": "eval_accuracy",
+# "value": 0.241, "metadata": {"file": "train.py", "lineno": 562, "epoch_num": 4}}': the key names the
+# value; the epoch (or step, or samples) in the metadata is its counter; the rest is no metric
+_MLLOG_KEY_RE = re.compile(r'"key": "([\w.\-]{1,80})", "value": ([-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?|NaN|-?Infinity)[,}]')
+_MLLOG_AT_RE = re.compile(r'"(epoch_num|step_num|samples_count)": (\d{1,15})[,}]')
+
+
+def _mllog(body: str) -> str:
+    """An MLPerf log line as the pairs it holds: "epoch 4, eval_accuracy 0.241" (empty without a number)."""
+    m = _MLLOG_KEY_RE.search(body, 0, 2000)
+    if m is None:
+        return ""
+    at = _MLLOG_AT_RE.search(body, m.end(), m.end() + 1000)
+    counter = "" if at is None else f"{'epoch' if at.group(1) == 'epoch_num' else at.group(1)} {at.group(2)}, "
+    return f"{counter}{m.group(1)} {m.group(2).replace('Infinity', 'inf')}"
+
+
 _GLUED_COUNTER_RE = re.compile(r"(?i)(epoch|iteration|iter|step)(\d{1,9}):? ?")
 # a counter printed as a JSON string, "N/M": pycls's and SlowFast's json_stats ("epoch": "1/100", "iter": "10/625",
 # https://github.com/facebookresearch/pycls/blob/main/pycls/core/meters.py)
@@ -311,6 +330,8 @@ def parse_line_full(text: str, asked: list[int] | None = None) -> Parsed:
         body = f"{body[:m.start()]}epoch {m.group(1)}, update {m.group(2)}, {body[m.end():]}"
     if (m := _PHASE_COUNTER_RE.match(body)) is not None:
         body = f"{m.group(1)}: epoch {m.group(2)}, {body[m.end():]}"
+    if body.startswith(":::MLLOG "):
+        body = _mllog(body)
     if (m := _GLUED_COUNTER_RE.fullmatch(body)) is not None:
         body = f"{m.group(1)} {m.group(2)}"  # qlib's heading "Epoch0:" (the counter and its number as one word)
     if _AUGMENTED_RE.match(body):
@@ -368,6 +389,12 @@ def parse_line_full(text: str, asked: list[int] | None = None) -> Parsed:
                     and not last.unit and not _next_is(toks, i, ":="):
                 # "Speed: 512.1 samples/sec"; but "completed step: 1, seconds: 0.631" names a value
                 last.unit = w
+                continue
+            if w.lower() in ("is", "was") and words and not assign and _next_kind(toks, i) == "num" and \
+                    any(_metric_word(x) for x in words):
+                # "avg loss so far is 0.0236", "val loss is 0.0307": the verb says what a ':' would
+                assign = True
+                words = words[:-2] if len(words) > 2 and [x.lower() for x in words[-2:]] == ["so", "far"] else words
                 continue
             if assign and words:
                 words = []  # "key: text value" is not a number pair
@@ -857,6 +884,13 @@ def _next_number(toks: list[tuple[str, str, str]], i: int) -> bool:
     while i < len(toks) and toks[i][0] == "space":
         i += 1
     return i < len(toks) and toks[i][0] in ("num", "special")
+
+
+def _next_kind(toks: list[tuple[str, str, str]], i: int) -> str:
+    """The kind of the token at ``i`` or after the spaces there ("" at the end)."""
+    while i < len(toks) and toks[i][0] == "space":
+        i += 1
+    return toks[i][0] if i < len(toks) else ""
 
 
 def _next_word(toks: list[tuple[str, str, str]], i: int) -> str:

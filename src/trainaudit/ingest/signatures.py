@@ -36,7 +36,7 @@ GATE = re.compile(
     r"|D(?:ataLoader worker|uring handling of)|E(?:rror|xception|CC)|F(?:atal|unction '|AILED|ile \"|ound inf or nan)"
     r"|G(?:PU is lost|radient overflow|rad overflow on iteration|rad scale is small)|H(?:IP out|eartbeat monitor)|K(?:illed)|M(?:inimum loss scale)"
     r"|N(?:CCL|VRM|aN)|O(?:utOfMemory|OM|ut of memory)|P(?:rocessGroupNCCL)|R(?:oot Cause)"
-    r"|S(?:egmentation fault|ending process)|T(?:raceback|raining failed|he above exception"
+    r"|S(?:egmentation fault|ending process|kipped batch, new scale)|T(?:raceback|raining failed|he above exception"
     r"|he loss returned|imeout at NCCL|HCudaCheck FAIL)|U(?:nexpected result|sing dynamic loss scale)|W(?:atchdog)|X(?:id)"
     r"|Y(?:our loss is probably exploding)"
     r"|\((?:exitcode)"
@@ -337,6 +337,10 @@ PADDLE_SCALE_RE = re.compile(r"Found inf or nan, current scale is: (?P<scale>[\d
 # icefall's recipes warn once the AMP GradScaler's scale is below 0.01 and stop below 1e-5
 #   (k2-fsa/icefall egs/librispeech/ASR/zipformer/train.py: "Grad scale is small: {cur_grad_scale}")
 SMALL_SCALE_RE = re.compile(r"Grad scale is small: (?P<scale>[\d.eE+\-]{1,40})")
+# the fp16 optimizer of MLPerf's GNMT reference (mlcommons/training, rnn_translator/pytorch/seq2seq/train/
+#   fp_optimizers.py) skips the update of a non-finite gradient norm: "Gradient norm: inf", then
+#   "Skipped batch, new scale: 2048.0", the scale divided by its downscale factor
+SKIPPED_BATCH_RE = re.compile(r"Skipped batch, new scale: (?P<scale>[\d.eE+\-]{1,40})")
 
 
 def _scale_event(framework: str, m: re.Match[str], message: str,
@@ -357,6 +361,12 @@ def _loss_scale(line: Line, text: str) -> list[tuple[EventKind, str, dict[str, A
     u = USING_SCALE_RE.search(text)
     if u is not None:
         return _scale_event("apex.fp16_utils", u, "fp16 overflow: step skipped at loss scale", attempted=True)
+    u = SKIPPED_BATCH_RE.search(text)
+    if u is not None:
+        skipped: dict[str, Any] = {}
+        with contextlib.suppress(ValueError):
+            skipped["new_scale"] = float(u.group("scale"))
+        return _scale_event("mlperf-gnmt", u, "fp16 overflow: batch skipped, loss scale ->", **skipped)
     u = SMALL_SCALE_RE.search(text)
     if u is not None:
         return _scale_event("icefall", u, "icefall: the AMP grad scale is small:")
@@ -629,7 +639,7 @@ _MATCHERS: list[tuple[tuple[str, ...], Matcher]] = [
     (("atchdog", "Timeout at NCCL", "Heartbeat monitor"), _nccl),
     (("Unexpected result", "found NaN", "found Inf", "returned nan", "gradients are Nan", "The loss returned"), _nan),
     (("Current loss scale", "Minimum loss scale", "Gradient overflow", "Using dynamic loss scale", "Grad scale is small",
-      "probably exploding",
+      "probably exploding", "Skipped batch, new scale",
       "Found inf or nan"), _loss_scale),
     (("(exitcode:", "closing signal", "SignalException"), _elastic_line),
     (("Fatal Python error", "Segmentation fault", "Bus error", "Aborted", "Floating point exception", "Killed",

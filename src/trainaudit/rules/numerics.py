@@ -105,7 +105,10 @@ class NonFiniteMetric(Rule):
         bad = np.flatnonzero(~np.isfinite(s.values))
         if bad.size < self.p.min_nonfinite:
             return None
-        if role == "grad_norm" and _skipped_updates(s, bad, ctx.series("loss")):
+        if role == "grad_norm" and (_skipped_updates(s, bad, ctx.series("loss")) or
+                                    _scaler_said_skipped(s, bad, ctx.series("loss"), [
+                                        e for e in ctx.events(EventKind.LOSS_SCALE)
+                                        if e.source == ctx.run.source_path(s, int(bad[0]))])):
             return None
         i = int(bad[0])
         v = float(s.values[i])
@@ -159,6 +162,21 @@ def _skipped_updates(gn: Series, bad: np.ndarray, loss: Series | None) -> bool:
     lead = int(np.sum(bad == np.arange(bad.size)))  # indices 0, 1, 2, ...: ``bad`` rises, so only a prefix
     # (the first steps in a row are the scaler finding its scale: it starts at 2**16 and halves on each overflow)
     return bad.size <= 0.1 * len(gn) and int(bad[-1]) < len(gn) - 1 and bool(np.all(np.diff(bad[lead:]) > 1))
+
+
+def _scaler_said_skipped(gn: Series, bad: np.ndarray, loss: Series | None, scale: list[Event]) -> bool:
+    """Whether the loss scaler (``scale``: its events in the grad norm's file) said, on the lines right after each non-finite grad norm, that it
+    skipped that update and lowered the scale (MLPerf GNMT's "Gradient norm: inf" then "Skipped
+    batch, new scale: 2048.0"), the loss finite throughout: the weights never saw the Inf."""
+    if loss is not None and not np.all(np.isfinite(loss.values)):
+        return False
+    lines = sorted(e.line for e in scale)
+    if not lines:
+        return False
+    at = np.asarray(lines)
+    after = gn.lines[bad]
+    j = np.searchsorted(at, after, side="right")  # the first scaler line after each bad point
+    return bool(np.all((j < at.size) & (at[np.minimum(j, at.size - 1)] - after <= 3)))
 
 
 def spike_mask(s: Series, window: int, z_thr: float, rel_thr: float, min_history: int, max_window: int = 100,

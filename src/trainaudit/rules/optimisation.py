@@ -399,7 +399,29 @@ class NotLearning(Rule):
                               "max_noise": (0.02, 0.03, 0.05, 0.1)}
 
     def check(self, ctx: Context) -> list[Hit]:
-        return self._training(ctx) or self._frozen_validation(ctx)
+        return self._training(ctx) or self._frozen_validation(ctx) or self._no_output(ctx)
+
+    def _no_output(self, ctx: Context) -> list[Hit]:
+        """A word or character error rate at its worst, 1.0 (100 %) or above, at every one of ``short_points``
+        + 1 evaluations or more: the model transcribes nothing right. An empty hypothesis scores exactly
+        1.0, which is where a CTC model stuck on the blank token stays (the wav2vec2 fine-tuning guide:
+        https://huggingface.co/blog/fine-tune-wav2vec2-english); a healthy fine-tune leaves it within
+        its first evaluations."""
+        for name, series in ctx.run.series.items():
+            if "@rank" in name or not _ERROR_RATE.search(norm(name)):
+                continue
+            f = series.finite()
+            if len(f) < self.p.short_points + 1:
+                continue
+            worst = 100.0 if float(np.max(f.values)) > 5.0 else 1.0  # in % or as a fraction
+            if float(np.min(f.values)) < worst:
+                continue
+            h = self.hit(f"{f.name} is {worst:g} or above at all {len(f)} evaluations: the model's transcripts are no "
+                         "better than empty ones (a CTC model that only emits the blank token)", 0.8, metric=f.name,
+                         first_bad_step=int(f.steps[0]), last_step=int(f.steps[-1]), severity="high")
+            h.point("flat", f, len(f) - 1, f"{f.name} at every evaluation", indices=np.arange(len(f)))
+            return [h]
+        return []
 
     def _frozen_validation(self, ctx: Context) -> list[Hit]:
         """The validation loss the same to every printed digit at its last ``short_points`` + 1
@@ -590,6 +612,10 @@ def _printed_digits(v: float) -> int:
     """Significant digits of ``v`` as printed (the shortest repr of the float read: 0.223 -> 3)."""
     mantissa = repr(abs(v)).split("e")[0].replace(".", "").lstrip("0")
     return len(mantissa.rstrip("0")) or 1
+
+
+# word and character error rates (HF's "wer", "eval_cer", ESPnet's "cer_ctc", MLPerf RNN-T's "WER")
+_ERROR_RATE = re.compile(r"(?:^|_)(?:wer|cer)(?:_|$)")
 
 
 def _accuracies(ctx: Context) -> list[tuple[Series, np.ndarray]]:

@@ -171,10 +171,12 @@ def find_roles(run: Run) -> Roles:
             if cand in by_norm and by_norm[cand] not in taken:
                 pick = by_norm[cand]
                 break
-        if pick is None:
-            hits = sorted((name for name, n in normed.items() if name not in taken and _keyword(role, n)),
-                          key=lambda s: (len(s), s))
-            pick = hits[0] if hits else None
+        if pick is None or len(run.series[pick]) < 2:
+            # (an exact name with one point, an end-of-epoch summary such as "Training Loss: 3.1356", yields to
+            # a series of the role with more: GNMT's per-iteration "Loss/tok")
+            hits = sorted((name for name, n in normed.items() if name not in taken and _keyword(role, n)
+                           and (pick is None or len(run.series[name]) >= 2)), key=lambda s: (len(s), s))
+            pick = hits[0] if hits else pick
         if pick is not None:
             roles.names[role] = pick
             taken.add(pick)
