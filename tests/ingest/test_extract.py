@@ -220,6 +220,19 @@ def test_mlperf_log_lines_and_values_named_with_is(tmp_path: Path) -> None:
     assert parse_line("the batch size is 32").pairs == [] and parse_line("this is 3 times faster").pairs == []
 
 
+def test_olmo_metrics_one_a_line_under_the_step_that_heads_them(tmp_path: Path) -> None:
+    # OLMo's console log: "[step=1/739328]" after its logger's fields, then "    name=value" lines
+    run = read(tmp_path, head("olmo-edwardsp-ai-on-aks-readme-1", 60))
+    assert [s for s, _ in points(run, "train/CrossEntropyLoss")][:3] == [1, 2, 3]
+    assert "olmo.train" not in run.series and run.meta["step_total"] == 739328
+    # its tab-separated logger ("2025-12-27 00:58:00.517\thost:0\tolmo.train:990\tINFO\t[step=10/1000,epoch=0]")
+    run = read(tmp_path, "".join(ln + "\n" for ln in corpus_log("olmo-antoniolopardo-olmo-20m", "train.log")[:30]))
+    assert [s for s, _ in points(run, "train/CrossEntropyLoss")][:2] == [10, 20] and "olmo.train" not in run.series
+    # "[olmo.train:816, rank=0] [step=1/739328]" with the commas of "81,424": a text log, not CSV
+    run = read(tmp_path, head("olmo-edwardsp-ai-on-aks-readme-2", 12))
+    assert run.sources[0].format == "text" and [s for s, _ in points(run, "train/CrossEntropyLoss")] == [1, 2]
+
+
 def test_the_source_line_under_a_python_warning_is_no_record(tmp_path: Path) -> None:
     # warnings.formatwarning prints the offending source line under the warning: "loss.data[0]" is code
     run = read(tmp_path, head("pytorch-loop-NVIDIA-DeepRecommender-25", 9))

@@ -64,6 +64,9 @@ _PREAMBLES = [
     # (https://github.com/microsoft/qlib/blob/main/qlib/config.py, logging_config)
     re.compile(r"\[\d{1,10}:[\w\-]{1,60}\]\(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d{1,9})?\) ?(?:" + _LEVEL +
                r" - [\w.\-]{1,120} - )?"),
+    # OLMo's logger after its time: "agile-bird-purrs-fin-03:0\tolmo.train:990\tINFO\t", the host and local rank,
+    # then the logger and line (olmo/util.py: "%(asctime)s\t%(hostname)s:%(local_rank)s\t%(name)s:%(lineno)s\t...")
+    re.compile(r"[\w.\-]{1,120}:\d{1,5}\s{1,8}[\w.]{1,120}:\d{1,8}\s{1,8}(?=" + _LEVEL + r"\b)"),
     # C's ctime(): "Sun Jan 31 00:02:53 2021"
     re.compile(r"(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) (?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) [ \d]\d "
                r"\d\d:\d\d:\d\d \d{4} ?"),
@@ -80,7 +83,9 @@ _PREAMBLES = [
     re.compile(r"\[?" + _LEVEL + r"\]? {0,8}(?:[-:|] ?)?"),
     # logger locations: (trainer:581), [logging.py:60:log_dist], mod.func:train:86 -, and with the level
     # inside: [trainer.py:150 - INFO ] ("[%(filename)s:%(lineno)s - %(levelname)s ]")
-    re.compile(r"[(\[][\w.\-/]{1,120}(?::\w{1,60}){0,2}:\d{1,8}(?::\w{1,60})?(?: - " + _LEVEL + r" ?)?[)\]] ?[-:]? ?"),
+    # (and OLMo's rich handler, "[olmo.train:729, rank=0]")
+    re.compile(r"[(\[][\w.\-/]{1,120}(?::\w{1,60}){0,2}:\d{1,8}(?::\w{1,60})?(?: - " + _LEVEL + r" ?|, rank=\d{1,6})?"
+               r"[)\]] ?[-:]? ?"),
     re.compile(r"\| ?[\w.]{1,120}(?::\w{1,60}){1,2}:\d{1,8} ?- ?"),
     # Swin-Transformer's logger.py: "[%(asctime)s %(name)s] (%(filename)s %(lineno)d): %(levelname)s"
     re.compile(r"\([\w.\-/]{1,120}\.py \d{1,8}\):? ?"),
@@ -1395,12 +1400,22 @@ class Extractor:
             for k, v in r.counters.items():
                 seen.setdefault(k, []).append(v)
         moving = {k: _moving(v) for k, v in seen.items()}
+        # a line of counters alone heads the lines of metrics without counters after it: OLMo's
+        # "[step=10/1000,epoch=0]" then "    train/CrossEntropyLoss=9.362", one metric a line
+        # (olmo/train.py, log_metrics_to_console); they are at its step (place: the last step)
+        held: dict[int, frozenset[str]] = {}
+        heading: frozenset[str] = frozenset()
+        for r in records:
+            if r.counters:
+                heading = frozenset(r.counters) if not r.metrics else frozenset()
+            elif r.metrics:
+                held[id(r)] = heading
         for k in seen:
             rank = counter_rank(k)
             rank = 9 if k == "progress" else rank
             if rank is None:
                 continue
-            cover = sum(1 for r in with_metrics if k in r.counters) / len(with_metrics)
+            cover = sum(1 for r in with_metrics if k in r.counters or k in held.get(id(r), ())) / len(with_metrics)
             if cover < 0.25 and len(seen) > 1:
                 continue
             # a counter that stays put while another one moves on every line is not the step

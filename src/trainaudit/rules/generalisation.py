@@ -1,4 +1,4 @@
-"""TA3xx generalisation: overfitting."""
+"""TA3xx generalisation: overfitting, and a task too easy to be real."""
 
 from __future__ import annotations
 
@@ -266,6 +266,68 @@ class Overfitting(Rule):
         h.point("vend", v, len(v) - 1, f"last {v.name}")
         h.calc("rise", "relative rise of the validation loss", "({vend} - {vmin}) / abs({vmin})", unit="ratio")
         return h
+
+
+class TrivialTask(Rule):
+    """Detects a task with nothing to learn: the loss (training or validation) is at or below
+    ``floor`` (1e-5), yet above 0, within its first ``early`` logged points, and stays below
+    ``floor`` * 10 from there, while the training loss started at ``start`` (1e-3) or more.
+
+    Why: no real task is solved to a loss of 1e-5 within a few updates. The targets
+    are predictable without learning: every label is the same class (a label parsed from the
+    wrong part of a path), the label is inside the input (leakage), or the loss is computed over
+    nothing (all tokens masked). Accuracy reads 1.0; the model is worthless.
+
+    Fix: inspect a batch: the label distribution (``np.unique(labels, return_counts=True)``),
+    that inputs do not contain the target, and that the loss mask keeps real tokens.
+
+    Example: ``loss: 0.0116 - accuracy: 0.9904 - val_loss: 1.2626e-09 - val_accuracy: 1.0000``
+    at epoch 1, then ``loss: 5.7853e-09`` (every cifar2 label read as 0 on Windows).
+
+    A loss printed as exactly 0 is not counted: HF's Trainer prints 0.0 for a NaN loss (TA101's).
+
+    Thresholds: ``floor`` (1e-5), ``early`` points (3), ``start`` (1e-3).
+    """
+
+    id = "TA302"
+    name = "trivial-task"
+    category = Category.DATA_PIPELINE
+    severity = Severity.HIGH
+    guidance = Guidance(
+        fix="Inspect a batch: the label distribution, that no input carries its target, and that the loss mask keeps "
+            "real tokens; fix the labelling or the split.",
+        impact="A loss that falls the way a real task's does, and a validation accuracy below 1.0.",
+        verify="Print np.unique(labels, return_counts=True) over a few batches: more than one class, in the expected "
+               "proportions.")
+
+    class Params(Thresholds):
+        floor: float = 1e-5
+        early: int = 3
+        start: float = 1e-3
+
+    def check(self, ctx: Context) -> list[Hit]:
+        t = ctx.series("loss", finite=True, min_points=2)
+        if t is None or float(t.values[0]) < self.p.start:
+            return []
+        found: list[tuple[int, Series, int]] = []
+        for role in ("loss", "val_loss"):
+            s = ctx.series(role, finite=True, min_points=1)
+            if s is None:
+                continue
+            x = s.values
+            low = np.flatnonzero((x[:self.p.early] > 0) & (x[:self.p.early] <= self.p.floor))
+            if low.size and np.all((x[low[0]:] >= 0) & (x[low[0]:] <= 10 * self.p.floor)):
+                found.append((int(s.steps[low[0]]), s, int(low[0])))
+        if not found:
+            return []
+        step, s, i = min(found, key=lambda f: f[0])
+        h = self.hit(f"{s.name} is {float(s.values[i]):.3g} at step {step}, within its first {i + 1} logged point(s), "
+                     f"while {t.name} started at {float(t.values[0]):.4g}: the targets are predictable without learning "
+                     "(one class, or the label inside the input)", 0.8, metric=s.name, first_bad_step=step,
+                     last_step=int(s.steps[-1]))
+        h.point("low", s, i, f"{s.name} at step {step}")
+        h.point("start", t, 0, f"first {t.name}")
+        return [h]
 
 
 def _between_evaluations(t: Series, evals: np.ndarray) -> np.ndarray:

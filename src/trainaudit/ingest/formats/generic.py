@@ -118,6 +118,8 @@ class CsvReader(LineReader):
         header = [h.strip() for h in _split(lines[0], delim)]
         if len(header) < 2 or any(num(h) is not None for h in header) or not all(header):
             return 0.0
+        if any("=" in h or h.startswith("[") for h in header):
+            return 0.0  # a log line with commas ("[olmo.train:816, rank=0] [step=1/739328]"), not column names
         rows = [_split(ln, delim) for ln in lines[1:50]]
         good = [r for r in rows if len(r) == len(header)]
         if len(good) < max(1, len(rows) // 2):
