@@ -18,16 +18,17 @@ from trainaudit.answer.schema import Category
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "accuracy.md"
 
-# right answers out of the corpus (1112 logs: 398 with a labelled first bad step, 521 healthy). The
-# corpus grew from 192 logs to 330, to 510, to 628, to 753, to 919, to 1037, then to 1112 with logs collected without
+# right answers out of the corpus (1168 logs: 424 with a labelled first bad step, 545 healthy). The
+# corpus grew from 192 logs to 330, to 510, to 628, to 753, to 919, to 1037, to 1112, then to 1168 with logs collected without
 # running trainaudit on them (8 logs from sources kept for independent evaluation were taken out, and logs
 # typed or transcribed rather than excerpted were left out); the counts are those of today's code on them
 # (their answers before any change are in tests/corpus/prospective.json), and docs/accuracy.md shows the
 # known false alarms and unread logs.
-TOP1_FLOOR = 931
-FIRST_BAD_STEP_FLOOR = 261
-FALSE_ALARMS_CEILING = 13
-UNREAD_CEILING = 5
+TOP1_FLOOR = 979
+FIRST_BAD_STEP_FLOOR = 290
+FALSE_ALARMS_CEILING = 14
+# (the sixth: a paste of bare printed loss tensors, 'tensor(nan, device=...)', with no name or counter)
+UNREAD_CEILING = 6
 
 
 @pytest.fixture(scope="module")

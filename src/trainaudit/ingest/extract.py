@@ -395,7 +395,7 @@ def parse_line_full(text: str, asked: list[int] | None = None) -> Parsed:
                 # "Speed: 512.1 samples/sec"; but "completed step: 1, seconds: 0.631" names a value
                 last.unit = w
                 continue
-            if w.lower() in ("is", "was") and words and not assign and _next_kind(toks, i) == "num" and \
+            if w.lower() in ("is", "was") and words and not assign and _next_kind(toks, i) in ("num", "special") and \
                     any(_metric_word(x) for x in words):
                 # "avg loss so far is 0.0236", "val loss is 0.0307": the verb says what a ':' would
                 assign = True
