@@ -13,7 +13,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 from trainaudit.answer.schema import Category, Severity
 from trainaudit.model import STEP_TOTAL, EventKind, Series
 from trainaudit.rules.base import Context, Grid, Guidance, Hit, Role, Rule, Thresholds
-from trainaudit.series.roles import adversarial, norm
+from trainaudit.series.roles import adversarial, norm, validation
 from trainaudit.series.stats import downsample, first_equal_row, first_sustained, kendall_tau, monotone_tail, \
     rolling_median
 
@@ -49,6 +49,10 @@ _NUMBER_RUN = re.compile(r"\d+")  # layer indices in a gradient's name: "layers.
 # Caffe's SoftmaxWithLoss clamps the probability at FLT_MIN: -ln(FLT_MIN) = 87.3365 is the loss of a
 # diverged network (caffe/src/caffe/layers/softmax_loss_layer.cpp)
 CAFFE_CLAMP = 87.3365
+# OpenNMT-py prints its perplexity as exp(min(loss per word, 100)) (onmt/utils/statistics.py, Statistics.ppl):
+# exp(100) = 2.688e43 is a loss of 100 nats a word or more, a diverged network
+ONMT_PPL_CLAMP = math.exp(100)
+_PERPLEXITY = re.compile(r"(?:^|_)(?:ppl|perplexity)(?:_|$)")
 
 # Sizes whose ln is the loss of a uniform guess: class counts of common datasets (2..20, CIFAR-100,
 # ImageNet-1k, the 3000 SwAV prototypes) and common tokenizer vocabularies (BERT 30522, LLaMA
@@ -93,7 +97,9 @@ class Divergence(Rule):
     lowest point must triple), when it rises at every one of 5 or more points to
     ``short_rise`` times where it started, or when it is
     pinned at 87.3365, Caffe's clamp of a softmax loss whose probabilities underflowed
-    (-ln(FLT_MIN), caffe/src/caffe/layers/softmax_loss_layer.cpp).
+    (-ln(FLT_MIN), caffe/src/caffe/layers/softmax_loss_layer.cpp). So does a training perplexity
+    pinned at exp(100) = 2.688e43, OpenNMT-py's clamp of a loss of 100 nats a word or more
+    (onmt/utils/statistics.py, ``Statistics.ppl``), at any length.
 
     A short paste whose loss triples and stays there, ``jump_floor`` (1.0) or more above its lowest,
     counts from its second point: a loss near 0 jumps by multiples in healthy runs (0.02 -> 0.08), a
@@ -148,6 +154,9 @@ class Divergence(Rule):
                               "jump_floor": (0.5, 1.0, 2.0)}
 
     def check(self, ctx: Context) -> list[Hit]:
+        pinned = self._perplexity_clamp(ctx)
+        if pinned:
+            return pinned
         s = ctx.series("loss", finite=True, min_points=2)
         if s is None or adversarial(s.name):
             return []
@@ -168,6 +177,23 @@ class Divergence(Rule):
             return [] if to_nan else self._short(s, jumps=True) or self._steady(s, ctx)
         # a jump in the last few points is too short for the smoothed test: only a clear one (3x) counts
         return self._long(s) or ([] if to_nan else self._short(s, rise=2 * self.p.short_rise) or self._steady(s, ctx))
+
+    def _perplexity_clamp(self, ctx: Context) -> list[Hit]:
+        """A training perplexity pinned at OpenNMT-py's clamp, exp(100), up to its last point."""
+        for name, series in ctx.run.series.items():
+            if "@rank" in name or validation(name) or not _PERPLEXITY.search(norm(name)):
+                continue
+            f = series.finite()
+            clamp = np.flatnonzero(np.abs(f.values / ONMT_PPL_CLAMP - 1.0) < 1e-6)
+            # (one point is enough: a run starts near ln(vocabulary), some 10 nats, never at 100)
+            if clamp.size and clamp[-1] == len(f) - 1:
+                i = int(clamp[0])
+                h = self.hit(f"{f.name} is pinned at exp(100) = {ONMT_PPL_CLAMP:.4g} from step {int(f.steps[i])}: OpenNMT-py's "
+                             "clamp of a loss of 100 or more a word, the network has diverged", 0.9, metric=f.name,
+                             first_bad_step=int(f.steps[i]), last_step=int(f.steps[-1]), severity="critical")
+                h.point("clamp", f, len(f) - 1, f"{f.name} at the clamp", indices=clamp)
+                return [h]
+        return []
 
     def _long(self, s: Series) -> list[Hit]:
         st, sm, w = _smooth(s)
