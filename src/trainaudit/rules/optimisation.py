@@ -52,7 +52,7 @@ CAFFE_CLAMP = 87.3365
 # OpenNMT-py prints its perplexity as exp(min(loss per word, 100)) (onmt/utils/statistics.py, Statistics.ppl):
 # exp(100) = 2.688e43 is a loss of 100 nats a word or more, a diverged network
 ONMT_PPL_CLAMP = math.exp(100)
-_PERPLEXITY = re.compile(r"(?:^|_)(?:ppl|perplexity)(?:_|$)")
+_PERPLEXITY_WORDS = frozenset({"ppl", "perplexity"})
 
 # Sizes whose ln is the loss of a uniform guess: class counts of common datasets (2..20, CIFAR-100,
 # ImageNet-1k, the 3000 SwAV prototypes) and common tokenizer vocabularies (BERT 30522, LLaMA
@@ -181,15 +181,16 @@ class Divergence(Rule):
     def _perplexity_clamp(self, ctx: Context) -> list[Hit]:
         """A training perplexity pinned at OpenNMT-py's clamp, exp(100), up to its last point."""
         for name, series in ctx.run.series.items():
-            if "@rank" in name or validation(name) or not _PERPLEXITY.search(norm(name)):
+            if "@rank" in name or validation(name) or not _PERPLEXITY_WORDS & set(norm(name).split("_")):
                 continue
             f = series.finite()
             clamp = np.flatnonzero(np.abs(f.values / ONMT_PPL_CLAMP - 1.0) < 1e-6)
             # (one point is enough: a run starts near ln(vocabulary), some 10 nats, never at 100)
             if clamp.size and clamp[-1] == len(f) - 1:
                 i = int(clamp[0])
-                h = self.hit(f"{f.name} is pinned at exp(100) = {ONMT_PPL_CLAMP:.4g} from step {int(f.steps[i])}: OpenNMT-py's "
-                             "clamp of a loss of 100 or more a word, the network has diverged", 0.9, metric=f.name,
+                h = self.hit(f"{f.name} is pinned at {ONMT_PPL_CLAMP:.4g} from step {int(f.steps[i])}: OpenNMT-py's clamp of "
+                             "the perplexity, reached when the loss is a hundred nats a word or more: the network has diverged",
+                             0.9, metric=f.name,
                              first_bad_step=int(f.steps[i]), last_step=int(f.steps[-1]), severity="critical")
                 h.point("clamp", f, len(f) - 1, f"{f.name} at the clamp", indices=clamp)
                 return [h]
