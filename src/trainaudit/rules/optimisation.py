@@ -52,7 +52,6 @@ CAFFE_CLAMP = 87.3365
 # OpenNMT-py prints its perplexity as exp(min(loss per word, 100)) (onmt/utils/statistics.py, Statistics.ppl):
 # exp(100) = 2.688e43 is a loss of 100 nats a word or more, a diverged network
 ONMT_PPL_CLAMP = math.exp(100)
-_PERPLEXITY_WORDS = frozenset({"ppl", "perplexity"})
 
 # Sizes whose ln is the loss of a uniform guess: class counts of common datasets (2..20, CIFAR-100,
 # ImageNet-1k, the 3000 SwAV prototypes) and common tokenizer vocabularies (BERT 30522, LLaMA
@@ -181,7 +180,7 @@ class Divergence(Rule):
     def _perplexity_clamp(self, ctx: Context) -> list[Hit]:
         """A training perplexity pinned at OpenNMT-py's clamp, exp(100), up to its last point."""
         for name, series in ctx.run.series.items():
-            if "@rank" in name or validation(name) or not _PERPLEXITY_WORDS & set(norm(name).split("_")):
+            if "@rank" in name or validation(name) or not _PERPLEXITY.search(name.lower()):
                 continue
             f = series.finite()
             clamp = np.flatnonzero(np.abs(f.values / ONMT_PPL_CLAMP - 1.0) < 1e-6)
