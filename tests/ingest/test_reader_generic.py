@@ -144,3 +144,40 @@ def test_cli_parse_generic(tmp_path: Path) -> None:
     res = run_cli("parse", "--format", "csv", str(write_lines(tmp_path / "m.csv", LIGHTNING_CSV)))
     assert res.returncode == 0, res.stderr
     assert "csv" in res.stdout and "0..5" in res.stdout
+
+
+# -- pretty-printed JSON objects (a pasted excerpt of trainer_state.json) ------------------------
+
+def _trainer_state_excerpt() -> str:
+    """``log_history`` as HF's TrainerState.save_to_json writes it (``json.dumps(..., indent=2,
+    sort_keys=True)``: one key a line, ``step`` after the metrics), cut where a paste cuts it: no
+    opening brace of the document, no closing brackets."""
+    history = [{"epoch": 6.33, "learning_rate": 3.49e-05, "loss": 14.8414, "step": 500},
+               {"epoch": 6.33, "eval_loss": float("nan"), "eval_wer": 1.0, "note": "a, b", "step": 500},
+               {"epoch": 12.66, "learning_rate": 8.34e-05, "loss": 0.0, "step": 1000},
+               {"epoch": 12.66, "eval_loss": float("nan"), "eval_wer": 1.0, "note": "a, b", "step": 1000}]
+    text = json.dumps({"global_step": 1000, "log_history": history}, indent=2, sort_keys=True)
+    return "\n".join(text.splitlines()[1:-2]) + "\n"
+
+
+def test_pretty_printed_json_objects_are_one_record_each_at_their_step(tmp_path: Path) -> None:
+    path = tmp_path / "state.txt"
+    path.write_text(_trainer_state_excerpt(), encoding="utf-8")
+    run, problems = load_run([str(path)])
+    assert problems == []
+    assert run.series["loss"].steps.tolist() == [500, 1000]
+    assert run.series["loss"].values.tolist() == [14.8414, 0.0]
+    ev = run.series["eval_loss"]
+    assert ev.steps.tolist() == [500, 1000] and all(math.isnan(v) for v in ev.values)
+    assert run.series["eval_wer"].steps.tolist() == [500, 1000]
+
+
+def test_a_nested_object_is_not_read_as_a_record(tmp_path: Path) -> None:
+    """A key that opens a nested object ends the flat object: its inner keys are not the outer's."""
+    path = tmp_path / "nested.txt"
+    path.write_text('{\n  "loss": 2.5,\n  "extra": {\n    "loss": 9.0\n  },\n  "step": 10\n}\n'
+                    '{\n  "loss": 2.25,\n  "step": 20\n}\n', encoding="utf-8")
+    run, _ = load_run([str(path)])
+    assert run.series["loss"].steps.tolist()[-1] == 20
+    assert run.series["loss"].values.tolist()[-1] == 2.25
+    assert 9.0 not in run.series["loss"].values.tolist()

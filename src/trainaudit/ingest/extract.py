@@ -1225,6 +1225,8 @@ class Extractor:
         self.vertical = False  # such a table was read: its rows are one record, never placed in bulk
         self.block_sections: list[str] = []  # the nested keys open in a Ray Tune result block (_result_row)
         self.in_result = False  # reading the "  key: value" lines of a "Result for <trial>:" block
+        self.in_object = False  # reading the '"key": value,' lines of a pretty-printed JSON object (_object_row)
+        self.nested = 0  # how deep inside such an object's nested objects and arrays the line is
         self.bar_total: dict[str, float] = {}  # a rate's key -> the longest progress bar that printed it so far
 
     def feed(self, text: str, no: int, rank: int | None) -> list[tuple[int, Record]]:
@@ -1237,6 +1239,10 @@ class Extractor:
                 done = self._feed_block()
             if self._result_row(text, no, rank):
                 return done
+        if self.in_object or text.lstrip().startswith(("{", "}")):
+            placed = self._object_row(text, no, rank)
+            if placed is not None:
+                return done + placed
         out = done + (self._feed_block() if self.block is not None else [])
         rec = record_of(text, no, rank, self.table)
         if rec is None or not self.main_bar(rec):
@@ -1363,9 +1369,60 @@ class Extractor:
         self.block.line = no
         return True
 
+    _OBJECT_ROW = re.compile(r'\s{0,40}"([^"]{1,120})": ?(.{1,200})')
+
+    def _object_row(self, text: str, no: int, rank: int | None) -> list[tuple[int, Record]] | None:
+        """A line of a pretty-printed JSON object of numbers, one record per object, as a pasted
+        excerpt of ``trainer_state.json``'s ``log_history`` shows it (json.dumps with ``indent=2``
+        puts every key on its own line, and sorts ``step`` after the metrics)::
+
+            {
+              "epoch": 6.33,
+              "eval_loss": NaN,
+              "step": 500
+            },
+
+        A nested object after the record's first numbers is skipped whole (its keys are not the
+        record's); an array, or an object as the first value, makes the object a container. Returns the records
+        placed when the line was taken (the object's closing brace places it), None when the line is
+        not such a row: the object ends there, and the line is read as any other."""
+        body = text.strip()
+        if self.nested:
+            self.nested += body.endswith(("{", "[")) - body.startswith(("}", "]"))
+            return []
+        if body in ("{", "},{", "}, {"):
+            done = self._feed_block() if self.block is not None else []
+            self.block, self.in_object, self.vertical = Record(no, rank, {}, {}, {}), True, True
+            return done
+        if not self.in_object:
+            return None
+        if body in ("}", "},"):
+            return self._feed_block()
+        m = self._OBJECT_ROW.fullmatch(text.rstrip())
+        if m is None or self.block is None:
+            self.in_object = False  # what the object held so far is its record (a paste cut inside it)
+            return None
+        value = m.group(2).removesuffix(",").strip()
+        if value == "{" and (self.block.metrics or self.block.counters):
+            self.nested = 1
+            return []
+        if value in ("{", "["):
+            # a container, not a record: a list of records (``"log_history": [``), each of its objects one,
+            # or an object of objects (a golden-values file's ``"lm loss": {``), whose lines are read as any other
+            self.block, self.in_object = None, False
+            return []
+        key, v = m.group(1), number(value)
+        if v is not None:
+            if counter_rank(key) is not None and math.isfinite(v) and v >= 0:
+                self.block.counters.setdefault(key.lower(), v)
+            else:
+                self.block.metrics[key] = v
+            self.block.line = no
+        return []
+
     def _feed_block(self) -> list[tuple[int, Record]]:
         rec, self.block, self.block_section = self.block, None, ""
-        self.in_result = False
+        self.in_result = self.in_object = False
         if rec is None or not (rec.metrics or rec.counters):
             return []
         return self._feed(rec)

@@ -108,10 +108,13 @@ class Overfitting(Rule):
     def _after_minimum(self, v: Series, t: Series) -> list[Hit]:
         x = v.values
         sm = rolling_median(x, 3) if len(v) >= 7 else x
-        j = int(np.argmin(sm))
-        if len(v) - 1 - j < self.p.min_after or x[j] <= 0:
+        # the raw minimum next to the smoothed one; where the smoothed curve ties (its edges copy the
+        # nearest full window) every tied index is a candidate, not only the first
+        tied = np.flatnonzero(sm == sm.min())
+        lo, hi = max(0, int(tied[0]) - 1), int(tied[-1]) + 2
+        jmin = lo + int(np.argmin(x[lo:hi]))
+        if len(v) - 1 - jmin < self.p.min_after or x[jmin] <= 0:
             return []
-        jmin = j - 1 + int(np.argmin(x[max(0, j - 1): j + 2])) if j > 0 else int(np.argmin(x[:2]))
         vmin = float(x[jmin])
         if vmin <= 0:  # a loss of zero (or -0.0) has no relative rise
             return []
