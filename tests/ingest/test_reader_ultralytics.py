@@ -86,3 +86,25 @@ def test_cli_parse_ultralytics(tmp_path: Path) -> None:
     res = run_cli("parse", str(write_lines(tmp_path / "results.csv", CSV_83)))
     assert res.returncode == 0, res.stderr
     assert "ultralytics" in res.stdout and "1..49" in res.stdout
+
+
+RESULTS_TXT = sample_block("ultralytics.txt", "yolov7/issues/741")
+
+
+def test_yolov5_style_results_txt_without_header(tmp_path: Path) -> None:
+    """YOLOv5/YOLOv7 train.py's results.txt: named by position as the script writes it, step = the epoch printed."""
+    path = write_lines(tmp_path / "results.txt", RESULTS_TXT)
+    assert _detected(path) == "ultralytics"
+    run = _load(path)
+    total = run.series["train/total_loss"]
+    assert total.steps.tolist() == [0, 1, 2, 3, 4, 5]
+    assert total.values.tolist() == [0.06724, 0.05241, 0.05253, 0.05176, 0.06077, 0.05782]
+    assert run.series["metrics/mAP_0.5"].value_at(4) == 0.0
+    assert run.series["val/obj_loss"].value_at(4) == 0.09118
+    assert run.series["GPU_mem"].value_at(0) == 11.8
+
+
+def test_results_txt_row_with_bolded_cells_as_pasted(tmp_path: Path) -> None:
+    row = RESULTS_TXT[0].replace("0.9422", "**0.9422**")
+    run = _load(write_lines(tmp_path / "results.txt", [row]))
+    assert run.series["metrics/precision"].value_at(0) == 0.9422

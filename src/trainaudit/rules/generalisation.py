@@ -10,6 +10,7 @@ import numpy as np
 from trainaudit.answer.schema import Category, Severity
 from trainaudit.model import Series
 from trainaudit.rules.base import Context, Grid, Guidance, Hit, Rule, Thresholds
+from trainaudit.rules.optimisation import accuracies
 from trainaudit.series.stats import kendall_tau, monotone_tail, rolling_median
 
 
@@ -287,7 +288,8 @@ class TrivialTask(Rule):
     Example: ``loss: 0.0116 - accuracy: 0.9904 - val_loss: 1.2626e-09 - val_accuracy: 1.0000``
     at epoch 1, then ``loss: 5.7853e-09`` (every cifar2 label read as 0 on Windows).
 
-    A loss printed as exactly 0 is not counted: HF's Trainer prints 0.0 for a NaN loss (TA101's).
+    A loss printed as exactly 0 is not counted (HF's Trainer prints 0.0 for a NaN loss: TA101's), unless
+    an accuracy printed at the same step is 100 %.
 
     Thresholds: ``floor`` (1e-5), ``early`` points (3), ``start`` (1e-3).
     """
@@ -318,7 +320,10 @@ class TrivialTask(Rule):
             if s is None:
                 continue
             x = s.values
-            low = np.flatnonzero((x[:self.p.early] > 0) & (x[:self.p.early] <= self.p.floor))
+            # an exact 0 counts where an accuracy printed at the same step is 100 %: NaN logits score no such
+            # accuracy, so that 0 is a real one
+            real = (x[:self.p.early] > 0) | ((x[:self.p.early] == 0) & _perfect(ctx, s.steps[:self.p.early]))
+            low = np.flatnonzero(real & (x[:self.p.early] <= self.p.floor))
             if low.size and np.all((x[low[0]:] >= 0) & (x[low[0]:] <= 10 * self.p.floor)):
                 found.append((int(s.steps[low[0]]), s, int(low[0])))
         if not found:
@@ -331,6 +336,14 @@ class TrivialTask(Rule):
         h.point("low", s, i, f"{s.name} at step {step}")
         h.point("start", t, 0, f"first {t.name}")
         return [h]
+
+
+def _perfect(ctx: Context, steps: np.ndarray) -> np.ndarray:
+    """Which of ``steps`` an accuracy the log prints is 100 % at."""
+    out = np.zeros(steps.size, dtype=bool)
+    for acc, frac in accuracies(ctx):
+        out |= np.isin(steps, acc.steps[frac >= 1.0])
+    return out
 
 
 def _between_evaluations(t: Series, evals: np.ndarray) -> np.ndarray:

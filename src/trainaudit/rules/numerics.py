@@ -433,7 +433,9 @@ def _scale_from_events(events: list[Event]) -> list[tuple[Event, float]]:
     out = []
     memo: dict[bytes, tuple[int, int] | None] = {}
     for e in events:
-        v = e.data.get("new_scale", e.data.get("scale"))
+        # the scale after the event (DeepSpeed's reader: "new", the scale it was reduced to, or kept by
+        # hysteresis), not the attempted one the raw line names first
+        v = e.data.get("new_scale", e.data.get("scale", e.data.get("new")))
         if v is None:
             v = _scale_text(e.raw, memo)
             if v is None:

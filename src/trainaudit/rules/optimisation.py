@@ -486,6 +486,9 @@ class NotLearning(Rule):
             return []
         if len(s) < self.p.min_points:
             return self._short(ctx, s)
+        pinned = self._pinned_at_uniform(s)
+        if pinned:
+            return pinned
         head, tail = _head_tail(s.values)
         if head == 0:
             return []
@@ -529,6 +532,27 @@ class NotLearning(Rule):
         h.point("tail", s, len(s) - 1, f"{s.name} over the last {k} logged points", indices=np.arange(len(s) - k, len(s)))
         h.calc("improvement", "relative improvement of the loss, first 10% vs last 10%",
                "(median({head}) - median({tail})) / abs(median({head}))", unit="ratio")
+        return [h]
+
+    def _pinned_at_uniform(self, s: Series) -> list[Hit]:
+        """The loss equal to every printed digit over the last half of its points or more
+        (``min_points`` at least), at ln(C) of a common class count (within ``pinned_tol``): the
+        network outputs the same uniform guess for every input, whatever it did before it (a loss
+        that swings for a few steps and then locks at ln 2 = 0.6931 has died, not converged)."""
+        x = s.values
+        same = _still_tail(x)
+        if same < max(self.p.min_points, len(x) // 2):
+            return []
+        c = uniform_size(x[-same:], self.p.pinned_tol)
+        if c is None or c > self.p.max_classes:
+            return []
+        start = len(x) - same
+        h = self.hit(f"{s.name} is {float(x[-1]):.6g} to every printed digit over its last {same} logged points, "
+                     f"which is ln({c}) = {math.log(c):.4g}: the loss of a uniform guess over {c} classes",
+                     0.85, metric=s.name, first_bad_step=int(s.steps[start]), last_step=int(s.steps[-1]),
+                     severity="high", data={"uniform": math.log(c)})
+        h.point("flat", s, len(x) - 1, f"{s.name} over the identical points", indices=np.arange(start, len(x)))
+        h.calc("median", f"median {s.name} over the identical points", "median({flat})")
         return [h]
 
     def _at_chance(self, ctx: Context, x: np.ndarray) -> tuple[int, Series] | None:
@@ -576,7 +600,7 @@ class NotLearning(Rule):
             start = len(x) - len(body)
             spread = (float(body.max()) - float(body.min())) / max(abs(float(np.median(body))), 1e-12)
             # any accuracy the log prints (MLM_acc, top1, val_acc) stuck at chance
-            acc = next((a for a, _ in _accuracies(ctx) if float(np.max(a.values)) <= self.p.chance_acc), None)
+            acc = next((a for a, _ in accuracies(ctx) if float(np.max(a.values)) <= self.p.chance_acc), None)
             chance = acc is not None
             # the same value to every printed digit (or within ``pinned_spread`` of it: 1535.6199,
             # 1535.6196, 1535.6337), again and again: the weights do not change
@@ -644,7 +668,7 @@ def _printed_digits(v: float) -> int:
 _ERROR_RATE = re.compile(r"(?:^|_)(?:wer|cer)(?:_|$)")
 
 
-def _accuracies(ctx: Context) -> list[tuple[Series, np.ndarray]]:
+def accuracies(ctx: Context) -> list[tuple[Series, np.ndarray]]:
     """Every accuracy the log prints (a name with "acc", not a per-rank copy) with points: its finite
     points, and their values as fractions (a value above 1 says the series is in %)."""
     out = []
@@ -661,7 +685,7 @@ def _accuracy_above_chance(ctx: Context, classes: int) -> bool:
     well above the 1/C of a uniform guess over ``classes``: then a loss that happens to sit near ln(C)
     is no uniform guess (training with mixup and label smoothing ends near 2.5 = ln(12) on ImageNet)."""
     chance = 1.0 / classes
-    return any(float(np.max(v)) >= chance + 0.25 * (1.0 - chance) for _, v in _accuracies(ctx))
+    return any(float(np.max(v)) >= chance + 0.25 * (1.0 - chance) for _, v in accuracies(ctx))
 
 
 def _accuracy_learns(ctx: Context, cut: float = 0.25) -> bool:
@@ -669,7 +693,7 @@ def _accuracy_learns(ctx: Context, cut: float = 0.25) -> bool:
     while its error, 1 - accuracy, falls by ``cut`` or more from its first point to the median of its
     last three: the model learns, however flat the loss is (a loss dominated by a term that barely
     moves, such as the KL term of Bayes by backprop)."""
-    for _, v in _accuracies(ctx):
+    for _, v in accuracies(ctx):
         first, last = 1.0 - float(v[0]), 1.0 - float(np.median(v[-3:]))
         if v.size >= 4 and first > 0 and (first - last) / first >= cut and kendall_tau(v) >= 0.5:
             return True
@@ -680,7 +704,7 @@ def _accuracy_at_chance(ctx: Context, classes: int) -> Series | None:
     """The first accuracy the log prints when every one of them sits within half of 1/C of the 1/C of a
     uniform guess over ``classes`` on all its points (2 at least), else None."""
     chance = 1.0 / classes
-    accs = _accuracies(ctx)
+    accs = accuracies(ctx)
     if not accs or any(v.size < 2 or float(np.max(np.abs(v - chance))) > 0.5 * chance for _, v in accs):
         return None
     return accs[0][0]

@@ -1067,6 +1067,12 @@ def _explained(e: Event) -> bool:
     return known is not None and known.category not in (None, Category.CRASH)
 
 
+def _waiting_for_data(tb: Event) -> bool:
+    """The traceback's deepest frames are the DataLoader's queue and poll: the process was waiting for a batch."""
+    deepest = [str(f.get("file", "")).replace("\\", "/") for f in (tb.data.get("frames") or [])[-3:]]
+    return bool(deepest) and all(any(w in f for w in _WAITING_FOR_DATA) for f in deepest)
+
+
 def _follows(tb: Event, known: list[Event], lines: int = 40) -> bool:
     """The traceback comes right after a known fatal message of another kind in the same file (a
     data-loader timeout logged, then the traceback it raises)."""
@@ -1122,6 +1128,10 @@ class Crash(Rule):
     "Waiting in store based barrier" lines, died while the process group was forming: a
     distributed failure (a rank that never joined), not a crash of its own.
 
+    A ``KeyboardInterrupt`` is a person stopping the run (Ctrl-C): it, the other ranks' tracebacks at
+    the same step and whatever the launcher prints after it are not a crash, unless the process was
+    waiting for a batch from the DataLoader when it was stopped (a stalled input pipeline).
+
     Example: ``RuntimeError: shape '[4, -1]' is invalid for input of size 30`` from
     ``train.py:88 in forward``.
     """
@@ -1148,6 +1158,14 @@ class Crash(Rule):
                and not any(g.source == e.source and 0 < g.line - e.line <= 3 for g in checks)]
         sigs = [e for e in ctx.events(EventKind.SIGNAL) if e.data.get("signal") != 9]  # SIGKILL: host OOM (TA402)
         fatal = [e for e in ctx.events(EventKind.ERROR) if e.data.get("fatal") and e not in known]
+        stop = next((e for e in tbs if e.message == "KeyboardInterrupt" and not _waiting_for_data(e)), None)
+        if stop is not None:
+            # Ctrl-C: a person stopped the run. The other ranks' tracebacks of the same shutdown and what
+            # the launcher prints while it kills them are its echo, not a crash (a stop that waited on the
+            # DataLoader is kept: that is a stalled input pipeline)
+            at = ctx.step_of(stop)
+            tbs, sigs, fatal = ([e for e in evs if e.source != stop.source or (e.line < stop.line and ctx.step_of(e) != at)]
+                                for evs in (tbs, sigs, fatal))
         if not tbs and not sigs and not fatal:
             return []
         e = tbs[-1] if tbs else sigs[0] if sigs else fatal[0]
@@ -1155,8 +1173,7 @@ class Crash(Rule):
         msg = f"the run crashed: {e.message}"
         if frames:
             msg += f" (in user code at {frames[-1]})"
-        deepest = [str(f.get("file", "")).replace("\\", "/") for f in (e.data.get("frames") or [])[-3:]]
-        waiting = bool(tbs) and bool(deepest) and all(any(w in f for w in _WAITING_FOR_DATA) for f in deepest)
+        waiting = bool(tbs) and _waiting_for_data(e)
         if waiting:
             msg = ("the run died waiting for a batch from the DataLoader (the deepest frames are the loader's queue "
                    "and poll): the input pipeline stalled")

@@ -12,6 +12,15 @@ Console (``progress_string`` header, then one tqdm bar per epoch)::
                      Class     Images  Instances      Box(P          R      mAP50  mAP50-95): 100%|...
                        all        722       1444      0.989       0.99      0.993      0.681
 
+YOLOv5 / YOLOv7 ``results.txt`` (their ``train.py``, before results.csv): no header, one row per
+epoch, the console's training columns then the validation's seven::
+
+     4/19  22.1G  0.03463  0.01642  0.009719  0.06077  135  640  0  0  0  0  0.09495  0.09118  0.03496
+
+``s + '%10.4g' * 7 % results``: epoch/last epoch, GPU memory, box, obj, cls and total loss, targets, image
+size, then P, R, mAP@.5, mAP@.5:.95 and the validation box, obj and cls losses, named as the same
+script's TensorBoard tags (the total as ``train/total_loss``). Step = the epoch as printed (0-based).
+
 Step = the printed epoch (1-based). A row seen without its header (a log cut at the top) is
 named by the detect/segment/pose trainers' column layout of the same width. Columns are named after the header (``GPU_mem`` in GB); the
 ``all`` row of the validation that follows becomes ``metrics/precision(B)``, ``metrics/recall(B)``,
@@ -40,6 +49,11 @@ ALL_RE = re.compile(r"^\s*all\s+(.*\S)\s*$")
 NC_RE = re.compile(r"Overriding model\.yaml nc=\d+ with nc=(\d+)")
 # A console row even without its header (a log cut at the top): "21/55  9.95G  -0.2338 ... 640: 100%|".
 BARE_ROW_RE = re.compile(r"^\s*\d+/\d+\s+[\d.]+[GM]\s+(?:-?[\d.]+(?:e[-+]?\d+)?\s+|nan\s+|inf\s+)+\d+:\s*\d+%")
+# A results.txt row: epoch/last, GPU memory, then 13 numbers (a paste may bold some: "**0.5574**")
+_CELL = r"\*{0,2}(?:-?\d+(?:\.\d*)?(?:e[-+]?\d+)?|nan|inf)\*{0,2}"
+RESULTS_ROW_RE = re.compile(r"^\s*(\d+)/(\d+)\s+(\d+(?:\.\d+)?[GM]?)((?:\s+" + _CELL + r"){13})\s*$")
+RESULTS_COLS = ["train/box_loss", "train/obj_loss", "train/cls_loss", "train/total_loss", "targets", "img_size", "metrics/precision", "metrics/recall",
+                "metrics/mAP_0.5", "metrics/mAP_0.5:0.95", "val/box_loss", "val/obj_loss", "val/cls_loss"]
 # Without a header the columns follow from their count (detect, segment, pose trainers' loss names).
 DEFAULT_COLS = {
     6: ["GPU_mem", "box_loss", "cls_loss", "dfl_loss", "Instances", "Size"],
@@ -76,7 +90,7 @@ def _val_names(header: str) -> list[str]:
 class UltralyticsReader(LineReader):
     name = "ultralytics"
     kind = SourceKind.METRICS
-    description = "Ultralytics YOLO results.csv (8.0.x padded and 8.3+) and console epoch table"
+    description = "Ultralytics YOLO results.csv (8.0.x padded and 8.3+), console epoch table, YOLOv5/v7 results.txt"
 
     def sniff(self, sample: Sample) -> float:
         first = next((ln for ln in sample.lines if ln.strip()), "")
@@ -84,7 +98,7 @@ class UltralyticsReader(LineReader):
             return 0.95
         if any(HEADER_RE.match(ln) for ln in sample.lines):
             return 0.9
-        if any(BARE_ROW_RE.match(ln) for ln in sample.lines):
+        if any(BARE_ROW_RE.match(ln) or RESULTS_ROW_RE.match(ln) for ln in sample.lines):
             return 0.8
         return 0.0
 
@@ -147,6 +161,18 @@ class UltralyticsReader(LineReader):
                 v = num(cell)
                 if v is not None:
                     sink.add(name, state["epoch"], v, line.no, line.rank)
+            return
+        r = RESULTS_ROW_RE.match(text) if state["cols"] is None else None
+        if r is not None:
+            epoch = int(r.group(1))
+            state["epoch"] = epoch
+            mem = num(r.group(3), units=True)
+            if mem is not None:
+                sink.add("GPU_mem", epoch, mem, line.no, line.rank)
+            for name, cell in zip(RESULTS_COLS, r.group(4).split()):
+                v = num(cell.strip("*"))
+                if v is not None:
+                    sink.add(name, epoch, v, line.no, line.rank)
             return
         m = ROW_RE.match(text)
         if not m:
