@@ -1,8 +1,9 @@
-"""TA3xx generalisation: overfitting, and a task too easy to be real."""
+"""TA3xx generalisation: overfitting, a task too easy to be real, and boxes that never reach the loss."""
 
 from __future__ import annotations
 
 import itertools
+import re
 from typing import ClassVar
 
 import numpy as np
@@ -11,6 +12,7 @@ from trainaudit.answer.schema import Category, Severity
 from trainaudit.model import Series
 from trainaudit.rules.base import Context, Grid, Guidance, Hit, Rule, Thresholds
 from trainaudit.rules.optimisation import accuracies
+from trainaudit.series.roles import norm
 from trainaudit.series.stats import kendall_tau, monotone_tail, rolling_median
 
 
@@ -336,6 +338,71 @@ class TrivialTask(Rule):
         h.point("low", s, i, f"{s.name} at step {step}")
         h.point("start", t, 0, f"first {t.name}")
         return [h]
+
+
+# a detector's box-regression losses: mmdetection's loss_bbox / loss_rpn_bbox, detectron2's loss_box_reg /
+# loss_rpn_loc, torchvision's loss_box_reg / loss_rpn_box_reg, YOLO's box_loss
+_BOX_LOSS = re.compile(r"(?:^|[._/ ])(?:loss_(?:rpn_)?(?:bbox|box_reg|loc)|loss_rpn_box_reg|box_loss)$")
+_CLS_LOSS = re.compile(r"(?:^|[._/ ])(?:loss_(?:rpn_)?cls|loss_classifier|loss_objectness|cls_loss|obj_loss)$")
+
+
+class NoBoxes(Rule):
+    """Detects a detector that never sees a ground-truth box: every box-regression loss the log
+    prints (``loss_bbox``, ``loss_rpn_bbox``, ``loss_box_reg``, ``box_loss``...) is exactly 0 at
+    every logged step (``min_points`` or more), while a classification loss at the same steps is not.
+
+    Why: a detector's box loss is averaged over the proposals matched to a ground-truth box
+    (mmdetection's bbox head returns ``loss_bbox`` beside ``loss_cls``,
+    https://github.com/open-mmlab/mmdetection/blob/v2.22.0/docs/en/conventions.md); with no box in
+    any image, nothing is matched, every proposal is background, the box loss is 0 and the
+    classifier learns to say "background" (its accuracy climbs to 100 %). The annotations were
+    dropped: class names in the config that match none of the dataset's, empty or misplaced label
+    files, boxes filtered out as invalid.
+
+    Fix: check that the dataset's class names (mmdetection's ``metainfo``/``classes``) match the
+    annotation file's categories, that label files are found, and count the boxes of one batch.
+
+    Example: ``loss_rpn_cls: 0.2651, loss_rpn_bbox: 0.0000, loss_cls: 0.4077, acc: 91.1543,
+    loss_bbox: 0.0000`` at iteration 50, and the same zeros at every iteration after it.
+
+    Thresholds: ``min_points`` logged points of each box loss (2).
+    """
+
+    id = "TA303"
+    name = "no-ground-truth-boxes"
+    category = Category.DATA_PIPELINE
+    severity = Severity.HIGH
+    guidance = Guidance(
+        fix="Check that the dataset's class names match the annotation file's categories, that the label files are "
+            "found, and that no box is filtered out as invalid; count the boxes of one batch.",
+        impact="Non-zero box-regression losses that fall as training goes on.",
+        verify="Print the number of ground-truth boxes in a few batches, and check loss_bbox is above 0 from the "
+               "first iteration.")
+
+    class Params(Thresholds):
+        min_points: int = 2
+
+    def check(self, ctx: Context) -> list[Hit]:
+        boxes = [s.finite() for n, s in ctx.run.series.items() if "@rank" not in n and _BOX_LOSS.search(norm(n))]
+        if not boxes or any(len(b) < self.p.min_points or np.any(b.values != 0.0) for b in boxes):
+            return []
+        steps = np.unique(np.concatenate([b.steps for b in boxes]))
+        for n, s in ctx.run.series.items():
+            if "@rank" in n or not _CLS_LOSS.search(norm(n)):
+                continue
+            at = np.flatnonzero(np.isin(s.steps, steps) & np.isfinite(s.values) & (s.values > 0))
+            if at.size:
+                first = min(boxes, key=lambda b: int(b.steps[0]))
+                i = int(at[0])
+                names = ", ".join(b.name for b in boxes)
+                h = self.hit(f"{names} {'is' if len(boxes) == 1 else 'are'} exactly 0 at every logged step from step "
+                             f"{int(first.steps[0])}, while {s.name} is {float(s.values[i]):.4g} at step {int(s.steps[i])}: "
+                             "no ground-truth box reaches the box losses (the annotations were dropped)", 0.75,
+                             metric=first.name, first_bad_step=int(first.steps[0]), last_step=int(first.steps[-1]))
+                h.point("box", first, 0, f"{first.name} at its first logged step", indices=np.arange(len(first)))
+                h.point("cls", s, i, f"{s.name} at step {int(s.steps[i])}")
+                return [h]
+        return []
 
 
 def _perfect(ctx: Context, steps: np.ndarray) -> np.ndarray:
