@@ -117,6 +117,9 @@ class Divergence(Rule):
     One player's loss in a GAN (``d_loss``, ``g_loss``, ``Loss_D``) is not looked at: it trades
     against the other player's, so a rise is no divergence.
 
+    When the validation loss left its best (``rel`` above it, at every evaluation from there) before
+    the training loss did, the first bad step is that evaluation's.
+
     Thresholds: ``rel`` rise above the best smoothed loss (0.3 = 30%), ``range_frac`` the rise
     must also be this fraction of the improvement made so far (0.25; avoids flagging relative
     noise of a loss near 0), ``sustain`` fraction of later points that stay up (0.8),
@@ -173,9 +176,36 @@ class Divergence(Rule):
         raw = ctx.run.series[s.name].values
         to_nan = not np.isfinite(raw[-1])
         if len(s) < self.p.min_points:
-            return [] if to_nan else self._short(s, jumps=True) or self._steady(s, ctx)
-        # a jump in the last few points is too short for the smoothed test: only a clear one (3x) counts
-        return self._long(s) or ([] if to_nan else self._short(s, rise=2 * self.p.short_rise) or self._steady(s, ctx))
+            hits = [] if to_nan else self._short(s, jumps=True) or self._steady(s, ctx)
+        else:
+            # a jump in the last few points is too short for the smoothed test: only a clear one (3x) counts
+            hits = self._long(s) or ([] if to_nan else self._short(s, rise=2 * self.p.short_rise) or self._steady(s, ctx))
+        return self._validation_first(ctx, hits)
+
+    def _validation_first(self, ctx: Context, hits: list[Hit]) -> list[Hit]:
+        """A divergence of the training loss that the validation loss showed earlier: the first evaluation
+        from which the validation loss stays ``rel`` or more above its best before it (every later one too)
+        is the first bad step when it comes before the training loss's. An evaluation averages a whole
+        set: it shows a network pushed off its minimum by a too-high learning rate at once, where the
+        epoch's mean training loss still carries the good batches before the push."""
+        v = ctx.series("val_loss", finite=True, min_points=3)
+        if not hits or v is None or hits[0].first_bad_step is None:
+            return hits
+        x = v.values
+        best = np.minimum.accumulate(x)
+        up = x[1:] >= (1 + self.p.rel) * best[:-1]
+        stays = np.flip(np.logical_and.accumulate(np.flip(up)))  # up there and at every evaluation after it
+        if not stays.any():
+            return hits
+        i = 1 + int(np.argmax(stays))
+        if int(v.steps[i]) < hits[0].first_bad_step and x[i - 1] > 0:
+            h = hits[0]
+            h.first_bad_step = int(v.steps[i])
+            h.message += (f"; {v.name} showed it first, {float(x[i]):.4g} at step {int(v.steps[i])} against its best "
+                          f"{float(best[i - 1]):.4g} before it")
+            h.point("val_first", v, i, f"{v.name} at the first evaluation that stays above its best")
+            h.point("val_best", v, int(np.argmin(x[:i])), f"best {v.name} before it")
+        return hits
 
     def _perplexity_clamp(self, ctx: Context) -> list[Hit]:
         """A training perplexity pinned at OpenNMT-py's clamp, exp(100), up to its last point."""
