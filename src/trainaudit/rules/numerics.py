@@ -505,6 +505,9 @@ class LossScaleCollapse(Rule):
     quarter that were skipped (0.5), ``chain`` overflows in a row, each reducing the scale again, down to
     ``chain_scale`` or less (5, 128: far below where a healthy fp16 run's scale settles; a short
     paste shows nothing else).
+
+    Overflow lines that print no step (DeepSpeed's ``OVERFLOW! Rank 0 Skipping step``) are placed by the
+    skipped counter of the step line after them (``step=90, skipped=7``): the last steps up to it.
     """
 
     id = "TA104"
@@ -618,7 +621,32 @@ class LossScaleCollapse(Rule):
                              first_bad_step=ctx.step_of(e), last_step=ctx.step_of(e), fatal=True)
                 h.ev("min", e, "minimum loss scale reached")
                 hits.append(h)
+        if hits and any(e.data.get("step_estimated") for e in ctx.events(EventKind.LOSS_SCALE)):
+            self._at_logged_step(hits[0], sk)
         return hits
+
+    @staticmethod
+    def _at_logged_step(h: Hit, sk: Series | None) -> None:
+        """An overflow line names no step (DeepSpeed's ``OVERFLOW! Rank 0 Skipping step``): its step was
+        estimated, counting on from the step line before it. The step line after the overflows counts them
+        (``step=120, skipped=4``; a skipped step is a step: deepspeed/runtime/engine.py ``_take_model_step``
+        adds to ``skipped_steps`` on overflow, then to ``global_steps`` either way): in a collapse every step
+        overflows, so they are the last steps up to that line (117 to 120)."""
+        if sk is None or h.first_bad_step is None or len(sk) < 2:
+            return
+        grew = np.flatnonzero(np.diff(sk.values) > 0) + 1
+        at = grew[sk.steps[grew] >= h.first_bad_step]
+        if not at.size:
+            return
+        i = int(at[0])
+        k = int(sk.values[i] - sk.values[i - 1])
+        start = max(int(sk.steps[i]) - k + 1, int(sk.steps[i - 1]) + 1)
+        h.first_bad_step = start
+        h.message += (f" (the overflow lines print no step; {sk.name} grows by {k} to step {int(sk.steps[i])}: "
+                      f"overflowing at every step, from step {start})")
+        h.point("skipped_before", sk, i - 1, f"{sk.name} at the step line before the overflows")
+        h.point("skipped", sk, i, f"{sk.name} at the first step line that counts the skipped steps")
+        h.calc("skips", "steps skipped between the two step lines", "{skipped} - {skipped_before}", unit="steps")
 
     def _dead(self, s: Series | None, overflow: list[tuple[Event, float]]) -> list[Hit]:
         """A loss scale at or below ``dead_scale``, from any number of points: no dynamic scaler starts
