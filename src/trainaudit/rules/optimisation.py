@@ -117,6 +117,9 @@ class Divergence(Rule):
     One player's loss in a GAN (``d_loss``, ``g_loss``, ``Loss_D``) is not looked at: it trades
     against the other player's, so a rise is no divergence.
 
+    A rise short of doubling that stays within ``noise_z`` (3) robust standard deviations of the loss's
+    point-to-point noise is not one: a small batch's noise lifts a short log's tail that much.
+
     When the validation loss left its best (``rel`` above it, at every evaluation from there) before
     the training loss did, the first bad step is that evaluation's.
 
@@ -150,10 +153,11 @@ class Divergence(Rule):
         steady_max_points: int = 30
         trend_max_points: int = 200
         jump_floor: float = 1.0
+        noise_z: float = 3.0
 
     grid: ClassVar[Grid] = {"rel": (0.15, 0.2, 0.3, 0.5), "short_rise": (1.2, 1.5, 2.0, 3.0), "min_points": (6, 8, 10, 12),
                               "steady_rises": (4, 5, 6), "steady_rel": (0.05, 0.1, 0.2), "steady_tau": (0.6, 0.7, 0.8),
-                              "jump_floor": (0.5, 1.0, 2.0)}
+                              "jump_floor": (0.5, 1.0, 2.0), "noise_z": (2.0, 3.0, 4.0)}
 
     def check(self, ctx: Context) -> list[Hit]:
         pinned = self._perplexity_clamp(ctx)
@@ -249,6 +253,13 @@ class Divergence(Rule):
                 i -= 1
         end = float(np.median(s.values[-max(3, len(s) // 20):]))
         ratio = end / best_v
+        # a rise short of doubling, against the loss's own point-to-point noise (robust, per point): the noise
+        # of a small batch lifts a short log's tail by 1.4x as easily as a divergence does, never by
+        # ``noise_z`` sigmas
+        d = np.diff(s.values)
+        sigma = 1.4826 * float(np.median(np.abs(d - np.median(d)))) / np.sqrt(2.0)
+        if ratio < 2 and end - best_v < self.p.noise_z * sigma:
+            return []
         sev = "critical" if ratio >= 2 else "high"
         msg = (f"{s.name} diverged from step {int(s.steps[i])}: best (smoothed) {best_v:.4g} at step {int(st[jb])}, "
                f"ends at {end:.4g} ({ratio:.2f}x) and does not come back")
