@@ -12,6 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from harness import run
+from shared_data import run_cli
 from trainaudit.llm.verify import numbers_in
 
 EDGES = ["1e308", "-1e308", "5e-324", "-5e-324", "-0.0", "0.0", "inf", "-inf", "nan", "1e999", "-1e999",
@@ -107,3 +108,15 @@ def test_series_beyond_the_cap_are_counted_and_left_out(tmp_path: Path, monkeypa
     assert "150 value(s) of series beyond the first 50 left out" in out.stderr
     assert "50 metrics" in out.stdout
 
+
+
+def test_no_floating_point_note_reaches_the_terminal(tmp_path: Path) -> None:
+    """Values that overflow a division (1e300 / 1e-300) are read and diagnosed; numpy's RuntimeWarning about
+    them is no message for the user (it names a library file of the machine that ran it)."""
+    (tmp_path / "ext.log").write_text("".join(f"step {i} loss {v} grad_norm {g} data_time {v} step_time {g}\n"
+                                              for i, (v, g) in enumerate([("1e300", "1e-300"), ("1e300", "1e300"),
+                                                                          ("2.0", "0"), ("1e-300", "1e308"),
+                                                                          ("1e308", "1e-308")] * 3, 1)))
+    proc = run_cli("diagnose", "ext.log", "-o", "out", cwd=tmp_path)
+    assert proc.returncode in (0, 1), proc.stderr
+    assert "RuntimeWarning" not in proc.stderr and "encountered" not in proc.stderr, proc.stderr

@@ -1002,7 +1002,7 @@ class DataWaitDominates(Rule):
         if steps.size < self.p.min_hits:
             return []
         dv, tv = d.values[di], t.values[ti]
-        with np.errstate(divide="ignore", invalid="ignore"):
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):  # 1e300 / 1e-300
             share = np.where(tv > 0, dv / tv, 0.0)
         hits = np.flatnonzero((share >= self.p.share) & (share <= 1.05))  # a data time above the step time is another clock
         if hits.size < self.p.min_hits or hits.size / steps.size < self.p.min_frac:
