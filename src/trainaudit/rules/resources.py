@@ -1067,12 +1067,6 @@ def _explained(e: Event) -> bool:
     return known is not None and known.category not in (None, Category.CRASH)
 
 
-def _waiting_for_data(tb: Event) -> bool:
-    """The traceback's deepest frames are the DataLoader's queue and poll: the process was waiting for a batch."""
-    deepest = [str(f.get("file", "")).replace("\\", "/") for f in (tb.data.get("frames") or [])[-3:]]
-    return bool(deepest) and all(any(w in f for w in _WAITING_FOR_DATA) for f in deepest)
-
-
 def _follows(tb: Event, known: list[Event], lines: int = 40) -> bool:
     """The traceback comes right after a known fatal message of another kind in the same file (a
     data-loader timeout logged, then the traceback it raises)."""
@@ -1092,6 +1086,12 @@ def _joining(ctx: Context, tb: Event, lines: int = 40) -> Event | None:
 
 # the deepest frames of a traceback that died waiting for a DataLoader worker's batch
 _WAITING_FOR_DATA = ("torch/utils/data/dataloader.py", "multiprocessing/queues.py", "multiprocessing/connection.py")
+
+
+def _waiting_for_data(tb: Event) -> bool:
+    """The traceback's deepest frames are the DataLoader's queue and poll: the process was waiting for a batch."""
+    deepest = [str(f.get("file", "")).replace("\\", "/") for f in (tb.data.get("frames") or [])[-3:]]
+    return bool(deepest) and all(any(w in f for w in _WAITING_FOR_DATA) for f in deepest)
 
 
 def user_frames(e: Event) -> list[str]:
