@@ -328,6 +328,22 @@ def test_an_ascii_table_and_a_headerless_one() -> None:
     assert [(s, r.metrics) for s, r in placed] == [(76930, {"value": 2.6496577}), (76940, {"value": 2.6401})]
 
 
+def test_a_delimited_row_led_by_its_counters_names_its_other_cells_by_column() -> None:
+    # MuseGAN's training table, pasted without its header (salu133445/musegan#66): epoch | step/total |
+    # time | losses; the cells after the counters keep their column, as a headerless table's do
+    ex = Extractor()
+    lines = ["   1  |  104/ 180 |  67.79 |      60.750362 |     -16.181793",
+             "   1  |  105/ 180 |  67.73 |      62.146736 |      40.134007"]
+    placed = [p for no, t in enumerate(lines, 1) for p in ex.feed(t, no, None)] + ex.finish()
+    assert [(s, r.metrics) for s, r in placed] == [
+        (104, {"col3": 67.79, "col4": 60.750362, "col5": -16.181793}),
+        (105, {"col3": 67.73, "col4": 62.146736, "col5": 40.134007})]
+    # the same numbers without delimiters stay a step and its values, as before
+    ex = Extractor()
+    placed = [p for no, t in enumerate(["3 2.5 1.5", "4 2.4 1.4"], 1) for p in ex.feed(t, no, None)] + ex.finish()
+    assert [(s, r.metrics) for s, r in placed] == [(3, {"col2": 2.5, "col3": 1.5}), (4, {"col2": 2.4, "col3": 1.4})]
+
+
 # -- metric pairs ---------------------------------------------------------------------------------
 def test_colon_pairs_with_running_averages_and_nan(tmp_path: Path) -> None:
     # maskrcnn-benchmark, https://github.com/facebookresearch/maskrcnn-benchmark/issues/721

@@ -1044,6 +1044,11 @@ def record_layout(p: Parsed, text: str, table: Table, vals: list[float], tqdm: b
     if not tqdm and not metrics and counters and len(bare) == 1 and not table.header:
         # one number after the counters and no name ("epoch 3: 93.90"): a value of the run, of unknown meaning
         metrics["unnamed"] = bare[0]
+    elif not tqdm and not metrics and counters and len(bare) >= 2 and p.cells and not table.header:
+        # a delimited row without a header, its counters first ("1 | 104/ 180 | 67.79 | 60.75 | -16.18"):
+        # values of unknown meaning, named by their column as a headerless table's are
+        for k, i in enumerate(bare):
+            metrics[f"col{n_pairs + 1 + k}"] = i
     if not pairs and len(bare) >= 2 and not metrics:
         first = vals[bare[0]]
         if table.header and len(table.header) == len(bare) + skipped:

@@ -9,10 +9,10 @@ from typing import ClassVar
 import numpy as np
 
 from trainaudit.answer.schema import Category, Severity
-from trainaudit.model import Series
+from trainaudit.model import EVAL_NAMES, Run, Series
 from trainaudit.rules.base import Context, Grid, Guidance, Hit, Rule, Thresholds
 from trainaudit.rules.optimisation import accuracies
-from trainaudit.series.roles import norm
+from trainaudit.series.roles import norm, validation
 from trainaudit.series.stats import kendall_tau, monotone_tail, rolling_median
 
 
@@ -23,6 +23,33 @@ def _still_more_accurate(ctx: Context) -> bool:
     ends so, https://keras.io/examples/nlp/text_classification_from_scratch/)."""
     a = ctx.series("val_acc", finite=True, min_points=2)
     return a is not None and float(a.values[-1]) >= float(np.max(a.values)) > float(a.values[0])
+
+
+# a validation score where higher is better: accuracy, ROUGE and BLEU (sequence generation), F1, mAP, AUC
+_SCORE = re.compile(r"acc|rouge|bleu|(?:^|_)f1(?:_|$)|(?:^|_)map(?:_|$)|(?:^|_)auc(?:_|$)|top1")
+
+
+# words of a loss's name that say which data set or how it was averaged, not which loss it is
+_SET_WORDS = frozenset({*EVAL_NAMES, "train", "training", "trn", "epoch", "step", "avg", "mean", "running"})
+
+
+def _same_loss(a: str, b: str) -> bool:
+    """Whether two losses' names name the same quantity once the data set is set aside: "Validation Loss" and
+    "Training Loss" do, "val/box_loss" and "train/total_loss" do not (a component against the total)."""
+    return {w for w in norm(a).split("_") if w not in _SET_WORDS} == {w for w in norm(b).split("_") if w not in _SET_WORDS}
+
+
+def _scores_best_at_end(run: Run, v: Series) -> bool:
+    """A validation score (accuracy, ROUGE, BLEU, F1...) evaluated at the validation loss's steps that
+    improved and is at its best at the last of them: the checkpoint at the end is the best by that score."""
+    for name, s in run.series.items():
+        if "@rank" in name or not validation(name) or not _SCORE.search(norm(name)):
+            continue
+        f = s.finite()
+        a = f.values[np.isin(f.steps, v.steps)]
+        if a.size >= 2 and float(a[-1]) >= float(np.max(a)) > float(a[0]):
+            return True
+    return False
 
 
 class Overfitting(Rule):
@@ -99,7 +126,7 @@ class Overfitting(Rule):
         if v is None or len(v) < 2:
             return []
         short = t is None or len(v) < self.p.min_points or len(t) < 3
-        rising = self._short(v, t) if t is None or short else self._after_minimum(v, t)
+        rising = self._short(ctx.run, v, t) if t is None or short else self._after_minimum(ctx.run, v, t)
         if rising and not _still_more_accurate(ctx):
             return rising
         # a training set memorised while the validation loss ends above its best before the last three
@@ -108,7 +135,7 @@ class Overfitting(Rule):
             float(np.median(v.values[-3:])) >= (1 + self.p.short_rise) * float(np.min(v.values[:-3]))
         return self._memorised(ctx, v, t) if worse else []
 
-    def _after_minimum(self, v: Series, t: Series) -> list[Hit]:
+    def _after_minimum(self, run: Run, v: Series, t: Series) -> list[Hit]:
         x = v.values
         sm = rolling_median(x, 3) if len(v) >= 7 else x
         # the raw minimum next to the smoothed one; where the smoothed curve ties (its edges copy the
@@ -130,7 +157,7 @@ class Overfitting(Rule):
         steady = bool(np.all(np.diff(after) >= 0)) and int(np.sum(np.diff(after) > 0)) > self.p.min_after \
             and (float(after[-1]) - vmin) / abs(vmin) >= self.p.short_rise
         if rise < self.p.ratio and not steady:
-            return self._climbing_tail(v, t) or self._trending_apart(v, t, jmin)
+            return self._climbing_tail(v, t) or self._trending_apart(v, t, jmin) or self._opposed(run, v, t, jmin)
         # and out of the validation loss's own noise: 3 robust standard deviations above its level
         # between the end of the early descent and the minimum (a noisy curve that dips once is
         # not overfitting when it comes back to where it was)
@@ -219,7 +246,34 @@ class Overfitting(Rule):
         h.point("t1", t, len(t) - 1, f"last {t.name}")
         return [h]
 
-    def _short(self, v: Series, t: Series | None) -> list[Hit]:
+    def _opposed(self, run: Run, v: Series, t: Series, j: int) -> list[Hit]:
+        """From index ``j`` on, the validation loss never falls and rises at ``min_after`` + 1 evaluations or
+        more, however little, while the training loss, at the validation's pace, falls at every one: the two
+        curves move apart at every evaluation, the plain form of overfitting in an epoch-level paste. Both
+        monotone in opposite directions over ``k`` evaluations happens by chance about once in (k!)^2 for
+        unrelated noise. Two rises count when they end ``ratio`` above where they began. A rise that small is
+        the model growing more confident on the examples it gets wrong while a validation score (ROUGE, BLEU,
+        accuracy) still improves to its best at the end: no overfitting yet. Nor is a component of the loss
+        (YOLO's validation box loss) rising against the training total."""
+        after = v.values[j:]
+        ups = int(np.sum(np.diff(after) > 0))
+        paced = _between_evaluations(t, v.steps[j:])
+        rise = (float(after[-1]) - float(after[0])) / abs(float(after[0])) if after[0] else 0.0
+        least = 0.0 if ups >= self.p.min_after + 1 else self.p.ratio
+        if ups < 2 or bool(np.any(np.diff(after) < 0)) or paced.size < 3 or rise <= 0 or rise < least or \
+                not bool(np.all(np.diff(paced) < 0)) or not _same_loss(v.name, t.name) or _scores_best_at_end(run, v):
+            return []
+        ti = max(int(np.searchsorted(t.steps, v.steps[j], side="right")) - 1, 0)
+        t0, t1 = float(t.values[ti]), float(t.values[-1])
+        msg = (f"{v.name} rises at each of its {after.size - 1} evaluations since {after[0]:.4g} at step "
+               f"{int(v.steps[j])}, to {after[-1]:.4g} (+{rise:.1%}), while {t.name} falls at each of them "
+               f"({t0:.4g} -> {t1:.4g})")
+        h = self._hit(msg, 0.6, v, j, rise)
+        h.point("t0", t, ti, f"{t.name} at the step the validation loss starts to rise")
+        h.point("t1", t, len(t) - 1, f"last {t.name}")
+        return [h]
+
+    def _short(self, run: Run, v: Series, t: Series | None) -> list[Hit]:
         x = v.values
         # the last run of the validation loss that never falls (a tie, the same value printed twice,
         # does not end it: the loss has not come back down)
@@ -240,6 +294,7 @@ class Overfitting(Rule):
                     h.point("t0", t, max(ti, 0), f"{t.name} at the step the validation loss starts to rise")
                     h.point("t1", t, len(t) - 1, f"last {t.name}")
                     return [h]
+                return self._opposed(run, v, t, j)
             elif rises >= self.p.min_after + 1:
                 msg = (f"{v.name} rises for {rises} evaluations in a row after its minimum {x[j]:.4g} at step "
                        f"{int(v.steps[j])}, to {x[-1]:.4g} (+{rise:.0%}); the training loss is not logged")
@@ -341,15 +396,17 @@ class TrivialTask(Rule):
 
 
 # a detector's box-regression losses: mmdetection's loss_bbox / loss_rpn_bbox, detectron2's loss_box_reg /
-# loss_rpn_loc, torchvision's loss_box_reg / loss_rpn_box_reg, YOLO's box_loss
-_BOX_LOSS = re.compile(r"(?:^|[._/ ])(?:loss_(?:rpn_)?(?:bbox|box_reg|loc)|loss_rpn_box_reg|box_loss)$")
+# loss_rpn_loc, torchvision's loss_box_reg / loss_rpn_box_reg, YOLO's box_loss, YOLOX's and YOLOv6's iou_loss
+# (YOLOX's l1_loss is no such loss: it is 0 until the last epochs turn it on)
+_BOX_LOSS = re.compile(r"(?:^|[._/ ])(?:loss_(?:rpn_)?(?:bbox|box_reg|loc|iou)|loss_rpn_box_reg|box_loss|iou_loss)$")
 _CLS_LOSS = re.compile(r"(?:^|[._/ ])(?:loss_(?:rpn_)?cls|loss_classifier|loss_objectness|cls_loss|obj_loss)$")
 
 
 class NoBoxes(Rule):
     """Detects a detector that never sees a ground-truth box: every box-regression loss the log
     prints (``loss_bbox``, ``loss_rpn_bbox``, ``loss_box_reg``, ``box_loss``...) is exactly 0 at
-    every logged step (``min_points`` or more), while a classification loss at the same steps is not.
+    every logged step (``min_points`` or more), while a classification or objectness loss at the same steps
+    is not.
 
     Why: a detector's box loss is averaged over the proposals matched to a ground-truth box
     (mmdetection's bbox head returns ``loss_bbox`` beside ``loss_cls``,

@@ -436,7 +436,8 @@ class NotLearning(Rule):
     evaluation at every step while the per-step loss moves); so does a
     loss (or validation loss) within ``near_tol`` (0.005) of ln(C) on all of its 6 or more points, C a
     class count up to ``max_classes`` (1000; a language model's first steps sit near ln(vocabulary)
-    while warming up).
+    while warming up). A validation loss the same at all its evaluations (2 or more) at ln(C) within
+    ``pinned_tol`` counts too when every accuracy the log prints sits at 1/C.
     """
 
     id = "TA202"
@@ -466,7 +467,29 @@ class NotLearning(Rule):
                               "max_noise": (0.02, 0.03, 0.05, 0.1)}
 
     def check(self, ctx: Context) -> list[Hit]:
-        return self._training(ctx) or self._frozen_validation(ctx) or self._no_output(ctx)
+        return self._training(ctx) or self._frozen_validation(ctx) or self._validation_at_chance(ctx) or \
+            self._no_output(ctx)
+
+    def _validation_at_chance(self, ctx: Context) -> list[Hit]:
+        """The validation loss the same to every printed digit at all its evaluations (2 or more), at ln(C)
+        within ``pinned_tol``, while every accuracy the log prints sits at the 1/C of a uniform guess: two
+        signs that agree, however few evaluations (a network driven to a constant output by a learning
+        rate far too high, fastai's "learning rate too high" example: valid_loss 0.693147 = ln 2 with
+        accuracy 0.4956 on two classes)."""
+        v = ctx.series("val_loss", finite=True, min_points=2)
+        if v is None or _still_tail(v.values) < len(v):
+            return []
+        c = uniform_size(v.values, self.p.pinned_tol)
+        acc = _accuracy_at_chance(ctx, c) if c is not None and c <= self.p.max_classes else None
+        if acc is None or c is None:
+            return []
+        h = self.hit(f"{v.name} is {float(v.values[-1]):.6g} = ln({c}) at all {len(v)} evaluations while {acc.name} "
+                     f"stays at the 1/{c} of a uniform guess ({float(np.max(acc.values)):.3g} at best): the model "
+                     "outputs a constant guess", 0.75, metric=v.name, first_bad_step=int(v.steps[0]),
+                     last_step=int(v.steps[-1]), data={"uniform": math.log(c)})
+        h.point("flat", v, len(v) - 1, f"{v.name} at every evaluation", indices=np.arange(len(v)))
+        h.point("acc", acc, int(np.argmax(acc.values)), f"highest {acc.name}")
+        return [h]
 
     def _no_output(self, ctx: Context) -> list[Hit]:
         """A word or character error rate at its worst, 1.0 (100 %) or above, at every one of ``short_points``

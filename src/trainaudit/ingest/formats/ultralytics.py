@@ -12,6 +12,11 @@ Console (``progress_string`` header, then one tqdm bar per epoch)::
                      Class     Images  Instances      Box(P          R      mAP50  mAP50-95): 100%|...
                        all        722       1444      0.989       0.99      0.993      0.681
 
+YOLOv5's console has the same layout under ``Epoch gpu_mem box obj cls total targets img_size`` (the
+losses named ``box_loss`` ... ``total_loss`` here) and a validation header with ``Targets``; YOLOv6's
+has no memory column: ``Epoch iou_loss l1_loss obj_loss cls_loss``. A row above the first header (a
+paste cut just below one) is named by the header that follows it.
+
 YOLOv5 / YOLOv7 ``results.txt`` (their ``train.py``, before results.csv): no header, one row per
 epoch, the console's training columns then the validation's seven::
 
@@ -41,9 +46,14 @@ from trainaudit.ingest.text import Line
 from trainaudit.model import SourceKind
 
 CSV_MARKERS = ("train/box_loss", "train/loss", "metrics/mAP50(B)", "metrics/accuracy_top1", "lr/pg0")
-HEADER_RE = re.compile(r"^\s*+Epoch\s++GPU_mem\s++((?:[^\S\n]*+\S++)*+)\s*+$")  # the rest, word by word
+# the console header: "Epoch GPU_mem ..." (YOLOv8), "Epoch gpu_mem box obj cls total targets img_size" (YOLOv5),
+# "Epoch iou_loss l1_loss obj_loss cls_loss" (YOLOv6, no memory column); the rest, word by word
+HEADER_RE = re.compile(r"^\s*+Epoch((?:\s++[A-Za-z]\w*+)++)\s*+$")
+# a header word of YOLOv5's console that names a loss without saying so
+V5_LOSSES = {"box": "box_loss", "obj": "obj_loss", "cls": "cls_loss", "total": "total_loss"}
 ROW_RE = re.compile(r"^\s*(\d+)/(\d+)\s+(\S+)\s+(.*?)(?::\s*\d+%.*)?$")
-VAL_HEADER_RE = re.compile(r"^\s*Class\s+Images\s+Instances\s+(.*?)(?::\s*\d+%.*)?$")
+# the validation header: "Instances" (YOLOv8), "Targets" or "Labels" (YOLOv5 with "P R mAP@.5 mAP@.5:.95")
+VAL_HEADER_RE = re.compile(r"^\s*Class\s+Images\s+(?:Instances|Targets|Labels)\s+(.*?)(?::\s*\d+%.*)?$")
 CLS_VAL_HEADER_RE = re.compile(r"^\s*classes\s+top1_acc\s+top5_acc")
 ALL_RE = re.compile(r"^\s*all\s+(.*\S)\s*$")
 NC_RE = re.compile(r"Overriding model\.yaml nc=\d+ with nc=(\d+)")
@@ -63,7 +73,8 @@ DEFAULT_COLS = {
 # the training bar's end: "[06:06<00:00,  6.11s/it]": the epoch's duration and tqdm's speed
 TQDM_END_RE = re.compile(r"\[(\d{1,4}:\d\d(?::\d\d)?)<[\d:?]{1,12},\s{0,4}([\d.]{1,12})(it/s|s/it)\]")
 GROUP_TOKEN_RE = re.compile(r"^(\w+)\((\S+)$")  # "Box(P" in a validation header
-GROUP_NAMES = {"P": "precision", "R": "recall", "mAP50": "mAP50", "mAP50-95": "mAP50-95"}
+GROUP_NAMES = {"P": "precision", "R": "recall", "mAP50": "mAP50", "mAP50-95": "mAP50-95", "mAP@.5": "mAP50",
+               "mAP@.5:.95": "mAP50-95"}
 
 
 def _csv_header(text: str) -> list[str] | None:
@@ -71,6 +82,17 @@ def _csv_header(text: str) -> list[str] | None:
     if cells and cells[0] == "epoch" and any(m in cells for m in CSV_MARKERS):
         return cells
     return None
+
+
+def _header(text: str) -> list[str] | None:
+    """The console header's column names after ``Epoch``: one with a GPU memory column, or losses only."""
+    m = HEADER_RE.match(text)
+    if m is None:
+        return None
+    words = m.group(1).split()
+    if words[0].lower() == "gpu_mem":
+        return ["GPU_mem", *(V5_LOSSES.get(w, w) for w in words[1:])]
+    return words if len(words) >= 2 and all(w.endswith("_loss") for w in words) else None
 
 
 def _val_names(header: str) -> list[str]:
@@ -90,20 +112,20 @@ def _val_names(header: str) -> list[str]:
 class UltralyticsReader(LineReader):
     name = "ultralytics"
     kind = SourceKind.METRICS
-    description = "Ultralytics YOLO results.csv (8.0.x padded and 8.3+), console epoch table, YOLOv5/v7 results.txt"
+    description = "Ultralytics YOLO results.csv (8.0.x padded and 8.3+), console epoch table (YOLOv5, v6, v8), YOLOv5/v7 results.txt"
 
     def sniff(self, sample: Sample) -> float:
         first = next((ln for ln in sample.lines if ln.strip()), "")
         if _csv_header(first):
             return 0.95
-        if any(HEADER_RE.match(ln) for ln in sample.lines):
+        if any(_header(ln) for ln in sample.lines):
             return 0.9
         if any(BARE_ROW_RE.match(ln) or RESULTS_ROW_RE.match(ln) for ln in sample.lines):
             return 0.8
         return 0.0
 
     def new_state(self) -> dict:
-        return {"csv": None, "cols": None, "epoch": None, "val": None, "framework": False}
+        return {"csv": None, "cols": None, "epoch": None, "val": None, "framework": False, "before": None}
 
     def feed(self, line: Line, sink: Sink, state: dict) -> None:
         text = line.text
@@ -141,9 +163,15 @@ class UltralyticsReader(LineReader):
         if m:
             sink.meta("num_classes", int(m.group(1)))
             return
-        m = HEADER_RE.match(text)
-        if m:
-            state["cols"] = ["GPU_mem", *m.group(1).split()]
+        header = _header(text)
+        if header:
+            first = state["cols"] is None
+            state["cols"] = header
+            before = state["before"]
+            if first and before is not None:
+                # the epoch row above the first header (a paste cut just after a header): named by it
+                state["before"] = None
+                self._console(before.text, before, sink, state)
             return
         m = VAL_HEADER_RE.match(text)
         if m:
@@ -181,6 +209,7 @@ class UltralyticsReader(LineReader):
         cols: list[str] | None = state["cols"]
         if cols is None:
             if not BARE_ROW_RE.match(text):
+                state["before"] = line
                 return
             cols = DEFAULT_COLS.get(len(cells))
             if cols is None:
