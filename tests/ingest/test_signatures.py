@@ -305,6 +305,17 @@ def test_shell_killed_and_kernel_oom_killer() -> None:
     assert events[2].data["pid"] == 4123 and events[2].data["anon_rss_gib"] == 62.0
 
 
+def test_an_exit_status_past_128_is_the_signal_that_ended_the_process() -> None:
+    events = scan_lines(["# command terminated with exit code 137",  # kubectl exec, oumi-ai/oumi (a pasted pod log)
+                         "subprocess.CalledProcessError: Command '['python', 'train.py']' returned non-zero exit "
+                         "status 139.",
+                         "Exited with code 1", "exit code 1370"])
+    assert kinds(events) == [EventKind.SIGNAL, EventKind.HOST_OOM, EventKind.SIGNAL]
+    assert events[0].data == {"exit_status": 137, "signal": 9, "signal_name": "SIGKILL"}
+    assert events[1].data["likely_host_oom"] is True
+    assert events[2].data["signal_name"] == "SIGSEGV"
+
+
 # -- GPU hardware ---------------------------------------------------------------------------------------
 
 def test_uncorrectable_ecc_and_its_trailer() -> None:

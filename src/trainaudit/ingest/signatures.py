@@ -33,13 +33,13 @@ from trainaudit.redact import mask_secrets
 # rejected by a single scan (~2 us on a 400-character Megatron line). Keep in sync with the matchers.
 GATE = re.compile(
     r"A(?:borted \(core|ssertionError)|B(?:us error)|C(?:UDA|hild|urrent loss|uda failure)"
-    r"|D(?:ataLoader worker|uring handling of)|E(?:rror|xception|CC)|F(?:atal|unction '|AILED|ile \"|ound inf or nan)"
+    r"|D(?:ataLoader worker|uring handling of)|E(?:rror|xception|CC|xit code|xit Code|xit status|xit Status)|F(?:atal|unction '|AILED|ile \"|ound inf or nan)"
     r"|G(?:PU is lost|radient overflow|rad overflow on iteration|rad scale is small)|H(?:IP out|eartbeat monitor)|K(?:illed)|M(?:inimum loss scale)"
     r"|N(?:CCL|VRM|aN)|O(?:utOfMemory|OM|ut of memory)|P(?:rocessGroupNCCL)|R(?:oot Cause)"
     r"|S(?:egmentation fault|ending process|kipped batch, new scale)|T(?:raceback|raining failed|he above exception"
     r"|he loss returned|imeout at NCCL|HCudaCheck FAIL)|U(?:nexpected result|sing dynamic loss scale)|W(?:atchdog)|X(?:id)"
     r"|Y(?:our loss is probably exploding)"
-    r"|\((?:exitcode)"
+    r"|\((?:exitcode)|e(?:xit code|xit status|xited with code)"
 )
 
 # Every line the scanner may say something of, or keep something from, while no traceback or
@@ -457,6 +457,11 @@ SLURM_OOM_RE = re.compile(r"Detected (?P<n>\d+) oom.kill event")
 # A shell's job message names the job's pid: "line 12: 4567 Killed  python train.py".
 _JOB_MESSAGE_RE = re.compile(r"(?<!\d)\d++ (Segmentation fault|Bus error|Aborted|Floating point exception|Killed)")
 _NUMBER_RE = re.compile(r"\d+")
+# A process's exit status past 128 is 128 + the signal that ended it (POSIX shells, and docker's and
+# Kubernetes' exit codes: 137 = SIGKILL, most often the host's OOM killer): "command terminated with exit
+# code 137", "exited with code 137", "returned non-zero exit status 137", "Exit Code: 137"
+EXIT_SIGNAL_RE = re.compile(r"\b(?:exit(?:ed)?(?: with)? (?:code|status)|returned non-zero exit status)\s?:?\s?"
+                            r"(?P<code>13[4579]|139)\b", re.IGNORECASE)
 _WHAT_SIGNAL = {"Segmentation fault": 11, "Aborted": 6, "Bus error": 7, "Floating point exception": 8,
                 "Illegal instruction": 4, "Killed": 9, "Terminated": 15}
 
@@ -493,6 +498,10 @@ def _signals(line: Line, text: str) -> list[tuple[EventKind, str, dict[str, Any]
     if m:
         return [(EventKind.HOST_OOM, _short(text), {"oom_kill_events": int(m.group("n")), "likely_host_oom": True,
                                                     "slurm": True})]
+    m = EXIT_SIGNAL_RE.search(text)
+    if m:
+        code = int(m.group("code"))
+        return _signal_events(None, code - 128, {"exit_status": code}, f"a process (exit status {code})")
     m = SHELL_SIG_RE.search(text)
     # "Killed" must be the shell's job message, not prose that happens to contain the word.
     if m and (m.start("what") <= 1 or any(j.group(1) == m.group("what") for j in _JOB_MESSAGE_RE.finditer(text))):
@@ -643,7 +652,7 @@ _MATCHERS: list[tuple[tuple[str, ...], Matcher]] = [
       "Found inf or nan"), _loss_scale),
     (("(exitcode:", "closing signal", "SignalException"), _elastic_line),
     (("Fatal Python error", "Segmentation fault", "Bus error", "Aborted", "Floating point exception", "Killed",
-      "killed by signal", "oom-kill", "oom_kill"), _signals),
+      "killed by signal", "oom-kill", "oom_kill", "xit code", "xit status", "xited with code"), _signals),
     (("Xid",), _xid),
     (("ECC",), _ecc),
     (("Dist", "Rendezvous", "NCCL error"), _dist),
