@@ -344,6 +344,19 @@ def test_a_delimited_row_led_by_its_counters_names_its_other_cells_by_column() -
     assert [(s, r.metrics) for s, r in placed] == [(3, {"col2": 2.5, "col3": 1.5}), (4, {"col2": 2.4, "col3": 1.4})]
 
 
+def test_a_leading_integer_followed_by_a_counters_name_is_that_counter() -> None:
+    # HAKE-Action-Torch's pre-training loop (DirtyHarryLYL/HAKE-Action-Torch#34): iteration lines, then an
+    # epoch summary led by the epoch alone; the summary is no step 0 that would start the run again
+    lines = ["000 epoch, 04000 iter, average time 0.6286, loss -801.8414",
+             "000 epoch, 06000 iter, average time 0.6607, loss nan",
+             "2021-03-01 00:56:42,407 - __main__ - INFO - 000 epoch training, L_rec=nan, L_cls=nan, L_ae=0.0000, loss=nan"]
+    ex = Extractor()
+    placed = [p for no, t in enumerate(lines, 1) for p in ex.feed(t, no, None)] + ex.finish()
+    assert [s for s, _ in placed] == [4000, 6000, 6000]
+    assert placed[-1][1].counters == {"epoch": 0.0}
+    assert [r.counters for _, r in placed[:2]] == [{"epoch": 0.0, "iter": 4000.0}, {"epoch": 0.0, "iter": 6000.0}]
+
+
 # -- metric pairs ---------------------------------------------------------------------------------
 def test_colon_pairs_with_running_averages_and_nan(tmp_path: Path) -> None:
     # maskrcnn-benchmark, https://github.com/facebookresearch/maskrcnn-benchmark/issues/721

@@ -592,6 +592,10 @@ def parse_line_full(text: str, asked: list[int] | None = None) -> Parsed:
     if out.pairs and out.bare and leading and all(math.isfinite(b) and b == int(b) and b >= 0 for b in leading):
         # "40 | loss 6.69 | lr 3e-4", "[  0]     240 || B: 4.553": integers before the first key count steps
         names = ["epoch", "step"] if len(leading) == 2 else ["step"] if len(leading) == 1 else []
+        # a leading integer followed by a counter's name is that counter ("000 epoch training, loss=nan":
+        # the epoch, not the step its lines of "000 epoch, 02000 iter, ..." count)
+        after = [_next_word(toks, at + 1) for at in leading_at]
+        names = [w.lower() if counter_rank(w) is not None else name for name, w in zip(names, after)]
         out.pairs[:0] = [Pair(k, v) for k, v in zip(names, leading)]
         out.bare = out.bare[len(leading):] if names else out.bare
     return out
