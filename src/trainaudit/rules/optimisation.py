@@ -111,6 +111,9 @@ class Divergence(Rule):
     (200). Noise does not trend. Not when the learning rate dropped just before the lowest point:
     on a step schedule the loss falls at the drop and creeps back up with weight decay.
 
+    A loss whose magnitude grows tenfold or more at each of its last 2 points or more, to a thousand times
+    where that began, has blown up at any length and whatever its sign (3.49, -3.1e4, -3.3e12, -5.8e28).
+
     A short-paste finding is not made when the loss's last logged value is NaN/Inf: a loss that
     climbs and then turns NaN is a NaN run (TA101), the climb its lead-up.
 
@@ -179,6 +182,9 @@ class Divergence(Rule):
         # its lead-up, not a divergence of its own
         raw = ctx.run.series[s.name].values
         to_nan = not np.isfinite(raw[-1])
+        runaway = [] if to_nan else self._runaway(s)
+        if runaway:
+            return self._validation_first(ctx, runaway)
         if len(s) < self.p.min_points:
             hits = [] if to_nan else self._short(s, jumps=True) or self._steady(s, ctx)
         else:
@@ -274,6 +280,25 @@ class Divergence(Rule):
         h.point("tail", s, len(s) - 1, f"{s.name} over the last {t} logged points", indices=np.arange(len(s) - t, len(s)))
         h.calc("ratio", "final loss (median of the last points) over the best loss", "median({tail}) / median({best})",
                unit="x")
+        return [h]
+
+    def _runaway(self, s: Series) -> list[Hit]:
+        """The loss's magnitude grows tenfold or more at each of its last 2 points or more, to a thousand times
+        where that began, whatever its sign: the update feeds on itself (a learning rate far too high for
+        the curvature), and a loss that should not go below 0 going to -1e12 is the same blow-up."""
+        a = np.abs(s.values)
+        grows = (a[1:] >= 10 * a[:-1]) & (a[:-1] > 0)
+        k = len(grows) - int(np.flatnonzero(~grows)[-1]) - 1 if not bool(np.all(grows)) else len(grows)
+        i = len(a) - 1 - k
+        if k < 2 or float(a[-1]) < 1000 * float(a[i]):
+            return []
+        x = s.values
+        h = self.hit(f"{s.name} grows by ten times or more at each of its last {k} points, from {float(x[i]):.4g} at step "
+                     f"{int(s.steps[i])} to {float(x[-1]):.4g}: the run has blown up", 0.8, metric=s.name,
+                     first_bad_step=int(s.steps[i + 1]), last_step=int(s.steps[-1]), severity="critical")
+        h.point("base", s, i, f"{s.name} before the blow-up")
+        h.point("end", s, len(s) - 1, f"last {s.name}", indices=np.arange(i + 1, len(s)))
+        h.calc("growth", "growth of the loss's magnitude", "abs({end}) / abs({base})", unit="x")
         return [h]
 
     def _short(self, s: Series, rise: float | None = None, jumps: bool = False) -> list[Hit]:
