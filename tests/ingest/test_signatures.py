@@ -108,6 +108,10 @@ def test_oom_private_pools_behind_vllm_logger_prefix() -> None:
 def test_oom_without_numbers() -> None:
     ev = only(scan_lines(["RuntimeError: CUDA error: out of memory"]), EventKind.OOM)
     assert ev.data == {"device": "CUDA"}
+    # vLLM's cumem allocator, waking from sleep mode inside an RL trainer (OpenRLHF/OpenRLHF#1050)
+    ev = only(scan_lines(["(LLMRayActor pid=226426) ERROR 06-10 10:55:03 [core.py:459] RuntimeError: CUDA Error: out of "
+                          "memory at /workspace/csrc/cumem_allocator.cpp:62 [repeated 3x across cluster]"]), EventKind.OOM)
+    assert ev.data == {"device": "CUDA"}
 
 
 # -- NCCL -----------------------------------------------------------------------------------------------

@@ -127,13 +127,14 @@ OOM_ALLOC_RE = re.compile(rf"Of the allocated memory (?P<alloc>{_SIZE}) is alloc
                           rf"(?:, with (?P<pools>{_SIZE}) allocated in private pools(?: \([^)]*\))?)?,? and "
                           rf"(?P<unalloc>{_SIZE}) is reserved by PyTorch but unallocated")
 # PyTorch before 1.0: "cuda runtime error (2) : out of memory"; the driver API:
-# "CUDA error: out of memory"; NCCL: "Cuda failure 'out of memory'"; Marian's CUDA_CHECK: "CUDA error 2
+# "CUDA error: out of memory" (vLLM's cumem allocator: "CUDA Error: out of memory at
+# .../cumem_allocator.cpp:62"); NCCL: "Cuda failure 'out of memory'"; Marian's CUDA_CHECK: "CUDA error 2
 # 'out of memory'" (marian-nmt/marian-dev src/tensors/gpu/cuda_helpers.h); PyTorch 0.4's THC: "THCudaCheck FAIL
 # file=... line=... error=2 : out of memory"; PyTorch's sentence cut before its numbers ("CUDA out of memory."), or
 # a loop's own report of it ("CUDA out of memory in epoch 1"); the CHECK macro many CUDA projects share,
 # "code: <cudaError_t>, reason: <cudaGetErrorString>" (dlib's CHECK_CUDA: "Error while calling
 # cudaMalloc(...) in file ...:191. code: 2, reason: out of memory"). OOM without numbers.
-OOM_BARE_RE = re.compile(r"cuda runtime error \(2\) : out of memory|CUDA error: out of memory|"
+OOM_BARE_RE = re.compile(r"cuda runtime error \(2\) : out of memory|CUDA [Ee]rror: out of memory|"
                          r"CUDA_ERROR_OUT_OF_MEMORY|Cuda failure 'out of memory'|CUDA error \d{1,4} 'out of memory'|"
                          r"error=2 : out of memory|\bCUDA out of memory\b|code: 2, reason: out of memory")
 
