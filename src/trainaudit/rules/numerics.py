@@ -236,7 +236,9 @@ class LossSpike(Rule):
     loss has come down that the jump must reach (0.1), ``recover`` points within which the loss
     must return below ``median*(1+rel/2)`` to count as a spike (20). With fewer than
     ``min_history`` + 3 points, a spike is one point ``short_jump`` + 1 times its larger neighbour
-    (3x) whose neighbours agree within ``rel``.
+    (3x) whose neighbours agree within ``rel``; in so short a paste, one or two evaluations of the
+    validation loss so far above the evaluations on both sides count too, when they stand above every
+    training loss the paste shows.
     """
 
     id = "TA102"
@@ -268,7 +270,7 @@ class LossSpike(Rule):
         if s is None:
             return []
         if len(s) < self.p.min_history + 3:
-            return self._short(s)
+            return self._short(s) or self._short_validation(ctx)
         idx, med, z = spike_mask(s, self.p.window, self.p.z, self.p.rel, self.p.min_history, self.p.max_window,
                                  self.p.min_excess, self.p.over_max)
         if idx.size == 0:
@@ -301,23 +303,46 @@ class LossSpike(Rule):
                "({spike} - median({base})) / abs(median({base}))", unit="ratio")
         return [h]
 
-    def _short(self, s: Series) -> list[Hit]:
-        """Few points: one point far above both its neighbours that the loss comes back from."""
+    def _short(self, s: Series, width: int = 1) -> list[Hit]:
+        """Few points: a point (or up to ``width`` in a row) far above the points on both sides of it, which
+        agree with each other: the loss comes back from it."""
         x = s.values
         for i in range(1, len(x) - 1):
-            level = max(abs(x[i - 1]), abs(x[i + 1]), 1e-12)
-            jump = (x[i] - max(x[i - 1], x[i + 1])) / level
-            if jump >= self.p.short_jump and abs(x[i + 1] - x[i - 1]) <= self.p.rel * level:
-                msg = (f"{s.name} spikes at step {int(s.steps[i])}: {x[i]:.4g} between {x[i - 1]:.4g} and "
-                       f"{x[i + 1]:.4g} ({jump + 1:.3g}x its neighbours), then recovers (few points logged)")
-                h = self.hit(msg, 0.65, metric=s.name, first_bad_step=int(s.steps[i]), last_step=int(s.steps[i]),
-                             data={"spike_steps": [int(s.steps[i])]})
-                h.point("before", s, i - 1, f"{s.name} before the spike")
-                h.point("spike", s, i, f"{s.name} at the spike")
-                h.point("after", s, i + 1, f"{s.name} after the spike")
-                h.calc("jump", "spike over the larger neighbour", "{spike} / max({before}, {after})", unit="x")
-                return [h]
+            for w in range(1, width + 1):
+                k = i + w  # the point after the spike
+                if k >= len(x):
+                    break
+                level = max(abs(x[i - 1]), abs(x[k]), 1e-12)
+                jump = (float(np.min(x[i:k])) - max(x[i - 1], x[k])) / level
+                if jump >= self.p.short_jump and abs(x[k] - x[i - 1]) <= self.p.rel * level:
+                    top = i + int(np.argmax(x[i:k]))
+                    msg = (f"{s.name} spikes at step {int(s.steps[i])}: {x[top]:.4g} between {x[i - 1]:.4g} and "
+                           f"{x[k]:.4g} ({(x[top] - max(x[i - 1], x[k])) / level + 1:.3g}x its neighbours), then "
+                           "recovers (few points logged)")
+                    h = self.hit(msg, 0.65, metric=s.name, first_bad_step=int(s.steps[i]), last_step=int(s.steps[k - 1]),
+                                 data={"spike_steps": [int(t) for t in s.steps[i:k]]})
+                    h.point("before", s, i - 1, f"{s.name} before the spike")
+                    h.point("spike", s, top, f"{s.name} at the spike")
+                    h.point("after", s, k, f"{s.name} after the spike")
+                    h.calc("jump", "spike over the larger neighbour", "{spike} / max({before}, {after})", unit="x")
+                    return [h]
         return []
+
+    def _short_validation(self, ctx: Context) -> list[Hit]:
+        """A short paste's validation loss: one or two evaluations far above the evaluations on both sides
+        of them, which agree with each other (an evaluation averages a whole set: a jump there is the
+        weights', not a batch's)."""
+        v = ctx.series("val_loss", finite=True, min_points=3)
+        if v is None or len(v) >= self.p.min_history + 3:
+            return []
+        hits = self._short(v, width=2)
+        t = ctx.series("loss", finite=True)
+        # and above any training loss of the paste: a validation loss near 0 moves by multiples on a small
+        # set (0.005 -> 0.03), a model knocked off its minimum evaluates worse than it ever trained
+        if hits and t is not None and float(np.max(v.values[np.isin(v.steps, hits[0].data["spike_steps"])])) <= \
+                float(np.max(t.values)):
+            return []
+        return hits
 
 
 class GradNormSpike(Rule):
