@@ -457,7 +457,8 @@ class NotLearning(Rule):
     points or more counts too (frozen weights), unless it is below ``frozen_floor`` (1e-3: a loss
     printed as 0.0000), and so, at any length, does a validation loss equal to every printed digit at its last ``short_points`` + 1
     evaluations or more, half of them at least (the evaluated weights do not change), when they are
-    more than a step apart or the training loss is flat too (a progress line repeats the last
+    more than a step apart or the training loss is flat too (a paste of ``short_points`` evaluations, all
+    within ``pinned_spread`` of one value, counts when the training loss is flat over them) (a progress line repeats the last
     evaluation at every step while the per-step loss moves); so does a
     loss (or validation loss) within ``near_tol`` (0.005) of ln(C) on all of its 6 or more points, C a
     class count up to ``max_classes`` (1000; a language model's first steps sit near ln(vocabulary)
@@ -542,20 +543,27 @@ class NotLearning(Rule):
         """The validation loss the same to every printed digit at its last ``short_points`` + 1
         evaluations or more (at least half of them): the evaluated weights do not change, whatever
         the training loss does (a fixed evaluation set gives a changed model another loss)."""
-        v = ctx.series("val_loss", finite=True, min_points=self.p.short_points + 1)
+        v = ctx.series("val_loss", finite=True, min_points=self.p.short_points)
         if v is None:
             return []
         x = v.values
         same = _still_tail(x)
-        if same < max(self.p.short_points + 1, len(x) // 2) or abs(float(x[-1])) < self.p.frozen_floor:
+        # every evaluation of the paste within ``pinned_spread`` of one value while the training loss stays
+        # flat over them too: two signs that agree, at ``short_points`` evaluations
+        still = len(x) == self.p.short_points and _still_tail(x, self.p.pinned_spread) == len(x) and \
+            self._flat_training(ctx, v.steps)
+        if (same < max(self.p.short_points + 1, len(x) // 2) and not still) or abs(float(x[-1])) < self.p.frozen_floor:
             return []
+        same = len(x) if still else same
         start = len(x) - same
         if np.any(np.diff(v.steps[start:]) <= 1) and not self._flat_training(ctx, v.steps[start:]):
             # on consecutive steps under a training loss that moves, it is the last evaluation carried
             # along on every step's line (NeMo's progress lines, Lightning's bars), not an evaluation each
             return []
-        h = self.hit(f"{v.name} is {float(x[-1]):.6g} to every printed digit at its last {same} evaluations: the "
-                     "evaluated weights do not change", 0.75, metric=v.name, first_bad_step=int(v.steps[start + 1]),
+        exact = bool(np.all(x[start:] == x[-1]))
+        h = self.hit(f"{v.name} is {float(x[-1]):.6g} " + ("to every printed digit" if exact else
+                     "moving only in its last printed digits, with a flat training loss,") + f" at its last {same} "
+                     "evaluations: the evaluated weights do not change", 0.75, metric=v.name, first_bad_step=int(v.steps[start + 1]),
                      last_step=int(v.steps[-1]))
         h.point("flat", v, len(v) - 1, f"{v.name} over the identical evaluations", indices=np.arange(start, len(v)))
         h.calc("median", f"median {v.name} over the identical evaluations", "median({flat})")
