@@ -195,8 +195,6 @@ KNOWN_LOUD: dict[str, tuple[str, ...]] = {
     # a wav2vec2 CTC fine-tune whose evaluation loss is inf throughout (utterances shorter than their
     # transcripts) while its WER improves: the model card's run is labelled healthy, the inf is real
     "corpus/logs/hf-transformers-Wenxin-Jiang-CS577-NLP-ai-project-wav2vec2-large-xls-r-300m-vi-25p/log.txt": ("TA101",),
-    # a 10-step CI golden of a debug model at ln(2048): its loss falls by 0.3 % in 10 steps, as a run that short does
-    "corpus/logs/torchtitan-pytorch-torchtitan-golden-muse-glimmer-realpg-a10g/muse_glimmer_a10g.txt": ("TA202",),
 }
 
 

@@ -443,6 +443,9 @@ class NotLearning(Rule):
     sits at chance, or within ``near_tol`` of ln(C) on its last ``short_points`` points while every
     accuracy the log prints stays at the 1/C of a uniform guess (two signs that agree).
 
+    A loss lower at every one of its ``min_points`` or more points is learning, however little it falls,
+    unless it settles onto ln(C) from above (within ``near_tol``): the constant guess is what it learns; where
+    the log prints an accuracy, the accuracy decides.
     A loss that moves from one logged point to the next by more than ``max_noise`` (0.03) of its
     level (median absolute step) is not flat, whatever its first and last tenths say; nor is a run
     whose validation loss falls ``min_improvement`` or more while trending down, or whose accuracy
@@ -586,6 +589,12 @@ class NotLearning(Rule):
         pinned = self._pinned_at_uniform(s)
         if pinned:
             return pinned
+        c = uniform_size(s.values[-self.p.short_points:], self.p.near_tol)
+        if bool(np.all(np.diff(s.values) < 0)) and (c is None or float(s.values[-1]) < math.log(c)) and \
+                not accuracies(ctx):
+            # lower at every one of its points, and not settling onto ln(C) from above (a constant guess
+            # learnt): it learns, however little (a CI golden of 10 steps); a printed accuracy says more
+            return []
         head, tail = _head_tail(s.values)
         if head == 0:
             return []
