@@ -85,7 +85,8 @@ class Overfitting(Rule):
 
     The end level must also stand 3 robust standard deviations above the validation loss's level
     between its early descent and its minimum: a noisy curve is not overfitting for one high
-    stretch. A climb at every evaluation since the minimum, ``min_after`` + 2 times or more, needs no
+    stretch (when that stretch still descends, Kendall's tau at most -0.7, its minimum and the robust
+    spread of its steps instead: a trend is no noise). A climb at every evaluation since the minimum, ``min_after`` + 2 times or more, needs no
     such margin. A validation loss that rises while the validation accuracy improves to its best at
     the last evaluation is not overfitting yet (the model grows more confident; the end is the best
     checkpoint by accuracy).
@@ -166,6 +167,12 @@ class Overfitting(Rule):
         if settled.size >= 5 and not (steady and after.size > self.p.min_after + 2):
             level = float(np.median(settled))
             sigma = 1.4826 * float(np.median(np.abs(settled - level)))
+            # a stretch still descending to the minimum spreads about its median by its trend, not its noise:
+            # the noise is that of its steps (their robust spread, over sqrt 2), measured from the minimum
+            d = np.diff(settled)
+            step_sigma = 1.4826 * float(np.median(np.abs(d - np.median(d)))) / np.sqrt(2)
+            if kendall_tau(settled) <= -0.7 and step_sigma < sigma:
+                level, sigma = vmin, step_sigma
             if vend - level < 3 * sigma:
                 return []
         step_min = int(v.steps[jmin])
