@@ -190,8 +190,6 @@ KNOWN_LOUD: dict[str, tuple[str, ...]] = {
     "corpus/logs/pytorch-loop-SeanNaren-deepspeech.pytorch-127/log.txt": ("TA406",),
     # spaCy's NER demo memorises its five examples: a loss of exactly 0 is what that example shows
     "corpus/logs/spacy-explosion-spaCy-examples-ner-demo/log.txt": ("TA203",),
-    # ten loss points pasted from the middle of an epoch (0.38 to 0.44): flat there, as a healthy run is
-    "corpus/logs/sentence-transformers-huggingface-sentence-transformers-2449/log.txt": ("TA202",),
     # a wav2vec2 CTC fine-tune whose evaluation loss is inf throughout (utterances shorter than their
     # transcripts) while its WER improves: the model card's run is labelled healthy, the inf is real
     "corpus/logs/hf-transformers-Wenxin-Jiang-CS577-NLP-ai-project-wav2vec2-large-xls-r-300m-vi-25p/log.txt": ("TA101",),

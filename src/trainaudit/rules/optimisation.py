@@ -404,12 +404,19 @@ _EPOCH_TEXT = re.compile(r"epoch (\d{1,9})\b")
 
 
 def _late_excerpt(ctx: Context, s: Series) -> bool:
-    """Whether ``s`` starts late in its run: more steps came before its first point than it holds,
-    or the step as printed there is in epoch 2 or later (a step counter that restarts each
+    """Whether ``s`` starts late in its run: more steps (or epochs, as the log prints them beside each point)
+    came before its first point than it holds, or the step as printed there is in epoch 2 or later (a step counter that restarts each
     epoch says nothing of the epochs before)."""
     first, last = int(s.steps[0]), int(s.steps[-1])
     if first > last - first:
         return True
+    # the same on the epoch the log prints beside each point (the HF Trainer's fractional "epoch": 0.38
+    # at a paste's first line, 0.44 at its last, says six times as many lines came before it)
+    e = ctx.run.series.get("epoch")
+    if e is not None and len(e) >= 2:
+        at = e.finite().values[np.isin(e.finite().steps, s.steps)]
+        if at.size >= 2 and float(at[0]) > float(at[-1]) - float(at[0]) > 0:
+            return True
     texts = ctx.run.meta.get("step_text", {})
     m = _EPOCH_TEXT.match(str(texts.get(int(s.steps[min(1, len(s) - 1)]), "")))
     return m is not None and int(m.group(1)) >= 2
