@@ -78,6 +78,11 @@ class Overfitting(Rule):
     So does a validation loss that trends up over 10 evaluations or more since its minimum (Kendall's
     tau at least 0.7) to ``short_rise`` above it while the training loss trends down as strongly.
 
+    So does a validation loss that never falls after its minimum and rises at ``min_after`` + 1 of its
+    evaluations, however little (at 2, ending ``ratio`` above), while the same loss on the training set
+    falls at every one of them, unless a validation score (accuracy, ROUGE, BLEU) still improves to its
+    best at the end: the two curves part at every evaluation.
+
     So does a validation loss up at each of its last ``min_after`` + 2 evaluations, ending
     ``short_rise`` above where that climb began, while the training loss falls ``train_drop`` over
     the same steps (a later, shallower minimum than the global one); or up at each of its last
@@ -86,8 +91,8 @@ class Overfitting(Rule):
     The end level must also stand 3 robust standard deviations above the validation loss's level
     between its early descent and its minimum: a noisy curve is not overfitting for one high
     stretch (when that stretch still descends, Kendall's tau at most -0.7, its minimum and the robust
-    spread of its steps instead: a trend is no noise). A climb at every evaluation since the minimum, ``min_after`` + 2 times or more, needs no
-    such margin. A validation loss that rises while the validation accuracy improves to its best at
+    spread of its steps instead: a trend is no noise). A climb at every evaluation since the minimum,
+    ``min_after`` + 2 times or more, needs no such margin. A validation loss that rises while the validation accuracy improves to its best at
     the last evaluation is not overfitting yet (the model grows more confident; the end is the best
     checkpoint by accuracy).
 
@@ -225,10 +230,7 @@ class Overfitting(Rule):
             return []
         msg = (f"{v.name} rises at each of its last {n_up} evaluations, from {x[j]:.4g} at step {int(v.steps[j])} to "
                f"{x[-1]:.4g} (+{rise:.0%}), while {t.name} falls from {t0:.4g} to {t1:.4g}")
-        h = self._hit(msg, 0.6, v, j, rise)
-        h.point("t0", t, ti, f"{t.name} at the step the validation loss starts to rise")
-        h.point("t1", t, len(t) - 1, f"last {t.name}")
-        return [h]
+        return self._apart(msg, v, j, rise, t, ti, "at the step the validation loss starts to rise")
 
     def _trending_apart(self, v: Series, t: Series, jmin: int) -> list[Hit]:
         """From the validation minimum on, 10 evaluations or more: the validation loss trends up
@@ -248,10 +250,7 @@ class Overfitting(Rule):
         msg = (f"{v.name} trends up over its {after.size} evaluations since its minimum {after[0]:.4g} at step "
                f"{int(v.steps[jmin])}, to {after[-1]:.4g} (+{rise:.0%}), while {t.name} trends down "
                f"({train[0]:.4g} -> {train[-1]:.4g})")
-        h = self._hit(msg, 0.6, v, jmin, rise)
-        h.point("t0", t, ti, f"{t.name} at the validation minimum")
-        h.point("t1", t, len(t) - 1, f"last {t.name}")
-        return [h]
+        return self._apart(msg, v, jmin, rise, t, ti, "at the validation minimum")
 
     def _opposed(self, run: Run, v: Series, t: Series, j: int) -> list[Hit]:
         """From index ``j`` on, the validation loss never falls and rises at ``min_after`` + 1 evaluations or
@@ -275,10 +274,7 @@ class Overfitting(Rule):
         msg = (f"{v.name} rises at each of its {after.size - 1} evaluations since {after[0]:.4g} at step "
                f"{int(v.steps[j])}, to {after[-1]:.4g} (+{rise:.1%}), while {t.name} falls at each of them "
                f"({t0:.4g} -> {t1:.4g})")
-        h = self._hit(msg, 0.6, v, j, rise)
-        h.point("t0", t, ti, f"{t.name} at the step the validation loss starts to rise")
-        h.point("t1", t, len(t) - 1, f"last {t.name}")
-        return [h]
+        return self._apart(msg, v, j, rise, t, ti, "at the step the validation loss starts to rise")
 
     def _short(self, run: Run, v: Series, t: Series | None) -> list[Hit]:
         x = v.values
@@ -297,10 +293,7 @@ class Overfitting(Rule):
                 if drop >= self.p.train_drop:
                     msg = (f"{v.name} rises from {x[j]:.4g} at step {int(v.steps[j])} to {x[-1]:.4g} (+{rise:.0%}) "
                            f"while {t.name} falls from {t0:.4g} to {t1:.4g} (few evaluation points)")
-                    h = self._hit(msg, 0.6, v, j, rise)
-                    h.point("t0", t, max(ti, 0), f"{t.name} at the step the validation loss starts to rise")
-                    h.point("t1", t, len(t) - 1, f"last {t.name}")
-                    return [h]
+                    return self._apart(msg, v, j, rise, t, max(ti, 0), "at the step the validation loss starts to rise")
                 return self._opposed(run, v, t, j)
             elif rises >= self.p.min_after + 1:
                 msg = (f"{v.name} rises for {rises} evaluations in a row after its minimum {x[j]:.4g} at step "
@@ -325,6 +318,13 @@ class Overfitting(Rule):
                 h.point("vacc", va, len(va) - 1, f"last {va.name}")
                 return [h]
         return []
+
+    def _apart(self, msg: str, v: Series, j: int, rise: float, t: Series, ti: int, where: str) -> list[Hit]:
+        """A hit on the validation loss rising from index ``j``, with the training loss at ``ti`` and at its end."""
+        h = self._hit(msg, 0.6, v, j, rise)
+        h.point("t0", t, ti, f"{t.name} {where}")
+        h.point("t1", t, len(t) - 1, f"last {t.name}")
+        return [h]
 
     def _hit(self, msg: str, conf: float, v: Series, j: int, rise: float) -> Hit:
         first = min(j + 1, len(v) - 1)

@@ -405,8 +405,8 @@ _EPOCH_TEXT = re.compile(r"epoch (\d{1,9})\b")
 
 def _late_excerpt(ctx: Context, s: Series) -> bool:
     """Whether ``s`` starts late in its run: more steps (or epochs, as the log prints them beside each point)
-    came before its first point than it holds, or the step as printed there is in epoch 2 or later (a step counter that restarts each
-    epoch says nothing of the epochs before)."""
+    came before its first point than it holds, or the step as printed there is in epoch 2 or later (a
+    step counter that restarts each epoch says nothing of the epochs before)."""
     first, last = int(s.steps[0]), int(s.steps[-1])
     if first > last - first:
         return True
@@ -467,9 +467,9 @@ class NotLearning(Rule):
     points or more counts too (frozen weights), unless it is below ``frozen_floor`` (1e-3: a loss
     printed as 0.0000), and so, at any length, does a validation loss equal to every printed digit at its last ``short_points`` + 1
     evaluations or more, half of them at least (the evaluated weights do not change), when they are
-    more than a step apart or the training loss is flat too (a paste of ``short_points`` evaluations, all
-    within ``pinned_spread`` of one value, counts when the training loss is flat over them) (a progress line repeats the last
-    evaluation at every step while the per-step loss moves); so does a
+    more than a step apart or the training loss is flat too (a progress line repeats the last
+    evaluation at every step while the per-step loss moves), and a paste of ``short_points`` evaluations
+    all within ``pinned_spread`` of one value does when the training loss is flat over them; so does a
     loss (or validation loss) within ``near_tol`` (0.005) of ln(C) on all of its 6 or more points, C a
     class count up to ``max_classes`` (1000; a language model's first steps sit near ln(vocabulary)
     while warming up). A validation loss the same at all its evaluations (2 or more) at ln(C) within
