@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -156,7 +158,21 @@ def _rss_mb() -> float:
 
 
 def leaking_run(path: Path, steps: int = 120) -> Path:
-    """The classic leak: the loss tensor (with its graph) is appended to a list every step."""
+    """The classic leak: the loss tensor (with its graph) is appended to a list every step.
+
+    It trains in a fresh interpreter: in a test worker that already freed memory, the allocator
+    hands that memory back to the leak first, so the process RSS would hold a level and only then
+    rise, however constant the leak."""
+    tests = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tests / "rules"), str(tests.parent / "tools"),
+                                                          os.environ.get("PYTHONPATH", "")])}
+    subprocess.run([sys.executable, "-c", "import sys, pathlib, tinyruns; "
+                    "tinyruns._leak(pathlib.Path(sys.argv[1]), int(sys.argv[2]))", str(path), str(steps)],
+                   env=env, check=True)
+    return path
+
+
+def _leak(path: Path, steps: int) -> Path:
     torch.manual_seed(6)
     model = nn.Sequential(nn.Linear(256, 1024), nn.ReLU(), nn.Linear(1024, 1024), nn.ReLU(), nn.Linear(1024, 4))
     opt = torch.optim.SGD(model.parameters(), lr=0.05)
