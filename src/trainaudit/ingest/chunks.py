@@ -265,3 +265,17 @@ class OrderedWorkers(Generic[Req, Res]):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def in_order(pool: OrderedWorkers[Req, Res], requests: Iterator[Req]) -> Iterator[tuple[Req, Res]]:
+    """Each of ``requests`` with its result, in order, the pool kept as busy as it may be (at most
+    ``depth`` requests a worker in flight)."""
+    ahead: deque[Req] = deque()
+    while True:
+        while not pool.full and (nxt := next(requests, None)) is not None:
+            pool.submit(nxt)
+            ahead.append(nxt)
+        if not ahead:
+            return
+        yield ahead.popleft(), pool.result()
+

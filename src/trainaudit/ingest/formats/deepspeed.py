@@ -59,7 +59,7 @@ from trainaudit.ingest.base import Gate, LineReader, Priority, Sample, SpareNumb
 from trainaudit.ingest.formats.generic import num
 from trainaudit.ingest.formats.hf import HF_GATE_LITERALS, NUMBER_RE, RATE_KEY, HFReader, NumberedLines
 from trainaudit.ingest.formats.shaped import (
-    BLANK, OTHER, ROW, Chunk, RunValues, Shape, ShapeTable, Where, byte_offset, read_shaped, zeroed_pattern,
+    BLANK, OTHER, ROW, Chunk, chunk_numbers, RunValues, Shape, ShapeTable, Where, byte_offset, read_shaped, zeroed_pattern,
 )
 from trainaudit.ingest.formats.text.bulk import SpanNumbers
 from trainaudit.ingest.formats.text.lines import TextLogReader
@@ -233,13 +233,12 @@ class DeepSpeedReader(LineReader):
         if self.bulk and isinstance(delegate, HFReader) and delegate.gate is not None:
             sink.meta("framework", f"deepspeed+{delegate.name}")
             mixed = _WithHF(self, delegate)
-            table = ShapeTable(DS_HF_SHAPE, mixed.classify)
 
-            def place(chunk: Chunk, start: int, stop: int, base: int) -> int:
+            def place(table: ShapeTable, chunk: Chunk, start: int, stop: int, base: int) -> int:
                 return mixed.place(table, sink, state, chunk, start, stop, base)
 
             state = mixed.new_state()
-            read_shaped(mixed, inp, sink, table, state, place)
+            read_shaped(mixed, inp, sink, mixed.shape_table, state, place, prepare=mixed.prepare)
             return
         self.read_lines(inp, sink, delegate)
 
@@ -459,7 +458,6 @@ class _WithHF(LineReader):
 
     def __init__(self, engine: DeepSpeedReader, hf: HFReader) -> None:
         self.engine, self.hf = engine, hf
-        self._shape_codes: tuple[NDArray[np.bool_], NDArray[np.int8]] | None = None
 
     def sniff(self, sample: Sample) -> float:
         return 0.0  # never asked: DeepSpeedReader reads with it
@@ -493,9 +491,7 @@ class _WithHF(LineReader):
         shown = np.flatnonzero(chunk.kind[start:stop] != BLANK) + start
         if not shown.shape[0]:
             return stop
-        got = chunk.cache.get("deepspeed")
-        if got is None:
-            got = chunk.cache["deepspeed"] = NumberedLines(chunk, [s.info for s in table.shapes])
+        got = chunk_numbers(table, chunk, "deepspeed", NumberedLines)
         if not self.fast:
             self._lines(table, sink, state, chunk, got, shown.tolist(), base)
             return stop
@@ -512,15 +508,23 @@ class _WithHF(LineReader):
             self._lines(table, sink, state, chunk, got, shown[k:].tolist(), base)
         return stop
 
-    def _codes(self, table: ShapeTable) -> tuple[NDArray[np.bool_], NDArray[np.int8]]:
+    @staticmethod
+    def _codes(table: ShapeTable) -> tuple[NDArray[np.bool_], NDArray[np.int8]]:
         """For each shape of ``table``: whether it is an engine line's, and what its ``ROW`` is."""
-        n = len(table.shapes)
-        if self._shape_codes is None or self._shape_codes[1].shape[0] != n:
+        got = table.memo.get("deepspeed")
+        if got is None or got[1].shape[0] != len(table.shapes):
             engine = np.array([isinstance(s.info, EngineShape) for s in table.shapes], dtype=bool)
             what = np.array([_WHAT[s.info.what] if isinstance(s.info, EngineShape) else _NONE if s.kind != ROW
                              else _DICT if s.info.kind == "train" else _EVAL for s in table.shapes], dtype=np.int8)
-            self._shape_codes = (engine, what)
-        return self._shape_codes
+            got = table.memo["deepspeed"] = (engine, what)
+        return got  # type: ignore[no-any-return]
+
+    def shape_table(self) -> ShapeTable:
+        return ShapeTable(DS_HF_SHAPE, self.classify)
+
+    def prepare(self, table: ShapeTable, chunk: Chunk) -> None:
+        """The chunk's numbers read at once (in a worker process, for a large file)."""
+        chunk_numbers(table, chunk, "deepspeed", NumberedLines)
 
     def _lines(self, table: ShapeTable, sink: Sink, state: dict, chunk: Chunk, got: NumberedLines, shown: list[int],
                base: int) -> None:

@@ -42,7 +42,7 @@ from trainaudit.errors import InputError
 from trainaudit.ingest.base import Gate, LineReader, Reader, Sample, gate_pattern
 from trainaudit.ingest.extract import _ZERO_BYTES
 from trainaudit.ingest.formats.shaped import (
-    BLANK, DIGIT_RE, OTHER, QUIET, ROW, Chunk, Columns, Shape, ShapeTable, ShapedReader, Where, byte_offset, digits_at,
+    BLANK, DIGIT_RE, OTHER, QUIET, ROW, Chunk, chunk_numbers, Columns, Shape, ShapeTable, ShapedReader, Where, byte_offset, digits_at,
     zeroed_pattern,
 )
 from trainaudit.ingest.formats.text.bulk import SpanNumbers
@@ -418,6 +418,9 @@ class HFReader(ShapedReader):
             numbers.const[j] = float(logs[keys[j]])  # "nan", "inf": as parse_number reads them
         return Shape(ROW, DictLineShape(bar, keys, numbers, kind))
 
+    def read_chunk(self, chunk: Chunk, info: list[Any]) -> NumberedLines:
+        return NumberedLines(chunk, info)
+
     def place_run(self, table: ShapeTable, sink: Sink, state: dict, chunk: Chunk, start: int, stop: int,
                   base: int) -> int:
         """The lines ``start`` to ``stop`` (no ``OTHER``) as :meth:`feed` reads them: each train
@@ -429,9 +432,7 @@ class HFReader(ShapedReader):
         shown = idx[kinds != BLANK]
         if not shown.shape[0]:
             return stop
-        got = chunk.cache.get(self.name)
-        if got is None:
-            got = chunk.cache[self.name] = NumberedLines(chunk, [s.info for s in table.shapes])
+        got = chunk_numbers(table, chunk, self.name, self.read_chunk)
         if state["pending"] is not None:
             f = int(shown[0])
             w = int(got.widths[f])

@@ -50,7 +50,7 @@ from trainaudit.errors import InputError
 from trainaudit.ingest.base import Reader, Sample, fallback_format
 from trainaudit.ingest.formats.hf import NUMBER_RE
 from trainaudit.ingest.formats.shaped import (
-    DIGIT_RE, OTHER, QUIET, ROW, Chunk, Columns, Shape, ShapeTable, ShapedReader, Where, byte_offset, digits_at,
+    DIGIT_RE, OTHER, QUIET, ROW, Chunk, chunk_numbers, Columns, Shape, ShapeTable, ShapedReader, Where, byte_offset, digits_at,
 )
 from trainaudit.ingest.formats import shaped
 from trainaudit.ingest.formats.text.bulk import SpanNumbers
@@ -291,15 +291,16 @@ class LightningReader(ShapedReader):
                                     (byte_offset(text, m.start("total")), byte_offset(text, m.end("total"))),
                                     tuple(keys), numbers, tuple(meta)))
 
+    def read_chunk(self, chunk: Chunk, info: list[Any]) -> _Bars:
+        return _Bars(chunk, info)
+
     def place_run(self, table: ShapeTable, sink: Sink, state: dict, chunk: Chunk, start: int, stop: int,
                   base: int) -> int:
         """The epoch bars of lines ``start`` to ``stop`` (no ``OTHER``) as :meth:`feed` reads them,
         each at ``offset(epoch) + n``; with a Rich bar open, the lines are the line reader's."""
         if state["rich"] is not None:
             return start
-        got = chunk.cache.get(self.name)
-        if got is None:
-            got = chunk.cache[self.name] = _Bars(chunk, [s.info for s in table.shapes])
+        got = chunk_numbers(table, chunk, self.name, self.read_chunk)
         seg_line = chunk.segments[2]
         lo, hi = np.searchsorted(seg_line, [start, stop])
         if hi <= lo:
@@ -363,7 +364,11 @@ class _Bars:
         sid, at, _, _ = chunk.segments
         buf = chunk.lines.buf
         k = sid.shape[0]
-        self.sid, self.at, self.info = sid, at, info
+        self.sid, self.at = sid, at
+        # what the methods below need of the chunk's shapes (not every shape's info: a chunk read
+        # in a worker process comes back with what it keeps)
+        self.keys: dict[int, tuple[str, ...]] = {}
+        self.meta: dict[int, tuple[tuple[str, int, int], ...]] = {}
         self.epoch = np.zeros(k, dtype=np.int64)
         self.n = np.zeros(k, dtype=np.int64)
         self.total = np.zeros(k, dtype=np.int64)
@@ -371,6 +376,7 @@ class _Bars:
         for s in np.unique(sid).tolist():
             sel = np.flatnonzero(sid == s)
             shape: _BarShape = info[s]
+            self.keys[s], self.meta[s] = shape.keys, shape.meta
             where = at[sel]
             for out, (a, b) in ((self.epoch, shape.epoch), (self.n, shape.n), (self.total, shape.total)):
                 out[sel] = digits_at(buf, where + a, b - a)
@@ -384,13 +390,13 @@ class _Bars:
         _, first = np.unique(shapes, return_index=True)
         out: list[str] = []
         for k in np.sort(first).tolist():
-            out += [key for key in self.info[int(shapes[k])].keys if key not in out]
+            out += [key for key in self.keys[int(shapes[k])] if key not in out]
         return out
 
     def meta_of(self, i: int) -> dict[str, tuple[int, int]]:
         """Where in the chunk the meta items of segment ``i`` stand."""
         at = int(self.at[i])
-        return {key: (at + a, at + b) for key, a, b in self.info[int(self.sid[i])].meta}
+        return {key: (at + a, at + b) for key, a, b in self.meta[int(self.sid[i])]}
 
 
 # -- CSV loggers (shared with keras_csv) ----------------------------------------------------------

@@ -33,7 +33,7 @@ segment.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from itertools import repeat
 from typing import Any, ClassVar
@@ -42,7 +42,8 @@ import numpy as np
 from numpy.typing import NDArray
 
 from trainaudit.ingest.base import SIGNALS_RAW, LineReader, SpareNumbers
-from trainaudit.ingest.chunks import stream_chunks
+from trainaudit.ingest.chunks import POOL_MIN_SIZE, OrderedWorkers, cut_long_lines, file_ranges, in_order, \
+    read_range, stream_chunks, usable_cpus
 from trainaudit.ingest.extract import _ZERO_BYTES
 from trainaudit.ingest.formats.text.bulk import ChunkLines
 from trainaudit.ingest.signatures import SignatureScanner, may_speak
@@ -120,6 +121,7 @@ class ShapeTable:
         self.gate = gate  # the format's gate literals, zeroed (zeroed_pattern)
         self.one_row = one_row  # a line with two ROW segments is the line reader's
         self.classify = classify
+        self.memo: dict[str, Any] = {}  # what a format derives from the shapes, with the count it had then
 
     def chunk(self, data: bytes) -> Chunk:
         lines = ChunkLines(data)
@@ -301,15 +303,90 @@ class RunValues(Sink):
         self.sink.last_step = self.last_step
 
 
-Place = Callable[[Chunk, int, int, int], int]
+Place = Callable[[ShapeTable, Chunk, int, int, int], int]
+Prepare = Callable[[ShapeTable, Chunk], None]
+ReadChunk = Callable[[Chunk, list[Any]], Any]
 
 
-def read_shaped(reader: LineReader, inp: InputFile, sink: Sink, table: ShapeTable, state: dict,
-                place: Place, chunk_size: int | None = None) -> None:
+def _unprepared(_table: ShapeTable, _chunk: Chunk) -> None:
+    pass
+
+
+def chunk_numbers(table: ShapeTable, chunk: Chunk, key: str, read: ReadChunk) -> Any:
+    """What a format reads of ``chunk`` at once, ``read(chunk, the shapes' infos)``, kept in the
+    chunk's cache under ``key``: read where the chunk was made (a format's ``prepare``), else when
+    first asked for."""
+    got = chunk.cache.get(key)
+    if got is None:
+        got = chunk.cache[key] = read(chunk, [s.info for s in table.shapes])
+    return got
+
+
+def shaped_chunks(inp: InputFile, make_table: Callable[[], ShapeTable], prepare: Prepare = _unprepared,
+                  chunk_size: int | None = None, workers: int | None = None) -> Iterator[tuple[ShapeTable, Chunk]]:
+    """The chunks of ``inp`` in order, each with the table its shape ids refer to and what
+    ``prepare`` (the format's reading of a chunk at once) put in its cache. A file on disk of
+    :data:`~trainaudit.ingest.chunks.POOL_MIN_SIZE` or more is chunked in worker processes (``workers``;
+    default one per CPU, at most two) a few chunks ahead: each worker keeps a table of its own, whose
+    new shapes come back with each chunk, so that here a copy of each worker's table follows it."""
+    size = chunk_size or CHUNK_SIZE
+    if inp.fs_path is None or inp.compressed:
+        table = make_table()
+        with inp.open() as stream:
+            for data in stream_chunks(stream, size):
+                got = table.chunk(data)
+                prepare(table, got)
+                yield table, got
+        return
+    # A file on disk is read in newline-aligned ranges, its long lines cut here as the stream of
+    # the path above would cut them (inp.line_bytes), and counted: the same chunks in one process
+    # or in workers (what is thinned while read depends on where chunks end).
+    path, limit = str(inp.fs_path), inp.line_bytes
+    ranges = file_ranges(path, inp.size, size, limit)
+    cut = 0
+    nproc = 0
+    if inp.size >= POOL_MIN_SIZE:
+        nproc = workers if workers is not None else (min(2, usable_cpus()) if usable_cpus() > 1 else 0)
+    if not nproc:
+        table = make_table()
+        for where in ranges:
+            data, n = cut_long_lines(read_range(path, *where), limit)
+            cut += n
+            got = table.chunk(data)
+            prepare(table, got)
+            yield table, got
+        inp.cut_lines = max(inp.cut_lines, cut)
+        return
+
+    def make(_: int) -> Callable[[tuple[int, int]], tuple[Chunk, list[Shape], int]]:
+        table = make_table()
+
+        def work(where: tuple[int, int]) -> tuple[Chunk, list[Shape], int]:
+            data, n = cut_long_lines(read_range(path, *where), limit)
+            known = len(table.shapes)
+            got = table.chunk(data)
+            prepare(table, got)
+            return got, table.shapes[known:], n
+
+        return work
+
+    copies = [make_table() for _ in range(nproc)]
+    with OrderedWorkers(make, nproc) as pool:
+        for k, (_, (got, shapes, n)) in enumerate(in_order(pool, ranges)):
+            table = copies[k % nproc]  # requests go round-robin: the k-th result is worker k % nproc's
+            table.shapes += shapes
+            cut += n
+            yield table, got
+    inp.cut_lines = max(inp.cut_lines, cut)
+
+
+def read_shaped(reader: LineReader, inp: InputFile, sink: Sink, make_table: Callable[[], ShapeTable], state: dict,
+                place: Place, chunk_size: int | None = None, prepare: Prepare = _unprepared) -> None:
     """What ``reader.read`` (:class:`LineReader`) does with ``inp``, runs of lines without
-    ``OTHER`` placed by ``place(chunk, start, stop, base)`` (``base``: the lines before the chunk),
-    which returns the first line the line reader must read again; ``chunk_size``: the bytes read at
-    a time (:data:`CHUNK_SIZE` when None)."""
+    ``OTHER`` placed by ``place(table, chunk, start, stop, base)`` (``base``: the lines before the
+    chunk), which returns the first line the line reader must read again; ``chunk_size``: the bytes
+    read at a time (:data:`CHUNK_SIZE` when None); the chunks and their tables as
+    :func:`shaped_chunks` makes them."""
     gate = reader.gate
     scanner = SignatureScanner(inp.display)
     spare = SpareNumbers(sink, along=reader.numbers_fallback)
@@ -333,28 +410,26 @@ def read_shaped(reader: LineReader, inp: InputFile, sink: Sink, table: ShapeTabl
             spare.line(line, events, scanner.busy)
 
     base = 0
-    with inp.open() as stream:
-        for data in stream_chunks(stream, chunk_size or CHUNK_SIZE):
-            got = table.chunk(data)
-            lines, kind = got.lines, got.kind
-            n = len(lines)
-            others = np.flatnonzero(kind == OTHER)
-            i = 0
-            while i < n:
-                if kind[i] == OTHER or everything():
-                    one(base + i + 1, lines[i])
-                    i += 1
-                    continue
-                k = int(np.searchsorted(others, i))
-                end = int(others[k]) if k < others.shape[0] else n
-                for j in range(place(got, i, end, base), end):
-                    one(base + j + 1, lines[j])
-                i = end
-            base += n
-            # what a format cached of the chunk refers back to it (NumberedLines keeps its chunk): a cycle
-            # that only the cyclic collector frees, which numpy's allocations do not wake, so dozens of
-            # read chunks with their arrays stayed in memory
-            got.cache.clear()
+    for table, got in shaped_chunks(inp, make_table, prepare, chunk_size):
+        lines, kind = got.lines, got.kind
+        n = len(lines)
+        others = np.flatnonzero(kind == OTHER)
+        i = 0
+        while i < n:
+            if kind[i] == OTHER or everything():
+                one(base + i + 1, lines[i])
+                i += 1
+                continue
+            k = int(np.searchsorted(others, i))
+            end = int(others[k]) if k < others.shape[0] else n
+            for j in range(place(table, got, i, end, base), end):
+                one(base + j + 1, lines[j])
+            i = end
+        base += n
+        # what a format cached of the chunk refers back to it (NumberedLines keeps its chunk): a cycle
+        # that only the cyclic collector frees, which numpy's allocations do not wake, so dozens of
+        # read chunks with their arrays stayed in memory
+        got.cache.clear()
     for ev in scanner.finish():
         sink.event(ev)
     reader.finish(sink, state)
@@ -378,14 +453,22 @@ class ShapedReader(LineReader):
                   base: int) -> int:
         raise NotImplementedError
 
+    def read_chunk(self, chunk: Chunk, info: list[Any]) -> Any:
+        """What the format reads of a chunk at once (``info``: its table's shapes' infos), for
+        :meth:`place_run` (:func:`chunk_numbers`); None: nothing."""
+        return None
+
+    def prepare(self, table: ShapeTable, chunk: Chunk) -> None:
+        """:meth:`read_chunk` before any of the chunk is placed: in a worker process, for a large file."""
+        chunk_numbers(table, chunk, self.name, self.read_chunk)
+
     def read(self, inp: InputFile, sink: Sink) -> None:
         if not self.bulk:
             super().read(inp, sink)
             return
         state = self.new_state()
-        table = self.shape_table()
 
-        def place(chunk: Chunk, start: int, stop: int, base: int) -> int:
+        def place(table: ShapeTable, chunk: Chunk, start: int, stop: int, base: int) -> int:
             return self.place_run(table, sink, state, chunk, start, stop, base)
 
-        read_shaped(self, inp, sink, table, state, place, self.chunk_size)
+        read_shaped(self, inp, sink, self.shape_table, state, place, self.chunk_size, self.prepare)

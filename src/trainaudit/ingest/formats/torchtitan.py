@@ -28,7 +28,7 @@ from numpy.typing import NDArray
 from trainaudit.ingest.base import Sample
 from trainaudit.ingest.formats.hf import NUMBER_RE
 from trainaudit.ingest.formats.shaped import (
-    DIGITS_RE, DIGIT_RE, OTHER, QUIET, ROW, Chunk, Columns, Shape, ShapeTable, ShapedReader, Where, digits_at,
+    DIGITS_RE, DIGIT_RE, OTHER, QUIET, ROW, Chunk, chunk_numbers, Columns, Shape, ShapeTable, ShapedReader, Where, digits_at,
 )
 from trainaudit.ingest.formats.text.bulk import SpanNumbers
 from trainaudit.ingest.sink import Sink
@@ -143,6 +143,9 @@ class TorchtitanReader(ShapedReader):
             numbers.const[j] = v
         return Shape(ROW, _LineShape(m.group(1) is not None, step, tuple(names), numbers, tuple(plain), commas))
 
+    def read_chunk(self, chunk: Chunk, info: list[Any]) -> _Metrics:
+        return _Metrics(chunk, info)
+
     def place_run(self, table: ShapeTable, sink: Sink, state: dict, chunk: Chunk, start: int, stop: int,
                   base: int) -> int:
         """The metric lines of lines ``start`` to ``stop`` (no ``OTHER``) as :meth:`feed` reads
@@ -154,9 +157,7 @@ class TorchtitanReader(ShapedReader):
         lo, hi = (int(x) for x in np.searchsorted(seg_line, [start, stop]))
         if hi <= lo:
             return stop
-        got = chunk.cache.get(self.name)
-        if got is None:
-            got = chunk.cache[self.name] = _Metrics(chunk, [s.info for s in table.shapes])
+        got = chunk_numbers(table, chunk, self.name, self.read_chunk)
         rank, val, step = got.rank[lo:hi], got.validate[lo:hi], got.step[lo:hi]
         same = np.zeros(hi - lo, dtype=bool)
         same[1:] = (rank[1:] == rank[:-1]) & (val[1:] == val[:-1]) & (step[1:] == step[:-1])
@@ -249,7 +250,8 @@ class _Metrics:
 
     def __init__(self, chunk: Chunk, info: list[Any]) -> None:
         sid, at, _, self.rank = chunk.segments
-        self.sid, self.info = sid, info
+        self.sid = sid
+        self.names: dict[int, tuple[str, ...]] = {}  # the chunk's shapes' series names (not every shape's info)
         buf = chunk.lines.buf
         k = sid.shape[0]
         self.validate = np.zeros(k, dtype=bool)
@@ -258,6 +260,7 @@ class _Metrics:
         for s in np.unique(sid).tolist():
             sel = np.flatnonzero(sid == s)
             shape: _LineShape = info[s]
+            self.names[s] = shape.names
             where = at[sel]
             self.validate[sel] = shape.validate
             self.step[sel] = digits_at(buf, where + shape.step[0], shape.step[1] - shape.step[0])
@@ -272,4 +275,4 @@ class _Metrics:
 
     def field(self, row: int, name: str) -> int:
         """The place of series ``name`` among the fields of ``row``'s line."""
-        return self.info[int(self.sid[row])].names.index(name)  # type: ignore[no-any-return]
+        return self.names[int(self.sid[row])].index(name)

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import functools
 import re
-from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
@@ -35,6 +34,7 @@ from trainaudit.ingest.chunks import (
     count_lines,
     cut_long_lines,
     file_ranges,
+    in_order,
     read_range,
     reread_range,
     stream_chunks,
@@ -597,13 +597,5 @@ def _pooled(path: str, ranges: Iterator[tuple[int, int]], tpl: Template, nproc: 
         return lambda r: _work(path, r[0], r[1], tpl, line_bytes)
 
     with OrderedWorkers(make, nproc) as workers:
-        pending: deque[tuple[int, int]] = deque()
-        for off, length in ranges:
-            workers.submit((off, length))
-            pending.append((off, length))
-            if workers.full:
-                o, n = pending.popleft()
-                yield o, n, workers.result()
-        while pending:
-            o, n = pending.popleft()
-            yield o, n, workers.result()
+        for (off, length), res in in_order(workers, ranges):
+            yield off, length, res

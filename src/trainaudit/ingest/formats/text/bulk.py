@@ -139,6 +139,15 @@ class ChunkLines:
     def __getitem__(self, i: int) -> bytes:
         return self.data[int(self.starts[i]):int(self.ends[i])]
 
+    def __reduce__(self) -> tuple[Callable[[NDArray[np.uint8]], ChunkLines], tuple[NDArray[np.uint8]]]:
+        # the bytes as an array: a worker's result sends its arrays through shared memory, not the
+        # pipe (chunks.OrderedWorkers); the rest is made from them again
+        return _chunk_lines, (self.buf,)
+
+
+def _chunk_lines(buf: NDArray[np.uint8]) -> ChunkLines:
+    return ChunkLines(buf.tobytes())
+
 
 class _Texts:
     """The text of a chunk's lines for the line reader: those a book sent, else (a line after a

@@ -8,7 +8,6 @@ import bisect
 import functools
 import io
 from array import array
-from collections import deque
 from collections.abc import Callable
 
 import numpy as np
@@ -23,6 +22,7 @@ from trainaudit.ingest.chunks import (
     count_lines,
     cut_long_lines,
     file_ranges,
+    in_order,
     read_range,
     reread_range,
     stream_chunks,
@@ -236,16 +236,8 @@ def _read_ranges(inp: InputFile, chunk_size: int, workers: int | None,
             read(data, None)
         inp.cut_lines = max(inp.cut_lines, cut)
         return
-    ahead: deque[tuple[int, int]] = deque()  # ranges handed to the workers, in order
     with OrderedWorkers(range_grouper(path, limit), nproc) as pool:
-        while True:
-            while not pool.full and (nxt := next(ranges, None)) is not None:
-                pool.submit(nxt)
-                ahead.append(nxt)
-            if not ahead:
-                break
-            off, length = ahead.popleft()
-            grouped = pool.result()
+        for (off, length), grouped in in_order(pool, ranges):
             cut += grouped.cut_lines
             read(functools.partial(reread_range, path, off, length, limit, grouped.kind.shape[0], inp.display), grouped)
     inp.cut_lines = max(inp.cut_lines, cut)
