@@ -21,7 +21,7 @@ from multiprocessing.connection import Connection
 from typing import Any, BinaryIO, Generic, TypeVar
 
 from trainaudit.errors import InputError
-from trainaudit.safeio import LineCutter
+from trainaudit.safeio import LineCutter, open_input
 
 POOL_MIN_SIZE = 96 << 20  # below this worker processes cost more than they save
 MAX_PENDING = 3  # chunks in flight per worker: bounds memory whatever the file size
@@ -41,7 +41,7 @@ def usable_cpus() -> int:
 def read_range(path: str, offset: int, length: int) -> bytes:
     """``length`` bytes of the file from ``offset``; fewer (the file was cut short since its ranges
     were taken) is an input error."""
-    with open(path, "rb") as f:
+    with open_input(path) as f:  # (as the input was opened: a path swapped since is checked again)
         f.seek(offset)
         data = f.read(length)
     if len(data) < length:
@@ -79,7 +79,7 @@ def file_ranges(path: str, size: int, chunk_size: int, line_bytes: int | None = 
     cuts anyway) is skipped without being read into memory: no range is longer than
     ``chunk_size + 2 * line_bytes``."""
     step = min(1 << 20, line_bytes) if line_bytes else 1 << 20
-    with open(path, "rb") as f:
+    with open_input(path) as f:
         pos = 0
         while pos < size:
             end = pos + chunk_size
