@@ -42,6 +42,7 @@ LINES = {
     "llmc-not-ok": next(ln for ln in corpus_log("llm.c-karpathy-llm.c-228") if ln.startswith("NOT OK")),
     "gtest-failure": next(ln for ln in corpus_log("nntrainer-nntrainer-nntrainer-1125") if ln.endswith(": Failure")),
     "pytest-test-assert": "tests/test_examples.py:185: AssertionError",
+    "pytest-close-check": next(ln for ln in corpus_log("liger-kernel-linkedin-Liger-Kernel-411") if ln.startswith(">")),
     "assert-not-equal": corpus_log("torchtitan-pytorch-torchtitan-4007")[0],
     "assert-not-close": corpus_log("transformer-engine-NVIDIA-TransformerEngine-3014")[0],
     "tf-oom": next(ln for ln in corpus_log("tf1-tensorflow-tensorflow-4735") if "OOM when" in ln),
@@ -96,6 +97,8 @@ def test_every_entry_has_a_line_and_matches_it() -> None:
     "WARNING [optim.py:385] Scaling gradients by 2.5e-05, model_norm_threshold=911.5296020507812",
     "WARNING [optim.py:385] Scaling gradients by 0.0, model_norm_threshold=911.5296020507812",
     "Loss is 2.31, stopping training at epoch 40 (early stopping)",
+    # an interpreter's prompt and a closed file, not pytest's mark of the line that raised
+    ">>> np.allclose(a, b)", "> closed the connection after np.allclose", "INFO: closing the writer",
 ])
 def test_ordinary_lines_match_nothing(line: str) -> None:
     assert catalogue.match(line) is None

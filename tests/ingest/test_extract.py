@@ -575,3 +575,10 @@ def test_a_fastai_table_with_its_time_column(tmp_path: Path, header: str) -> Non
     run, _ = load_run([str(log)])
     assert sorted(run.series) == ["accuracy", "train_loss", "valid_loss"]
     assert run.series["train_loss"].steps.tolist() == [1, 2] and run.series["valid_loss"].values.tolist() == [0.693147] * 2
+
+
+def test_itr_counts_the_iterations(tmp_path: Path) -> None:
+    # mks0601's trainers (Hand4Whole, I2L-MeshNet) print "Epoch 0/7 itr 26/3489: lr: 0.0001 ..."
+    run = read(tmp_path, "\n".join(head("pytorch-loop-mks0601-Hand4Whole_RELEASE-31", 24).splitlines()[5:8]) + "\n")
+    assert points(run, "loss_smpl_pose") == [(31, 0.3169), (52, 0.2893), (53, 0.2910)]
+    assert points(run, "lr") == [(31, 0.0001), (52, 0.0001), (53, 0.0001)]

@@ -25,8 +25,19 @@ def test_a_one_point_summary_does_not_take_a_role_from_a_series_with_points() ->
 
 
 def test_gan_players_losses_and_peak_counters_are_named() -> None:
-    assert all(adversarial(n) for n in ("d_loss", "Loss_G", "errD", "train/disc_loss", "critic_loss"))
-    assert not any(adversarial(n) for n in ("loss", "lm loss", "dice_loss", "val_loss", "grad_norm"))
+    assert all(adversarial(n) for n in ("d_loss", "Loss_G", "errD", "train/disc_loss", "critic_loss",
+                                        "D_A", "G_B", "G_GAN", "D_real", "D_fake"))  # CycleGAN's and pix2pix's
+    assert not any(adversarial(n) for n in ("loss", "lm loss", "dice_loss", "val_loss", "grad_norm", "cycle_A",
+                                            "idt_B", "G_L1", "d_model", "g_norm"))
+
+
+def test_a_gans_training_loss_is_a_players() -> None:
+    # keras-io's GauGAN prints disc_loss, gen_loss and the generator's terms feat_loss, vgg_loss, kl_loss:
+    # kl_loss (the shortest name) is a term of the generator's loss, not the training loss
+    names = ("disc_loss", "gen_loss", "feat_loss", "vgg_loss", "kl_loss")
+    assert find_roles(Run(series={n: _series(n, 15) for n in names})).names["loss"] == "gen_loss"
+    # without players, the shortest loss name is the loss still
+    assert find_roles(Run(series={n: _series(n, 15) for n in names[2:]})).names["loss"] == "kl_loss"
     assert all(peak(n) for n in ("MaxMemAllocated", "max_memory_allocated", "mem_max_allocated_bytes", "peak_mem"))
     assert not any(peak(n) for n in ("MemAllocated", "memory_reserved", "gpu_mem", "mem_total"))
 

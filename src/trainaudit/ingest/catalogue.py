@@ -237,6 +237,11 @@ CATALOGUE: tuple[Known, ...] = (
           # the traceback's last frame in a test file, or the short summary's "FAILED tests/x.py::test - AssertionError"
           pattern=re.compile(r"(?:^|/)tests?/[\w/.\-]{0,200}\.py:\d{1,6}: AssertionError$"
                              r"|^FAILED (?:\S{0,200}/)?tests?/[\w/.\-]{0,200}\.py::\S{1,300} - AssertionError")),
+    Known("pytest-close-check", ("close",), EventKind.GATE,
+          "a test comparing values of the run with a reference within a tolerance failed (pytest marks the line "
+          "that raised with '>': here an allclose / assert_close comparison)", "golden_mismatch", "medium",
+          "https://docs.pytest.org/en/stable/how-to/output.html",
+          pattern=re.compile(r"^>\s{1,40}(?:assert\s.{0,200}|[\w.]{0,80})(?:allclose|assert_close|isclose)\w{0,30}\(")),
     Known("tf-no-gradient", ("Gradients do not exist for variables",), EventKind.WARNING,
           "some variables receive no gradient from the loss, so they do not train (unused in the loss, or the "
           "graph is cut)", "plateau", "medium",

@@ -158,6 +158,8 @@ COUNTER_KEYS = {
     "total_timesteps": 1, "num_timesteps": 1,
     # Ray Tune's result of one report (ray/tune/result.py: TRAINING_ITERATION, TIMESTEPS_TOTAL)
     "training_iteration": 2, "timesteps_total": 1,
+    # "Epoch 0/7 itr 26/3489:" (the trainers of mks0601's I2L-MeshNet, Pose2Pose, Hand4Whole: main/base.py)
+    "itr": 2,
 }
 # keys whose number is an identifier or a size, never a metric of the run
 _IGNORED_KEYS = frozenset({

@@ -7,6 +7,9 @@ from __future__ import annotations
 from trainaudit.answer.schema import Category, Severity
 from trainaudit.model import EventKind
 from trainaudit.rules.base import Context, Guidance, Hit, Rule
+from trainaudit.series.roles import adversarial
+
+GAME_NORMAL = ("tf-no-gradient",)  # catalogue entries that are normal in a GAN's log
 
 
 class KnownMessage(Rule):
@@ -23,6 +26,9 @@ class KnownMessage(Rule):
 
     Example: ``UserWarning: None of the inputs have requires_grad=True. Gradients will be None``
     with a LoRA fine-tune whose loss does not move.
+
+    In a GAN's log (a player's loss among its series) TensorFlow's "Gradients do not exist for
+    variables" is not reported: each player's loss leaves the other player's variables without one.
     """
 
     id = "TA501"
@@ -39,6 +45,11 @@ class KnownMessage(Rule):
     def check(self, ctx: Context) -> list[Hit]:
         hits: list[Hit] = []
         seen: set[str] = set()
+        if any(adversarial(name) for name in ctx.run.series):
+            # in a two-player game each player's loss leaves the other's variables without a gradient:
+            # the published output of keras-io's GauGAN example prints the warning at its first epoch
+            # (https://keras.io/examples/generative/gaugan/)
+            seen.update(GAME_NORMAL)
         # warnings and errors of the catalogue (NaN checks, OOMs, hardware and gate failures have rules
         # of their own)
         for e in ctx.events(EventKind.WARNING, EventKind.ERROR):

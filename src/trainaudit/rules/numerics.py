@@ -12,7 +12,7 @@ import numpy as np
 from trainaudit.model import Event, EventKind, Series
 from trainaudit.answer.schema import Category, Severity
 from trainaudit.rules.base import Context, Grid, Guidance, Hit, Role, Rule, Thresholds
-from trainaudit.series.roles import norm, validation
+from trainaudit.series.roles import adversarial, norm, validation
 from trainaudit.series.stats import robust_z, sliding_max, trailing_median_mad, trailing_median_mad_at
 
 TRAINING_ROLES = ("loss", "grad_norm", "lr", "loss_scale", "val_loss")
@@ -34,6 +34,10 @@ class NonFiniteMetric(Rule):
     fp16, skip batches with non-finite loss, resume from the last checkpoint before the NaN.
 
     Example: ``iteration 3385/ 8000 | ... | loss scale: 1.0 | grad norm: nan |`` (no lm loss).
+
+    Other losses are read too when they turn non-finite before the training loss does, or when
+    there is none: a loss component, an error the loop prints as its objective (``RMSE: nan``), a
+    GAN player's loss (CycleGAN's ``D_A: nan G_A: nan``).
 
     A grad norm that is non-finite on single logged steps only, or on the first steps in a row (a
     tenth of them at most, a finite norm after them, the loss finite throughout) is fp16's dynamic loss scaler skipping an
@@ -79,8 +83,10 @@ class NonFiniteMetric(Rule):
         # (or the only one: a component's loss, "train_mel_loss_before = nan", while the loss the roles
         # picked is still finite)
         first = min((h.first_bad_step for h in hits if h.first_bad_step is not None), default=None)
-        # (or an error the loop prints as its objective: DeepRecommender's "RMSE: nan", qlib's "train nan")
-        others = [h for n, x in ctx.run.series.items() if n not in seen and _ERROR_RE.search(norm(n)) and "@rank" not in n
+        # (or an error the loop prints as its objective: DeepRecommender's "RMSE: nan", qlib's "train nan";
+        # or a GAN player's loss: CycleGAN's "D_A: nan G_A: nan")
+        others = [h for n, x in ctx.run.series.items() if n not in seen and "@rank" not in n
+                  and (_ERROR_RE.search(norm(n)) or adversarial(n))
                   and "scale" not in norm(n) and not validation(n)
                   if (h := self._series_hit(ctx, "other", x, named, checks)) is not None and h.first_bad_step is not None
                   and (first is None or h.first_bad_step < first)]

@@ -25,9 +25,12 @@ def norm(name: str) -> str:
 _VAL = re.compile(r"(^|_)(" + "|".join(EVAL_NAMES) + r")(_|$)")
 # a loss of one player of a two-player game (a GAN's discriminator / generator or a WGAN's critic): it
 # trades against the other player's loss, so it need not fall; "Loss_D" / "Loss_G" as PyTorch's DCGAN
-# example prints them (https://github.com/pytorch/examples/blob/main/dcgan/main.py)
+# example prints them (https://github.com/pytorch/examples/blob/main/dcgan/main.py); "D_A", "G_B",
+# "G_GAN", "D_real", "D_fake" as CycleGAN and pix2pix print theirs (the loss_names of
+# https://github.com/junyanz/pytorch-CycleGAN-and-pix2pix/blob/master/models/cycle_gan_model.py and
+# pix2pix_model.py)
 _ADVERSARIAL = re.compile(r"(?:^|_)(?:d|g|disc|gen|discriminator|generator|critic)_loss(?:_|$)|"
-                          r"(?:^|_)loss_(?:d|g|disc|gen|critic)(?:_|$)|^err_?[dg]$")
+                          r"(?:^|_)loss_(?:d|g|disc|gen|critic)(?:_|$)|^err_?[dg]$|^[dg]_(?:a|b|gan|real|fake)$")
 # a peak counter (torch.cuda.max_memory_allocated: "the maximum GPU memory occupied by tensors ... since
 # the beginning of this program", https://pytorch.org/docs/stable/generated/torch.cuda.max_memory_allocated.html;
 # DeepSpeed's MaxMemAllocated): it can only rise, whatever the run does
@@ -160,6 +163,9 @@ def find_roles(run: Run) -> Roles:
               and not (norm(name) in _EXACT["step_time"] and elapsed_clock(run.series[name]))}
     roles = Roles()
     taken: set[str] = set()
+    # a GAN's training loss is a player's (which need not fall): the other losses it prints are terms
+    # of a player's (GauGAN's feat_loss, vgg_loss, kl_loss), not an objective of their own
+    game = any(adversarial(name) for name in normed)
     for role, exact in _EXACT.items():
         pick = None
         by_norm: dict[str, str] = {}
@@ -175,7 +181,8 @@ def find_roles(run: Run) -> Roles:
             # (an exact name with one point, an end-of-epoch summary such as "Training Loss: 3.1356", yields to
             # a series of the role with more: GNMT's per-iteration "Loss/tok")
             hits = sorted((name for name, n in normed.items() if name not in taken and _keyword(role, n)
-                           and (pick is None or len(run.series[name]) >= 2)), key=lambda s: (len(s), s))
+                           and (pick is None or len(run.series[name]) >= 2)
+                           and not (game and role == "loss" and not adversarial(name))), key=lambda s: (len(s), s))
             pick = hits[0] if hits else pick
         if pick is not None:
             roles.names[role] = pick
