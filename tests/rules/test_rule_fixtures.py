@@ -193,6 +193,8 @@ KNOWN_LOUD: dict[str, tuple[str, ...]] = {
     # a wav2vec2 CTC fine-tune whose evaluation loss is inf throughout (utterances shorter than their
     # transcripts) while its WER improves: the model card's run is labelled healthy, the inf is real
     "corpus/logs/hf-transformers-Wenxin-Jiang-CS577-NLP-ai-project-wav2vec2-large-xls-r-300m-vi-25p/log.txt": ("TA101",),
+    # RTM3D's maintainer log prints its box score under the name "loss": it rises as the model learns
+    "corpus/logs/pytorch-loop-Banconxuan-RTM3D-8/log.txt": ("TA201",),
 }
 
 
