@@ -32,6 +32,7 @@ class Known:
     fatal: bool = False  # the run stops here
     pattern: re.Pattern[str] | None = None  # optional, linear: must also match (anchors the message)
     signal: int | None = None  # for SIGNAL events: the signal number
+    normal_in_game: bool = False  # what a GAN's log prints in normal training (a player's loss among its series)
 
 
 CATALOGUE: tuple[Known, ...] = (
@@ -245,7 +246,10 @@ CATALOGUE: tuple[Known, ...] = (
     Known("tf-no-gradient", ("Gradients do not exist for variables",), EventKind.WARNING,
           "some variables receive no gradient from the loss, so they do not train (unused in the loss, or the "
           "graph is cut)", "plateau", "medium",
-          "https://github.com/keras-team/keras/blob/master/keras/src/optimizers/base_optimizer.py"),
+          "https://github.com/keras-team/keras/blob/master/keras/src/optimizers/base_optimizer.py",
+          # each player's loss leaves the other player's variables without a gradient: the published
+          # output of keras-io's GauGAN example prints it (https://keras.io/examples/generative/gaugan/)
+          normal_in_game=True),
 )
 
 # one substring per entry, the rarest first, to reject a line with one ``in`` test per entry

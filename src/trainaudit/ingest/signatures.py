@@ -761,6 +761,8 @@ class SignatureScanner:
                                     "severity": known.severity, "fatal": known.fatal, "source": known.source}
             if known.signal is not None:
                 data["signal"] = known.signal
+            if known.normal_in_game:
+                data["normal_in_game"] = True
             ev = next((e for e in out if e.kind is known.kind), None)
             if ev is not None:
                 ev.data.update(data)  # a generic reading of the same line gains the known meaning

@@ -9,8 +9,6 @@ from trainaudit.model import EventKind
 from trainaudit.rules.base import Context, Guidance, Hit, Rule
 from trainaudit.series.roles import adversarial
 
-GAME_NORMAL = ("tf-no-gradient",)  # catalogue entries that are normal in a GAN's log
-
 
 class KnownMessage(Rule):
     """Reports a warning whose meaning is established (the catalogue in
@@ -45,16 +43,12 @@ class KnownMessage(Rule):
     def check(self, ctx: Context) -> list[Hit]:
         hits: list[Hit] = []
         seen: set[str] = set()
-        if any(adversarial(name) for name in ctx.run.series):
-            # in a two-player game each player's loss leaves the other's variables without a gradient:
-            # the published output of keras-io's GauGAN example prints the warning at its first epoch
-            # (https://keras.io/examples/generative/gaugan/)
-            seen.update(GAME_NORMAL)
+        game = any(adversarial(name) for name in ctx.run.series)
         # warnings and errors of the catalogue (NaN checks, OOMs, hardware and gate failures have rules
         # of their own)
         for e in ctx.events(EventKind.WARNING, EventKind.ERROR):
             known, cat = e.data.get("known"), e.data.get("category")
-            if not known or not cat or known in seen or cat == Category.CRASH:
+            if not known or not cat or known in seen or cat == Category.CRASH or (game and e.data.get("normal_in_game")):
                 continue
             seen.add(known)
             n = sum(1 for x in ctx.events(EventKind.WARNING, EventKind.ERROR) if x.data.get("known") == known)

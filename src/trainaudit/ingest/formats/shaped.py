@@ -347,18 +347,9 @@ def shaped_chunks(inp: InputFile, make_table: Callable[[], ShapeTable], prepare:
     nproc = 0
     if inp.size >= POOL_MIN_SIZE:
         nproc = workers if workers is not None else (min(2, usable_cpus()) if usable_cpus() > 1 else 0)
-    if not nproc:
-        table = make_table()
-        for where in ranges:
-            data, n = cut_long_lines(read_range(path, *where), limit)
-            cut += n
-            got = table.chunk(data)
-            prepare(table, got)
-            yield table, got
-        inp.cut_lines = max(inp.cut_lines, cut)
-        return
 
     def make(_: int) -> Callable[[tuple[int, int]], tuple[Chunk, list[Shape], int]]:
+        """A chunker with its own table: each range's chunk, the shapes it added, the lines it cut."""
         table = make_table()
 
         def work(where: tuple[int, int]) -> tuple[Chunk, list[Shape], int]:
@@ -370,7 +361,16 @@ def shaped_chunks(inp: InputFile, make_table: Callable[[], ShapeTable], prepare:
 
         return work
 
-    copies = [make_table() for _ in range(nproc)]
+    copies = [make_table() for _ in range(max(nproc, 1))]
+    if not nproc:
+        work = make(0)
+        for where in ranges:
+            got, shapes, n = work(where)
+            copies[0].shapes += shapes  # (a copy of the chunker's table, as a worker's is followed below)
+            cut += n
+            yield copies[0], got
+        inp.cut_lines = max(inp.cut_lines, cut)
+        return
     with OrderedWorkers(make, nproc) as pool:
         for k, (_, (got, shapes, n)) in enumerate(in_order(pool, ranges)):
             table = copies[k % nproc]  # requests go round-robin: the k-th result is worker k % nproc's
