@@ -191,6 +191,17 @@ def test_a_data_split_names_the_number_after_it(tmp_path: Path) -> None:
     assert "train" not in read(tmp_path, "step 1 loss 2.5\nwe train 3 models\nstep 2 loss 2.4\n").series
 
 
+def test_a_possessive_s_in_a_key_is_no_quote(tmp_path: Path) -> None:
+    # LightGBM's log_evaluation: "[N]\t<data>'s <metric>: value" for each validation set
+    # (lightgbm-lightgbm-org-LightGBM-742); read as a quote, "'s binary_logloss: ...\tvalid_1'" hid
+    # both sets' names and the validation value overwrote the training one
+    run = read(tmp_path, head("lightgbm-lightgbm-org-LightGBM-742", 5))
+    assert points(run, "training's binary_logloss") == [(1, 0.712679), (2, 0.732192), (3, 0.751667), (4, 0.77109)]
+    assert points(run, "valid_1's binary_logloss")[-1] == (4, 0.770573)
+    # a quoted key is still a quote
+    assert points(read(tmp_path, "{'loss': 1.5, 'step': 3}\n{'loss': 1.25, 'step': 4}\n"), "loss") == [(3, 1.5), (4, 1.25)]
+
+
 def test_counters_in_json_strings_glued_to_their_word_or_after_a_phase(tmp_path: Path) -> None:
     # pycls's json_stats under its "[file.py: line]:" logger: "iter": "10/625" is the step, the logger's
     # line number no metric

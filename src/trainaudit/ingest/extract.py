@@ -132,7 +132,9 @@ _TOKEN_RE = re.compile(
     # and take a ":N" device index before a value ("mem_usage:cuda:0 67.8GB")
     # and take a call's device index: "torch.cuda.memory_reserved(1) 608174080"
     # ("train/loss:nan" is a key and its value, "step:2 - lr:..." a key and its value before a " - " separator)
-    r"|(?P<word>[A-Za-z_][\w.@]*(?:(?:[-/]|:(?!(?i:nan|inf)(?![\w.@])))[A-Za-z_][\w.@]*)*"
+    # and keep a possessive "'s" ("training's binary_logloss: 0.71  valid_1's binary_logloss: 0.71", LightGBM's
+    # lightgbm/callback.py log_evaluation): read as a quote, it would swallow the text up to the next one
+    r"|(?P<word>[A-Za-z_][\w.@]*(?:(?:[-/]|:(?!(?i:nan|inf)(?![\w.@])))[A-Za-z_][\w.@]*)*(?:'s(?![\w']))?"
     r"(?::\d{1,3}(?= [-+]?[.\d])|\(\d{1,3}\)|-\d{1,3}(?= [A-Za-z]))?)"
     r"|(?P<str>'[^'\n]{1,120}'|\"[^\"\n]{1,120}\")"
     r"|(?P<space>[ \t]+)"
