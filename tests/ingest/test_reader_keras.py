@@ -72,6 +72,17 @@ def test_verbose2_scientific_and_nan(tmp_path: Path) -> None:
         assert math.isnan(run.series[name].values[0])
 
 
+def test_a_name_abbreviated_with_a_period(tmp_path: Path) -> None:
+    # a Keras 0.x era progress line (written here in that shape): "val. loss" is the validation loss,
+    # not a name cut at its period (the line's value was dropped)
+    text = ("Train on 5823 samples, validate on 648 samples\nEpoch 0\n"
+            "5823/5823 [==============================] - 322s - loss: 678.7651 - val. loss: 91479.6172\nEpoch 1\n"
+            "5823/5823 [==============================] - 321s - loss: 619.2658 - val. loss: 95824.9844\n")
+    run = _run(tmp_path, text.splitlines(), "abbr.log")
+    assert run.series["val. loss"].values.tolist() == [91479.6172, 95824.9844]
+    assert run.series["loss"].values.tolist() == [678.7651, 619.2658]
+
+
 def test_terminate_on_nan_glued_to_bar(tmp_path: Path) -> None:
     run = _run(tmp_path, TERMINATE, "t.log")
     assert "loss" not in run.series  # only in-progress running averages were printed

@@ -50,7 +50,9 @@ BAR_RE = re.compile(
     r"^\s*(?P<n>\d+)/(?P<total>\d+|Unknown)\s+(?P<bar>\[[=>.]*\]\s*-\s*|━+\s*|-\s*)"
     r"(?:ETA: (?P<eta>[\d:]+s?)|(?P<elapsed>\d+(?:\.\d+)?(?:m?s|us|h|m)(?:\s*\d+s)?))?"
 )
-METRIC_RE = re.compile(r"-\s*([A-Za-z_][\w/.]*): (" + NUM + r")")
+# a name abbreviated with a period keeps the word after it ("- loss: 678.7651 - val. loss: 91479.6172", a Keras 0.x
+# era progress line; "Val. Loss" is as common in hand-written loops)
+METRIC_RE = re.compile(r"-\s*([A-Za-z_][\w/.]*(?:(?<=\.) [A-Za-z_]\w*)?): (" + NUM + r")")
 TERMINATE_RE = re.compile(r"Batch (\d+): Invalid loss, terminating training")
 MAX_FINITE = 300  # digits of a value without exponent: no more can reach 1.8e308 (float's overflow to inf)
 CSV_EXCLUDE = ("train/box_loss", "metrics/mAP50(B)")  # Ultralytics results.csv also starts with epoch
