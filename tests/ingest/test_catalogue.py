@@ -33,6 +33,7 @@ LINES = {
     "fairseq-oom-skip": next(ln for ln in corpus_log("fairseq-facebookresearch-fairseq-103") if "ran out" in ln),
     "deepspeed-launcher-sigkill": corpus_log("deepspeed-casia-lmc-lab-anomalygpt-43")[-1],
     "shell-killed": "**Killed**",
+    "shell-killed-zh": corpus_log("mmengine-open-mmlab-mmsegmentation-308")[-1],
     "cuda-device-assert": next(ln for ln in corpus_log("pytorch-loop-xavysp-dexined-60") if "Assertion" in ln),
     "pcie-aer": next(ln for ln in corpus_log("returnn-rwth-i6-returnn-1486") if "PCIe Bus Error" in ln),
     "tf-no-gradient": corpus_log("tf-od-api-v2-keras-team-keras-14524")[0],
@@ -86,7 +87,7 @@ def test_every_entry_has_a_line_and_matches_it() -> None:
 
 
 @pytest.mark.parametrize("line", [
-    "Killed 3 processes", "loss: 0.5, Tensor had a look", "step 100 | loss 2.1 | grad norm 0.8",
+    "Killed 3 processes", "loss: 0.5, Tensor had a look", "the worker was Killed", "epoch 3: 12 jobs Killed", "step 100 | loss 2.1 | grad norm 0.8",
     "INFO: checking whether None of the inputs is empty", "train.py:12: in main",
     # TensorFlow's allocator retrying, not failing (the op that fails says "OOM when allocating tensor")
     "W tensorflow/core/common_runtime/bfc_allocator.cc:217] Allocator (GPU_0_bfc) ran out of memory trying to "
@@ -102,6 +103,15 @@ def test_every_entry_has_a_line_and_matches_it() -> None:
 ])
 def test_ordinary_lines_match_nothing(line: str) -> None:
     assert catalogue.match(line) is None
+
+
+def test_killed_glued_to_the_progress_bar_it_interrupted() -> None:
+    # the shell prints its message after the last redraw of the bar (lines written here in the shapes of
+    # mmcv's ProgressBar and tqdm): the process was killed, as when the message stands alone
+    for bar in ("[>>>>>>>>>>>>>       ] 3217/3849, 4.0 task/s, elapsed: 799s, ETA:   157s",
+                " 45%|████▌     | 450/1000 [01:02<01:16,  7.20it/s]", "Evaluating: 62%"):
+        k = catalogue.match(bar + "Killed")
+        assert k is not None and k.id == "shell-killed" and k.signal == 9, bar
 
 
 def test_waiting_in_the_store_barrier_is_context_only() -> None:

@@ -175,7 +175,8 @@ def gate_pattern(gate: str) -> str:
 
 
 # the lines that may open a traceback or an elastic block (every other line's segments are gated)
-SIGNALS_RAW = re.compile(trie_pattern(literals(SIGNAL_LITERALS)).encode("ascii") + b"|\x1b")
+# (UTF-8, as the formats' gates: a trie is alternatives and groups only, so its bytes find the words' bytes)
+SIGNALS_RAW = re.compile(trie_pattern(literals(SIGNAL_LITERALS)).encode() + b"|\x1b")
 
 FORMATS_PACKAGE = "trainaudit.ingest.formats"
 

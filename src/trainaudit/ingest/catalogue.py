@@ -35,6 +35,8 @@ class Known:
     normal_in_game: bool = False  # what a GAN's log prints in normal training (a player's loss among its series)
 
 
+_SHELL_KILLED = "the shell reports the process killed by SIGKILL, most often the kernel's OOM killer (host memory)"
+
 CATALOGUE: tuple[Known, ...] = (
     Known("checkpoint-no-grad", ("None of the inputs have requires_grad=True",), EventKind.WARNING,
           "gradient checkpointing received inputs that do not require grad (e.g. frozen embeddings under "
@@ -185,10 +187,15 @@ CATALOGUE: tuple[Known, ...] = (
           "the DeepSpeed launcher reports a worker killed by SIGKILL (-9), which on Linux is most often the "
           "kernel's OOM killer (host memory)", "oom", "critical",
           "https://github.com/deepspeedai/DeepSpeed/blob/master/deepspeed/launcher/launch.py", fatal=True, signal=9),
-    Known("shell-killed", ("Killed",), EventKind.HOST_OOM,
-          "the shell reports the process killed by SIGKILL, most often the kernel's OOM killer (host memory)",
-          "oom", "critical", "https://man7.org/linux/man-pages/man7/signal.7.html", fatal=True,
-          pattern=re.compile(r"^[\W_]{0,4}Killed[\W_]{0,4}$"), signal=9),
+    # alone on its line, or glued to the end of the progress bar the process was redrawing when it died
+    # ("3217/3849, 4.0 task/s, elapsed: 799s, ETA:   157sKilled")
+    Known("shell-killed", ("Killed",), EventKind.HOST_OOM, _SHELL_KILLED, "oom", "critical",
+          "https://man7.org/linux/man-pages/man7/signal.7.html", fatal=True,
+          pattern=re.compile(r"^(?:[\W_]{0,4}|.{0,400}[\ds%|\]])Killed[\W_]{0,4}$"), signal=9),
+    # the same message where the shell speaks Chinese (glibc's zh_CN translation of strsignal(SIGKILL))
+    Known("shell-killed-zh", ("已杀死",), EventKind.HOST_OOM, _SHELL_KILLED, "oom", "critical",
+          "https://man7.org/linux/man-pages/man7/signal.7.html; https://sourceware.org/git/?p=glibc.git (po/zh_CN.po, "
+          "the translations of strsignal's messages)", fatal=True, pattern=re.compile(r"已杀死[\W_]{0,4}$"), signal=9),
     Known("glog-check-failed", ("Check failed",), EventKind.ERROR,
           "a glog CHECK failed (Caffe, MXNet, TensorFlow C++): the process aborts", "crash", "critical",
           "https://github.com/google/glog#check-macros", fatal=True,

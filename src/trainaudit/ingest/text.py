@@ -120,8 +120,8 @@ def iter_gated(stream: BinaryIO, gate: re.Pattern[str], raw_gate: re.Pattern[byt
                raw_wakes: re.Pattern[bytes] | None = None, awaits: Callable[[], bool] | None = None
                ) -> Iterator[Line]:
     """The lines of :func:`iter_lines` in whose ``text`` ``gate`` finds something, and every line
-    while ``everything()`` is true (asked as each line is reached). ``gate`` is ASCII literals
-    only (see :func:`literals`) and ``raw_gate`` its bytes copy with ``|\\x1b`` added: it finds in a
+    while ``everything()`` is true (asked as each line is reached). ``gate`` is literals
+    only (see :func:`literals`) and ``raw_gate`` its UTF-8 bytes with ``|\\x1b`` added: it finds in a
     physical line whatever ``gate`` finds in the line's cleaned segments, and the physical lines where
     it finds nothing (nor an ANSI escape, whose removal could join a needle) are never decoded.
     ``raw_wakes`` (bytes literals): what finds every line that may make ``everything()`` true; the
