@@ -202,6 +202,14 @@ def test_a_possessive_s_in_a_key_is_no_quote(tmp_path: Path) -> None:
     assert points(read(tmp_path, "{'loss': 1.5, 'step': 3}\n{'loss': 1.25, 'step': 4}\n"), "loss") == [(3, 1.5), (4, 1.25)]
 
 
+def test_a_duration_ending_its_sentence_is_no_part_of_the_next_key(tmp_path: Path) -> None:
+    # DeepLearnToolbox's nntrain: "epoch 1/10. Took 62.275 seconds. Mean squared error is 0.50315"
+    run = read(tmp_path, head("deeplearntoolbox-rasmusbergpalm-DeepLearnToolbox-12", 9))
+    assert points(run, "Mean squared error")[:3] == [(1, 0.50315), (2, 0.50001), (3, 0.5)]
+    # an abbreviation before its word stays in the key
+    assert parse_line("Epoch 2 - loss: 0.4 - val. loss: 0.8").pairs[-1].key == "val. loss"
+
+
 def test_counters_in_json_strings_glued_to_their_word_or_after_a_phase(tmp_path: Path) -> None:
     # pycls's json_stats under its "[file.py: line]:" logger: "iter": "10/625" is the step, the logger's
     # line number no metric

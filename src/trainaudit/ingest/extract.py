@@ -199,6 +199,10 @@ _METRIC_PARTS = ("loss", "acc", "data", "lr", "ppl", "perplex", "norm", "time", 
                  "mse", "mae")
 
 
+# the words of a duration after its number ("Took 62.275 seconds.")
+_TIME_UNITS = frozenset({"ms", "s", "sec", "secs", "second", "seconds", "min", "mins", "minute", "minutes", "h",
+                         "hour", "hours"})
+
 # a data split naming the number after it: build-nanogpt's "55899 train 2.947076", qlib's "train nan, valid nan"
 # (a loss or a score: which one, the word does not say)
 _SPLITS = frozenset({"train", "training", *EVAL_NAMES})
@@ -393,6 +397,10 @@ def parse_line_full(text: str, asked: list[int] | None = None) -> Parsed:
             w = val.strip("'\"")
             row_words.append(w)
             if depth_after_value:
+                continue
+            if not words and w.endswith(".") and w[:-1].lower() in _TIME_UNITS and _prev_kind(toks, i - 1) == "num":
+                # "epoch 1/10. Took 62.275 seconds. Mean squared error is 0.50315" (DeepLearnToolbox's
+                # nntrain): a duration that ends its sentence, not the first word of the next key
                 continue
             if last is not None and not words and w.lower() in SPEED_UNITS | {"ms", "s", "sec", "seconds"} \
                     and not last.unit and not _next_is(toks, i, ":="):
@@ -870,6 +878,14 @@ def _next_is(toks: list[tuple[str, str, str]], i: int, chars: str) -> bool:
     while i < len(toks) and toks[i][0] == "space":
         i += 1
     return i < len(toks) and toks[i][0] == "sep" and toks[i][1] in chars
+
+
+def _prev_kind(toks: list[tuple[str, str, str]], i: int) -> str:
+    """The kind of the token before index ``i`` (spaces skipped; "" at the start)."""
+    j = i - 1
+    while j >= 0 and toks[j][0] == "space":
+        j -= 1
+    return toks[j][0] if j >= 0 else ""
 
 
 def _prev_is(toks: list[tuple[str, str, str]], i: int, chars: str) -> bool:
