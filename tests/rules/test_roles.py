@@ -94,3 +94,11 @@ def test_llm_c_main_log_names() -> None:
     run = Run(series={n: _series(n, 5) for n in ("trl", "lr", "norm", "tel")})
     roles = find_roles(run).names
     assert roles["loss"] == "trl" and roles["val_loss"] == "tel"
+
+
+def test_a_mean_squared_error_is_the_loss_only_when_nothing_is_named_loss() -> None:
+    # DeepLearnToolbox's nntrain prints "Mean squared error is 0.5"; Keras prints a metric "mse" beside "loss"
+    assert find_roles(Run(series={"Mean squared error": _series("Mean squared error", 5)})).names["loss"] == \
+        "Mean squared error"
+    keras = find_roles(Run(series={n: _series(n, 5) for n in ("loss", "mse", "val_loss", "val_mse")})).names
+    assert keras["loss"] == "loss" and keras["val_loss"] == "val_loss"

@@ -473,7 +473,9 @@ class NotLearning(Rule):
     loss (or validation loss) within ``near_tol`` (0.005) of ln(C) on all of its 6 or more points, C a
     class count up to ``max_classes`` (1000; a language model's first steps sit near ln(vocabulary)
     while warming up). A validation loss the same at all its evaluations (2 or more) at ln(C) within
-    ``pinned_tol`` counts too when every accuracy the log prints sits at 1/C.
+    ``pinned_tol`` counts too when every accuracy the log prints sits at 1/C. With no loss in the log, an
+    accuracy below 0.99 the same to every printed digit at ``short_points`` + 2 or more points from the
+    run's first step does: the model's answers do not change.
     """
 
     id = "TA202"
@@ -504,7 +506,26 @@ class NotLearning(Rule):
 
     def check(self, ctx: Context) -> list[Hit]:
         return self._training(ctx) or self._frozen_validation(ctx) or self._validation_at_chance(ctx) or \
-            self._no_output(ctx)
+            self._no_output(ctx) or self._frozen_accuracy(ctx)
+
+    def _frozen_accuracy(self, ctx: Context) -> list[Hit]:
+        """With no loss in the log, an accuracy the same to every printed digit at each of its ``short_points``
+        + 2 or more points from the run's first epoch or step on, below 0.99: the weights evaluated do not
+        change, or the model answers one class whatever the input (MLX's MNIST example at a learning rate
+        of 0.1 prints "Test accuracy 0.113" ten epochs running: the share of the most common digit). A
+        model that learns moves its accuracy on a fixed set at its first evaluations."""
+        if ctx.series("loss") is not None or ctx.series("val_loss") is not None:
+            return []
+        for f, frac in accuracies(ctx):
+            if len(f) < self.p.short_points + 2 or int(f.steps[0]) > 1 or _still_tail(f.values) < len(f) \
+                    or not 0.0 < float(frac[0]) < 0.99:
+                continue
+            h = self.hit(f"{f.name} is {float(f.values[0]):g} at all {len(f)} of its points from step {int(f.steps[0])}: "
+                         "the model's answers do not change (frozen weights, or one class for every input)", 0.7,
+                         metric=f.name, first_bad_step=int(f.steps[0]), last_step=int(f.steps[-1]), severity="high")
+            h.point("flat", f, len(f) - 1, f"{f.name} at every point", indices=np.arange(len(f)))
+            return [h]
+        return []
 
     def _validation_at_chance(self, ctx: Context) -> list[Hit]:
         """The validation loss the same to every printed digit at all its evaluations (2 or more), at ln(C)

@@ -60,7 +60,10 @@ _EXACT: dict[str, list[str]] = {
              "train_ce_loss", "ce_loss", "train_loss_avg", "xent", "train_xent", "nll", "nll_loss", "cross_entropy",
              "crossentropy", "cost", "train_cost", "ce", "objective",
              # llm.c's main.log: "s:%d trl:%.4f lr:%.6f norm:%.2f", "s:%d tel:%.4f" (llmc/logger.h)
-             "trl"],
+             "trl",
+             # a regression's objective when nothing is named "loss" (a Keras metric "mse" beside "loss" comes
+             # after it); DeepLearnToolbox's nntrain prints "Mean squared error is 0.5"
+             "mse", "train_mse", "mean_squared_error"],
     "val_loss": ["val_loss", "valid_loss", "validation_loss", "eval_loss", "val_lm_loss", "lm_loss_validation",
                  "validation_lm_loss", "val_loss_epoch", "test_loss", "dev_loss", "eval_lm_loss", "tel"],
     "grad_norm": ["grad_norm", "gnorm", "train_grad_norm", "global_grad_norm", "grad_norm_total",
