@@ -34,6 +34,7 @@ LINES = {
     "deepspeed-launcher-sigkill": corpus_log("deepspeed-casia-lmc-lab-anomalygpt-43")[-1],
     "shell-killed": "**Killed**",
     "shell-killed-zh": corpus_log("mmengine-open-mmlab-mmsegmentation-308")[-1],
+    "cuda-allocator-oom": corpus_log("pytorch-loop-jingyaogong-minimind-845")[2],
     "cuda-device-assert": next(ln for ln in corpus_log("pytorch-loop-xavysp-dexined-60") if "Assertion" in ln),
     "pcie-aer": next(ln for ln in corpus_log("returnn-rwth-i6-returnn-1486") if "PCIe Bus Error" in ln),
     "tf-no-gradient": corpus_log("tf-od-api-v2-keras-team-keras-14524")[0],

@@ -183,6 +183,13 @@ CATALOGUE: tuple[Known, ...] = (
     Known("fairseq-oom-skip", ("ran out of memory", "skipping batch"), EventKind.OOM,
           "fairseq caught a CUDA out-of-memory error and skipped the batch (training goes on, the batch is lost)",
           "oom", "high", "https://github.com/facebookresearch/fairseq/blob/main/fairseq/trainer.py"),
+    # printed by the allocator when the device refuses it memory; it then frees its cache and tries again,
+    # so a run may go on (a serving engine's buffer found room later), and when that fails too,
+    # torch.OutOfMemoryError follows
+    Known("cuda-allocator-oom", ("memory allocation failed with OOM on device",), EventKind.OOM,
+          "the CUDA caching allocator could not get the memory it asked the device for (free and total device "
+          "memory in bytes follow); torch.OutOfMemoryError follows when freeing its cache does not help",
+          "oom", "high", "https://github.com/pytorch/pytorch/blob/main/c10/cuda/CUDACachingAllocator.cpp"),
     Known("deepspeed-launcher-sigkill", ("exits with return code = -9",), EventKind.HOST_OOM,
           "the DeepSpeed launcher reports a worker killed by SIGKILL (-9), which on Linux is most often the "
           "kernel's OOM killer (host memory)", "oom", "critical",
