@@ -353,7 +353,9 @@ class TrivialTask(Rule):
     at epoch 1, then ``loss: 5.7853e-09`` (every cifar2 label read as 0 on Windows).
 
     A loss printed as exactly 0 is not counted (HF's Trainer prints 0.0 for a NaN loss: TA101's), unless
-    an accuracy printed at the same step is 100 %.
+    an accuracy printed at the same step is 100 %. A log that starts with the run (step or epoch 0 or 1)
+    needs no start above ``start``: a training loss at ``floor`` or below there, with an accuracy of 100 %,
+    is a task solved before anything was learnt.
 
     Thresholds: ``floor`` (1e-5), ``early`` points (3), ``start`` (1e-3).
     """
@@ -376,7 +378,12 @@ class TrivialTask(Rule):
 
     def check(self, ctx: Context) -> list[Hit]:
         t = ctx.series("loss", finite=True, min_points=2)
-        if t is None or float(t.values[0]) < self.p.start:
+        if t is None:
+            return []
+        # a log that starts with the run (its first step or epoch) shows where the loss started itself:
+        # 0 there with a perfect accuracy is a task solved before anything was learnt
+        first = int(t.steps[0]) <= 1 and float(t.values[0]) <= self.p.floor and bool(_perfect(ctx, t.steps[:1])[0])
+        if float(t.values[0]) < self.p.start and not first:
             return []
         found: list[tuple[int, Series, int]] = []
         for role in ("loss", "val_loss"):
@@ -393,10 +400,11 @@ class TrivialTask(Rule):
         if not found:
             return []
         step, s, i = min(found, key=lambda f: f[0])
+        since = ("from the run's first step or epoch on, where an accuracy is 100 %" if first
+                 else f"while {t.name} started at {float(t.values[0]):.4g}")
         h = self.hit(f"{s.name} is {float(s.values[i]):.3g} at step {step}, within its first {i + 1} logged point(s), "
-                     f"while {t.name} started at {float(t.values[0]):.4g}: the targets are predictable without learning "
-                     "(one class, or the label inside the input)", 0.8, metric=s.name, first_bad_step=step,
-                     last_step=int(s.steps[-1]))
+                     f"{since}: the targets are predictable without learning (one class, or the label inside the input)",
+                     0.8, metric=s.name, first_bad_step=step, last_step=int(s.steps[-1]))
         h.point("low", s, i, f"{s.name} at step {step}")
         h.point("start", t, 0, f"first {t.name}")
         return [h]
