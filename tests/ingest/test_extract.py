@@ -210,6 +210,16 @@ def test_a_duration_ending_its_sentence_is_no_part_of_the_next_key(tmp_path: Pat
     assert parse_line("Epoch 2 - loss: 0.4 - val. loss: 0.8").pairs[-1].key == "val. loss"
 
 
+def test_a_duration_of_several_parts_is_one_number_of_seconds(tmp_path: Path) -> None:
+    # StyleGAN's training loop prints its clock with dnnlib.util.format_time: "45s", "13m 25s", "1h 02m 23s"
+    case = "stylegan3-bluelionlabs-Towards-Generating-Large-Synthetic-Phytoplankton-Datasets-log"
+    line = next(ln for ln in corpus_log(case) if " 1h 02m 23s " in ln)
+    assert parse_line(line).pairs[0] == parse_line("time 3743s").pairs[0]
+    assert parse_line("time 2d 03h 10m").pairs[0].value == 2 * 86400 + 3 * 3600 + 10 * 60
+    # parts out of order, or a number between them, are no duration
+    assert [p.value for p in parse_line("time 5s 2m, loss 1.5 3m").pairs] == [5.0, 1.5]
+
+
 def test_counters_in_json_strings_glued_to_their_word_or_after_a_phase(tmp_path: Path) -> None:
     # pycls's json_stats under its "[file.py: line]:" logger: "iter": "10/625" is the step, the logger's
     # line number no metric

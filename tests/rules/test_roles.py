@@ -102,3 +102,12 @@ def test_a_mean_squared_error_is_the_loss_only_when_nothing_is_named_loss() -> N
         "Mean squared error"
     keras = find_roles(Run(series={n: _series(n, 5) for n in ("loss", "mse", "val_loss", "val_mse")})).names
     assert keras["loss"] == "loss" and keras["val_loss"] == "val_loss"
+
+
+def test_a_clock_whose_first_point_holds_only_the_set_up() -> None:
+    # StyleGAN's "time" at tick 0 is 45 s (set-up), then 293 s a tick: a clock, not a step time that grows
+    steps = np.arange(1, 41, dtype=np.int64)
+    values = np.concatenate([[45.0], 45.0 + 468.0 + 293.0 * np.arange(1, 40)])
+    s = Series("time", steps, values, steps, np.zeros(40, dtype=np.int16))
+    assert elapsed_clock(s)
+    assert not elapsed_clock(Series("time", steps, np.full(40, 293.0), steps, np.zeros(40, dtype=np.int16)))

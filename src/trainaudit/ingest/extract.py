@@ -349,7 +349,7 @@ def parse_line_full(text: str, asked: list[int] | None = None) -> Parsed:
         body = f"{m.group(1)} {m.group(2)}"  # qlib's heading "Epoch0:" (the counter and its number as one word)
     if _AUGMENTED_RE.match(body):
         return out  # a line of code, not a record: "  t_loss += loss.data[0]" (a warning's source line)
-    toks = list(_tokens(body))
+    toks = _join_durations(list(_tokens(body)))
     words: list[str] = []  # the key being read
     qualifier = ""
     last: Pair | None = None  # the pair a following "/ N" or "(...)" belongs to
@@ -872,6 +872,34 @@ def seconds(clock: str) -> float | None:
     for x in parts:
         secs = secs * 60 + x
     return secs
+
+
+# the parts of a duration written "1h 02m 23s", "13m 25s", "2d 03h 10m" (StyleGAN's training loop:
+# dnnlib.util.format_time), largest first
+_DURATION_PARTS = {"d": 86400, "h": 3600, "m": 60, "s": 1}
+
+
+def _join_durations(toks: list[tuple[str, str, str]]) -> list[tuple[str, str, str]]:
+    """The tokens with each duration of two or more parts ("1h 02m 23s") as one number of seconds (unit
+    "s"): read part by part, its first part alone would be the value (1, for an hour and two minutes)."""
+    out: list[tuple[str, str, str]] = []
+    i = 0
+    while i < len(toks):
+        kind, val, unit = toks[i]
+        if kind != "num" or unit not in _DURATION_PARTS or not val.isdigit():
+            out.append(toks[i])
+            i += 1
+            continue
+        total, last, j, end = float(int(val) * _DURATION_PARTS[unit]), _DURATION_PARTS[unit], i + 1, i + 1
+        while j + 1 < len(toks) and toks[j] == ("space", " ", "") and toks[j + 1][0] == "num" and \
+                toks[j + 1][1].replace(".", "", 1).isdigit() and _DURATION_PARTS.get(toks[j + 1][2], last) < last:
+            last = _DURATION_PARTS[toks[j + 1][2]]
+            total += float(toks[j + 1][1]) * last
+            j += 2
+            end = j
+        out.append(("num", f"{total:g}", "s") if end > i + 1 else toks[i])
+        i = end
+    return out
 
 
 def _next_is(toks: list[tuple[str, str, str]], i: int, chars: str) -> bool:

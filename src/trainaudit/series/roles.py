@@ -157,7 +157,10 @@ def elapsed_clock(s: Series, min_points: int = 5) -> bool:
         return False
     dv, ds = np.diff(f.values), np.diff(f.steps)
     forward = int(np.sum((ds > 0) & (dv > 0)))
-    span = (float(f.values[-1]) / float(f.values[0])) / (float(f.steps[-1]) / float(f.steps[0]))
+    # paced from its second point when it has more than it needs: the first may hold only the set-up
+    # (StyleGAN's "tick 0 ... time 45s", then 293 s a tick)
+    a = 1 if len(f) > min_points else 0
+    span = (float(f.values[-1]) / float(f.values[a])) / (float(f.steps[-1]) / float(f.steps[a]))
     return forward >= max(min_points - 1, 0.9 * dv.size) and 0.5 <= span <= 2
 
 
