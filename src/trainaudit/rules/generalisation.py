@@ -354,8 +354,8 @@ class TrivialTask(Rule):
 
     A loss printed as exactly 0 is not counted (HF's Trainer prints 0.0 for a NaN loss: TA101's), unless
     an accuracy printed at the same step is 100 %. A log that starts with the run (step or epoch 0 or 1)
-    needs no start above ``start``: a training loss at ``floor`` or below there, with an accuracy of 100 %,
-    is a task solved before anything was learnt.
+    needs no training loss above ``start`` there: no real task is solved to ``floor`` within its first
+    epoch.
 
     Thresholds: ``floor`` (1e-5), ``early`` points (3), ``start`` (1e-3).
     """
@@ -380,9 +380,9 @@ class TrivialTask(Rule):
         t = ctx.series("loss", finite=True, min_points=2)
         if t is None:
             return []
-        # a log that starts with the run (its first step or epoch) shows where the loss started itself:
-        # 0 there with a perfect accuracy is a task solved before anything was learnt
-        first = int(t.steps[0]) <= 1 and float(t.values[0]) <= self.p.floor and bool(_perfect(ctx, t.steps[:1])[0])
+        # a log that starts with the run (its first step or epoch) needs no start of the loss above ``start``:
+        # no real task is solved to 1e-5 in its first epoch, whatever the epoch's mean loss was
+        first = int(t.steps[0]) <= 1 and float(t.values[0]) < self.p.start
         if float(t.values[0]) < self.p.start and not first:
             return []
         found: list[tuple[int, Series, int]] = []
@@ -400,7 +400,7 @@ class TrivialTask(Rule):
         if not found:
             return []
         step, s, i = min(found, key=lambda f: f[0])
-        since = ("from the run's first step or epoch on, where an accuracy is 100 %" if first
+        since = ("from the run's first step or epoch on" if first
                  else f"while {t.name} started at {float(t.values[0]):.4g}")
         h = self.hit(f"{s.name} is {float(s.values[i]):.3g} at step {step}, within its first {i + 1} logged point(s), "
                      f"{since}: the targets are predictable without learning (one class, or the label inside the input)",

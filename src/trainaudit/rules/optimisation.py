@@ -587,9 +587,11 @@ class NotLearning(Rule):
             return []
         same = len(x) if still else same
         start = len(x) - same
-        if np.any(np.diff(v.steps[start:]) <= 1) and not self._flat_training(ctx, v.steps[start:]):
+        if np.any(np.diff(v.steps[start:]) <= 1) and not self._flat_training(ctx, v.steps[start + 1:]):
             # on consecutive steps under a training loss that moves, it is the last evaluation carried
-            # along on every step's line (NeMo's progress lines, Lightning's bars), not an evaluation each
+            # along on every step's line (NeMo's progress lines, Lightning's bars), not an evaluation each;
+            # the training loss is looked at from the second of them, where the finding starts (an epoch's
+            # mean loss still holds the descent of the first epoch)
             return []
         exact = bool(np.all(x[start:] == x[-1]))
         h = self.hit(f"{v.name} is {float(x[-1]):.6g} " + ("to every printed digit" if exact else
@@ -1274,6 +1276,11 @@ class LearningRateZero(Rule):
     count, unless the log prints the planned steps beside the step and the excerpt starts before the
     last 10% of them ("Step 380000/1000000").
 
+    A point whose iterations were all skipped (Megatron's "number of skipped iterations" as many as the
+    iterations since the point before) does not count: the scheduler does not step on a skipped update
+    (megatron/training/training.py, ``train_step``), so an fp16 run calibrating its loss scale at the
+    start of warm-up prints lr 0 there.
+
     Thresholds: ``zero_frac`` fraction of zero lr points (0.5), ``min_points`` (3), ``loss_drop`` (0.05).
     """
 
@@ -1297,6 +1304,9 @@ class LearningRateZero(Rule):
         lr = ctx.series("lr", finite=True, min_points=self.p.min_points)
         if lr is None:
             return []
+        lr = lr.take(~_all_skipped(ctx, lr.steps))
+        if len(lr) < self.p.min_points:
+            return []
         end = max(2, int(len(lr) * 0.9))
         body = lr.values[1:end]
         frac = float(np.mean(body == 0)) if body.size else 0.0
@@ -1318,6 +1328,20 @@ class LearningRateZero(Rule):
         return [h]
 
 
+
+
+def _all_skipped(ctx: Context, steps: np.ndarray) -> np.ndarray:
+    """Which of ``steps`` close an interval whose iterations were all skipped (the log's count of skipped
+    iterations at that step as large as the iterations since the logged step before it)."""
+    out = np.zeros(steps.size, dtype=bool)
+    sk = ctx.series("skipped", finite=True)
+    if sk is None:
+        return out
+    at = np.searchsorted(sk.steps, steps)
+    found = (at < len(sk)) & (sk.steps[np.minimum(at, len(sk) - 1)] == steps)
+    span = np.diff(steps, prepend=0)
+    out[found] = sk.values[at[found]] >= np.maximum(span[found], 1)
+    return out
 
 
 class RepeatingLoss(Rule):

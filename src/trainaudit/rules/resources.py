@@ -1114,6 +1114,10 @@ _STALLED_LOADER = Guidance(
     verify="Re-run the same epoch with the DataLoader timeout set; no hang and no timeout error.")
 
 
+# Ctrl-C's exception line, or several ranks' of them printed into one line ("KeyboardInterruptKeyboardInterrupt")
+_INTERRUPTED = re.compile(r"(?:\s{0,8}KeyboardInterrupt){1,64}\s{0,8}")
+
+
 class Crash(Rule):
     """Detects a crash: the last Python exception (with the frames that belong to user code,
     library frames dropped) or a fatal signal (SIGSEGV, SIGABRT, SIGBUS).
@@ -1158,7 +1162,7 @@ class Crash(Rule):
                and not any(g.source == e.source and 0 < g.line - e.line <= 3 for g in checks)]
         sigs = [e for e in ctx.events(EventKind.SIGNAL) if e.data.get("signal") != 9]  # SIGKILL: host OOM (TA402)
         fatal = [e for e in ctx.events(EventKind.ERROR) if e.data.get("fatal") and e not in known]
-        stop = next((e for e in tbs if e.message == "KeyboardInterrupt" and not _waiting_for_data(e)), None)
+        stop = next((e for e in tbs if _INTERRUPTED.fullmatch(e.message) and not _waiting_for_data(e)), None)
         if stop is not None:
             # Ctrl-C: a person stopped the run. The other ranks' tracebacks of the same shutdown and what
             # the launcher prints while it kills them are its echo, not a crash (a stop that waited on the
