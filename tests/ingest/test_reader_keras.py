@@ -6,7 +6,7 @@ import csv
 import math
 from pathlib import Path
 
-from shared_data import run_cli, sample_block, write_lines
+from shared_data import corpus_log, run_cli, sample_block, write_lines
 from trainaudit.ingest import detect, load_run
 from trainaudit.ingest.sources import expand_inputs
 from trainaudit.model import EventKind
@@ -81,6 +81,19 @@ def test_a_name_abbreviated_with_a_period(tmp_path: Path) -> None:
     run = _run(tmp_path, text.splitlines(), "abbr.log")
     assert run.series["val. loss"].values.tolist() == [91479.6172, 95824.9844]
     assert run.series["loss"].values.tolist() == [678.7651, 619.2658]
+
+
+def test_an_evaluate_bar_after_the_last_epoch_is_no_training_value(tmp_path: Path) -> None:
+    # fit() then evaluate() in Keras 3 (keras-4bumuhammad-python-keras-multivariate-regression-readme):
+    # the bar after the epoch's validation is the test set's loss, not epoch 100's training loss
+    lines = corpus_log("keras-4bumuhammad-python-keras-multivariate-regression-readme")
+    run = _run(tmp_path, lines, "fit.log")
+    loss = run.series["loss"]
+    assert loss.steps[-1] == 100 and loss.values[-1] == 15.6716
+    assert run.series["val_loss"].values[-1] == 27.3941
+    # read in bulk (shaped rows) as line by line
+    many = _run(tmp_path, lines * 40, "many.log")
+    assert many.series["loss"].values[-1] == 15.6716
 
 
 def test_terminate_on_nan_glued_to_bar(tmp_path: Path) -> None:

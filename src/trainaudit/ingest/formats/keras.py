@@ -81,6 +81,19 @@ class _BarShape:
     nonfinite: bool = False  # an in-progress bar with a NaN/Inf value (spelled without digits: in every segment)
 
 
+def _after_validation(state: dict, keys: list[tuple[str, ...]]) -> int:
+    """How many of an epoch's final bars (their keys, in order) are its training's: up to the first with
+    validation metrics. fit() prints those at the epoch's end, so a final bar after it and before the next
+    header is evaluate()'s on the test set ("1/1 - loss: 34.6546", then "Test loss: 34.65")."""
+    if state["validated"] == state["epoch"]:
+        return 0
+    for i, ks in enumerate(keys):
+        if any(k.startswith("val_") for k in ks):
+            state["validated"] = state["epoch"]
+            return i + 1
+    return len(keys)
+
+
 class KerasReader(ShapedReader):
     name = "keras"
     kind = SourceKind.LOG
@@ -109,7 +122,7 @@ class KerasReader(ShapedReader):
 
     def new_state(self) -> dict:
         return {"epoch": None, "epochs_seen": 0, "pending": None, "done": None, "framework": False,
-                "nan_seen": False}
+                "nan_seen": False, "validated": None}
 
     def shape_table(self) -> ShapeTable:
         return ShapeTable(None, self._classify, one_row=False)
@@ -200,6 +213,8 @@ class KerasReader(ShapedReader):
             state["framework"] = True
             sink.meta("framework", "keras")
         done = np.flatnonzero(final)
+        if done.shape[0] and state["epoch"] is not None:
+            done = done[:_after_validation(state, [info[int(x)].keys for x in s_sid[done]])]
         if done.shape[0]:
             if state["epoch"] is None:
                 steps = state["epochs_seen"] + 1 + np.arange(done.shape[0], dtype=np.int64)
@@ -291,6 +306,10 @@ class KerasReader(ShapedReader):
             step = state["epochs_seen"]
         else:
             step = state["epoch"]
+            if state["validated"] == step:
+                return  # an evaluate() bar after the epoch's end (see _after_validation)
+            if any(k.startswith("val_") for k, _ in values):
+                state["validated"] = step
         for key, v in values:
             sink.add(key, step, v, line.no, line.rank)
         state["pending"] = None
