@@ -38,7 +38,9 @@ def test_stacked_nemo_run_prefix() -> None:
 
 def test_data_lines_are_not_taken_for_prefixes() -> None:
     for text in ("422/422 [==============================] - 13s 29ms/step - loss: 0.7840",
-                 "iter 1631: loss 4.0863, time 561.94ms", "12: 0.5 0.7", "10/30 22:18:02 - mmengine - INFO"):
+                 "iter 1631: loss 4.0863, time 561.94ms", "12: 0.5 0.7", "10/30 22:18:02 - mmengine - INFO",
+                 # darknet's iteration line with its loss NaN (darknet-pjreddie-darknet-1533), a negative value
+                 "849: nan, -nan avg, 0.002078 rate, 1.032942 seconds, 217344 images", "3: -0.25 loss", "7: Inf"):
         assert strip_prefixes(text) == (text, None)
 
 

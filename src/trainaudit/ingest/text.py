@@ -64,9 +64,13 @@ def strip_prefixes(text: str) -> tuple[str, int | None]:
     return text[pos:], rank
 
 
+# a value where an srun label's text would start: "12: 0.5", "849: nan, -nan avg" (darknet's iteration line)
+_VALUE_START = re.compile(r"[-+.]?\d|[-+]?(?:nan|inf)(?![A-Za-z])", re.IGNORECASE)
+
+
 def _looks_like_label(text: str, end: int) -> bool:
     # "12: " is an srun label only if something log-like follows, not "12: 0.5" data.
-    return end < len(text) and not text[end].isdigit()
+    return end < len(text) and _VALUE_START.match(text, end) is None
 
 
 def iter_lines(stream: BinaryIO) -> Iterator[Line]:
