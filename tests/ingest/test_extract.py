@@ -220,6 +220,13 @@ def test_a_duration_of_several_parts_is_one_number_of_seconds(tmp_path: Path) ->
     assert [p.value for p in parse_line("time 5s 2m, loss 1.5 3m").pairs] == [5.0, 1.5]
 
 
+def test_the_global_batch_index_is_the_step(tmp_path: Path) -> None:
+    # "Epoch 1, batch 3849, global_batch_idx: 3850" (icefall-k2-fsa-ZipVoice-146): the run's own count, not the epoch's
+    line = next(ln for ln in corpus_log("icefall-k2-fsa-ZipVoice-146") if "global_batch_idx: 3850" in ln)
+    run = read(tmp_path, line + "\n")
+    assert {int(s.steps[0]) for s in run.series.values()} == {3850}
+
+
 def test_counters_in_json_strings_glued_to_their_word_or_after_a_phase(tmp_path: Path) -> None:
     # pycls's json_stats under its "[file.py: line]:" logger: "iter": "10/625" is the step, the logger's
     # line number no metric

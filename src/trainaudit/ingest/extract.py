@@ -162,6 +162,9 @@ COUNTER_KEYS = {
     "training_iteration": 2, "timesteps_total": 1,
     # "Epoch 0/7 itr 26/3489:" (the trainers of mks0601's I2L-MeshNet, Pose2Pose, Hand4Whole: main/base.py)
     "itr": 2,
+    # k2-fsa's icefall-style trainers (ZipVoice's train_zipvoice.py): "Epoch 1, batch 3849, global_batch_idx: 3850",
+    # the batch counted within the epoch, the index the whole run
+    "global_batch_idx": 0,
 }
 # keys whose number is an identifier or a size, never a metric of the run
 _IGNORED_KEYS = frozenset({
