@@ -722,8 +722,8 @@ def make_plan(text: str, parsed: Parsed, asked: list[int]) -> _Plan | None:
     chose a branch), or None when a value cannot be traced to exactly one source or the output
     depends on digits in other ways (keys, words)."""
     got = _number_tokens(text)
-    if got is None:
-        return None
+    if got is None or _DURATION_RE.search(text):
+        return None  # (a duration of several parts is one value read from several numbers: no plan reads it)
     spans, span_of, clocks = got
     vals = _numbers(text, tuple(spans))
     if vals is None or any(j not in span_of for j in asked):
@@ -880,6 +880,7 @@ def seconds(clock: str) -> float | None:
 # the parts of a duration written "1h 02m 23s", "13m 25s", "2d 03h 10m" (StyleGAN's training loop:
 # dnnlib.util.format_time), largest first
 _DURATION_PARTS = {"d": 86400, "h": 3600, "m": 60, "s": 1}
+_DURATION_RE = re.compile(r"\d[dhm] \d{1,2}(?:\.\d+)?[hms](?![A-Za-z])")
 
 
 def _join_durations(toks: list[tuple[str, str, str]]) -> list[tuple[str, str, str]]:
