@@ -401,7 +401,7 @@ def parse_line_full(text: str, asked: list[int] | None = None) -> Parsed:
             row_words.append(w)
             if depth_after_value:
                 continue
-            if not words and w.endswith(".") and w[:-1].lower() in _TIME_UNITS and _prev_kind(toks, i - 1) == "num":
+            if not words and w.endswith(".") and w[:-1].lower() in _TIME_UNITS and _prev(toks, i - 1)[0] == "num":
                 # "epoch 1/10. Took 62.275 seconds. Mean squared error is 0.50315" (DeepLearnToolbox's
                 # nntrain): a duration that ends its sentence, not the first word of the next key
                 continue
@@ -901,7 +901,7 @@ def _join_durations(toks: list[tuple[str, str, str]]) -> list[tuple[str, str, st
             total += float(toks[j + 1][1]) * last
             j += 2
             end = j
-        out.append(("num", f"{total:g}", "s") if end > i + 1 else toks[i])
+        out.append(("num", repr(total), "s") if end > i + 1 else toks[i])
         i = end
     return out
 
@@ -912,20 +912,18 @@ def _next_is(toks: list[tuple[str, str, str]], i: int, chars: str) -> bool:
     return i < len(toks) and toks[i][0] == "sep" and toks[i][1] in chars
 
 
-def _prev_kind(toks: list[tuple[str, str, str]], i: int) -> str:
-    """The kind of the token before index ``i`` (spaces skipped; "" at the start)."""
+def _prev(toks: list[tuple[str, str, str]], i: int) -> tuple[str, str, str]:
+    """The token before index ``i`` (spaces skipped; an empty one at the start)."""
     j = i - 1
     while j >= 0 and toks[j][0] == "space":
         j -= 1
-    return toks[j][0] if j >= 0 else ""
+    return toks[j] if j >= 0 else ("", "", "")
 
 
 def _prev_is(toks: list[tuple[str, str, str]], i: int, chars: str) -> bool:
     """The token before index ``i`` (spaces skipped) is one of the separators ``chars``."""
-    j = i - 1
-    while j >= 0 and toks[j][0] == "space":
-        j -= 1
-    return j >= 0 and toks[j][0] == "sep" and toks[j][1] in chars
+    kind, val, _ = _prev(toks, i)
+    return kind == "sep" and val in chars
 
 
 def _after_bracketed_counter(toks: list[tuple[str, str, str]], i: int) -> bool:

@@ -306,10 +306,8 @@ class KerasReader(ShapedReader):
             step = state["epochs_seen"]
         else:
             step = state["epoch"]
-            if state["validated"] == step:
-                return  # an evaluate() bar after the epoch's end (see _after_validation)
-            if any(k.startswith("val_") for k, _ in values):
-                state["validated"] = step
+            if not _after_validation(state, [tuple(k for k, _ in values)]):
+                return  # an evaluate() bar after the epoch's end
         for key, v in values:
             sink.add(key, step, v, line.no, line.rank)
         state["pending"] = None
