@@ -245,3 +245,14 @@ def test_the_rate_cases_above_include_every_path() -> None:
     assert _rate_span("| 3/9 [00:01<00:02, \u0663.5it/s]") is _SLOW  # an Arabic-Indic digit: read as text
     assert _rate_span("\ufffd| 3/9 [00:01<00:02, 1.5it/s]") is _SLOW
     assert _rate_span("| 3/9 [00:01<?, ?it/s]") is None
+
+
+def test_an_evaluation_at_an_epoch_end_keeps_the_epoch_it_prints() -> None:
+    # dicts that print only the epoch (hf-transformers-Nuist-XZX-QWen): the eval dict after the train dict of
+    # epoch 7.98 says 8.0, the epoch its metric belongs to, and the step's text says both
+    corpus = Path(__file__).resolve().parents[1] / "corpus" / "logs" / "hf-transformers-Nuist-XZX-QWen"
+    run, _ = load_run([str(corpus / "log.txt")])
+    i = run.series["eval_loss"].values.tolist().index(1.8072562217712402)
+    step = int(run.series["eval_loss"].steps[i])
+    assert run.meta["step_text"][step] == "epoch 7.98, evaluation at epoch 8"
+    assert run.meta["step_text"][step + 1] == "epoch 8.09"

@@ -293,7 +293,8 @@ class HFReader(ShapedReader):
         return 0.85 if n >= 2 else 0.7
 
     def new_state(self) -> dict:
-        return {"n_train": 0, "last_step": 0, "texts": {}, "pending": None, "interval": 0, "bar_total": None}
+        return {"n_train": 0, "last_step": 0, "texts": {}, "evaluated": {}, "pending": None, "interval": 0,
+                "bar_total": None}
 
     def awaits(self, state: dict) -> bool:
         # a train dict waits for the bar tqdm redraws right after it: its count is the dict's step
@@ -301,8 +302,15 @@ class HFReader(ShapedReader):
 
     def finish(self, sink: Sink, state: dict) -> None:
         self._flush(sink, state, None, None)
-        if state["texts"]:
-            sink.meta("step_text", state["texts"])  # the step is the dict's number; the log prints the epoch
+        texts: dict[int, str] = state["texts"]
+        for step, epoch in state["evaluated"].items():
+            # an evaluation prints its own epoch (8.0 where the train dict at the same step said 7.98):
+            # a finding on the evaluation's metric is at that epoch as the log prints it
+            said, own = texts.get(step), f"epoch {epoch:g}"
+            if len(texts) < MAX_TEXTS or said is not None:
+                texts[step] = own if said in (None, own) else f"{said}, evaluation at {own}"
+        if texts:
+            sink.meta("step_text", texts)  # the step is the dict's number; the log prints the epoch
 
     def feed(self, line: Line, sink: Sink, state: dict) -> None:
         if state["pending"] is not None:
@@ -555,6 +563,9 @@ class HFReader(ShapedReader):
         if "framework" not in state:
             state["framework"] = True
             sink.meta("framework", "hf")
+        epoch = logs.get("epoch")
+        if kind == "eval" and isinstance(epoch, float) and len(state["evaluated"]) < MAX_TEXTS:
+            state["evaluated"][step] = epoch
         for key, v in logs.items():
             if key == "step" or not isinstance(v, float):
                 continue
