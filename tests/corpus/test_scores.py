@@ -25,7 +25,7 @@ DOC = Path(__file__).resolve().parents[2] / "docs" / "accuracy.md"
 # (their answers before any change are in tests/corpus/prospective.json), and docs/accuracy.md shows the
 # known false alarms and unread logs.
 TOP1_FLOOR = 1156
-FIRST_BAD_STEP_FLOOR = 363
+FIRST_BAD_STEP_FLOOR = 365
 FALSE_ALARMS_CEILING = 12
 # (one of the four: a paste of bare printed loss tensors, 'tensor(nan, device=...)', with no name or counter)
 UNREAD_CEILING = 3
