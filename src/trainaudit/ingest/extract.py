@@ -722,7 +722,7 @@ def make_plan(text: str, parsed: Parsed, asked: list[int]) -> _Plan | None:
     chose a branch), or None when a value cannot be traced to exactly one source or the output
     depends on digits in other ways (keys, words)."""
     got = _number_tokens(text)
-    if got is None or _DURATION_RE.search(text):
+    if got is None or _has_duration(text):
         return None  # (a duration of several parts is one value read from several numbers: no plan reads it)
     spans, span_of, clocks = got
     vals = _numbers(text, tuple(spans))
@@ -880,7 +880,6 @@ def seconds(clock: str) -> float | None:
 # the parts of a duration written "1h 02m 23s", "13m 25s", "2d 03h 10m" (StyleGAN's training loop:
 # dnnlib.util.format_time), largest first
 _DURATION_PARTS = {"d": 86400, "h": 3600, "m": 60, "s": 1}
-_DURATION_RE = re.compile(r"\d[dhm] \d{1,2}(?:\.\d+)?[hms](?![A-Za-z])")
 
 
 def _join_durations(toks: list[tuple[str, str, str]]) -> list[tuple[str, str, str]]:
@@ -904,6 +903,12 @@ def _join_durations(toks: list[tuple[str, str, str]]) -> list[tuple[str, str, st
         out.append(("num", repr(total), "s") if end > i + 1 else toks[i])
         i = end
     return out
+
+
+def _has_duration(text: str) -> bool:
+    """Whether :func:`_join_durations` joins numbers of ``text`` (asked once per line shape, when it is planned)."""
+    toks = list(_tokens(text))
+    return len(_join_durations(toks)) < len(toks)
 
 
 def _next_is(toks: list[tuple[str, str, str]], i: int, chars: str) -> bool:
