@@ -57,7 +57,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from trainaudit.ingest.base import Gate, LineReader, Priority, Sample, SpareNumbers, gate_pattern, registered_formats
 from trainaudit.ingest.formats.generic import num
-from trainaudit.ingest.formats.hf import HF_GATE_LITERALS, MAX_TEXTS, NUMBER_RE, RATE_KEY, HFReader, NumberedLines
+from trainaudit.ingest.formats.hf import HF_GATE_LITERALS, NUMBER_RE, RATE_KEY, HFReader, NumberedLines
 from trainaudit.ingest.formats.shaped import (
     BLANK, OTHER, ROW, Chunk, chunk_numbers, RunValues, Shape, ShapeTable, Where, byte_offset, read_shaped, zeroed_pattern,
 )
@@ -691,14 +691,11 @@ class _WithHF(LineReader):
             for sub, key in enumerate(shapes[s].info.keys):
                 parts.setdefault(key, []).append((int(acts[0]), sub, acts, step[acts], got.columns[key][0][vrows[sel]],
                                                   vrows[sel] + base + 1))
-        evaluated = hs["evaluated"]
-        if vpos.shape[0] and "epoch" in got.columns and len(evaluated) < MAX_TEXTS:
+        if vpos.shape[0] and "epoch" in got.columns:
             # the eval dicts' epochs, as HFReader._write records them (in the order they come)
             values, has = got.columns["epoch"]
             at = np.flatnonzero(has[vrows])
-            for st, e in zip(step[act[nf + ne + at]].tolist(), values[vrows[at]].tolist()):
-                if len(evaluated) < MAX_TEXTS:
-                    evaluated[int(st)] = float(e)
+            HFReader.evaluated(hs, step[act[nf + ne + at]].tolist(), values[vrows[at]].tolist())
         overflows: list[tuple[NDArray[np.int64], str, NDArray[np.float64], NDArray[np.int64]]] = []
         for info, sel, v in groups:
             acts = act[nf + sel]

@@ -564,8 +564,8 @@ class HFReader(ShapedReader):
             state["framework"] = True
             sink.meta("framework", "hf")
         epoch = logs.get("epoch")
-        if kind == "eval" and isinstance(epoch, float) and len(state["evaluated"]) < MAX_TEXTS:
-            state["evaluated"][step] = epoch
+        if kind == "eval" and isinstance(epoch, float):
+            self.evaluated(state, [step], [epoch])
         for key, v in logs.items():
             if key == "step" or not isinstance(v, float):
                 continue
@@ -576,6 +576,15 @@ class HFReader(ShapedReader):
                              line.no, line.raw, step=step, rank=line.rank,
                              data={"phase": "training finished", "completed": True,
                                    **{k: v for k, v in logs.items() if isinstance(v, float)}}))
+
+    @staticmethod
+    def evaluated(state: dict, steps: list[int], epochs: list[float]) -> None:
+        """Record the epochs eval dicts print at their steps (bounded; :meth:`finish` adds them to the steps' text)."""
+        got: dict[int, float] = state["evaluated"]
+        for step, epoch in zip(steps, epochs):
+            if len(got) >= MAX_TEXTS:
+                return
+            got[int(step)] = float(epoch)
 
     @staticmethod
     def _explicit_step(logs: dict[str, float | str], sink: Sink) -> int | None:
