@@ -12,7 +12,7 @@ import math
 from pathlib import Path
 
 import pytest
-from shared_data import corpus_log
+from shared_data import CORPUS_LOGS, corpus_log
 
 from trainaudit.errors import InputError
 from trainaudit.ingest import load_run
@@ -592,6 +592,18 @@ def test_a_counter_in_parentheses_after_another_is_the_finer_step() -> None:
     assert keys == [("Ep", 1.0), ("Step", 5.0), ("Train loss", 8.066), ("Val loss", 8.332)]
     # a value's own parenthesised note stays out of the pairs
     assert [p.key for p in parse_line("loss 2.3 (avg 2.1) step 5").pairs] == ["loss", "step"]
+
+
+def test_a_fraction_in_parentheses_after_the_epoch_is_the_batch_of_the_epoch() -> None:
+    # minimind prints "Epoch:[0/19](100/24681) loss:5.251 ...": epoch 0 of 19, batch 100 of 24681
+    keys = [(p.key, p.value, p.total) for p in parse_line("Epoch:[0/19](100/24681) loss:5.251 lr:0.0002").pairs]
+    assert keys == [("Epoch", 0.0, 19.0), ("batch", 100.0, 24681.0), ("loss", 5.251, None), ("lr", 0.0002, None)]
+    # the steps of the run come from the batches: one point per line, not one per epoch
+    run, _ = load_run([str(CORPUS_LOGS / "pytorch-loop-jingyaogong-minimind-26" / "log.txt")])
+    loss = run.series["loss"]
+    assert len(loss.steps) >= 10 and len(set(loss.steps.tolist())) == len(loss.steps)
+    # a number that is not a whole counter stays a note of the value before it
+    assert [p.key for p in parse_line("Epoch 1 (1.5/500) loss: 2.3").pairs] == ["Epoch", "loss"]
 
 
 def test_a_nan_value_before_a_colon_is_read() -> None:

@@ -111,6 +111,22 @@ def test_nan_omitted_loss_becomes_nan_and_event(tmp_path: Path, fast: bool) -> N
     assert ev.data == {"metrics": ["lm loss"], "assumed_nan": True}
 
 
+def test_an_iteration_line_wrapped_over_lines_is_one_iteration(tmp_path: Path, fast: bool) -> None:
+    # Megatron-Bridge#5306 as pasted: one iteration line wrapped over four lines, "grad norm: nan" on the third
+    run = read(write_lines(tmp_path / "wrapped.log", corpus_log("megatron-bridge-NVIDIA-NeMo-Megatron-Bridge-5306")), fast)
+    assert math.isnan(run.series["grad norm"].value_at(5))
+    assert run.series["global batch size"].value_at(5) == 4096
+    assert run.series["number of nan iterations"].steps.tolist() == [5]
+    # a loss on the wrapped rest is the iteration's loss, not a loss the line left out
+    head, rest = NANLOSS[1].split(" lm loss:", 1)
+    run = read(write_lines(tmp_path / "split.log", [NANLOSS[0], head, "lm loss:" + rest]), fast)
+    assert run.series["lm loss"].values.tolist() == [0.7334521, 0.7072597]
+    assert not [e for e in run.events if e.kind is EventKind.MISSING_METRIC]
+    # a field line that does not follow an iteration line is not one
+    run = read(write_lines(tmp_path / "apart.log", [NANLOSS[0], "", "grad norm: 99.0 | loss scale: 1.0 |"]), fast)
+    assert run.series["grad norm"].steps.tolist() == [3383]
+
+
 def test_cli_parse_counts_megatron(tmp_path: Path) -> None:
     log = write_lines(tmp_path / "m.log", MLM + OLD)
     proc = run_cli("parse", str(log), "-o", str(tmp_path / "out.csv"))

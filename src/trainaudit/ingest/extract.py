@@ -553,6 +553,10 @@ def parse_line_full(text: str, asked: list[int] | None = None) -> Parsed:
             # "Ep 1 (Step 000005): ...": a counter inside the parentheses after another counter is the
             # finer step, read as a pair of its own
             nested = last is not None and counter_rank(last.key) is not None and counter_rank(_next_word(toks, i)) is not None
+            if last is not None and counter_rank(last.key) == COUNTER_KEYS["epoch"] and _counter_in_parens(toks, i):
+                # "Epoch:[0/19](100/24681) loss:5.251": the batch of the epoch, in parentheses (the training
+                # scripts of https://github.com/jingyaogong/minimind print it so)
+                continue
             if last is not None and not words and not nested:
                 depth_after_value += 1
             elif words and i + 1 < n and toks[i][0] == "word" and toks[i][1].lower() in _KEY_UNITS and \
@@ -941,6 +945,22 @@ def _after_bracketed_counter(toks: list[tuple[str, str, str]], i: int) -> bool:
         if j < 0 or (toks[j][0] != w if w == "num" else toks[j][0] != "sep" or toks[j][1] != w):
             return False
         j -= 1
+    return True
+
+
+def _counter_in_parens(toks: list[tuple[str, str, str]], i: int) -> bool:
+    """The tokens from index ``i`` (after an opening parenthesis) are "N/M)", a whole-number counter."""
+    want = ("num", "/", "num", ")")
+    j = i
+    for w in want:
+        while j < len(toks) and toks[j][0] == "space":
+            j += 1
+        if j >= len(toks):
+            return False
+        kind, val, unit = toks[j]
+        if (kind != "num" or unit or not val.isdigit()) if w == "num" else (kind != "sep" or val != w):
+            return False
+        j += 1
     return True
 
 

@@ -42,6 +42,7 @@ from trainaudit.ingest.chunks import (
 )
 from trainaudit.ingest.fastnum import PAD, Layout, padded, parse_regions
 from trainaudit.ingest.formats.megatron.grammar import (
+    CONTINUED_RE,
     FIELD_RE,
     ITER_RE,
     SKIP_KEYS,
@@ -158,9 +159,12 @@ def find_template(head: bytes, max_lines: int = 32) -> Template | None:
     count too: a run can be failing from its first line)."""
     counts: dict[Template, int] = {}
     seen = 0
-    for raw in head.split(b"\n")[:-1]:
+    lines = head.split(b"\n")[:-1]
+    for no, raw in enumerate(lines):
         if b"iteration" not in raw or b"|" not in raw:
             continue
+        if no + 1 < len(lines) and CONTINUED_RE.match(lines[no + 1].decode("utf-8", "replace").rstrip("\r")):
+            return None  # iteration lines wrapped as pasted: the line path joins them
         tpl = build_template(raw, need_loss=False)
         seen += 1
         if tpl is not None:

@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import math
 import re
+from dataclasses import dataclass
 
 from trainaudit.ingest.base import LineReader, Sample, SpareNumbers
 from trainaudit.ingest.formats.megatron import bulk as fast
-from trainaudit.ingest.formats.megatron.grammar import FIELD_RE, ITER_RE, SKIP_KEYS, field_value, is_loss_key
+from trainaudit.ingest.formats.megatron.grammar import CONTINUED_RE, FIELD_RE, ITER_RE, SKIP_KEYS, field_value, is_loss_key
 from trainaudit.ingest.signatures import SignatureScanner
 from trainaudit.ingest.sink import Sink
 from trainaudit.ingest.sources import InputFile
@@ -34,6 +35,16 @@ WORLD_RE = re.compile(r"using world size: (\d+)")
 VOCAB_RE = re.compile(r"padded vocab \(size: (\d+)\)")
 ARG_RE = re.compile(r"^\s{2}(train_iters|log_interval|seq_length|global_batch_size|micro_batch_size|lr|"
                     r"min_lr|lr_warmup_iters|clip_grad|fp16|bf16|loss_scale|vocab_size)\s\.+\s(\S+)\s*$")
+
+
+@dataclass
+class _Open:
+    """The iteration line read last, while the lines after it may be its wrapped rest."""
+
+    step: int
+    seen: set[str]
+    line: Line
+    last: int
 
 
 class MegatronReader(LineReader):
@@ -74,18 +85,32 @@ class MegatronReader(LineReader):
         return 0.9 if any(FIELD_RE.search(ln) for ln in sample.lines if ITER_RE.search(ln)) else 0.3
 
     def new_state(self) -> dict:
-        return {"loss_keys": set()}
+        return {"loss_keys": set(), "open": None}
 
     def feed(self, line: Line, sink: Sink, state: dict) -> None:
         text = line.text
         m = ITER_RE.search(text)
         if m is None:
+            if self._continues(line, sink, state):
+                return
+            self._close(sink, state)
             self._other(line, sink, state)
             return
+        self._close(sink, state)
         step = int(m.group(1))
         if "train_iters" not in state:
             state["train_iters"] = int(m.group(2))
             sink.meta("train_iters", int(m.group(2)))
+        seen = self._fields(text, step, line, sink)
+        state["open"] = _Open(step, seen, line, line.no)
+        if any(is_loss_key(k) for k in seen):
+            self._close(sink, state)  # a whole line: its missing losses are known now
+
+    def finish(self, sink: Sink, state: dict) -> None:
+        self._close(sink, state)
+
+    @staticmethod
+    def _fields(text: str, step: int, line: Line, sink: Sink) -> set[str]:
         seen: set[str] = set()
         for key, raw in FIELD_RE.findall(text):
             key = key.strip()
@@ -96,6 +121,27 @@ class MegatronReader(LineReader):
                 continue
             seen.add(key)
             sink.add(key, step, v, line.no, line.rank)
+        return seen
+
+    def _continues(self, line: Line, sink: Sink, state: dict) -> bool:
+        """An iteration line wrapped over several lines as pasted ("iteration 5/50 | elapsed time per
+        iteration: 21392.5 ms |" then "loss scale: 1.0 | grad norm: nan |"): the fields of the line
+        right after it are the iteration's."""
+        opened: _Open | None = state["open"]
+        if opened is None or line.no != opened.last + 1 or CONTINUED_RE.match(line.text) is None:
+            return False
+        opened.seen |= self._fields(line.text, opened.step, line, sink)
+        opened.last = line.no
+        return True
+
+    @staticmethod
+    def _close(sink: Sink, state: dict) -> None:
+        """The losses an iteration's line(s) left out: Megatron omits a NaN loss."""
+        opened: _Open | None = state["open"]
+        if opened is None:
+            return
+        state["open"] = None
+        step, seen, line = opened.step, opened.seen, opened.line
         losses: set[str] = state["loss_keys"]
         for key in seen:
             if is_loss_key(key):
