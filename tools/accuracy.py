@@ -34,7 +34,7 @@ from trainaudit.audit import AuditOptions, run_audit
 from trainaudit.audit.combine import Verdict, explaining_commit, settle
 from trainaudit.history.classify import Classified, rerank
 from trainaudit.history.ranking import Model, Sample, fit, log_likelihood
-from trainaudit.diagnosis import diagnose_run
+from trainaudit.diagnosis import build_answer, diagnose_run
 from trainaudit.diagnosis.decide import CONFIDENT
 from trainaudit.errors import InputError
 from trainaudit.ingest import load_run
@@ -84,6 +84,7 @@ class LogResult:
     unread: bool = False
     detail: str = ""
     step_text: str = ""  # the first bad step as the log prints it, when that differs from the step
+    broken: str = ""  # why the answer could not be built from the diagnosis (the command would fail)
 
     @property
     def healthy(self) -> bool:
@@ -115,8 +116,13 @@ def diagnose_log(case: LogCase) -> LogResult:
         return LogResult(case, "-", "-", None, time.perf_counter() - t0, unread=True, detail="no metrics or events")
     d = diagnose_run(run)
     text = run.meta.get("step_text", {}).get(d.first_bad_step, "") if d.first_bad_step is not None else ""
+    broken = ""
+    try:  # the whole answer, as `diagnose` writes it: its calculations evaluated, its references checked
+        build_answer([str(case.path)], run, d, hash_sources=False)
+    except Exception as exc:  # any failure is the finding
+        broken = f"{type(exc).__name__}: {exc}"
     return LogResult(case, str(d.category), d.verdict, d.first_bad_step, time.perf_counter() - t0,
-                     detail=d.summary[:160], step_text=text)
+                     detail=d.summary[:160], step_text=text, broken=broken)
 
 
 def score_logs(cases: Iterable[LogCase] | None = None) -> list[LogResult]:

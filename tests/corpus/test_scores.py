@@ -56,6 +56,11 @@ def test_first_bad_step_does_not_drop(score: accuracy.Score, results: list[accur
     assert score.step_ok / score.stepped >= 0.65
 
 
+def test_every_answer_is_built(results: list[accuracy.LogResult]) -> None:
+    # the answer `diagnose` writes (calculations evaluated, references checked) builds for every log
+    assert not [f"{r.case.name}: {r.broken}" for r in results if r.broken]
+
+
 def test_no_false_alarm_on_healthy_logs(score: accuracy.Score, results: list[accuracy.LogResult]) -> None:
     alarms = [f"{r.case.name}: {r.category} ({r.detail})" for r in results if r.healthy and not r.cat_ok]
     assert score.false_alarms <= FALSE_ALARMS_CEILING, alarms

@@ -24,6 +24,12 @@ NOT_LEARNING = Guidance(
     verify="Overfit a single small batch: the loss must go near 0; then re-run.")
 
 
+def _growing_tail(a: np.ndarray, factor: float) -> int:
+    """How many of the last points of ``a`` are each ``factor`` times the one before it or more."""
+    grows = (a[1:] >= factor * a[:-1]) & (a[:-1] > 0)
+    return len(grows) - int(np.flatnonzero(~grows)[-1]) - 1 if not bool(np.all(grows)) else len(grows)
+
+
 def _smooth(s: Series, max_points: int = 4000) -> tuple[np.ndarray, np.ndarray, int]:
     st, x = downsample(s.steps, s.values, max_points)
     # at least 3 points from 6 on: one lucky batch is not "the best loss so far"
@@ -111,8 +117,12 @@ class Divergence(Rule):
     (200). Noise does not trend. Not when the learning rate dropped just before the lowest point:
     on a step schedule the loss falls at the drop and creeps back up with weight decay.
 
-    A loss whose magnitude grows tenfold or more at each of its last 2 points or more, to a thousand times
-    where that began, has blown up at any length and whatever its sign (3.49, -3.1e4, -3.3e12, -5.8e28).
+    A loss whose magnitude grows tenfold or more at each of its last 2 points or more, or
+    ``runaway_growth`` (5) times or more at each of its last 3 or more, to a thousand times where that
+    began, has blown up at any length and whatever its sign (3.49, -3.1e4, -3.3e12, -5.8e28). So has
+    any other training loss of the run that does so (an RL agent's critic loss going 6.5 -> 236 ->
+    10,693 -> 251,870 -> 3.3e6 -> 2.6e7 while its actor loss only drifts): a part of the objective
+    that runs away takes the model with it.
 
     A short-paste finding is not made when the loss's last logged value is NaN/Inf: a loss that
     climbs and then turns NaN is a NaN run (TA101), the climb its lead-up.
@@ -157,10 +167,11 @@ class Divergence(Rule):
         trend_max_points: int = 200
         jump_floor: float = 1.0
         noise_z: float = 3.0
+        runaway_growth: float = 5.0
 
     grid: ClassVar[Grid] = {"rel": (0.15, 0.2, 0.3, 0.5), "short_rise": (1.2, 1.5, 2.0, 3.0), "min_points": (6, 8, 10, 12),
                               "steady_rises": (4, 5, 6), "steady_rel": (0.05, 0.1, 0.2), "steady_tau": (0.6, 0.7, 0.8),
-                              "jump_floor": (0.5, 1.0, 2.0), "noise_z": (2.0, 3.0, 4.0)}
+                              "jump_floor": (0.5, 1.0, 2.0), "noise_z": (2.0, 3.0, 4.0), "runaway_growth": (3.0, 5.0, 10.0)}
 
     def check(self, ctx: Context) -> list[Hit]:
         pinned = self._perplexity_clamp(ctx)
@@ -190,7 +201,18 @@ class Divergence(Rule):
         else:
             # a jump in the last few points is too short for the smoothed test: only a clear one (3x) counts
             hits = self._long(s) or ([] if to_nan else self._short(s, rise=2 * self.p.short_rise) or self._steady(s, ctx))
-        return self._validation_first(ctx, hits)
+        return self._validation_first(ctx, hits) or self._other_runaway(ctx, s.name)
+
+    def _other_runaway(self, ctx: Context, primary: str) -> list[Hit]:
+        """The first other training loss of the run that blows up (not a GAN player's: see the class)."""
+        for name, series in ctx.run.series.items():
+            if name == primary or "@rank" in name or "loss" not in norm(name) or validation(name) or adversarial(name) \
+                    or not len(series) or not np.isfinite(series.values[-1]):
+                continue
+            hits = self._runaway(series.finite())
+            if hits:
+                return hits
+        return []
 
     def _validation_first(self, ctx: Context, hits: list[Hit]) -> list[Hit]:
         """A divergence of the training loss that the validation loss showed earlier: the first evaluation
@@ -287,18 +309,21 @@ class Divergence(Rule):
         where that began, whatever its sign: the update feeds on itself (a learning rate far too high for
         the curvature), and a loss that should not go below 0 going to -1e12 is the same blow-up."""
         a = np.abs(s.values)
-        grows = (a[1:] >= 10 * a[:-1]) & (a[:-1] > 0)
-        k = len(grows) - int(np.flatnonzero(~grows)[-1]) - 1 if not bool(np.all(grows)) else len(grows)
+        factor, k = 10.0, _growing_tail(a, 10.0)
+        if k < 2:
+            factor, k = self.p.runaway_growth, _growing_tail(a, self.p.runaway_growth)
+            k = k if k >= 3 else 0
         i = len(a) - 1 - k
         if k < 2 or float(a[-1]) < 1000 * float(a[i]):
             return []
         x = s.values
-        h = self.hit(f"{s.name} grows by ten times or more at each of its last {k} points, from {float(x[i]):.4g} at step "
+        h = self.hit(f"{s.name} grows by {factor:g} times or more at each of its last {k} points, from {float(x[i]):.4g} at step "
                      f"{int(s.steps[i])} to {float(x[-1]):.4g}: the run has blown up", 0.8, metric=s.name,
                      first_bad_step=int(s.steps[i + 1]), last_step=int(s.steps[-1]), severity="critical")
         h.point("base", s, i, f"{s.name} before the blow-up")
-        h.point("end", s, len(s) - 1, f"last {s.name}", indices=np.arange(i + 1, len(s)))
-        h.calc("growth", "growth of the loss's magnitude", "abs({end}) / abs({base})", unit="x")
+        h.point("end", s, len(s) - 1, f"{s.name} as it blows up", indices=np.arange(i + 1, len(s)))
+        h.point("last", s, len(s) - 1, f"last {s.name}")
+        h.calc("growth", "growth of the loss's magnitude", "abs({last}) / abs({base})", unit="x")
         return [h]
 
     def _short(self, s: Series, rise: float | None = None, jumps: bool = False) -> list[Hit]:
