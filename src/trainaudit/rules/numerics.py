@@ -244,7 +244,9 @@ class LossSpike(Rule):
     ``min_history`` + 3 points, a spike is one point ``short_jump`` + 1 times its larger neighbour
     (3x) whose neighbours agree within ``rel``; in so short a paste, one or two evaluations of the
     validation loss so far above the evaluations on both sides count too, when they stand above every
-    training loss the paste shows.
+    training loss the paste shows. A jump with fewer than ``window`` points before it must also stand
+    ``over_max`` times as far above its median as any of the ``max_window`` points after it does above
+    theirs: so short a history does not show the noise.
     """
 
     id = "TA102"
@@ -290,6 +292,8 @@ class LossSpike(Rule):
             back = med[i] + max(abs(med[i]) * self.p.rel / 2, 0.1 * (x[i] - med[i]))  # half the jump, or 90% of a huge one
             if after.size == 0 or not np.any(after <= back):
                 continue  # did not recover (or the log ends on it): divergence/NaN rules own it
+            if i < self.p.window and self._within_later_noise(x, med, int(i)):
+                continue
             spikes.append(int(i))
         if not spikes:
             return []
@@ -308,6 +312,14 @@ class LossSpike(Rule):
         h.calc("jump", "relative jump of the loss over the median of the preceding points",
                "({spike} - median({base})) / abs(median({base}))", unit="ratio")
         return [h]
+
+    def _within_later_noise(self, x: np.ndarray, med: np.ndarray, i: int) -> bool:
+        """A jump with fewer than ``window`` points before it is judged against the ``max_window`` points after
+        it too: so short a history does not show the noise, and a per-batch loss that later jumps a third as
+        far above its median as this one was only noisy (a diffusion model's loss at a random timestep)."""
+        w = self.p.window
+        later = [float(x[j]) - float(np.median(x[max(0, j - w):j])) for j in range(i + 2, min(x.size, i + 2 + self.p.max_window))]
+        return bool(later) and float(x[i] - med[i]) <= self.p.over_max * max(later)
 
     def _short(self, s: Series, width: int = 1) -> list[Hit]:
         """Few points: a point (or up to ``width`` in a row) far above the points on both sides of it, which
