@@ -35,6 +35,7 @@ LINES = {
     "shell-killed": "**Killed**",
     "shell-killed-zh": corpus_log("mmengine-open-mmlab-mmsegmentation-308")[-1],
     "cuda-allocator-oom": corpus_log("pytorch-loop-jingyaogong-minimind-845")[2],
+    "metal-oom": corpus_log("mlx-lm-ml-explore-mlx-lm-236")[6],
     "cuda-device-assert": next(ln for ln in corpus_log("pytorch-loop-xavysp-dexined-60") if "Assertion" in ln),
     "pcie-aer": next(ln for ln in corpus_log("returnn-rwth-i6-returnn-1486") if "PCIe Bus Error" in ln),
     "tf-no-gradient": corpus_log("tf-od-api-v2-keras-team-keras-14524")[0],

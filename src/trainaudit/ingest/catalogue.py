@@ -190,6 +190,12 @@ CATALOGUE: tuple[Known, ...] = (
           "the CUDA caching allocator could not get the memory it asked the device for (free and total device "
           "memory in bytes follow); torch.OutOfMemoryError follows when freeing its cache does not help",
           "oom", "high", "https://github.com/pytorch/pytorch/blob/main/c10/cuda/CUDACachingAllocator.cpp"),
+    # Apple silicon (MLX, PyTorch MPS): the GPU's command buffer failed for want of memory; MLX raises it as a
+    # C++ runtime_error, so the process aborts
+    Known("metal-oom", ("kIOGPUCommandBufferCallbackErrorOutOfMemory",), EventKind.OOM,
+          "the Metal command buffer failed with Insufficient Memory: the Apple GPU ran out of (unified) memory",
+          "oom", "critical", "https://developer.apple.com/documentation/metal/mtlcommandbuffererror/code/outofmemory",
+          fatal=True),
     Known("deepspeed-launcher-sigkill", ("exits with return code = -9",), EventKind.HOST_OOM,
           "the DeepSpeed launcher reports a worker killed by SIGKILL (-9), which on Linux is most often the "
           "kernel's OOM killer (host memory)", "oom", "critical",

@@ -130,9 +130,9 @@ class CudaOOM(Rule):
         frag = ru is not None and req is not None and (
             ru >= req or (bool(tot) and ru >= self.p.frag_frac * tot and (free or 0.0) + ru >= req))
         parts = [f"{k.replace('_', ' ')} {v:.2f} GiB" for k, v in nums.items()]
-        # TensorFlow names the device in its message, not CUDA (a CPU tensor can fail the same way)
-        tf = e.data.get("known") == "tf-oom"
-        what = "out of memory: TensorFlow could not allocate a tensor" if tf else "CUDA out of memory"
+        # TensorFlow names the device in its message, not CUDA (a CPU tensor can fail the same way); Metal is
+        # the Apple GPU's
+        what, said = _OOM_WHAT.get(str(e.data.get("known")), ("CUDA out of memory", "CUDA out-of-memory error"))
         msg = what + (f" ({', '.join(parts)})" if parts else "")
         if e.rank is not None:
             msg += f" on rank {e.rank}"
@@ -154,7 +154,7 @@ class CudaOOM(Rule):
             return [h]
         h = self.hit(msg, 0.97, metric=None, first_bad_step=ctx.step_of(e), last_step=ctx.step_of(e), fatal=True,
                      data={"numbers": nums, "fragmentation": bool(frag), "rank": e.rank, "ranks": ranks})
-        h.ev("oom", e, "TensorFlow's out-of-memory error" if tf else "CUDA out-of-memory error", value=req, unit="GiB" if req is not None else None)
+        h.ev("oom", e, said, value=req, unit="GiB" if req is not None else None)
         if req is not None and ru is not None:
             h.ev("oom_ru", e, "reserved by PyTorch but unallocated", value=ru, unit="GiB")
             h.calc("frag", "reserved-but-unallocated memory over the requested allocation", "{oom_ru} / {oom}", unit="ratio")
@@ -164,6 +164,11 @@ class CudaOOM(Rule):
             if key in nums and f"{nums[key]:.2f}" not in (e.raw or "")[:QUOTE_CHARS]:
                 h.ev(f"oom_{key}", e, f"{key} memory in the out-of-memory error", value=nums[key], unit="GiB")
         return [h]
+
+
+# what the device's out-of-memory error is called, by the catalogue entry that read it (CUDA's otherwise)
+_OOM_WHAT = {"tf-oom": ("out of memory: TensorFlow could not allocate a tensor", "TensorFlow's out-of-memory error"),
+             "metal-oom": ("out of memory on the Apple GPU (Metal: Insufficient Memory)", "Metal's out-of-memory error")}
 
 
 class HostOOM(Rule):
