@@ -606,6 +606,20 @@ def test_a_fraction_in_parentheses_after_the_epoch_is_the_batch_of_the_epoch() -
     assert [p.key for p in parse_line("Epoch 1 (1.5/500) loss: 2.3").pairs] == ["Epoch", "loss"]
 
 
+def test_the_set_up_progress_bars_are_no_training_rate(tmp_path: Path) -> None:
+    # mlx-lm#330: the hub's "Fetching 11 files" bar (101848.44it/s) before the validation bar (4.75it/s);
+    # in one series they read as the run slowing down 21000 times
+    run, _ = load_run([str(CORPUS_LOGS / "mlx-lm-ml-explore-mlx-lm-330" / "log.txt")])
+    assert run.series["it/s"].values.tolist() == [4.75]
+    log = tmp_path / "hf.log"
+    log.write_text("Loading checkpoint shards: 100%|██████████| 2/2 [00:05<00:00,  2.60s/it]\n"
+                   "Map (num_proc=4): 100%|██████████| 5000/5000 [00:01<00:00, 3712.21 examples/s]\n"
+                   " 10%|█         | 10/100 [00:10<01:30,  1.00it/s]\n"
+                   " 20%|██        | 20/100 [00:20<01:20,  1.00it/s]\n", encoding="utf-8")
+    run, _ = load_run([str(log)])
+    assert run.series["it/s"].values.tolist() == [1.0, 1.0]
+
+
 def test_a_nan_value_before_a_colon_is_read() -> None:
     # Marian prints "Cost nan : Time 2.74s": a NaN where a whole number (an index) is looked for
     p = parse_line("[2017-10-14 02:03:33] Ep. 2 : Up. 116800 : Sen. 6972416 : Cost nan : Time 2.74s : 19413.05 words/s")

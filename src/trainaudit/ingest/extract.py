@@ -995,6 +995,16 @@ def _next_word(toks: list[tuple[str, str, str]], i: int) -> str:
 _TQDM_RE = re.compile(r"(\d{1,12})/(\d{1,12}) \[\d{1,4}:\d\d")
 
 
+# the progress bars of a run's set-up, before training: huggingface_hub's snapshot_download ("Fetching 11
+# files"), downloads, transformers' "Loading checkpoint shards", the datasets library's "Map", "Filter",
+# "Generating train split" (https://github.com/huggingface/huggingface_hub, /transformers, /datasets)
+_SETUP_BAR_RE = re.compile(
+    r"\s{0,8}(?:Fetching \d{1,9} files|Downloading|Loading checkpoint shards|Loading dataset shards|Map|Filter|"
+    r"Generating \w{1,40} split|Resolving data files|Running tokenizer|Tokeniz\w{0,10}|Computing checksums|"
+    r"Extracting data files|Creating parquet|Saving the dataset|Casting the dataset|Flattening the indices|Uploading)"
+    r"\b[^|\n]{0,160}?: {0,4}\d{1,3}%\|", re.I)
+
+
 @dataclass(slots=True)
 class Record:
     """The metrics of one line, with the counters it printed."""
@@ -1147,6 +1157,8 @@ def record_layout(p: Parsed, text: str, table: Table, vals: list[float], tqdm: b
                 metrics[name] = i
     if not metrics and not counters:
         return None
+    if tqdm and _SETUP_BAR_RE.match(strip_preamble(text)):
+        return None  # the set-up's bar (a download, a dataset's map): its rate is no training step's
     if tqdm and not metrics and not any(k != "progress" for k in counters):
         return None  # a bare progress bar: no metric
     return RecordLayout(tuple(metrics.items()), tuple(counters.items()), tuple(totals.items()))
