@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from trainaudit.model import Run, Series
-from trainaudit.series.roles import adversarial, elapsed_clock, find_roles, peak
+from trainaudit.series.roles import adversarial, elapsed_clock, find_roles, peak, validation
 
 
 def _series(name: str, n: int) -> Series:
@@ -63,6 +63,10 @@ def test_a_boosting_librarys_error_metrics_are_its_losses() -> None:
         assert _keyword("val_loss", norm(name)) and not _keyword("loss", norm(name)), name
     for name in ("train-auc", "eval-ndcg", "rmse"):  # higher is better, or no data set named
         assert not _keyword("loss", norm(name)) and not _keyword("val_loss", norm(name)), name
+    # LIBMF's "tr_rmse" / "va_rmse" columns
+    assert _keyword("loss", "tr_rmse") and not _keyword("val_loss", "tr_rmse")
+    assert _keyword("val_loss", "va_rmse") and not _keyword("loss", "va_rmse")
+    assert not _keyword("loss", "tr_auc") and validation("va_rmse") and not validation("nova_loss")
 
 
 def test_a_log_of_evaluation_lines_only_has_its_loss_as_the_loss() -> None:

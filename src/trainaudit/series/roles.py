@@ -22,7 +22,8 @@ def norm(name: str) -> str:
     return _SEP.sub("_", name.strip().lower()).strip("_")
 
 
-_VAL = re.compile(r"(^|_)(" + "|".join(EVAL_NAMES) + r")(_|$)")
+# "va_rmse": LIBMF's (and LIBSVM-style tools') abbreviation of a validation set's metric
+_VAL = re.compile(r"(^|_)(" + "|".join(EVAL_NAMES) + r")(_|$)|^va_")
 # a loss of one player of a two-player game (a GAN's discriminator / generator or a WGAN's critic): it
 # trades against the other player's loss, so it need not fall; "Loss_D" / "Loss_G" as PyTorch's DCGAN
 # example prints them (https://github.com/pytorch/examples/blob/main/dcgan/main.py); "D_A", "G_B",
@@ -99,13 +100,19 @@ _BOOSTING_ERROR = re.compile(r"^(?:train|training|eval|valid|validation|test)(?:
                              r"(?:binary_|multi_)?(?:rmse|rmsle|rmspe|mae|mape|logloss|mlogloss|error|merror|l1|l2)$")
 
 
+# LIBMF's "iter tr_rmse va_rmse obj" table: the training and validation sets' error, lower is better
+# (https://github.com/cjlin1/libmf, mf.cpp)
+_LIBMF_ERROR = re.compile(r"^(?:tr|va)_(?:rmse|mae|gkl|logloss)$")
+
+
 def _keyword(role: str, n: str) -> bool:
     is_val = bool(_VAL.search(n))
+    error = bool(_BOOSTING_ERROR.match(n) or _LIBMF_ERROR.match(n))
     if role == "loss":
-        return (("loss" in n or "entropy" in n or n == "value" or bool(_BOOSTING_ERROR.match(n))) and not is_val
+        return (("loss" in n or "entropy" in n or n == "value" or error) and not is_val
                 and "scale" not in n and "balanc" not in n and "aux" not in n)
     if role == "val_loss":  # "entropy": Marian's validation "cross-entropy", as the training loss's role reads it
-        return ("loss" in n or "entropy" in n or bool(_BOOSTING_ERROR.match(n))) and is_val
+        return ("loss" in n or "entropy" in n or error) and is_val
     if role == "grad_norm":
         return ("grad" in n and "norm" in n) and not is_val
     if role == "lr":
