@@ -296,3 +296,15 @@ def test_a_grad_norm_the_loss_scaler_skipped_is_no_nan(tmp_path):
     # without the scaler's line the Inf is unexplained
     _, hits, _ = _diag(tmp_path, [ln for ln in lines if "Skipped batch" not in ln], "cut.log")
     assert hits["TA101"].metric == "Gradient norm"
+
+
+def test_guided_diffusion_reductions_of_its_log2_loss_scale_are_read(tmp_path):
+    # improved-diffusion's MixedPrecisionTrainer prints the log2 of the scale it lowers after a NaN (MGDM#3)
+    lines = corpus_log("improved-diffusion-yangqy1110-MGDM-3")
+    run, _, _ = _diag(tmp_path, lines)
+    scales = [e.data["new_scale"] for e in run.events if e.kind.value == "loss_scale"]
+    assert [round(math.log2(v), 3) for v in scales] == [16.929, 15.929, 14.929]
+    # the same reductions five times in a row, down to 2^6.9, are a collapse in a short paste
+    more = lines + [f"Found NaN, decreased lg_loss_scale to {13.929 - k:.15f}" for k in range(8)]
+    _, hits, d = _diag(tmp_path, more, "more.log")
+    assert "TA104" in hits and d.category == "loss_scale_collapse"

@@ -343,6 +343,11 @@ SMALL_SCALE_RE = re.compile(r"Grad scale is small: (?P<scale>[\d.eE+\-]{1,40})")
 #   "Skipped batch, new scale: 2048.0", the scale divided by its downscale factor
 SKIPPED_BATCH_RE = re.compile(r"Skipped batch, new scale: (?P<scale>[\d.eE+\-]{1,40})")
 
+# the MixedPrecisionTrainer of OpenAI's improved-diffusion and guided-diffusion (guided_diffusion/fp16_util.py,
+#   optimize_fp16) on a non-finite gradient: "Found NaN, decreased lg_loss_scale to 16.929000000013357", the
+#   base-2 logarithm of the scale, lowered by one a skipped step
+LG_SCALE_RE = re.compile(r"Found NaN, decreased lg_loss_scale to (?P<lg>-?\d{1,4}(?:\.\d{1,20})?)")
+
 
 def _scale_event(framework: str, m: re.Match[str], message: str,
                  **data: Any) -> list[tuple[EventKind, str, dict[str, Any]]]:
@@ -371,6 +376,11 @@ def _loss_scale(line: Line, text: str) -> list[tuple[EventKind, str, dict[str, A
     u = SMALL_SCALE_RE.search(text)
     if u is not None:
         return _scale_event("icefall", u, "icefall: the AMP grad scale is small:")
+    g = LG_SCALE_RE.search(text)
+    if g is not None:
+        lg = float(g.group("lg"))
+        return [(EventKind.LOSS_SCALE, f"fp16 overflow: step skipped, loss scale -> 2^{lg:g}",
+                 {"framework": "guided-diffusion", "lg_loss_scale": lg, "new_scale": 2.0 ** lg})]
     u = PADDLE_SCALE_RE.search(text)
     if u is not None:
         reduced: dict[str, Any] = {}
@@ -650,7 +660,7 @@ _MATCHERS: list[tuple[tuple[str, ...], Matcher]] = [
     (("Unexpected result", "found NaN", "found Inf", "returned nan", "gradients are Nan", "The loss returned"), _nan),
     (("Current loss scale", "Minimum loss scale", "Gradient overflow", "Using dynamic loss scale", "Grad scale is small",
       "probably exploding", "Skipped batch, new scale",
-      "Found inf or nan"), _loss_scale),
+      "Found inf or nan", "decreased lg_loss_scale"), _loss_scale),
     (("(exitcode:", "closing signal", "SignalException"), _elastic_line),
     (("Fatal Python error", "Segmentation fault", "Bus error", "Aborted", "Floating point exception", "Killed",
       "killed by signal", "oom-kill", "oom_kill", "xit code", "xit status", "xited with code"), _signals),
