@@ -37,7 +37,8 @@ class NonFiniteMetric(Rule):
 
     Other losses are read too when they turn non-finite before the training loss does, or when
     there is none: a loss component, an error the loop prints as its objective (``RMSE: nan``), a
-    GAN player's loss (CycleGAN's ``D_A: nan G_A: nan``).
+    GAN player's loss (CycleGAN's ``D_A: nan G_A: nan``); with no loss at all, a value without a name (a
+    headerless table's column) that was finite three times and is non-finite at its last three points or more.
 
     A grad norm that is non-finite on single logged steps only, or on the first steps in a row (a
     tenth of them at most, a finite norm after them, the loss finite throughout) is fp16's dynamic loss scaler skipping an
@@ -85,8 +86,11 @@ class NonFiniteMetric(Rule):
         first = min((h.first_bad_step for h in hits if h.first_bad_step is not None), default=None)
         # (or an error the loop prints as its objective: DeepRecommender's "RMSE: nan", qlib's "train nan";
         # or a GAN player's loss: CycleGAN's "D_A: nan G_A: nan")
+        # (or, with no loss at all, a value of unknown name that turns non-finite and stays so: a headerless
+        # table's column, HTSL's Q values going from -1e19 to NaN)
+        lossless = ctx.roles.get(ctx.run, "loss") is None
         others = [h for n, x in ctx.run.series.items() if n not in seen and "@rank" not in n
-                  and (_ERROR_RE.search(norm(n)) or adversarial(n))
+                  and (_ERROR_RE.search(norm(n)) or adversarial(n) or (lossless and _unnamed_turned_nonfinite(n, x)))
                   and "scale" not in norm(n) and not validation(n)
                   if (h := self._series_hit(ctx, "other", x, named, checks)) is not None and h.first_bad_step is not None
                   and (first is None or h.first_bad_step < first)]
@@ -156,6 +160,19 @@ class NonFiniteMetric(Rule):
             h.ev("missing", missing[0], "log line without the loss field")
         return h
         return None
+
+_UNNAMED_RE = re.compile(r"col\d{1,3}|unnamed|value")
+
+
+def _unnamed_turned_nonfinite(name: str, s: Series) -> bool:
+    """A value without a name that was finite three times or more and is non-finite from some point to its
+    last, three times or more: no such column of a healthy run stops being a number for good."""
+    if _UNNAMED_RE.fullmatch(name) is None:
+        return False
+    ok = np.isfinite(s.values)
+    tail = len(ok) - int(np.flatnonzero(ok)[-1]) - 1 if ok.any() else 0
+    return tail >= 3 and int(ok.sum()) >= 3
+
 
 def _skipped_updates(gn: Series, bad: np.ndarray, loss: Series | None) -> bool:
     """Whether the non-finite grad norms are updates a dynamic loss scaler skipped: each one alone
