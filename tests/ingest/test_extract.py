@@ -620,6 +620,15 @@ def test_the_set_up_progress_bars_are_no_training_rate(tmp_path: Path) -> None:
     assert run.series["it/s"].values.tolist() == [1.0, 1.0]
 
 
+def test_a_command_line_measures_nothing() -> None:
+    # the command of mlx-lm#330, pasted above its log: its options are no metrics
+    line = corpus_log("mlx-lm-ml-explore-mlx-lm-330")[0]
+    assert line.startswith("mlx_lm.lora --model") and parse_line(line).pairs == []
+    assert parse_line("python train.py --learning_rate=9.65e-6 --epochs 3").pairs == []
+    # dashes that are no options leave the line as it is
+    assert [p.key for p in parse_line("Epoch 1 -- loss 2.3 -- acc 0.9").pairs] == ["Epoch", "loss", "acc"]
+
+
 def test_a_nan_value_before_a_colon_is_read() -> None:
     # Marian prints "Cost nan : Time 2.74s": a NaN where a whole number (an index) is looked for
     p = parse_line("[2017-10-14 02:03:33] Ep. 2 : Up. 116800 : Sen. 6972416 : Cost nan : Time 2.74s : 19413.05 words/s")

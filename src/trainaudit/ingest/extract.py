@@ -294,6 +294,8 @@ _ABS_RE = re.compile(r"\|(\w{1,40})\|")  # "mean |grad|": an absolute value, not
 # ESPnet2's trainer: "1epoch:train:683-1364batch: loss=..." (the batches of the epoch since the last
 # report, https://github.com/espnet/espnet/blob/master/espnet2/train/trainer.py): epoch 1, batch 1364
 _ESPNET_RE = re.compile(r"(\d{1,9})epoch:train:\d{1,12}-(\d{1,12})batch: ?")
+# a command line's option ("--learning_rate 9.65e-6", "--iters=100"; "--" before a letter, after a blank)
+_CLI_OPTION_RE = re.compile(r"(?<!\S)--[A-Za-z][\w-]{0,60}(?=[ =]|$)")
 # a Python augmented assignment: the source line that the warnings module prints under a warning
 # ("run.py:198: UserWarning: ...\n  t_loss += loss.data[0]", warnings.formatwarning,
 # https://docs.python.org/3/library/warnings.html#warnings.formatwarning); no log prints "+=" after a name
@@ -352,6 +354,8 @@ def parse_line_full(text: str, asked: list[int] | None = None) -> Parsed:
         body = f"{m.group(1)} {m.group(2)}"  # qlib's heading "Epoch0:" (the counter and its number as one word)
     if _AUGMENTED_RE.match(body):
         return out  # a line of code, not a record: "  t_loss += loss.data[0]" (a warning's source line)
+    if " --" in body and len(_CLI_OPTION_RE.findall(body, 0, 4000)) >= 2:
+        return out  # a command line: "--model meta-llama/Llama-3.2-3B --iters 100" sets the run up, it measures nothing
     toks = _join_durations(list(_tokens(body)))
     words: list[str] = []  # the key being read
     qualifier = ""
