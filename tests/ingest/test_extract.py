@@ -629,6 +629,21 @@ def test_a_command_line_measures_nothing() -> None:
     assert [p.key for p in parse_line("Epoch 1 -- loss 2.3 -- acc 0.9").pairs] == ["Epoch", "loss", "acc"]
 
 
+def test_a_counter_that_restarts_under_an_epoch_heading_runs_on(tmp_path: Path) -> None:
+    # MAR#35: "==>>[...] [Epoch=001/020] Stage 1" on a line of its own, then "Iter: [000/3877] ... loss_ml nan":
+    # the iteration counter restarts with the epoch, so epoch 1's points do not overwrite epoch 0's
+    run, _ = load_run([str(CORPUS_LOGS / "pytorch-loop-KovenYu-MAR-35" / "log.txt")])
+    ml = run.series["loss_ml"]
+    assert len(set(ml.steps.tolist())) == len(ml) and ml.values[0] == 13879.977
+    first_nan = next(int(t) for t, v in zip(ml.steps, ml.values) if math.isnan(v))
+    assert first_nan == 3800 and int(ml.steps[-1]) > 3877
+    # without the heading, a counter that goes back is the run restarting, kept as printed
+    lines = [ln for ln in corpus_log("pytorch-loop-KovenYu-MAR-35") if "[Epoch=" not in ln]
+    (tmp_path / "cut.log").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    run, _ = load_run([str(tmp_path / "cut.log")])
+    assert int(run.series["loss_ml"].steps.max()) <= 3877
+
+
 def test_a_nan_value_before_a_colon_is_read() -> None:
     # Marian prints "Cost nan : Time 2.74s": a NaN where a whole number (an index) is looked for
     p = parse_line("[2017-10-14 02:03:33] Ep. 2 : Up. 116800 : Sen. 6972416 : Cost nan : Time 2.74s : 19413.05 words/s")

@@ -1301,7 +1301,8 @@ class Extractor:
 
     The step of a record is its counter's value when the counter is integral and only grows (a
     restart that goes back is kept as the log prints it). A counter that restarts while an outer
-    one grows (``Epoch[3] Batch[40]``, ``[epoch 3][iter 100/500]``) becomes a running step, and the
+    one grows (``Epoch[3] Batch[40]``, ``[epoch 3][iter 100/500]``, or an epoch heading on a line of its
+    own above ``Iter: [000/3877]``) becomes a running step, and the
     step as printed (``epoch 3 batch 40``) is kept as the step's text. Without any counter, the
     step is the record's number, with the epoch as text when there is one.
     """
@@ -1318,6 +1319,7 @@ class Extractor:
         self.index = 0
         self.outer: dict[str, float] = {}
         self.step_outer: dict[str, float] = {}  # the outer counters as the step counter's lines last printed them
+        self.outer_at_step: dict[str, float] = {}  # the outer counters as they stood at the step counter's last line
         self.texts: dict[int, str] = {}
         self.emitted: list[tuple[int, Record]] = []
         self.block: Record | None = None  # the vertical key/value table being read (_block_row)
@@ -1613,10 +1615,12 @@ class Extractor:
         if key is not None and self.step.integral and key in rec.counters:
             v = rec.counters[key]
             prev = self.last_counter.get(rec.rank)
-            if prev is not None and v < prev and self.last_step is not None and self._outer_moved(rec):
+            if prev is not None and v < prev and self.last_step is not None and \
+                    (self._outer_moved(rec) or self._header_moved(rec)):
                 self.offset = self.last_step + 1 - int(v)  # the inner counter restarted in a new epoch
             step = int(v) + self.offset
             self.last_counter[rec.rank] = v
+            self.outer_at_step = dict(self.outer)
             self.step_outer.update({k: rec.counters[k] for k in self.outer if k in rec.counters})
             if self.offset or self.outer:
                 self._text(step, rec, key)
@@ -1678,6 +1682,12 @@ class Extractor:
             return None
         if kk.size and self._restarts(n, groups, kk, keyed):
             return None
+        headers = [(plan, pos, vals) for plan, pos, vals in groups if plan.step is None and plan.outer]
+        if kk.size and (headers or self.outer != self.outer_at_step):
+            prev = self.last_counter.get(None)
+            if (prev is not None and kk[0] < prev) or bool(np.any(kk[1:] < kk[:-1])):
+                return None  # a counter going back after an epoch heading: place decides whether it restarted
+        outer_before = dict(self.outer)
         at = np.where(keyed, np.arange(n), -1)
         np.maximum.accumulate(at, out=at)
         full = np.zeros(n, dtype=np.int64)
@@ -1706,6 +1716,17 @@ class Extractor:
         self.step_outer.update({k: v for k, (_, v) in in_step.items()})
         if kk.size:
             self.last_counter[None] = float(kk[-1])
+            # the counters around the step as of its last line here (a heading after it comes later)
+            last_keyed = int(np.flatnonzero(keyed)[-1])
+            around = outer_before
+            latest: dict[str, int] = {}
+            for plan, pos, vals in groups:
+                for k, i in plan.outer:
+                    j = int(np.searchsorted(pos, last_keyed, side="right")) - 1
+                    if j >= 0 and int(pos[j]) > latest.get(k, -1):
+                        latest[k] = int(pos[j])
+                        around[k] = float(vals[j, i])
+            self.outer_at_step = around
         self.last_step = int(steps[-1])
         return steps
 
@@ -1790,6 +1811,12 @@ class Extractor:
         before has not moved ("iter 144: ... batch:(16|85)" after a debug print "begin iter
         2222222222" is step 144, not a new epoch)."""
         return any(k in rec.counters and rec.counters[k] != v for k, v in self.step_outer.items())
+
+    def _header_moved(self, rec: Record) -> bool:
+        """An outer counter (epoch) changed on a line of its own since the step counter's last line ("==>>
+        [Epoch=001/020]" above "Iter: [000/3877]"): the inner one restarts with it."""
+        return any(k not in rec.counters and k in self.outer_at_step and self.outer_at_step[k] != v
+                   for k, v in self.outer.items())
 
     def _text(self, step: int, rec: Record, key: str | None) -> None:
         if len(self.texts) >= TEXTS_MAX:
