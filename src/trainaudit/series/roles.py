@@ -34,8 +34,9 @@ _ADVERSARIAL = re.compile(r"(?:^|_)(?:d|g|disc|gen|discriminator|generator|criti
                           r"(?:^|_)loss_(?:d|g|disc|gen|critic)(?:_|$)|^err_?[dg]$|^[dg]_(?:a|b|gan|real|fake)$")
 # a peak counter (torch.cuda.max_memory_allocated: "the maximum GPU memory occupied by tensors ... since
 # the beginning of this program", https://pytorch.org/docs/stable/generated/torch.cuda.max_memory_allocated.html;
-# DeepSpeed's MaxMemAllocated): it can only rise, whatever the run does
-_PEAK = re.compile(r"(?:^|_)(?:max|peak)")
+# DeepSpeed's MaxMemAllocated): it can only rise, whatever the run does; AllenNLP's "cpu_memory_MB" is one too,
+# the process's maximum resident set size (peak_cpu_memory in allennlp/common/util.py, from ru_maxrss)
+_PEAK = re.compile(r"(?:^|_)(?:max|peak)|^cpu_memory_mb$")
 
 
 def peak(name: str) -> bool:
