@@ -91,7 +91,8 @@ class Overfitting(Rule):
     The end level must also stand 3 robust standard deviations above the validation loss's level
     between its early descent and its minimum: a noisy curve is not overfitting for one high
     stretch (when that stretch still descends, Kendall's tau at most -0.7, its minimum and the robust
-    spread of its steps instead: a trend is no noise). A climb at every evaluation since the minimum,
+    spread of its steps instead: a trend is no noise; a jump up on the way down that the loss came back
+    from shows noise of a third of its size at least). A climb at every evaluation since the minimum,
     ``min_after`` + 2 times or more, needs no such margin. A validation loss that rises while the validation accuracy improves to its best at
     the last evaluation is not overfitting yet (the model grows more confident; the end is the best
     checkpoint by accuracy).
@@ -177,7 +178,8 @@ class Overfitting(Rule):
             d = np.diff(settled)
             step_sigma = 1.4826 * float(np.median(np.abs(d - np.median(d)))) / np.sqrt(2)
             if kendall_tau(settled) <= -0.7 and step_sigma < sigma:
-                level, sigma = vmin, step_sigma
+                # (a jump up on the way down, come back from, is noise of that size: a third of it at least)
+                level, sigma = vmin, max(step_sigma, float(np.max(d, initial=0.0)) / 3)
             if vend - level < 3 * sigma:
                 return []
         step_min = int(v.steps[jmin])
