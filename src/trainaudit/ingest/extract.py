@@ -1682,8 +1682,8 @@ class Extractor:
             return None
         if kk.size and self._restarts(n, groups, kk, keyed):
             return None
-        headers = [(plan, pos, vals) for plan, pos, vals in groups if plan.step is None and plan.outer]
-        if kk.size and (headers or self.outer != self.outer_at_step):
+        headings = any(plan.step is None and plan.outer for plan, _, _ in groups)
+        if kk.size and (headings or self.outer != self.outer_at_step):
             prev = self.last_counter.get(None)
             if (prev is not None and kk[0] < prev) or bool(np.any(kk[1:] < kk[:-1])):
                 return None  # a counter going back after an epoch heading: place decides whether it restarted
@@ -1721,8 +1721,8 @@ class Extractor:
             around = outer_before
             latest: dict[str, int] = {}
             for plan, pos, vals in groups:
+                j = int(np.searchsorted(pos, last_keyed, side="right")) - 1  # its last record up to there
                 for k, i in plan.outer:
-                    j = int(np.searchsorted(pos, last_keyed, side="right")) - 1
                     if j >= 0 and int(pos[j]) > latest.get(k, -1):
                         latest[k] = int(pos[j])
                         around[k] = float(vals[j, i])
