@@ -481,7 +481,8 @@ class NotLearning(Rule):
     A loss that moves from one logged point to the next by more than ``max_noise`` (0.03) of its
     level (median absolute step) is not flat, whatever its first and last tenths say; nor is a run
     whose validation loss falls ``min_improvement`` or more while trending down, or whose accuracy
-    trends up while its error falls by a quarter: it learns.
+    trends up while its error falls by a quarter (or, over 6 points or more, while it doubles: near
+    chance on many classes the error barely moves): it learns.
 
     Thresholds: ``min_improvement`` relative (0.02), ``uniform_tol`` relative distance to ln(C)
     (0.05), ``learned`` relative drop of the best 10% stretch (0.1), ``min_points`` (10),
@@ -857,6 +858,9 @@ def _accuracy_learns(ctx: Context, cut: float = 0.25) -> bool:
     for _, v in accuracies(ctx):
         first, last = 1.0 - float(v[0]), 1.0 - float(np.median(v[-3:]))
         if v.size >= 4 and first > 0 and (first - last) / first >= cut and kendall_tau(v) >= 0.5:
+            return True
+        # (or doubles, over 6 points or more: near chance on many classes the error barely moves)
+        if v.size >= 6 and float(v[0]) > 0 and 1.0 - last >= 2 * float(v[0]) and kendall_tau(v) >= 0.6:
             return True
     return False
 
