@@ -130,7 +130,8 @@ def test_rules_lists_every_severity_its_findings_carry(corpus_answers: dict[str,
 
 
 # A number in prose: 1.306, 7.538e+18, 76.9x, +45%; not one inside a word, a path or a date.
-PROSE_NUMBER = re.compile(r"(?<![\w.:/-])(\d+(?:\.\d+)?(?:e[-+]?\d+)?)(x|%)?(?![\w.:/-]*\w)")
+# (a number's exponent, "e+28" of "-5.777e+28", is no number of its own)
+PROSE_NUMBER = re.compile(r"(?<![\w.:/+-])(\d+(?:\.\d+)?(?:e[-+]?\d+)?)(x|%)?(?![\w.:/-]*\w)")
 ANY_NUMBER = re.compile(r"\d+(?:\.\d+)?(?:[eE][-+]?\d+)?")
 
 
