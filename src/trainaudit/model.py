@@ -91,6 +91,23 @@ class Event:
 EVAL_PREFIX = "val "
 # the names a log gives an evaluation's data set ("val_loss", "eval/loss", "Test set: ...", "dev = 0.61")
 EVAL_NAMES = ("validation", "valid", "val", "evaluation", "eval", "testing", "test", "dev")
+# the names the text reader gives values a log prints without a name: the one number after the counters
+# ("epoch 3: 93.90"), the one value beside a step in a headerless row ("76930 2.6496577"), and the columns of a
+# headerless table ("col1", "col2", ...)
+UNNAMED = "unnamed"
+UNNAMED_VALUE = "value"
+
+
+def column_name(k: int) -> str:
+    """The name of a headerless table's ``k``-th column (1-based)."""
+    return f"col{k}"
+
+
+def unnamed(name: str) -> bool:
+    """Whether ``name`` is one the text reader gave a value the log printed without a name."""
+    return name in (UNNAMED, UNNAMED_VALUE) or (name.startswith("col") and name[3:].isdigit())
+
+
 # the key of Run.meta under which a reader's sink lists the series it thinned while read, each with the
 # points and non-finite values read (Run.read_counts)
 THINNED = "thinned"

@@ -17,7 +17,7 @@ from shared_data import CORPUS_LOGS, corpus_log
 from trainaudit.errors import InputError
 from trainaudit.ingest import load_run
 from trainaudit.ingest.extract import Extractor, parse_line, parse_line_full
-from trainaudit.model import Run
+from trainaudit.model import Run, unnamed
 
 
 def read(tmp_path: Path, text: str, name: str = "train.log") -> Run:
@@ -642,6 +642,15 @@ def test_a_counter_that_restarts_under_an_epoch_heading_runs_on(tmp_path: Path) 
     (tmp_path / "cut.log").write_text("\n".join(lines) + "\n", encoding="utf-8")
     run, _ = load_run([str(tmp_path / "cut.log")])
     assert int(run.series["loss_ml"].steps.max()) <= 3877
+
+
+def test_the_names_of_values_printed_without_one_are_known_as_such(tmp_path: Path) -> None:
+    # what the text reader names them is what the rules ask for (trainaudit.model.unnamed)
+    log = tmp_path / "bare.log"
+    log.write_text("".join(f"{-1.5 * k} {k} {0.5 * k}\n" for k in range(1, 6)) + "epoch 3: 93.90\n", encoding="utf-8")
+    run, _ = load_run([str(log)])
+    assert sorted(run.series) == ["col1", "col2", "col3", "unnamed"] and all(unnamed(n) for n in run.series)
+    assert not unnamed("loss") and not unnamed("cold") and not unnamed("col")
 
 
 def test_a_nan_value_before_a_colon_is_read() -> None:

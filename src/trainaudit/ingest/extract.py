@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from numpy.typing import NDArray
 
-from trainaudit.model import EVAL_NAMES, EVAL_PREFIX
+from trainaudit.model import EVAL_NAMES, EVAL_PREFIX, UNNAMED, UNNAMED_VALUE, column_name
 
 # -- stage 1: preambles ------------------------------------------------------------------------
 _LEVEL = r"(?:INFO|WARNING|WARN|ERROR|DEBUG|CRITICAL|FATAL|TRACE|NOTICE)"
@@ -598,7 +598,7 @@ def parse_line_full(text: str, asked: list[int] | None = None) -> Parsed:
             _COUNTER_VALUE_RE.match(body) is not None:
         # "  10000/ 200000: 2.0322": the step of the run's length, then its one value (the makemore lectures'
         # training loops print their loss so, https://github.com/karpathy/nn-zero-to-hero)
-        out.pairs.append(Pair("value", out.bare.pop()))
+        out.pairs.append(Pair(UNNAMED_VALUE, out.bare.pop()))
     if out.pairs and topic_loss:
         # "Loss(time/mini-batch) - Epoch  1: train = 0.52(1581.14s/2500) | dev = 0.61(...)": the heading
         # names the quantity, the keys only the data set
@@ -939,33 +939,30 @@ def _prev_is(toks: list[tuple[str, str, str]], i: int, chars: str) -> bool:
     return kind == "sep" and val in chars
 
 
+def _sequence(toks: list[tuple[str, str, str]], i: int, want: tuple[str, ...], step: int) -> list[int] | None:
+    """The indices of the tokens from ``i`` on (``step`` 1: forwards, -1: backwards; spaces skipped) when they are
+    ``want`` in that order ("num": a number, else that separator), or None."""
+    got: list[int] = []
+    j = i
+    for w in want:
+        while 0 <= j < len(toks) and toks[j][0] == "space":
+            j += step
+        if not 0 <= j < len(toks) or (toks[j][0] != "num" if w == "num" else toks[j][:2] != ("sep", w)):
+            return None
+        got.append(j)
+        j += step
+    return got
+
+
 def _after_bracketed_counter(toks: list[tuple[str, str, str]], i: int) -> bool:
     """The tokens before index ``i`` are a bracketed counter and an opening bracket: "[0/20][" """
-    want = ("[", "]", "num", "/", "num", "[")  # read backwards
-    j = i - 1
-    for w in want:
-        while j >= 0 and toks[j][0] == "space":
-            j -= 1
-        if j < 0 or (toks[j][0] != w if w == "num" else toks[j][0] != "sep" or toks[j][1] != w):
-            return False
-        j -= 1
-    return True
+    return _sequence(toks, i - 1, ("[", "]", "num", "/", "num", "["), -1) is not None
 
 
 def _counter_in_parens(toks: list[tuple[str, str, str]], i: int) -> bool:
     """The tokens from index ``i`` (after an opening parenthesis) are "N/M)", a whole-number counter."""
-    want = ("num", "/", "num", ")")
-    j = i
-    for w in want:
-        while j < len(toks) and toks[j][0] == "space":
-            j += 1
-        if j >= len(toks):
-            return False
-        kind, val, unit = toks[j]
-        if (kind != "num" or unit or not val.isdigit()) if w == "num" else (kind != "sep" or val != w):
-            return False
-        j += 1
-    return True
+    got = _sequence(toks, i, ("num", "/", "num", ")"), 1)
+    return got is not None and all(toks[j][1].isdigit() and not toks[j][2] for j in (got[0], got[2]))
 
 
 def _next_number(toks: list[tuple[str, str, str]], i: int) -> bool:
@@ -1042,7 +1039,7 @@ class Table:
     def names(self, n: int) -> list[str]:
         if len(self.header) == n:
             return self.header
-        return [f"col{k}" for k in range(1, n + 1)]
+        return [column_name(k) for k in range(1, n + 1)]
 
 
 _WIDE_GAP_RE = re.compile(r"\s{2,}|\t")
@@ -1136,12 +1133,12 @@ def record_layout(p: Parsed, text: str, table: Table, vals: list[float], tqdm: b
         metrics[pr.key] = i
     if not tqdm and not metrics and counters and len(bare) == 1 and not table.header:
         # one number after the counters and no name ("epoch 3: 93.90"): a value of the run, of unknown meaning
-        metrics["unnamed"] = bare[0]
+        metrics[UNNAMED] = bare[0]
     elif not tqdm and not metrics and counters and len(bare) >= 2 and p.cells and not table.header:
         # a delimited row without a header, its counters first ("1 | 104/ 180 | 67.79 | 60.75 | -16.18"):
         # values of unknown meaning, named by their column as a headerless table's are
         for k, i in enumerate(bare):
-            metrics[f"col{n_pairs + 1 + k}"] = i
+            metrics[column_name(n_pairs + 1 + k)] = i
     if not pairs and len(bare) >= 2 and not metrics:
         first = vals[bare[0]]
         if table.header and len(table.header) == len(bare) + skipped:
@@ -1151,7 +1148,7 @@ def record_layout(p: Parsed, text: str, table: Table, vals: list[float], tqdm: b
             names = table.header[:-1]  # fastai's "epoch train_loss valid_loss accuracy time": 00:02 is no number
         elif math.isfinite(first) and first == int(first) and first >= 0:
             # a headerless row led by an integer: "76930 2.6496577" is a step and its value(s)
-            names = ["step", *(["value"] if len(bare) == 2 else [f"col{k}" for k in range(2, len(bare) + 1)])]
+            names = ["step", *([UNNAMED_VALUE] if len(bare) == 2 else [column_name(k) for k in range(2, len(bare) + 1)])]
         else:
             names = table.names(len(bare))
         for name, i in zip(names, bare):

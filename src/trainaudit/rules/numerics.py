@@ -9,7 +9,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from trainaudit.model import Event, EventKind, Series
+from trainaudit.model import Event, EventKind, Series, unnamed
 from trainaudit.answer.schema import Category, Severity
 from trainaudit.rules.base import Context, Grid, Guidance, Hit, Role, Rule, Thresholds
 from trainaudit.series.roles import adversarial, norm, validation
@@ -161,13 +161,10 @@ class NonFiniteMetric(Rule):
         return h
         return None
 
-_UNNAMED_RE = re.compile(r"col\d{1,3}|unnamed|value")
-
-
 def _unnamed_turned_nonfinite(name: str, s: Series) -> bool:
     """A value without a name that was finite three times or more and is non-finite from some point to its
     last, three times or more: no such column of a healthy run stops being a number for good."""
-    if _UNNAMED_RE.fullmatch(name) is None:
+    if not unnamed(name):
         return False
     ok = np.isfinite(s.values)
     tail = len(ok) - int(np.flatnonzero(ok)[-1]) - 1 if ok.any() else 0

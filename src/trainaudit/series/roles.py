@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from trainaudit.model import EVAL_NAMES, EVAL_PREFIX, Run, Series
+from trainaudit.model import EVAL_NAMES, EVAL_PREFIX, UNNAMED_VALUE, Run, Series
 
 _SEP = re.compile(r"[\s/\-.]+")
 
@@ -93,24 +93,20 @@ _EXACT: dict[str, list[str]] = {
 
 
 _COUNTS = ("iterations", "timesteps", "steps", "updates", "epochs", "batches")
-# a gradient-boosting library's evaluation of an error metric on one of its data sets, round after
-# round: XGBoost's "train-rmse" / "eval-logloss" / "validation_0-mlogloss"
+# an error metric evaluated on one of a run's data sets, round after round: XGBoost's "train-rmse" /
+# "eval-logloss" / "validation_0-mlogloss"
 # (https://xgboost.readthedocs.io/en/stable/parameter.html#learning-task-parameters), LightGBM's
-# "training's l2" / "valid_0's binary_logloss"; lower is better, as for a loss
-_BOOSTING_ERROR = re.compile(r"^(?:train|training|eval|valid|validation|test)(?:_\d+)?(?:'s)?_"
-                             r"(?:binary_|multi_)?(?:rmse|rmsle|rmspe|mae|mape|logloss|mlogloss|error|merror|l1|l2)$")
-
-
-# LIBMF's "iter tr_rmse va_rmse obj" table: the training and validation sets' error, lower is better
-# (https://github.com/cjlin1/libmf, mf.cpp)
-_LIBMF_ERROR = re.compile(r"^(?:tr|va)_(?:rmse|mae|gkl|logloss)$")
+# "training's l2" / "valid_0's binary_logloss", LIBMF's "tr_rmse" / "va_rmse" (https://github.com/cjlin1/libmf,
+# mf.cpp); lower is better, as for a loss
+_SET_ERROR = re.compile(r"^(?:train|training|tr|eval|valid|validation|va|test)(?:_\d+)?(?:'s)?_"
+                        r"(?:binary_|multi_)?(?:rmse|rmsle|rmspe|mae|mape|logloss|mlogloss|error|merror|l1|l2|gkl)$")
 
 
 def _keyword(role: str, n: str) -> bool:
     is_val = bool(_VAL.search(n))
-    error = bool(_BOOSTING_ERROR.match(n) or _LIBMF_ERROR.match(n))
+    error = bool(_SET_ERROR.match(n))
     if role == "loss":
-        return (("loss" in n or "entropy" in n or n == "value" or error) and not is_val
+        return (("loss" in n or "entropy" in n or n == UNNAMED_VALUE or error) and not is_val
                 and "scale" not in n and "balanc" not in n and "aux" not in n)
     if role == "val_loss":  # "entropy": Marian's validation "cross-entropy", as the training loss's role reads it
         return ("loss" in n or "entropy" in n or error) and is_val
