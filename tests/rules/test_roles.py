@@ -115,3 +115,15 @@ def test_a_clock_whose_first_point_holds_only_the_set_up() -> None:
     s = Series("time", steps, values, steps, np.zeros(40, dtype=np.int16))
     assert elapsed_clock(s)
     assert not elapsed_clock(Series("time", steps, np.full(40, 293.0), steps, np.zeros(40, dtype=np.int16)))
+
+
+def test_the_validation_loss_is_the_training_losss_counterpart() -> None:
+    # YOLOv3 (TensorFlow 2) prints giou/conf/prob components and their total, for training and validation:
+    # the validation loss is total_val_loss, the counterpart of total_loss, not the shortest component
+    names = ("giou_loss", "conf_loss", "prob_loss", "total_loss",
+             "giou_val_loss", "conf_val_loss", "prob_val_loss", "total_val_loss")
+    roles = find_roles(Run(series={n: _series(n, 5) for n in names}))
+    assert (roles.names["loss"], roles.names["val_loss"]) == ("total_loss", "total_val_loss")
+    # without a counterpart, the shortest validation loss name still takes the role
+    roles = find_roles(Run(series={n: _series(n, 5) for n in names[:7]}))
+    assert roles.names["val_loss"] == "conf_val_loss"

@@ -9,10 +9,10 @@ from typing import ClassVar
 import numpy as np
 
 from trainaudit.answer.schema import Category, Severity
-from trainaudit.model import EVAL_NAMES, Run, Series
+from trainaudit.model import Run, Series
 from trainaudit.rules.base import Context, Grid, Guidance, Hit, Rule, Thresholds
 from trainaudit.rules.optimisation import accuracies
-from trainaudit.series.roles import norm, validation
+from trainaudit.series.roles import norm, same_quantity, validation
 from trainaudit.series.stats import kendall_tau, monotone_tail, rolling_median
 
 
@@ -27,16 +27,6 @@ def _still_more_accurate(ctx: Context) -> bool:
 
 # a validation score where higher is better: accuracy, ROUGE and BLEU (sequence generation), F1, mAP, AUC
 _SCORE = re.compile(r"acc|rouge|bleu|(?:^|_)f1(?:_|$)|(?:^|_)map(?:_|$)|(?:^|_)auc(?:_|$)|top1")
-
-
-# words of a loss's name that say which data set or how it was averaged, not which loss it is
-_SET_WORDS = frozenset({*EVAL_NAMES, "train", "training", "trn", "epoch", "step", "avg", "mean", "running"})
-
-
-def _same_loss(a: str, b: str) -> bool:
-    """Whether two losses' names name the same quantity once the data set is set aside: "Validation Loss" and
-    "Training Loss" do, "val/box_loss" and "train/total_loss" do not (a component against the total)."""
-    return {w for w in norm(a).split("_") if w not in _SET_WORDS} == {w for w in norm(b).split("_") if w not in _SET_WORDS}
 
 
 def _scores_best_at_end(run: Run, v: Series) -> bool:
@@ -269,7 +259,7 @@ class Overfitting(Rule):
         rise = (float(after[-1]) - float(after[0])) / abs(float(after[0])) if after[0] else 0.0
         least = 0.0 if ups >= self.p.min_after + 1 else self.p.ratio
         if ups < 2 or bool(np.any(np.diff(after) < 0)) or paced.size < 3 or rise <= 0 or rise < least or \
-                not bool(np.all(np.diff(paced) < 0)) or not _same_loss(v.name, t.name) or _scores_best_at_end(run, v):
+                not bool(np.all(np.diff(paced) < 0)) or not same_quantity(v.name, t.name) or _scores_best_at_end(run, v):
             return []
         ti = max(int(np.searchsorted(t.steps, v.steps[j], side="right")) - 1, 0)
         t0, t1 = float(t.values[ti]), float(t.values[-1])

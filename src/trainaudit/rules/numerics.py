@@ -159,7 +159,7 @@ class NonFiniteMetric(Rule):
         if missing:
             h.ev("missing", missing[0], "log line without the loss field")
         return h
-        return None
+
 
 def _unnamed_turned_nonfinite(name: str, s: Series) -> bool:
     """A value without a name that was finite three times or more and is non-finite from some point to its

@@ -49,6 +49,17 @@ def validation(name: str) -> bool:
     return bool(_VAL.search(norm(name)))
 
 
+# words of a metric's name that say which data set or how it was averaged, not which quantity it is
+_SET_WORDS = frozenset({*EVAL_NAMES, "train", "training", "trn", "epoch", "step", "avg", "mean", "running"})
+
+
+def same_quantity(a: str, b: str) -> bool:
+    """Whether two metrics' names name the same quantity once the data set is set aside: "Validation Loss" and
+    "Training Loss" do, "total_val_loss" and "total_loss" do, "val/box_loss" and "train/total_loss" do not (a
+    component against the total)."""
+    return {w for w in norm(a).split("_") if w not in _SET_WORDS} == {w for w in norm(b).split("_") if w not in _SET_WORDS}
+
+
 def adversarial(name: str) -> bool:
     """Whether ``name`` is one player's loss in a two-player game (see ``_ADVERSARIAL``): a loss that
     keeps trading against another, not an objective that must fall."""
@@ -190,9 +201,13 @@ def find_roles(run: Run) -> Roles:
         if pick is None or len(run.series[pick]) < 2:
             # (an exact name with one point, an end-of-epoch summary such as "Training Loss: 3.1356", yields to
             # a series of the role with more: GNMT's per-iteration "Loss/tok")
+            # the validation counterpart of the training loss first (YOLOv3's "total_val_loss" beside
+            # "total_loss", not its "conf_val_loss" component), then the shortest name
+            train = roles.names.get("loss") if role == "val_loss" else None
             hits = sorted((name for name, n in normed.items() if name not in taken and _keyword(role, n)
                            and (pick is None or len(run.series[name]) >= 2)
-                           and not (game and role == "loss" and not adversarial(name))), key=lambda s: (len(s), s))
+                           and not (game and role == "loss" and not adversarial(name))),
+                          key=lambda s: (train is None or not same_quantity(s, train), len(s), s))
             pick = hits[0] if hits else pick
         if pick is not None:
             roles.names[role] = pick
