@@ -18,6 +18,7 @@ from trainaudit.errors import InputError
 from trainaudit.ingest import load_run
 from trainaudit.ingest.extract import Extractor, parse_line, parse_line_full
 from trainaudit.model import Run, unnamed
+from trainaudit.series.roles import find_roles
 
 
 def read(tmp_path: Path, text: str, name: str = "train.log") -> Run:
@@ -57,6 +58,16 @@ def test_global_step_printed_twice_by_two_loggers(tmp_path: Path) -> None:
     run = read(tmp_path, head("tf1-yangxue0827-FPN_Tensorflow-2", 2))
     assert points(run, "loss") == [(124368, 0.114)]
     assert points(run, "sec/step") == [(124368, 0.138)]
+
+
+def test_milliseconds_per_iteration_after_the_number_are_a_step_time(tmp_path: Path) -> None:
+    # a hand-written loop's "| 1.4 ms/it |" and DLRM's "53.58 ms/it": the time of a step, in milliseconds
+    # (DLRM counts its iterations as "Finished training it 1024/2048437 of epoch 0")
+    run = read(tmp_path, "epoch 1 | iter 10 | loss 0.56 | 1.4 ms/it\nepoch 1 | iter 20 | loss 0.52 | 28.3 ms/it\n")
+    assert points(run, "ms/it") == [(10, 1.4), (20, 28.3)]
+    assert find_roles(run).names["step_time"] == "ms/it"
+    run = read(tmp_path, head("pytorch-loop-facebookresearch-dlrm-65", 8))
+    assert points(run, "ms/it")[:2] == [(1024, 53.58), (2048, 35.21)]
 
 
 def test_epoch_and_batch_in_brackets_with_a_speed(tmp_path: Path) -> None:

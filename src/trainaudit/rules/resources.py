@@ -498,9 +498,8 @@ class IncompleteRun(Rule):
 
 
 def _to_seconds(name: str) -> float:
-    """Step-time unit from the metric name: ``(ms)``, ``_ms``, ``ms`` -> milliseconds, else seconds."""
-    n = name.lower()
-    return 1e-3 if ("ms" in n.replace("(", " ").replace(")", " ").replace("_", " ").split()) else 1.0
+    """Step-time unit from the metric name: ``(ms)``, ``_ms``, ``ms``, ``ms/it`` -> milliseconds, else seconds."""
+    return 1e-3 if "ms" in re.split(r"[\s()_/]+", name.lower()) else 1.0
 
 
 def _first_slow(v: np.ndarray, start: int, thr: float, ahead: int = 5) -> int:

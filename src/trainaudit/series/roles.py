@@ -87,7 +87,7 @@ _EXACT: dict[str, list[str]] = {
     "nan_iters": ["number_of_nan_iterations", "nan_iterations"],
     "step_time": ["elapsed_time_per_iteration_(ms)", "iteration_time", "step_time", "time_per_step",
                   "train_step_time", "iter_time", "batch_time", "time_ms", "ms_per_step", "step_time_s", "dt_ms",
-                  "sec_step", "s_step", "s_it", "sec_it", "s_iter", "sec_iter", "per_step_time", "batch_cost",
+                  "sec_step", "s_step", "s_it", "sec_it", "s_iter", "sec_iter", "ms_it", "ms_iter", "ms_step", "per_step_time", "batch_cost",
                   "avg_batch_cost", "ms_batch", "time", "dt"],
     "data_time": ["data_time", "data", "data_wait", "data_wait_time", "dataloader_time", "data_loading_time",
                   "data_ms", "time_data", "load_time", "reader_cost", "avg_reader_cost"],
