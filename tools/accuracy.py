@@ -513,7 +513,15 @@ def render_synth(rows: list[SynthRow], seconds: float) -> str:
 PROSPECTIVE = CORPUS / "prospective.json"
 
 
-def render_prospective(record: dict, root: Path = CORPUS / "logs") -> str:
+PROSPECTIVE_ROOTS = (CORPUS / "logs", CORPUS / "runs")  # pasted logs; framework runs of an independent generator
+
+
+def corpus_case(name: str, roots: tuple[Path, ...] = PROSPECTIVE_ROOTS) -> Path:
+    """The folder of the corpus case ``name`` (the first of ``roots`` that holds it)."""
+    return next((r / name for r in roots if (r / name / "label.json").is_file()), roots[0] / name)
+
+
+def render_prospective(record: dict, roots: tuple[Path, ...] = PROSPECTIVE_ROOTS) -> str:
     """The recorded answers of each batch (``tools/score_unseen.py --record``) against today's labels."""
     out = ["## Logs answered before anyone tuned on them (prospective)", "",
            "Each batch of new real logs was answered once, by the code and model of the commit named, before it joined "
@@ -526,7 +534,7 @@ def render_prospective(record: dict, root: Path = CORPUS / "logs") -> str:
            "confidence >= 0.8 right |", "|---|---|---|---|---|---|---|---|---|"]
     total: list[tuple[dict, str]] = []
     for b in record["batches"]:
-        rows = [(c, json.loads((root / c["case"] / "label.json").read_text(encoding="utf-8"))["category"])
+        rows = [(c, json.loads((corpus_case(c["case"], roots) / "label.json").read_text(encoding="utf-8"))["category"])
                 for c in b["cases"]]
         total += rows
         name = b["batch"] + (f": {b['what']}" if b.get("what") else "")

@@ -3,7 +3,7 @@
     python tools/score_unseen.py CASE_DIR... [--record NAME [--what TEXT]]
 
 Each CASE_DIR is a corpus case folder (a log and its ``label.json``, as in ``tests/corpus/logs``),
-or a folder of them. A case already in ``tests/corpus/logs`` is left out: it has been seen. Every
+or a folder of them. A case already in ``tests/corpus/logs`` or ``tests/corpus/runs`` is left out: it has been seen. Every
 case is decided by the shipped model (``src/trainaudit/diagnosis/model.json``) over the rules with
 their shipped thresholds, as ``trainaudit diagnose`` decides it, and printed with its label.
 
@@ -32,7 +32,7 @@ RECORD = accuracy.CORPUS / "prospective.json"
 
 
 def unseen_cases(paths: list[Path]) -> list[accuracy.LogCase]:
-    seen = {p.name for p in (accuracy.CORPUS / "logs").iterdir()}
+    seen = {p.name for root in accuracy.PROSPECTIVE_ROOTS for p in root.iterdir()}
     out: list[accuracy.LogCase] = []
     for p in paths:
         roots = [p] if (p / "label.json").is_file() else sorted(d for d in p.iterdir() if (d / "label.json").is_file())

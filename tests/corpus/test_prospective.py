@@ -32,7 +32,7 @@ def test_every_recorded_answer_names_a_corpus_case_once() -> None:
     for b in record["batches"]:
         assert re.fullmatch(r"[0-9a-f]{7}", b["commit"]) and re.fullmatch(r"\d{4}-\d{2}-\d{2}", b["date"])
         for c in b["cases"]:
-            assert (accuracy.CORPUS / "logs" / c["case"] / "label.json").is_file(), c["case"]
+            assert (accuracy.corpus_case(c["case"]) / "label.json").is_file(), c["case"]
             assert 0.0 <= c["confidence"] <= 1.0 and c["step_ok"] in (None, True, False)
     assert score_unseen.dump(record) == accuracy.PROSPECTIVE.read_text(encoding="utf-8")  # as the tool writes it
 
@@ -52,11 +52,11 @@ def test_a_recorded_answer_is_scored_against_the_label_of_today(tmp_path: Path) 
         {"case": case, "category": label["category"], "verdict": "unhealthy", "confidence": 0.9,
          "first_bad_step": None, "step_ok": True}]}]}
     assert "| T | 0000000 | 2026-01-01 | 1 | 1/1 (100%) | 1/1 (100%) | 0 of 0 | 0 | 1/1 (100%) |" in \
-        accuracy.render_prospective(record, tmp_path)
+        accuracy.render_prospective(record, (tmp_path,))
     label["category"] = "healthy"  # a label corrected later: the same answer is now a false alarm
     (tmp_path / case / "label.json").write_text(json.dumps(label), encoding="utf-8")
     assert "| T | 0000000 | 2026-01-01 | 1 | 0/1 (0%) | 1/1 (100%) | 1 of 1 | 0 | 0/1 (0%) |" in \
-        accuracy.render_prospective(record, tmp_path)
+        accuracy.render_prospective(record, (tmp_path,))
 
 
 def test_score_unseen_leaves_out_the_corpus_and_answers_as_diagnose(tmp_path: Path) -> None:

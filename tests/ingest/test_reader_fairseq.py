@@ -146,3 +146,14 @@ def test_cli_parse_fairseq(tmp_path: Path) -> None:
     res = run_cli("parse", str(log))
     assert res.returncode == 0, res.stderr
     assert "fairseq" in res.stdout and "loss_scale=2" in res.stdout and "2800..2902" in res.stdout
+
+
+def test_a_loops_step_epoch_loss_pipes_are_no_fairseq_summary(tmp_path: Path) -> None:
+    # fairseq pads its epoch to 3 digits ("epoch 008 |"); NeMo Automodel's and many hand-written loops'
+    # "step 4 | epoch 0 | loss 1.5514 | ..." are read by their step, every line a point
+    lines = corpus_log("nemo-NVIDIA-NeMo-Automodel-docs-finetune-sample")
+    log = write_lines(tmp_path / "train.log", lines)
+    assert _detected(log) != "fairseq"
+    run, _ = load_run([str(log)])
+    assert run.series["loss"].steps.tolist()[:3] == [4, 8, 12]
+    assert run.series["loss"].values.tolist()[:3] == [1.5514, 0.7913, 0.4358]

@@ -308,6 +308,8 @@ class LossSpike(Rule):
                 continue  # did not recover (or the log ends on it): divergence/NaN rules own it
             if i < self.p.window and self._within_later_noise(x, med, int(i)):
                 continue
+            if self._within_earlier_tail(x, med, int(i)):
+                continue
             spikes.append(int(i))
         if not spikes:
             return []
@@ -334,6 +336,25 @@ class LossSpike(Rule):
         w = self.p.window
         later = [float(x[j]) - float(np.median(x[max(0, j - w):j])) for j in range(i + 2, min(x.size, i + 2 + self.p.max_window))]
         return bool(later) and float(x[i] - med[i]) <= self.p.over_max * max(later)
+
+    def _within_earlier_tail(self, x: np.ndarray, med: np.ndarray, i: int) -> bool:
+        """A jump no more than ``over_max`` times as far above its median as some point before the last
+        ``max_window`` was above its own: the recent window is only part of the run's history, and a
+        small batch's loss that jumped as far earlier in the run has a heavy tail, not a spike (a
+        classifier converged near 0 whose hard batches reach 0.3 every few hundred steps)."""
+        w = max(3, min(self.p.window, x.size // 3))
+        end = i - max(w, min(self.p.max_window, x.size // 3))
+        start = max(self.p.min_history, w)
+        if end <= start:
+            return False
+        excess = float(x[i] - med[i]) / self.p.over_max
+        # a point can stand that far above its trailing median only if it stands that far above the
+        # lowest value of the run: the medians are computed at those points alone
+        at = start + np.flatnonzero(x[start:end] >= float(np.min(x)) + excess)
+        if at.size == 0:
+            return False
+        m, _ = trailing_median_mad_at(x, w, at)
+        return bool(np.any(x[at] - m >= excess))
 
     def _short(self, s: Series, width: int = 1) -> list[Hit]:
         """Few points: a point (or up to ``width`` in a row) far above the points on both sides of it, which

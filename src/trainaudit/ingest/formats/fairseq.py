@@ -50,9 +50,11 @@ from trainaudit.ingest.text import Line
 from trainaudit.model import Event, EventKind, SourceKind
 
 INNER_RE = re.compile(r"\bepoch (\d+):\s+(\d+) / (\d+) (\w+=.*)$")
+# fairseq prints the epoch zero-padded to 3 digits ("epoch {:03d}", fairseq/logging/progress_bar.py): a hand-written
+# loop's "step 10 | epoch 0 | loss 0.67" (NeMo Automodel's too) is no fairseq summary.
 # Linear: a field is never "epoch N" (that starts the next record), so the fields read from one "epoch"
 # stop where the next one starts instead of every "epoch" reading to the end of the line.
-PIPES_RE = re.compile(r"\bepoch (\d+) \| (?:valid on '([^']+)' subset \| )?"
+PIPES_RE = re.compile(r"\bepoch (\d{3,}) \| (?:valid on '([^']+)' subset \| )?"
                       r"((?!epoch \d)[\w/]++ \S++(?: \| (?!epoch \d)[\w/]++ \S++)*+)\s*+\|?\s*+$")
 # the record runs to the line's end, so its first '{"epoch": ' is the only start worth trying
 JSON_RE = re.compile(r'^(?>.*?(?=\{"epoch": ))(\{"epoch": .*\})\s*$')
