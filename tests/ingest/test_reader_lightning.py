@@ -37,6 +37,8 @@ def test_bar_postfix_values_and_global_step(tmp_path: Path) -> None:
     assert run.meta["lightning.batches_per_epoch"] == 1016
     assert run.events == []
 
+    assert run.series["it/s"].values.tolist() == [27.70, 27.71]  # the bar's speed, as for every tqdm bar
+
     run, _ = load_run([str(write_lines(tmp_path / "old.log", BAR_4225))])
     assert run.series["loss"].steps.tolist() == [1, 2]  # s/it rate variant
     assert run.series["loss"].values.tolist() == [10.473, 10.224]

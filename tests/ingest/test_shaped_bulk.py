@@ -159,7 +159,9 @@ def lightning_bars(draw: st.DrawFn) -> str:
     items = draw(st.sampled_from([f"v_num={draw(st.integers(0, 9))}, train_loss={loss}", f"train_loss={loss}",
                                   f"loss={loss}, acc=0.{draw(st.integers(0, 99))}", ""]))
     postfix = f", {items}" if items else ""
-    return f"{desc}: {n * 100 // total:3d}%|{'█' * (n * 10 // total):10s}| {n}/{total} [00:01<00:09, 27.42it/s{postfix}]"
+    # the bar's speed: iterations a second, seconds an iteration once slower than 1 it/s, or not known yet
+    rate = draw(st.sampled_from(["27.42it/s", "1.61s/it", "?it/s", "0.00it/s"]))
+    return f"{desc}: {n * 100 // total:3d}%|{'█' * (n * 10 // total):10s}| {n}/{total} [00:01<00:09, {rate}{postfix}]"
 
 
 LIGHTNING_PIECES = st.one_of(
@@ -200,6 +202,7 @@ def test_a_plain_lightning_log_is_placed_in_bulk(tmp_path: Path, monkeypatch: py
     assert placed.rows >= 400
     loss = bulk.series["train_loss"]
     assert loss.steps[-1] == 600 and np.isnan(loss.values[-1])
+    assert bulk.series["it/s"].steps[-1] == 600 and bulk.series["it/s"].values[-1] == 27.42  # the bar's speed
 
 
 def test_lightning_bars_without_total_count_on_from_the_bulk_rows(tmp_path: Path,

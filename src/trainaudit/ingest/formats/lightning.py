@@ -4,7 +4,8 @@ Progress bar (reader ``lightning``)::
 
     Epoch 0:  92%|█████▉   | 932/1016 [00:33<00:03, 27.70it/s, loss=0.223, v_num=77, acc=0.875]
 
-Only ``Epoch N`` bars carry training metrics (their postfix); ``Validation/Sanity Checking/
+Only ``Epoch N`` bars carry training metrics (their postfix, and their speed, read as ``it/s`` as every
+tqdm bar's is: ``s/it`` inverted); ``Validation/Sanity Checking/
 Testing/Predicting DataLoader`` bars are ignored as metrics. Lightning pads postfix numbers, so a
 NaN prints as ``nan.0``, inf as ``inf.0`` and -inf as ``-inf.``; all become NaN/Inf values.
 
@@ -61,7 +62,7 @@ from trainaudit.model import Event, EventKind, SourceKind
 
 BAR_RE = re.compile(
     r"(?<![^|\r])(?P<desc>[^|\r]*?)(?!(?<=\s)\s):?\s*+(?<!\d)(?P<pct>\d++)%(?:\|[^|]*\||\s)\s*(?P<n>\d+)/(?P<total>\d+|\?)\s*"
-    r"\[(?P<elapsed>[\d:]+)<(?P<remaining>[\d:?]+)(?:,\s*(?P<rate>[\d.]+|\?)\s*(?:it/s|s/it))?"
+    r"\[(?P<elapsed>[\d:]+)<(?P<remaining>[\d:?]+)(?:,\s*(?P<rate>[\d.]+|\?)\s*(?P<unit>it/s|s/it))?"
     r"(?:,\s*(?P<postfix>[^\]]*))?\]?"
 )
 EPOCH_DESC_RE = re.compile(r"^\s*Epoch (\d+)\s*$")
@@ -75,6 +76,7 @@ NONFINITE_RES = [
 ]
 FIT_STOPPED_RE = re.compile(r"`Trainer\.fit` stopped: (.*)$")
 META_ITEMS = {"v_num"}
+RATE = "it/s"  # the name every tqdm bar's speed is read under
 RICH_BAR_RE = re.compile(
     r"^\s*+Epoch (?P<epoch>\d{1,9})(?:/\d{1,9})? [━╸╺\- ]*+(?P<n>\d{1,12})/(?P<total>\d{1,12}|--) "
     r"++(?:-|\d{1,9} days?, )?[\d:-]{4,12} • (?:-|\d{1,9} days?, )?[\d:-]{4,12}(?: ++[\d.]{1,20}it/s)?(?P<metrics>.*)$"
@@ -200,6 +202,11 @@ class LightningReader(ShapedReader):
         step = self._at(int(em.group(1)), int(m.group("n")), total, line, sink, state)
         if step is None:
             return
+        rate = parse_number(m.group("rate") or "")
+        if rate is not None:
+            # the bar's speed (tqdm's moving average of iterations a second), as every tqdm bar is read
+            sink.add(RATE, step, rate if m.group("unit") == "it/s" else (1.0 / rate if rate else math.inf),
+                     line.no, line.rank)
         postfix = m.group("postfix")
         if not postfix:
             return
@@ -260,6 +267,14 @@ class LightningReader(ShapedReader):
         spans: list[tuple[int, int]] = []
         meta: list[tuple[str, int, int]] = []
         values: list[float] = []
+        rate = m.group("rate")
+        if rate is not None and rate != "?":
+            v = parse_number(rate)
+            if m.group("unit") != "it/s" or v is None or NUMBER_RE.fullmatch(rate) is None:
+                return Shape(OTHER)  # seconds an iteration: the line reader inverts it
+            keys.append(RATE)
+            values.append(v)
+            spans.append((byte_offset(text, m.start("rate")), byte_offset(text, m.end("rate"))))
         postfix = m.group("postfix")
         at = m.start("postfix")
         for item in POSTFIX_ITEM_RE.finditer(postfix or ""):
