@@ -18,7 +18,10 @@ from trainaudit.answer.schema import Category
 from trainaudit.ingest import load_run
 
 RUNS = REPO / "tests" / "corpus" / "runs"
-CASES = sorted(p.parent for p in RUNS.glob("*/label.json"))
+ALL_CASES = sorted(p.parent for p in RUNS.glob("*/label.json"))
+# beside them, the runs of an independent generator (tests/corpus/README.md), family "indep-..."
+INDEPENDENT = [d for d in ALL_CASES if '"family": "indep-' in (d / "label.json").read_text(encoding="utf-8")]
+CASES = [d for d in ALL_CASES if d not in INDEPENDENT]
 FIELDS = {"source", "where", "framework", "category", "first_bad_step", "first_bad_step_window", "cause",
           "label_basis", "label_confidence", "notes", "family"}
 
@@ -49,6 +52,26 @@ def test_every_case_has_a_valid_label_and_parses(case: Path) -> None:
     assert 200 <= log.stat().st_size <= 150_000
     run, _ = load_run([str(log)])
     assert any(len(s) >= 3 for s in run.series.values()), f"no metric read: {sorted(run.series)}"
+
+
+@pytest.mark.parametrize("case", INDEPENDENT, ids=[c.name for c in INDEPENDENT])
+def test_every_independent_run_has_a_valid_label_and_parses(case: Path) -> None:
+    lab = _label(case)
+    assert set(lab) >= FIELDS - {"first_bad_step_window", "notes"}, FIELDS - set(lab)
+    assert lab["category"] in {c.value for c in Category} and lab["label_basis"] == "injected"
+    assert re.fullmatch(r"independent generator gen_\w+ [\w.-]+ seed \d+", lab["source"])
+    if lab["category"] == "healthy":
+        assert lab["first_bad_step"] is None
+    else:
+        lo, hi = lab.get("first_bad_step_window") or [lab["first_bad_step"]] * 2
+        assert lo <= lab["first_bad_step"] <= hi
+    log = _log(case)
+    assert 200 <= log.stat().st_size <= 150_000
+    text = log.read_text(encoding="utf-8")
+    assert not re.search(r"/work/|/root/|/home/|/tmp/", text)  # no path of the generating machine
+    run, _ = load_run([str(log)])
+    # (a run that died in its first epoch may print no metric: its error is what it holds)
+    assert run.series or run.events, "nothing read"
 
 
 def test_the_run_corpus_keeps_its_shape() -> None:

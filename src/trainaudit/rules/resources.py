@@ -497,9 +497,12 @@ class IncompleteRun(Rule):
         return [h]
 
 
+_NAME_WORDS_RE = re.compile(r"[\s()_/]+")  # "time (ms)", "step_time_ms", "ms/it"
+
+
 def _to_seconds(name: str) -> float:
     """Step-time unit from the metric name: ``(ms)``, ``_ms``, ``ms``, ``ms/it`` -> milliseconds, else seconds."""
-    return 1e-3 if "ms" in re.split(r"[\s()_/]+", name.lower()) else 1.0
+    return 1e-3 if "ms" in _NAME_WORDS_RE.split(name.lower()) else 1.0
 
 
 def _first_slow(v: np.ndarray, start: int, thr: float, ahead: int = 5) -> int:
