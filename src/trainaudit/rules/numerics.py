@@ -260,7 +260,9 @@ class LossSpike(Rule):
     validation loss so far above the evaluations on both sides count too, when they stand above every
     training loss the paste shows. A jump with fewer than ``window`` points before it must also stand
     ``over_max`` times as far above its median as any of the ``max_window`` points after it does above
-    theirs: so short a history does not show the noise.
+    theirs: so short a history does not show the noise. Any jump must also stand ``over_max`` times as far
+    above its median as every earlier point of the run did above its own: a small batch's loss that jumped
+    as far before, further back than ``max_window``, has a heavy tail, not a spike.
     """
 
     id = "TA102"
