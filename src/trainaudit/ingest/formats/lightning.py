@@ -49,6 +49,7 @@ from numpy.typing import NDArray
 
 from trainaudit.errors import InputError
 from trainaudit.ingest.base import Reader, Sample, fallback_format
+from trainaudit.ingest.extract import speed_pair
 from trainaudit.ingest.formats.hf import NUMBER_RE
 from trainaudit.ingest.formats.shaped import (
     DIGIT_RE, OTHER, QUIET, ROW, Chunk, chunk_numbers, Columns, Shape, ShapeTable, ShapedReader, Where, byte_offset, digits_at,
@@ -76,7 +77,7 @@ NONFINITE_RES = [
 ]
 FIT_STOPPED_RE = re.compile(r"`Trainer\.fit` stopped: (.*)$")
 META_ITEMS = {"v_num"}
-RATE = "it/s"  # the name every tqdm bar's speed is read under
+RATE = speed_pair("it/s", 1.0).key  # the name every tqdm bar's speed is read under
 RICH_BAR_RE = re.compile(
     r"^\s*+Epoch (?P<epoch>\d{1,9})(?:/\d{1,9})? [━╸╺\- ]*+(?P<n>\d{1,12})/(?P<total>\d{1,12}|--) "
     r"++(?:-|\d{1,9} days?, )?[\d:-]{4,12} • (?:-|\d{1,9} days?, )?[\d:-]{4,12}(?: ++[\d.]{1,20}it/s)?(?P<metrics>.*)$"
@@ -204,9 +205,9 @@ class LightningReader(ShapedReader):
             return
         rate = parse_number(m.group("rate") or "")
         if rate is not None:
-            # the bar's speed (tqdm's moving average of iterations a second), as every tqdm bar is read
-            sink.add(RATE, step, rate if m.group("unit") == "it/s" else (1.0 / rate if rate else math.inf),
-                     line.no, line.rank)
+            # the bar's speed (tqdm's moving average), as every tqdm bar is read: "s/it" inverted to "it/s"
+            speed = speed_pair(m.group("unit"), rate)
+            sink.add(speed.key, step, speed.value, line.no, line.rank)
         postfix = m.group("postfix")
         if not postfix:
             return
