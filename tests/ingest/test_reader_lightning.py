@@ -78,6 +78,47 @@ def test_carriage_return_states_nan_spellings_and_messages(tmp_path: Path) -> No
     assert run.events[1].data["completed"] is True
 
 
+def test_the_scripts_own_prints_between_redraws_stand_at_their_counter(tmp_path: Path) -> None:
+    """A NaN or the last batch before a crash can fall between two redraws of the bar; a print that
+    carries the script's step counter says where. Lightning's summary rows, other bars and a
+    traceback's lines are no prints; a print counted in epochs is not at the bar's steps."""
+    def bar(n: int, loss: str) -> str:
+        return f"Epoch 0:  {n * 100 // 200:2d}%|█         | {n}/200 [00:00<00:01, 90.00it/s, v_num=0, train_loss={loss}]"
+
+    lines = [
+        "  | Name | Type       | Params | Mode", "0 | net  | Sequential | 5.8 K  | train", "Trainable params: 5.8 K",
+        "Sanity Checking ━━━━━━╺━━━━━━ 1/2 0:00:00 • 0:00:00 0.00it/s",
+        "\r".join([bar(10, "1.20"), bar(20, "0.90")]) + "step 20 | epoch 0 | loss 0.8871",  # glued to the redraw
+        "step 30 | epoch 0 | loss 0.7308",
+        "epoch 0 val_loss 0.55",  # counted in epochs: not at the bar's steps
+        "step 45 | epoch 0 | loss nan",
+        bar(50, "nan.0"),
+        "step 90 | epoch 0 | loss nan",
+        "Traceback (most recent call last):",
+        '  File "train.py", line 991, in <module>',
+        "    fit(model, printer=10, max_epochs=5, log_every_n_steps=10)",
+        "RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB",
+    ]
+    run, problems = load_run([str(write_lines(tmp_path / "train.log", lines))])
+    assert problems == [] and run.frameworks == ["lightning"]
+    loss = run.series["loss"]
+    assert loss.steps.tolist() == [20, 30, 45, 90]
+    assert loss.values.tolist()[:2] == [0.8871, 0.7308] and math.isnan(loss.values[2])
+    assert run.series["train_loss"].steps.tolist() == [10, 20, 50]
+    assert sorted(run.series) == ["epoch", "it/s", "loss", "train_loss"]  # no summary, val-by-epoch or code numbers
+    oom = [e for e in run.events if e.kind is EventKind.OOM]
+    assert oom and oom[0].step == 90  # after the last print, not the last redraw (50)
+
+
+def test_a_print_counter_that_restarts_is_not_read_further(tmp_path: Path) -> None:
+    def bar(n: int) -> str:
+        return f"Epoch 0:  {n // 2:2d}%|█         | {n}/200 [00:00<00:01, 90.00it/s, train_loss=1.0]"
+
+    lines = [bar(10), "step 10 | loss 0.9", "step 20 | loss 0.8", "step 5 | loss 0.7", "step 30 | loss 0.6", bar(40)]
+    run, _ = load_run([str(write_lines(tmp_path / "train.log", lines))])
+    assert run.series["loss"].steps.tolist() == [10, 20]  # "step" counts within something else: left out
+
+
 def test_csv_logger_sparse_rows(tmp_path: Path) -> None:
     folder = tmp_path / "lightning_logs" / "version_0"
     folder.mkdir(parents=True)

@@ -172,7 +172,12 @@ LIGHTNING_PIECES = st.one_of(
                      "Epoch 1/1 ━━━━━━━━ 4/4 0:00:00 • 0:00:00 801.66it/s v_num: 0.000", "    train_loss: 0.500",
                      "GPU available: True (cuda), used: True", "Epoch 2: 50%|█████     | 2/4 [00:01<?, ?it/s]",
                      "Epoch 4: 0%|          | 17/? [00:01<?, ?it/s, train_loss=0.5]",
-                     "Epoch 1: 0%|          | 9/? [00:01<?, ?it/s, train_loss=0.25]"]),
+                     "Epoch 1: 0%|          | 9/? [00:01<?, ?it/s, train_loss=0.25]",
+                     # the script's own prints: alone, glued to a redraw, without a counter, a summary row
+                     "step 145 | epoch 0 | loss nan", "step 12 | loss 0.5", "iteration 3 loss=0.25 lr=1e-3",
+                     "Epoch 0:  50%|█████     | 20/40 [00:00<00:00, 27.42it/s, train_loss=0.269]step 20 | loss 0.2694",
+                     "Validation DataLoader 0: 100%|██████████| 3/3 [00:00<00:00, 145.03it/s][val] step 60 val_loss=0.0039",
+                     "loss 0.25 acc 0.5", "0 | net  | Sequential | 5.8 K", "Trainable params: 5.8 K"]),
 )
 
 

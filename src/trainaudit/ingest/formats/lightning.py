@@ -33,6 +33,13 @@ is derived as for the TQDM bar.
 CSVLogger (reader ``lightning_csv``): ``epoch,step,train_loss,val_loss`` with sparse rows (empty
 cell = not logged; train and val rows share a step) and either a sorted (2.x) or insertion-order
 (older) header. Every column except ``step`` becomes a metric; ``epoch`` is kept as a metric.
+
+What the script prints itself between the bar's redraws (``step 145 | epoch 0 | loss nan``) is read
+as the format-agnostic extractor reads a line, and kept where the print carries its own step or
+iteration counter, at that counter: the bar shows its postfix only at redraws (a NaN or the last
+batch before a crash can fall between two), and the counter is the step as the script counts it.
+Prints without such a counter, counted in epochs or in batches of an epoch, or whose counter goes
+back (it restarts each epoch), are left out: their steps would not be the bar's.
 """
 
 from __future__ import annotations
@@ -49,7 +56,7 @@ from numpy.typing import NDArray
 
 from trainaudit.errors import InputError
 from trainaudit.ingest.base import Reader, Sample, fallback_format
-from trainaudit.ingest.extract import speed_pair
+from trainaudit.ingest.extract import Table, counter_rank, record_of, speed_pair
 from trainaudit.ingest.formats.hf import NUMBER_RE
 from trainaudit.ingest.formats.shaped import (
     DIGIT_RE, OTHER, QUIET, ROW, Chunk, chunk_numbers, Columns, Shape, ShapeTable, ShapedReader, Where, byte_offset, digits_at,
@@ -86,6 +93,13 @@ RICH_ITEM_RE = re.compile(r"(?<!\S)([^\s:]++): ++(\S++)")
 # Lightning's banner and model summary (ModelSummary / RichModelSummary): printed at the start of
 # every fit, whatever the bar; their numbers are no training metrics.
 SUMMARY_RE = re.compile(r"^(?:GPU available: |TPU available: |HPU available: |Total estimated model params size \(MB\))")
+# the model summary's table rows: RichModelSummary's box-drawn rows, ModelSummary's "0 | net | Sequential | 5.8 K"
+# (lightning/pytorch/utilities/model_summary): a layer's index is no step
+# and its counts ("Trainable params: 5.8 K", "Modules in train mode: 6", "Total FLOPs: 0")
+SUMMARY_ROW_RE = re.compile(r"^\s*+(?:[┃│┏┡┗└┣├]|\d++ *+\| *+\S|(?:Non-trainable|Trainable|Total) params|Modules in|Total FLOPs)")
+# any other progress bar (Rich's "Sanity Checking ━━╺━ 1/2 0:00:00 • 0:00:00 0.00it/s", tqdm's "0/? [00:00<?, ?it/s]")
+PROGRESS_RE = re.compile(r"[━╸╺]|(?:\d|\?)(?:it/s|s/it)\b")
+PRINT_COUNTER_RANK = 6  # counter_rank below this: a step or iteration counter (not a batch of an epoch, not an epoch)
 
 
 def parse_bar_number(text: str) -> float | None:
@@ -152,7 +166,8 @@ class LightningReader(ShapedReader):
             fallback_format().read_numbers(inp, sink)
 
     def new_state(self) -> dict:
-        return {"epoch": None, "offset": 0, "last_n": 0, "total": None, "framework": False, "rich": None}
+        return {"epoch": None, "offset": 0, "last_n": 0, "total": None, "framework": False, "rich": None,
+                "prints": Table(), "print_step": -1}
 
     def feed(self, line: Line, sink: Sink, state: dict) -> None:
         text = line.text
@@ -175,6 +190,9 @@ class LightningReader(ShapedReader):
             m = BAR_RE.search(text)
             if m is not None:
                 self._bar(m, line, sink, state)
+                rest = text[m.end():]  # a print glued to the redraw before it (no newline from the bar)
+                if state["print_step"] is not None and _printed(rest):
+                    self._print(rest, line, sink, state)
                 return
         self._message(line, sink, state)
 
@@ -257,8 +275,10 @@ class LightningReader(ShapedReader):
             return Shape(OTHER)
         m = BAR_RE.search(text) if "%" in text else None
         if m is None:
-            quiet_message = not any(p.search(text) for p in (*NONFINITE_RES, FIT_STOPPED_RE))
+            quiet_message = not any(p.search(text) for p in (*NONFINITE_RES, FIT_STOPPED_RE)) and not _printed(text)
             return Shape(QUIET if quiet_message else OTHER)
+        if _printed(text[m.end():]):
+            return Shape(OTHER)  # a print glued to the redraw: the line reader's
         em = EPOCH_DESC_RE.match(m.group("desc"))
         if em is None:
             return Shape(QUIET)  # validation / sanity / test bars: progress only
@@ -370,6 +390,37 @@ class LightningReader(ShapedReader):
         if m:
             sink.event(Event(EventKind.PHASE, text.strip(), src, line.no, line.raw, rank=line.rank,
                              data={"phase": "fit stopped", "reason": m.group(1).strip(), "completed": True}))
+            return
+        if state["print_step"] is not None and _printed(text):
+            self._print(text, line, sink, state)
+
+    @staticmethod
+    def _print(text: str, line: Line, sink: Sink, state: dict) -> None:
+        """What the script printed on ``line``: its metrics at its own step counter (see the module's doc)."""
+        rec = record_of(text, line.no, line.rank, state["prints"])
+        if rec is None or not rec.metrics:
+            return
+        ranked = [(r, k) for k in rec.counters if (r := counter_rank(k)) is not None]
+        if not ranked:
+            return
+        rank, key = min(ranked)
+        v = rec.counters[key]
+        if rank >= PRINT_COUNTER_RANK or v != int(v):
+            return
+        if v < state["print_step"]:
+            state["print_step"] = None  # a counter that restarts: not the run's step; no print is read after
+            return
+        state["print_step"] = step = int(v)
+        for name, value in rec.metrics.items():
+            sink.add(name, step, value, line.no, line.rank)
+
+
+def _printed(text: str) -> bool:
+    """Whether text that is no bar and no Lightning message may be a print of the script's own
+    metrics: it has a number, starts at the line's start (a traceback's lines are indented) and is
+    not Lightning's banner, model summary or another progress bar."""
+    return (DIGIT_RE.search(text) is not None and not text[:1].isspace() and SUMMARY_RE.match(text) is None
+            and SUMMARY_ROW_RE.match(text) is None and PROGRESS_RE.search(text) is None)
 
 
 class _Bars:
