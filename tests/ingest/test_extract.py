@@ -688,3 +688,18 @@ def test_itr_counts_the_iterations(tmp_path: Path) -> None:
     run = read(tmp_path, "\n".join(head("pytorch-loop-mks0601-Hand4Whole_RELEASE-31", 24).splitlines()[5:8]) + "\n")
     assert points(run, "loss_smpl_pose") == [(31, 0.3169), (52, 0.2893), (53, 0.2910)]
     assert points(run, "lr") == [(31, 0.0001), (52, 0.0001), (53, 0.0001)]
+
+
+def test_a_speed_unit_is_read_once_and_the_next_value_keeps_its_own_unit() -> None:
+    # "8526.1 samples/s | 0.0150 s/it": the unit word names the value before it, not the value after it
+    p = parse_line("[step 25/2000] loss 2.0893 |  8526.1 samples/s | 0.0150 s/it")
+    got = {x.key: x.value for x in p.pairs}
+    assert [x.key for x in p.pairs] == ["step", "loss", "samples/s", "it/s"]
+    assert got["samples/s"] == 8526.1 and got["it/s"] == pytest.approx(1 / 0.015)
+
+
+@pytest.mark.parametrize("key", ["rss", "maxrss", "alloc", "reserved", "vram"])
+def test_memory_named_by_a_short_word_is_read(key: str) -> None:
+    # "step   20 | loss 2.1058 | rss    442.8 MB": a key without ':' is read when it names a measurement
+    p = parse_line(f"step   20 | loss 2.1058 | {key}    442.8 MB")
+    assert {x.key: x.value for x in p.pairs}.get(key) == 442.8

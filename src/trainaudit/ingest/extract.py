@@ -201,7 +201,9 @@ def speed_pair(unit: str, v: float) -> Pair:
 _METRIC_PARTS = ("loss", "acc", "data", "lr", "ppl", "perplex", "norm", "time", "err", "score", "bleu", "f1", "map", "auc",
                  "reward", "kl", "entropy", "grad", "token", "tps", "wps", "mfu", "mem", "prec", "recall", "iou",
                  "psnr", "ssim", "dice", "cost", "xent", "nll", "ce", "speed", "throughput", "scale", "rate", "value",
-                 "mse", "mae")
+                 "mse", "mae",
+                 # memory by name: "rss 442.8 MB", "maxrss", "alloc 1.2 GB", "reserved", "vram"
+                 "rss", "alloc", "reserv", "vram")
 
 
 # the words of a duration after its number ("Took 62.275 seconds.")
@@ -509,10 +511,11 @@ def parse_line_full(text: str, asked: list[int] | None = None) -> Parsed:
             if words:
                 words, assign, last = [], False, None
                 continue
-            u = unit or _next_word(toks, i)
+            u, past_unit = (unit, i) if unit else _word_at(toks, i)
             if u.lower() in SPEED_UNITS:
                 last = speed_pair(u, v)
                 out.pairs.append(last)
+                i = past_unit  # the unit is read: "8526.1 samples/s 0.0150 s/it" has no key "samples/s" for 0.0150
                 continue
             if asked is not None and (_next_is(toks, i, "/") or (out.pairs and _prev_is(toks, i - 1, "[") and
                                       counter_rank(out.pairs[-1].key) == COUNTER_KEYS["epoch"])):
@@ -981,6 +984,11 @@ def _next_kind(toks: list[tuple[str, str, str]], i: int) -> str:
 
 
 def _next_word(toks: list[tuple[str, str, str]], i: int) -> str:
+    return _word_at(toks, i)[0]
+
+
+def _word_at(toks: list[tuple[str, str, str]], i: int) -> tuple[str, int]:
+    """The word at ``i`` (after one space; "samples/s" of word and "/" tokens) and the index after it."""
     j = i
     if j < len(toks) and toks[j][0] == "space":
         j += 1
@@ -990,7 +998,7 @@ def _next_word(toks: list[tuple[str, str, str]], i: int) -> str:
             break
         parts.append(toks[j][1])
         j += 1
-    return "".join(parts)
+    return "".join(parts), j
 
 
 # -- stage 3: a file ---------------------------------------------------------------------------

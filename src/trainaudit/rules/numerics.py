@@ -8,6 +8,7 @@ import re
 from typing import ClassVar
 
 import numpy as np
+from numpy.typing import NDArray
 
 from trainaudit.model import Event, EventKind, Series, unnamed
 from trainaudit.answer.schema import Category, Severity
@@ -581,10 +582,12 @@ class LossScaleCollapse(Rule):
     ``min_scale`` a scale at or below this counts as collapsed (1.0) when it got there
     in ``floor_reductions`` (3) reductions or more, or the run says it is at its minimum,
     ``late_halvings`` halvings after the first ``calibration_frac`` of the run that count as a
-    collapse even above the floor (8), ``skip_frac`` share of the optimizer steps in the last
+    collapse even above the floor, when the scale ends as many halvings below its highest value
+    since (8: a scale that halves and grows back is the scaler at work), ``skip_frac`` share of the optimizer steps in the last
     quarter that were skipped (0.5), ``chain`` overflows in a row, each reducing the scale again, down to
     ``chain_scale`` or less (5, 128: far below where a healthy fp16 run's scale settles; a short
-    paste shows nothing else).
+    paste shows nothing else). The collapse starts at the first reduction of those that lead to its end
+    without a pause of more than ``onset_gap`` logged points (5).
 
     Overflow lines that print no step (DeepSpeed's ``OVERFLOW! Rank 0 Skipping step``) are placed by the
     skipped counter of the step line after them (``step=90, skipped=7``): the last steps up to it.
@@ -609,6 +612,7 @@ class LossScaleCollapse(Rule):
         chain: int = 5
         chain_scale: float = 128.0
         floor_reductions: int = 3
+        onset_gap: int = 5
 
     grid: ClassVar[Grid] = {"late_halvings": (4, 6, 8, 12, 16), "floor_reductions": (1, 2, 3, 4)}
 
@@ -633,12 +637,17 @@ class LossScaleCollapse(Rule):
                 tail_dec = dec[dec >= start]
                 calib_end = max(int(len(s) * self.p.calibration_frac), self._calibration(x) - 1)
                 late = dec[dec > calib_end]
+                # halvings that the scale grew back from are a healthy scaler at work (grow every N clean
+                # steps, halve on the next overflow): late halvings count when the scale ends that many
+                # halvings below its highest value since the calibration
+                peak = float(np.max(x[calib_end:])) if calib_end < len(x) else float(x[-1])
+                sunk = x[-1] <= 0 or peak >= x[-1] * 2.0 ** self.p.late_halvings
                 # two halvings from a small initial scale (fairseq's --fp16-init-scale 4 -> 1) are the
                 # scaler settling, not a collapse, unless the run says it is at its minimum
                 floor_hit = x[-1] <= self.p.min_scale < float(np.max(x)) and (
                     bool(mins) or tail_dec.size >= self.p.floor_reductions)
-                if tail_dec.size and (floor_hit or late.size >= self.p.late_halvings):
-                    i = int(tail_dec[0])
+                if tail_dec.size and (floor_hit or (late.size >= self.p.late_halvings and sunk)):
+                    i = self._collapse_start(tail_dec)
                     msg = (f"{s.name} fell from {x[i - 1]:g} to {x[-1]:g} over {tail_dec.size} reductions from step "
                            f"{int(s.steps[i])} without recovering")
                     h = self.hit(msg, 0.9 if floor_hit or mins else 0.75, metric=s.name, first_bad_step=int(s.steps[i]),
@@ -704,6 +713,15 @@ class LossScaleCollapse(Rule):
         if hits and any(e.data.get("step_estimated") for e in ctx.events(EventKind.LOSS_SCALE)):
             self._at_logged_step(hits[0], sk)
         return hits
+
+    def _collapse_start(self, dec: NDArray[np.int64]) -> int:
+        """The first of the reductions ``dec`` (indices, in order) that lead to the end without a pause of
+        more than ``onset_gap`` logged points: a one-off halving long before (65536 -> 32768 at step 100,
+        steady for 300 steps, then halving every step from 410) is the scaler at work, not the onset."""
+        k = dec.shape[0] - 1
+        while k > 0 and int(dec[k] - dec[k - 1]) <= self.p.onset_gap:
+            k -= 1
+        return int(dec[k])
 
     @staticmethod
     def _at_logged_step(h: Hit, sk: Series | None) -> None:

@@ -687,6 +687,9 @@ class NotLearning(Rule):
         conf = 0.9 if near else 0.65
         # step 0 is the loss before the first update: not learning shows from the next logged step
         first = int(s.steps[1]) if int(s.steps[0]) == 0 and len(s) > 1 else int(s.steps[0])
+        flat = _flat_from(s.values)
+        if flat is not None:
+            first = max(first, int(s.steps[flat]))
         h = self.hit(msg, conf, metric=s.name, first_bad_step=first, last_step=int(s.steps[-1]),
                      severity="high" if near or len(s) >= 50 else "medium", data={"uniform": uniform})
         k = max(3, int(len(s) * 0.1))
@@ -1615,3 +1618,29 @@ class DiversityCollapse(Rule):
             h.point("tail", s, int(idx[-1]), f"{name} over the collapsed stretch", indices=idx[i:])
             return [h]
         return []
+
+
+def _flat_from(x: np.ndarray) -> int | None:
+    """Where a loss that does not learn went flat: the first point within three times its point-to-point
+    noise (0.01% of the level at least) of the last half's median from which at most a tenth of the points stray from that band, when
+    the points before it fell to there from more than twice the band (a few early updates, then frozen
+    weights) and the flat stretch is most of the log and level; None when it is flat from its start,
+    flattens only late, or keeps going down (a slow learner)."""
+    n = x.shape[0]
+    half = x[n // 2:]
+    level = float(np.median(half))
+    noise = float(np.median(np.abs(np.diff(half)))) if half.shape[0] > 1 else 0.0
+    band = max(3.0 * noise, 1e-4 * abs(level))  # a loss at ln(10) printed to 14 digits wiggles by 1e-5
+    out = np.abs(x - level) > band
+    if float(x[0]) - level <= 2 * band:
+        return None
+    stray_after = np.cumsum(out[::-1])[::-1]  # points out of the band from each point on
+    ok = np.flatnonzero(~out & (stray_after <= 0.1 * (n - np.arange(n))))
+    if not ok.shape[0] or int(ok[0]) > n // 2:
+        return None
+    j = int(ok[0])
+    rest = x[j:]
+    k = rest.shape[0] // 2
+    if abs(float(np.median(rest[:k])) - float(np.median(rest[k:]))) > band / 2:
+        return None  # still going down (a slow learner): no flat stretch to start from
+    return j

@@ -298,11 +298,7 @@ class MemoryGrowth(Rule):
         if growth < self.p.growth or inc < self.p.monotone:
             return []
         slope = trend_slope(st.astype(np.float64), x)
-        # where the growth starts: first point a tenth of the way from the early level to the end
-        base = float(np.median(m.values[:skip + 1]))
-        thr = base + 0.1 * (float(x[-1]) - base)
-        above = np.flatnonzero(m.values > thr)
-        i0 = int(above[0]) if above.size else skip
+        i0 = leak_onset(m)
         shown = (float(x[-1]) - float(x[0])) / float(x[0]) if x[0] > 0 else growth  # as the calc below has it
         msg = f"{m.name} grows {shown:.0%} from step {int(st[0])} to {int(st[-1])}"
         f = _mem_gib_factor(m.name)
@@ -343,8 +339,7 @@ class MemoryGrowth(Rule):
 
     def _monotone(self, m: Series) -> Hit:
         growth = (float(m.values[-1]) - float(m.values[0])) / float(m.values[0])
-        # where it starts: the first point a tenth of the way from the first value to the last
-        i0 = int(np.flatnonzero(m.values > m.values[0] + 0.1 * (m.values[-1] - m.values[0]))[0])
+        i0 = leak_onset(m)
         msg = (f"{m.name} never decreases: {m.values[0]:.4g} -> {m.values[-1]:.4g} (+{growth:.0%}) over {len(m)} logged "
                "points")
         h = self.hit(msg, 0.65 if len(m) < self.p.min_points else 0.75, metric=m.name, first_bad_step=int(m.steps[i0]),
@@ -353,6 +348,31 @@ class MemoryGrowth(Rule):
         h.point("end", m, len(m) - 1, f"last {m.name}")
         h.calc("growth", "relative memory growth", "({end} - {start}) / {start}", unit="ratio")
         return h
+
+
+ONSET_KNOTS = 200  # where a hinge is tried (evenly over the points): the fit costs this many least squares
+
+
+def leak_onset(m: Series) -> int:
+    """The first point of a leak: memory modelled as a level, then a straight rise from a knot (least
+    squares over the knots tried, on the logged steps); the leak starts after the last point that is
+    still within the level's own spread (the points up to the knot). A leak from the first step rises
+    from its first point on; one that starts after a level held since warm-up, from the point after the
+    last of that level (where "a tenth of the way to the end" would come steps late)."""
+    t = m.steps.astype(np.float64)
+    x = m.values
+    n = x.shape[0]
+    best, knot = math.inf, 0
+    for k in np.unique(np.linspace(0, n - 2, min(n - 1, ONSET_KNOTS)).astype(np.int64)).tolist():
+        a = np.column_stack([np.ones(n), np.maximum(0.0, t - t[k])])
+        coef = np.linalg.lstsq(a, x, rcond=None)[0]
+        sse = float(np.sum((a @ coef - x) ** 2))
+        if sse < best * (1 - 1e-9):
+            best, knot = sse, k
+    level = x[:knot + 1]
+    top = float(np.median(level)) + float(np.max(np.abs(level - np.median(level))))
+    within = np.flatnonzero(x <= top)
+    return min(int(within[-1]) + 1 if within.shape[0] else 0, n - 1)
 
 
 # The exception a rank raises when the collective it waits in is aborted or times out because another
