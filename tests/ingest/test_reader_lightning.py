@@ -114,7 +114,8 @@ def test_a_print_counter_that_restarts_is_not_read_further(tmp_path: Path) -> No
     def bar(n: int) -> str:
         return f"Epoch 0:  {n // 2:2d}%|█         | {n}/200 [00:00<00:01, 90.00it/s, train_loss=1.0]"
 
-    lines = [bar(10), "step 10 | loss 0.9", "step 20 | loss 0.8", "step 5 | loss 0.7", "step 30 | loss 0.6", bar(40)]
+    lines = [bar(10), "step inf | loss 1.0", "step nan | loss 1.0", "step 2.5 | loss 1.0",  # no step: left out
+             "step 10 | loss 0.9", "step 20 | loss 0.8", "step 5 | loss 0.7", "step 30 | loss 0.6", bar(40)]
     run, _ = load_run([str(write_lines(tmp_path / "train.log", lines))])
     assert run.series["loss"].steps.tolist() == [10, 20]  # "step" counts within something else: left out
 

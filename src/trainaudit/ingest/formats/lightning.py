@@ -405,7 +405,7 @@ class LightningReader(ShapedReader):
             return
         rank, key = min(ranked)
         v = rec.counters[key]
-        if rank >= PRINT_COUNTER_RANK or v != int(v):
+        if rank >= PRINT_COUNTER_RANK or not math.isfinite(v) or v != int(v):
             return
         if v < state["print_step"]:
             state["print_step"] = None  # a counter that restarts: not the run's step; no print is read after
