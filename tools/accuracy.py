@@ -513,7 +513,10 @@ def render_synth(rows: list[SynthRow], seconds: float) -> str:
 PROSPECTIVE = CORPUS / "prospective.json"
 
 
-PROSPECTIVE_ROOTS = (CORPUS / "logs", CORPUS / "runs")  # pasted logs; framework runs of an independent generator
+# pasted logs; framework runs of an independent generator; a batch answered and recorded that joins the
+# fitted corpus (logs/ or runs/) at the next refit: until then no threshold or model has been fitted on it
+PENDING = CORPUS / "pending"
+PROSPECTIVE_ROOTS = (CORPUS / "logs", CORPUS / "runs", PENDING)
 
 
 def corpus_case(name: str, roots: tuple[Path, ...] = PROSPECTIVE_ROOTS) -> Path:

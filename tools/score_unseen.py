@@ -3,7 +3,7 @@
     python tools/score_unseen.py CASE_DIR... [--record NAME [--what TEXT]]
 
 Each CASE_DIR is a corpus case folder (a log and its ``label.json``, as in ``tests/corpus/logs``),
-or a folder of them. A case already in ``tests/corpus/logs`` or ``tests/corpus/runs`` is left out: it has been seen. Every
+or a folder of them. A case already in ``tests/corpus/logs``, ``tests/corpus/runs`` or ``tests/corpus/pending`` is left out: it has been seen. Every
 case is decided by the shipped model (``src/trainaudit/diagnosis/model.json``) over the rules with
 their shipped thresholds, as ``trainaudit diagnose`` decides it, and printed with its label.
 

@@ -19,8 +19,10 @@ from trainaudit.ingest import load_run
 
 RUNS = REPO / "tests" / "corpus" / "runs"
 ALL_CASES = sorted(p.parent for p in RUNS.glob("*/label.json"))
-# beside them, the runs of an independent generator (tests/corpus/README.md), family "indep-..."
-INDEPENDENT = [d for d in ALL_CASES if '"family": "indep-' in (d / "label.json").read_text(encoding="utf-8")]
+# beside them, the runs of an independent generator (tests/corpus/README.md), family "indep-...", and those
+# answered and recorded that join the fitted corpus at the next refit (tests/corpus/pending)
+PENDING = sorted(p.parent for p in (REPO / "tests" / "corpus" / "pending").glob("*/label.json"))
+INDEPENDENT = [d for d in ALL_CASES if '"family": "indep-' in (d / "label.json").read_text(encoding="utf-8")] + PENDING
 CASES = [d for d in ALL_CASES if d not in INDEPENDENT]
 FIELDS = {"source", "where", "framework", "category", "first_bad_step", "first_bad_step_window", "cause",
           "label_basis", "label_confidence", "notes", "family"}
