@@ -1027,6 +1027,10 @@ class Record:
     totals: dict[str, float]
 
 
+# counter_rank from here on: a counter around the step (a batch of an epoch, an epoch), not the step itself
+OUTER_RANK = COUNTER_KEYS["batch"]
+
+
 @functools.lru_cache(maxsize=4096)  # a pure function of a key, asked several times a line; bounded
 def counter_rank(key: str) -> int | None:
     """A known step-counter name's priority (lower wins), or None."""
@@ -1612,7 +1616,7 @@ class Extractor:
             rec.counters[key] = rec.totals[key]
         for k, v in rec.counters.items():
             rank_k = counter_rank(k)
-            if k != key and rank_k is not None and rank_k >= 6:
+            if k != key and rank_k is not None and rank_k >= OUTER_RANK:
                 self.outer[k] = v  # epoch: the counter around the step
         if key is not None and key not in rec.counters:
             # another counter of the same kind on this line ("iteration 3" in a log of "step N")
@@ -1666,7 +1670,7 @@ class Extractor:
             alt = _alt_counter((k, bool(facts[i] & 2)) for k, i in layout.counters)
             slot = None if alt is None else counters[alt]
         outer = tuple((k, i) for k, i in layout.counters
-                      if k != key and (r := counter_rank(k)) is not None and r >= 6)
+                      if k != key and (r := counter_rank(k)) is not None and r >= OUTER_RANK)
         others = tuple((k, i) for k, i in layout.counters if k != key and (k, i) not in outer)
         return _RowPlan(slot, outer, others, bool(layout.metrics))
 

@@ -56,7 +56,7 @@ from numpy.typing import NDArray
 
 from trainaudit.errors import InputError
 from trainaudit.ingest.base import Reader, Sample, fallback_format
-from trainaudit.ingest.extract import Table, counter_rank, record_of, speed_pair
+from trainaudit.ingest.extract import OUTER_RANK, Table, counter_rank, record_of, speed_pair
 from trainaudit.ingest.formats.hf import NUMBER_RE
 from trainaudit.ingest.formats.shaped import (
     DIGIT_RE, OTHER, QUIET, ROW, Chunk, chunk_numbers, Columns, Shape, ShapeTable, ShapedReader, Where, byte_offset, digits_at,
@@ -99,7 +99,6 @@ SUMMARY_RE = re.compile(r"^(?:GPU available: |TPU available: |HPU available: |To
 SUMMARY_ROW_RE = re.compile(r"^\s*+(?:[┃│┏┡┗└┣├]|\d++ *+\| *+\S|(?:Non-trainable|Trainable|Total) params|Modules in|Total FLOPs)")
 # any other progress bar (Rich's "Sanity Checking ━━╺━ 1/2 0:00:00 • 0:00:00 0.00it/s", tqdm's "0/? [00:00<?, ?it/s]")
 PROGRESS_RE = re.compile(r"[━╸╺]|(?:\d|\?)(?:it/s|s/it)\b")
-PRINT_COUNTER_RANK = 6  # counter_rank below this: a step or iteration counter (not a batch of an epoch, not an epoch)
 
 
 def parse_bar_number(text: str) -> float | None:
@@ -167,7 +166,7 @@ class LightningReader(ShapedReader):
 
     def new_state(self) -> dict:
         return {"epoch": None, "offset": 0, "last_n": 0, "total": None, "framework": False, "rich": None,
-                "prints": Table(), "print_step": -1}
+                "print_table": Table(), "print_step": -1}
 
     def feed(self, line: Line, sink: Sink, state: dict) -> None:
         text = line.text
@@ -397,7 +396,7 @@ class LightningReader(ShapedReader):
     @staticmethod
     def _print(text: str, line: Line, sink: Sink, state: dict) -> None:
         """What the script printed on ``line``: its metrics at its own step counter (see the module's doc)."""
-        rec = record_of(text, line.no, line.rank, state["prints"])
+        rec = record_of(text, line.no, line.rank, state["print_table"])
         if rec is None or not rec.metrics:
             return
         ranked = [(r, k) for k in rec.counters if (r := counter_rank(k)) is not None]
@@ -405,7 +404,7 @@ class LightningReader(ShapedReader):
             return
         rank, key = min(ranked)
         v = rec.counters[key]
-        if rank >= PRINT_COUNTER_RANK or not math.isfinite(v) or v != int(v):
+        if rank >= OUTER_RANK or not math.isfinite(v) or v != int(v):
             return
         if v < state["print_step"]:
             state["print_step"] = None  # a counter that restarts: not the run's step; no print is read after
