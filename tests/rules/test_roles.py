@@ -127,3 +127,11 @@ def test_the_validation_loss_is_the_training_losss_counterpart() -> None:
     # without a counterpart, the shortest validation loss name still takes the role
     roles = find_roles(Run(series={n: _series(n, 5) for n in names[:7]}))
     assert roles.names["val_loss"] == "conf_val_loss"
+
+
+def test_memory_printed_as_a_bare_mem_is_memory() -> None:
+    # a logging-module loop's "time/step 6.08ms mem 342MB": the process's memory under its shortest name
+    for name in ("mem", "cpu_mem", "host_mem"):
+        assert find_roles(Run(series={"loss": _series("loss", 12), name: _series(name, 12)})).memory == [name]
+    # a word that only holds "mem" is not memory
+    assert find_roles(Run(series={"loss": _series("loss", 12), "member_count": _series("member_count", 12)})).memory == []

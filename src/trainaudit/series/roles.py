@@ -97,7 +97,8 @@ _EXACT: dict[str, list[str]] = {
                    "samples_s", "samples_sec", "tok_s", "tokens_s", "img_s", "images_sec", "ips", "steps_s"],
     "memory": ["mem_allocated_bytes", "memory_allocated", "cuda_gb_allocated", "memallocated", "mem_allocated",
                "gpu_memory", "memory", "max_memory_allocated", "mem_max_allocated_bytes", "memory_reserved",
-               "cuda_gb_reserved", "maxmemallocated", "gpu_mem", "rss_mb", "rss", "host_rss_mb", "rss_gb"],
+               "cuda_gb_reserved", "maxmemallocated", "gpu_mem", "rss_mb", "rss", "host_rss_mb", "rss_gb", "mem",
+               "cpu_mem", "host_mem"],
     "val_acc": ["val_accuracy", "val_acc", "eval_accuracy", "validation_accuracy", "valid_accuracy", "val_top1"],
     "train_acc": ["accuracy", "acc", "train_accuracy", "train_acc", "top1"],
 }
@@ -137,9 +138,14 @@ def _keyword(role: str, n: str) -> bool:
         return (any(k in n for k in ("per_sec", "per_second", "tflop", "throughput", "tokens_s", "speed", "samples_s",
                                      "it_s", "it_sec")) or n == "fps" or n.endswith("_fps")) and not is_val
     if role == "memory":
-        return (("mem" in n and any(k in n for k in ("alloc", "reserved", "used", "gb", "mb", "bytes", "current", "peak",
-                                                      "usage"))) or "memory" in n
-                or "rss" in n.split("_"))  # rss_mb, train/rss_mb (TensorBoard tags carry prefixes)
+        # a word that starts with "mem" (mem, MemAllocated) with a unit or a kind of memory anywhere else in
+        # the name; "member_count" holds "mb" only inside the word
+        words = n.split("_")
+        at = next((i for i, w in enumerate(words) if w.startswith("mem")), None)
+        rest = [] if at is None else [words[at][3:], *words[:at], *words[at + 1:]]
+        return (any(k in w for w in rest for k in ("alloc", "reserved", "used", "gb", "mb", "bytes", "current", "peak",
+                                                   "usage")) or "memory" in n
+                or "rss" in words)  # rss_mb, train/rss_mb (TensorBoard tags carry prefixes)
     if role == "val_acc":
         return ("acc" in n) and is_val
     return False
