@@ -93,3 +93,18 @@ def test_a_healthy_answer_against_a_pattern_is_marked_for_the_confidence_model()
     k = CONFIDENCE_FEATURES.index("healthy_despite_patterns")
     assert confidence_vector(x, p, CLASSES.index("healthy"), 0)[k] == 0.5
     assert confidence_vector(x, p, CLASSES.index("overfitting"), 0)[k] == 0.0  # the pattern supports that answer
+
+
+def test_a_slowdown_that_starts_with_a_leak_is_marked_explained(tmp_path: Path) -> None:
+    # memory held at 320 MB, then 20 MB more every 10 steps from step 210; each step 1.5x slower from there
+    lines = [f"step {s} loss {2.0 / (1 + s / 100):.4f} time/step {4.0 if s <= 200 else 6.0 + (s % 3) * 0.1:.2f}ms "
+             f"mem {320 if s <= 200 else 320 + 2 * (s - 200)}MB" for s in range(10, 510, 10)]
+    a = _analysis(tmp_path, "\n".join(lines) + "\n")
+    col = FEATURES.index("explained")
+    cats = {s.category for s in a.engine.stories}
+    assert {"memory_growth", "throughput_regression"} <= cats
+    assert a.x[CLASSES.index("throughput_regression"), col] == 1.0
+    assert a.x[CLASSES.index("memory_growth"), col] == 0.0
+    # the same slowdown without the leak explains nothing
+    a = _analysis(tmp_path, "\n".join(ln.rsplit(" mem ", 1)[0] for ln in lines) + "\n")
+    assert a.x[CLASSES.index("throughput_regression"), col] == 0.0

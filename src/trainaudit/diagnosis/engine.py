@@ -83,6 +83,12 @@ def _step(h: Hit) -> float:
     return math.inf if h.first_bad_step is None else float(h.first_bad_step)
 
 
+def starts_with(step: float, first: float) -> bool:
+    """Whether a finding from ``step`` starts with a symptom first seen at ``first``: no later than
+    max(10 steps, 5 %) after it (the onsets of two signals of one incident differ by a few logged points)."""
+    return step <= first + max(10.0, 0.05 * first)
+
+
 def _story(category: str, hits: list[Hit], issue: str, n_loss: int) -> Story:
     hits = sorted(hits, key=lambda h: (h.precursor, -_sev(h), _step(h)))
     primary = next((h for h in hits if not h.precursor), hits[0])
@@ -155,7 +161,7 @@ def _numeric_story(num: list[Hit], n_loss_points: int, has: set[str]) -> Story:
         # a finding that explains this kind of symptom and starts with it is the story (sustained
         # gradient growth explains the divergence it starts with)
         for h in sorted(symptoms, key=_step):
-            if cat in h.by.explains and _step(h) <= first + max(10.0, 0.05 * first):
+            if cat in h.by.explains and starts_with(_step(h), first):
                 cat = h.category
                 break
     prim = min((h for h in symptoms if h.category == cat), key=_step)

@@ -18,7 +18,7 @@ import numpy as np
 
 from trainaudit.answer.schema import SEVERITY_ORDER, Category
 from trainaudit.diagnosis.coverage import Coverage
-from trainaudit.diagnosis.engine import Diagnosis, Story
+from trainaudit.diagnosis.engine import Diagnosis, Story, starts_with
 from trainaudit.model import EventKind, Run
 from trainaudit.rules.base import Context
 from trainaudit.rules.numerics import skip_rate
@@ -29,7 +29,7 @@ HEALTHY = Category.HEALTHY.value
 
 SHARED = ("story", "story_confidence", "story_severity", "engine_primary", "earliest", "fatal", "hits",
           "rules", "message_evidence", "series_evidence", "short_log", "tiny_log", "no_loss", "alone", "other_stories", "info_hits",
-          "pattern", "sibling", "sibling_short")
+          "pattern", "sibling", "sibling_short", "explained")
 RUN = ("h:loss_points", "h:no_loss", "h:few_points", "h:events", "h:errors", "h:metrics", "h:validation",
        "h:grad_norm", "h:stories", "h:max_story_confidence", "h:max_story_severity", "h:info_hits", "h:patterns",
        "h:val_rise")
@@ -141,6 +141,15 @@ def _log(x: float, top: float) -> float:
     return min(1.0, math.log1p(max(x, 0.0)) / math.log1p(top))
 
 
+def _explained(st: Story, stories: list[Story]) -> bool:
+    """Whether another story holds a finding whose rule explains ``st``'s kind of symptom and that starts with
+    it (a leak that starts where the steps slow down explains the slowdown)."""
+    if st.first_bad_step is None:
+        return False
+    return any(o is not st and h.first_bad_step is not None and starts_with(h.first_bad_step, st.first_bad_step)
+               and st.category in h.by.explains for o in stories for h in o.hits)
+
+
 def matrix(engine: Diagnosis, cov: Coverage, pats: dict[str, float], n_errors: int, rise: float) -> np.ndarray:
     """(len(CLASSES), len(FEATURES)) for one run."""
     col = {f: i for i, f in enumerate(FEATURES)}
@@ -186,6 +195,7 @@ def matrix(engine: Diagnosis, cov: Coverage, pats: dict[str, float], n_errors: i
         row[col["no_loss"]] = float(cov.loss_points == 0)
         row[col["alone"]] = float(len(engine.stories) == 1)
         row[col["other_stories"]] = _log(len(engine.stories) - 1, 5)
+        row[col["explained"]] = float(_explained(st, engine.stories))
     h = x[CLASSES.index(HEALTHY)]
     points = max((m.points for m in cov.metrics.values()), default=0)
     h[col["h:loss_points"]] = _log(cov.loss_points, 1000)

@@ -16,13 +16,24 @@ from trainaudit.series.roles import norm, same_quantity, validation
 from trainaudit.series.stats import kendall_tau, monotone_tail, rolling_median
 
 
-def _still_more_accurate(ctx: Context) -> bool:
-    """A validation accuracy that improved and is at its best at the last evaluation: a validation loss
-    that rises meanwhile is the model growing more confident on the examples it gets wrong, not yet
-    worse on unseen data (the end is the best checkpoint by accuracy; keras.io's IMDB convnet example
-    ends so, https://keras.io/examples/nlp/text_classification_from_scratch/)."""
+def _still_more_accurate(ctx: Context, v: Series, rise: float, cut: float) -> bool:
+    """A validation accuracy that improved and is at its best at the last evaluation, while the validation
+    loss ``v`` ends less than ``rise`` (relative) above its minimum or the error has fallen by ``cut``
+    (relative) since that minimum: a validation loss that rises meanwhile is the model growing more
+    confident on the examples it gets wrong, not yet worse on unseen data (the end is the best checkpoint
+    by accuracy; keras.io's IMDB convnet example ends so,
+    https://keras.io/examples/nlp/text_classification_from_scratch/). A loss that climbs further with an
+    accuracy that only edges up (0.483 to 0.495 while the loss climbs by half) is overfitting."""
     a = ctx.series("val_acc", finite=True, min_points=2)
-    return a is not None and float(a.values[-1]) >= float(np.max(a.values)) > float(a.values[0])
+    if a is None or not float(a.values[-1]) >= float(np.max(a.values)) > float(a.values[0]):
+        return False
+    lo = float(np.min(v.values))
+    if lo <= 0 or (float(v.values[-1]) - lo) / lo < rise:
+        return True
+    full = 100.0 if float(np.max(a.values)) > 1.5 else 1.0  # accuracies printed in percent
+    at = int(min(np.searchsorted(a.steps, v.steps[int(np.argmin(v.values))]), len(a) - 1))
+    before, end = full - float(a.values[at]), full - float(a.values[-1])
+    return before > 0 and (before - end) / before >= cut
 
 
 # a validation score where higher is better: accuracy, ROUGE and BLEU (sequence generation), F1, mAP, AUC
@@ -85,12 +96,14 @@ class Overfitting(Rule):
     from shows noise of a third of its size at least). A climb at every evaluation since the minimum,
     ``min_after`` + 2 times or more, needs no such margin. A validation loss that rises while the validation accuracy improves to its best at
     the last evaluation is not overfitting yet (the model grows more confident; the end is the best
-    checkpoint by accuracy).
+    checkpoint by accuracy), while the loss ends less than ``confident_rise`` above its minimum or the error
+    has fallen by ``error_cut`` (relative) since that minimum: a loss that climbs further while the accuracy
+    only edges up is overfitting.
 
     Thresholds: ``ratio`` relative rise of validation loss over its minimum (0.1, as
     SageMaker Debugger's Overfit rule), ``min_points`` validation points (4), ``min_after``
     validation points after the minimum (2), ``short_rise`` (0.03), ``train_drop`` (0.2),
-    ``memorised_acc`` (0.99), ``gap_ratio`` (10), ``long_climb`` (6).
+    ``memorised_acc`` (0.99), ``gap_ratio`` (10), ``long_climb`` (6), ``confident_rise`` (0.3), ``error_cut`` (0.5).
     """
 
     id = "TA301"
@@ -113,9 +126,11 @@ class Overfitting(Rule):
         memorised_acc: float = 0.99
         gap_ratio: float = 10.0
         long_climb: int = 6
+        confident_rise: float = 0.3
+        error_cut: float = 0.5
 
     grid: ClassVar[Grid] = {"ratio": (0.05, 0.1, 0.2, 0.3), "short_rise": (0.01, 0.03, 0.1), "min_points": (3, 4, 5, 6),
-                              "train_drop": (0.05, 0.1, 0.2)}
+                              "train_drop": (0.05, 0.1, 0.2), "confident_rise": (0.2, 0.3, 0.5)}
 
     def check(self, ctx: Context) -> list[Hit]:
         v = ctx.series("val_loss", finite=True)
@@ -124,7 +139,7 @@ class Overfitting(Rule):
             return []
         short = t is None or len(v) < self.p.min_points or len(t) < 3
         rising = self._short(ctx.run, v, t) if t is None or short else self._after_minimum(ctx.run, v, t)
-        if rising and not _still_more_accurate(ctx):
+        if rising and not _still_more_accurate(ctx, v, self.p.confident_rise, self.p.error_cut):
             return rising
         # a training set memorised while the validation loss ends above its best before the last three
         # evaluations: overfitting however the validation curve moves

@@ -274,10 +274,11 @@ class Divergence(Rule):
             i = int(np.searchsorted(s.steps, st[k]))
         else:
             # a jump inside the smoothing window lifts the smoothed best itself: the rise starts at
-            # the first of the points before i that all stand above the raw best near it
+            # the first of the points before i that all stand above the raw best near it, and after the
+            # smoothed best (a noisy loss stands above its lowest point most of the time)
             jr = max(0, start - w) + int(np.argmin(s.values[max(0, start - w):start + 1]))
             above = float(s.values[jr]) * (1 + self.p.rel / 2)
-            while i - 1 > jr and float(s.values[i - 1]) > above:
+            while i - 1 > max(jr, start) and float(s.values[i - 1]) > above:
                 i -= 1
         end = float(np.median(s.values[-max(3, len(s) // 20):]))
         ratio = end / best_v
@@ -425,6 +426,34 @@ def _lr_dropped_before(ctx: Context, s: Series, j: int, within: int = 10) -> boo
     return before.size > 0 and at.size > 0 and 0 < float(at[-1]) <= 0.5 * float(before[-1])
 
 
+def _gradient_cut(ctx: Context, drop: float) -> tuple[Series, int, float] | None:
+    """The first logged point at which the total gradient norm falls ``drop`` times or more below its level
+    and stays down, with the learning rate unchanged, and the level it held (the median of the ten points
+    before, three at least, each within a factor of 2 of it: a level, not the fall of the first steps).
+    This point, the median of the next five and the median of all later points are ``drop`` times below
+    that level; at most a tenth of the later points are even half way back, and every point of the ten
+    before stands more than twice the later median (the two levels do not overlap: a noisy norm that
+    visits both is one level). Parameters taken out of training all at once
+    (their ``requires_grad`` turned off, a module left out of the optimizer's graph) or units that all die
+    at once do this; a healthy run's gradient norm moves by degrees."""
+    g = ctx.series("grad_norm", finite=True, min_points=8)
+    if g is None:
+        return None
+    x = g.values
+    for j in range(3, len(x) - 2):
+        before = x[max(0, j - 10):j]
+        level = float(np.median(before))
+        low = level / drop
+        rest = x[j:]
+        later = float(np.median(rest))
+        if level <= 0 or float(np.min(before)) < level / 2 or float(np.max(before)) > 2 * level \
+                or float(x[j]) > low or float(np.median(rest[:5])) > low or later > low \
+                or float(np.mean(rest > 2 * low)) > 0.1 or float(np.min(before)) <= 2 * later \
+                or _lr_dropped_before(ctx, g, j, within=1):
+            continue
+        return g, j, level
+    return None
+
 _EPOCH_TEXT = re.compile(r"epoch (\d{1,9})\b")
 
 
@@ -484,6 +513,13 @@ class NotLearning(Rule):
     trends up while its error falls by a quarter (or, over 6 points or more, while it doubles: near
     chance on many classes the error barely moves): it learns.
 
+    A loss that was falling and stops at once where the gradient norm falls ``cut_drop`` (5) times or more
+    in one logged interval and stays down, with the learning rate unchanged, has stopped learning there,
+    however much it learnt before: from that point it gains less than ``stall_gain`` (0.1) of its level, at a
+    tenth of its earlier pace or less. Most parameters no longer receive updates (their ``requires_grad``
+    turned off, a module missing from the optimizer); a run that converges slows by degrees, its gradient
+    norm with it.
+
     Thresholds: ``min_improvement`` relative (0.02), ``uniform_tol`` relative distance to ln(C)
     (0.05), ``learned`` relative drop of the best 10% stretch (0.1), ``min_points`` (10),
     ``short_points`` (3), ``pinned_tol`` (0.003), ``pinned_spread`` relative spread of the last points
@@ -525,14 +561,53 @@ class NotLearning(Rule):
         near_tol: float = 0.005
         max_classes: int = 1000
         max_noise: float = 0.03
+        cut_drop: float = 5.0
+        stall_gain: float = 0.1
 
     grid: ClassVar[Grid] = {"min_improvement": (0.005, 0.01, 0.02, 0.04, 0.08), "flat_tol": (0.005, 0.01, 0.02),
                               "near_tol": (0.0025, 0.005, 0.01), "min_points": (6, 8, 10, 15, 20), "short_points": (3, 4, 5),
                               "max_noise": (0.02, 0.03, 0.05, 0.1)}
 
     def check(self, ctx: Context) -> list[Hit]:
-        return self._training(ctx) or self._frozen_validation(ctx) or self._validation_at_chance(ctx) or \
+        return self._training(ctx) or self._stalled(ctx) or self._frozen_validation(ctx) or self._validation_at_chance(ctx) or \
             self._no_output(ctx) or self._frozen_accuracy(ctx)
+
+    def _stalled(self, ctx: Context) -> list[Hit]:
+        """A loss that was falling and stops where the gradient norm is cut ``cut_drop`` times at once
+        (:func:`_gradient_cut`): from there it gains less than ``stall_gain`` of its level to the end, at a
+        tenth of the pace it fell before or less, without jumping up (a jump is dead units: TA205)."""
+        cut = _gradient_cut(ctx, self.p.cut_drop)
+        s = ctx.series("loss", finite=True, min_points=self.p.min_points)
+        if cut is None or s is None or adversarial(s.name):
+            return []
+        g, j, level = cut
+        at = int(g.steps[j])
+        i = int(np.searchsorted(s.steps, at))
+        x, t = s.values, s.steps.astype(float)
+        if i < 3 or len(x) - i < 3:
+            return []
+        before = float(np.median(x[i - 3:i]))
+        after = float(np.median(x[i:i + 3]))
+        end = float(np.median(x[-3:]))
+        fell = float(x[0]) - float(x[i - 1])
+        if before <= 0 or fell < self.p.learned * abs(float(x[0])) or after > before + 0.5 * fell / i \
+                or (after - end) > self.p.stall_gain * abs(after):
+            return []
+        pace_before = fell / max(float(t[i - 1] - t[0]), 1.0)
+        pace_after = max(after - end, 0.0) / max(float(t[-1] - t[i]), 1.0)
+        if pace_after > 0.1 * pace_before:
+            return []
+        h = self.hit(f"{s.name} fell from {float(x[0]):.4g} to {float(x[i - 1]):.4g} by step {int(s.steps[i - 1])}, then "
+                     f"{g.name} dropped {level / float(g.values[j]):.3g}x at step {at} (from {level:.4g}) and stayed "
+                     f"down while {s.name} stopped falling ({after:.4g} -> {end:.4g} over the remaining "
+                     f"{int(t[-1] - t[i])} steps): most parameters stopped receiving updates (frozen layers, "
+                     "parameters missing from the optimizer)", 0.75, metric=s.name, first_bad_step=at,
+                     last_step=int(s.steps[-1]), severity="high")
+        h.point("before", g, j - 1, f"{g.name} over the points before the drop", indices=np.arange(max(0, j - 10), j))
+        h.point("cut", g, j, f"{g.name} at the drop")
+        h.point("flat", s, len(s) - 1, f"{s.name} from the drop on", indices=np.arange(i, len(s)))
+        h.calc("drop", "gradient norm's level before the drop over the one at it", "median({before}) / {cut}", unit="x")
+        return [h]
 
     def _frozen_accuracy(self, ctx: Context) -> list[Hit]:
         """With no loss in the log, an accuracy the same to every printed digit at each of its ``short_points``
@@ -954,6 +1029,23 @@ class ZeroLossOrGrad(Rule):
         return hits
 
 
+def _climb_start(x: np.ndarray, i: int, factor: float) -> int:
+    """Where the climb that reaches ``x[i]`` starts: the first of the points up to ``i``, all of them above
+    the level before (the median of the points before ``i`` plus three robust standard deviations) and
+    each more than a ``factor``-th of the next (a point that far below the next one is before a jump). A
+    norm that doubles every few steps is above ``factor`` times its early level only a few doublings after
+    it left its level."""
+    before = x[:i]
+    if before.shape[0] < 3:
+        return i
+    med = float(np.median(before))
+    top = med + 3 * 1.4826 * float(np.median(np.abs(before - med)))
+    j = i
+    while j > 0 and float(x[j - 1]) > max(top, float(x[j]) / factor):
+        j -= 1
+    return j
+
+
 class ExplodingGradients(Rule):
     """Detects exploding gradients from the grad-norm series: a sustained growth of the gradient
     norm (median of the last 20% over the median of the first 5 logged points) or repeated huge values
@@ -966,6 +1058,10 @@ class ExplodingGradients(Rule):
     LSTM/GRU or orthogonal init, normalisation layers.
 
     Example: grad norm 0.8, 1.1, 3.5, 27, 310, 4800 ...
+
+    The growth starts at the first point of the climb: the points before the first one above ``factor``
+    times the early level that already stand above the level before them (its median plus three robust
+    standard deviations), each more than a ``factor``-th of the next.
 
     Thresholds: ``factor`` growth factor (10; AutoTrainer uses 70 for layer ratios),
     ``frac_high`` fraction of second-half points above ``factor`` x early median (0.2), ``jump``
@@ -1015,7 +1111,7 @@ class ExplodingGradients(Rule):
         if growth < self.p.factor and frac < self.p.frac_high:
             return []
         above = np.flatnonzero(x > self.p.factor * early)
-        i = int(above[0]) if above.size else len(g) - k
+        i = _climb_start(x, int(above[0]), self.p.factor) if above.size else len(g) - k
         msg = (f"{g.name} grows {growth:.3g}x (median of the first 5 points {early:.4g}, of the last 20% {late:.4g}); "
                f"{frac:.0%} of the second half is above {self.p.factor:g}x the early level")
         h = self.hit(msg, min(0.95, 0.6 + 0.1 * math.log10(max(growth, frac * 100, 1.0))), metric=g.name,
@@ -1023,7 +1119,7 @@ class ExplodingGradients(Rule):
         e_idx = np.arange(1, 6) if len(g) > 6 else np.arange(0, 5)
         h.point("early", g, int(e_idx[-1]), f"{g.name} over the first logged points", indices=e_idx)
         h.point("late", g, len(g) - 1, f"{g.name} over the last 20% of logged points", indices=np.arange(len(g) - k, len(g)))
-        h.point("first", g, i, f"first {g.name} above {self.p.factor:g}x the early level")
+        h.point("first", g, i, f"first {g.name} of the climb")
         h.calc("growth", "growth of the gradient norm, last 20% over the first points", "median({late}) / median({early})", unit="x")
         return [h]
 
@@ -1096,6 +1192,11 @@ class VanishingGradients(Rule):
     counts too: every gradient statistic below ``abs_min``, or the smallest ``layer_ratio`` of the
     largest.
 
+    A total gradient norm that falls ``cut_drop`` (5) times or more in one logged interval and stays down
+    while the loss jumps up by more than ``jump`` (0.2) of its level and stays above it counts too: units
+    that died together (a large update pushes every ReLU of a layer below zero). Such a jump also
+    explains the divergence it starts with.
+
     Thresholds: ``abs_min`` (1e-7), ``layer_ratio`` (1e-3), ``decay`` (1e3).
     """
 
@@ -1103,7 +1204,7 @@ class VanishingGradients(Rule):
     name = "vanishing-gradients"
     category = Category.GRAD_VANISHING
     severity = Severity.HIGH
-    explains = frozenset({Category.PLATEAU})
+    explains = frozenset({Category.PLATEAU, Category.DIVERGENCE})
     guidance = Guidance(
         fix="Use ReLU/GELU, residual connections and normalisation layers; He/Xavier init.",
         impact="Early layers receive gradients; the loss decreases.",
@@ -1115,10 +1216,15 @@ class VanishingGradients(Rule):
         layer_ratio: float = 1e-3
         decay: float = 1e3
         min_points: int = 5
+        cut_drop: float = 5.0
+        jump: float = 0.2
 
     grid: ClassVar[Grid] = {"decay": (100.0, 1000.0, 10000.0)}
 
     def check(self, ctx: Context) -> list[Hit]:
+        dead = self._dead_units(ctx)
+        if dead:
+            return dead
         g = ctx.series("grad_norm", finite=True)
         if g is not None and len(g) >= self.p.min_points:
             x = g.values
@@ -1168,6 +1274,36 @@ class VanishingGradients(Rule):
                 return [h]
         return []
 
+
+    def _dead_units(self, ctx: Context) -> list[Hit]:
+        """The gradient norm cut ``cut_drop`` times at once and held down (:func:`_gradient_cut`) where the loss
+        jumps up by more than ``jump`` of its level and stays above where it was to the end: the units died
+        together (ReLUs pushed below zero by one large update output zero and pass no gradient), and what
+        the model learnt through them is gone."""
+        cut = _gradient_cut(ctx, self.p.cut_drop)
+        s = ctx.series("loss", finite=True)
+        if cut is None or s is None:
+            return []
+        g, j, level = cut
+        at = int(g.steps[j])
+        i = int(np.searchsorted(s.steps, at))
+        x = s.values
+        if i < 3 or len(x) - i < 3:
+            return []
+        before = float(np.median(x[i - 3:i]))
+        after = float(np.median(x[i:i + 3]))
+        end = float(np.median(x[-3:]))
+        if before <= 0 or after - before <= self.p.jump * before or end - before <= 0.5 * self.p.jump * before:
+            return []
+        h = self.hit(f"{g.name} dropped {level / float(g.values[j]):.3g}x at step {at} (from {level:.4g}) and stayed down "
+                     f"while {s.name} jumped from {before:.4g} to {after:.4g} and stayed above it ({end:.4g} at the "
+                     "end): the units died at once and pass no gradient (dead ReLUs after one large update)", 0.75,
+                     metric=g.name, first_bad_step=at, last_step=int(g.steps[-1]), severity="high")
+        h.point("before", g, j - 1, f"{g.name} over the points before the drop", indices=np.arange(max(0, j - 10), j))
+        h.point("cut", g, j, f"{g.name} at the drop")
+        h.point("jump", s, min(i + 2, len(x) - 1), f"{s.name} after the drop", indices=np.arange(i, min(i + 3, len(x))))
+        h.calc("drop", "gradient norm's level before the drop over the one at it", "median({before}) / {cut}", unit="x")
+        return [h]
 
     def _profile(self, ctx: Context) -> list[Hit]:
         allp = _grad_profile(ctx)

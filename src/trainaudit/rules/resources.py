@@ -218,7 +218,8 @@ class MemoryGrowth(Rule):
     GPU capacity is known (from an OOM message), the projected step of OOM.
 
     Why: a leak (tensors kept in a list, ``loss`` accumulated with its graph, growing caches)
-    ends in an OOM hours later.
+    ends in an OOM hours later. Each step that allocates more also takes longer (page faults, the
+    allocator's search): a slowdown that starts with the leak is its consequence.
 
     Fix: accumulate ``loss.item()`` not ``loss``; detach tensors you keep; clear caches; check
     variable-length batches (sort/bucket them).
@@ -228,7 +229,8 @@ class MemoryGrowth(Rule):
 
     A memory series that never decreases (up at ``short_up`` of the points or more) is a leak at any
     length (except a peak counter such as ``max_memory_allocated``, which cannot decrease): from ``short_points`` points when it grows ``short_growth``, over ``min_points`` when it
-    grows ``creep``.
+    grows ``creep``, when its last half still holds ``late_share`` of the rise (memory that creeps up while the
+    allocator warms up, or while the longest batch so far grows, then holds, is no leak).
 
     Memory that held a level and then rises at each of the last ``tail`` points or more is a leak
     from where the rise starts, when the rise is ``short_growth`` of the level and more than
@@ -236,13 +238,14 @@ class MemoryGrowth(Rule):
 
     Thresholds: ``growth`` (0.1), ``monotone`` (0.8), ``min_points`` (10), ``blocks`` (10),
     ``short_points`` (4), ``short_up`` (0.3), ``short_growth`` (0.1), ``creep`` (0.02), ``tail`` (3),
-    ``tail_noise`` (2).
+    ``tail_noise`` (2), ``late_share`` (0.2).
     """
 
     id = "TA403"
     name = "memory-growth"
     category = Category.MEMORY_GROWTH
     severity = Severity.MEDIUM
+    explains = frozenset({Category.THROUGHPUT_REGRESSION})
     guidance = Guidance(
         fix="Find the leak: accumulate loss.item() not the tensor, detach what you keep, clear caches.",
         impact="Flat memory after warm-up; no OOM later in the run.",
@@ -259,6 +262,7 @@ class MemoryGrowth(Rule):
         creep: float = 0.02
         tail: int = 3
         tail_noise: float = 2.0
+        late_share: float = 0.2
 
     grid: ClassVar[Grid] = {"growth": (0.05, 0.1, 0.2), "short_growth": (0.05, 0.1, 0.2), "min_points": (6, 8, 10, 15),
                               "short_points": (3, 4, 5, 6)}
@@ -278,7 +282,10 @@ class MemoryGrowth(Rule):
                 return [h]
             d = np.diff(m.values)
             grown = (m.values[-1] - m.values[0]) / m.values[0] if m.values[0] > 0 else 0.0
-            if np.all(d >= 0) and float(np.mean(d > 0)) >= self.p.short_up and \
+            # the last half of the points still holds ``late_share`` of the rise: memory that creeps up while
+            # the allocator warms up (or the longest batch so far grows) and then holds is no leak
+            late = m.values[-1] - m.values[len(m) // 2] >= self.p.late_share * (m.values[-1] - m.values[0])
+            if np.all(d >= 0) and float(np.mean(d > 0)) >= self.p.short_up and late and \
                     grown >= (self.p.short_growth if len(m) < self.p.min_points else self.p.creep):
                 # it never goes down: a leak, whatever the length of the paste
                 return [self._monotone(m)]
