@@ -87,7 +87,10 @@ def main(argv: list[str] | None = None) -> int:
     missing = [str(p) for p in args.paths if not p.is_dir()]
     if missing:
         ap.error(f"not a folder: {', '.join(missing)}")
-    outcomes = score(unseen_cases(args.paths))
+    cases = unseen_cases(args.paths)
+    if args.record and not cases:
+        ap.error("no case there is unseen: nothing to record (a case already in logs/, runs/ or pending/ has been seen)")
+    outcomes = score(cases)
     for o in outcomes:
         r = o.result
         print(f"{'OK ' if r.cat_ok else 'BAD'} {r.case.name[:60]:60s} label={r.case.category:21s} "

@@ -78,3 +78,14 @@ def test_score_unseen_refuses_a_path_that_is_not_a_folder(tmp_path: Path, capsys
         score_unseen.main([str(tmp_path / "missing")])
     err = capsys.readouterr().err.strip().splitlines()
     assert exc.value.code == 2 and err[-1].endswith(f"not a folder: {tmp_path / 'missing'}")
+
+
+def test_score_unseen_records_nothing_when_every_case_has_been_seen(tmp_path: Path,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    known = "keras-ageron-handson-ml2-398"
+    shutil.copytree(accuracy.CORPUS / "logs" / known, tmp_path / known)
+    before = accuracy.PROSPECTIVE.read_bytes()
+    with pytest.raises(SystemExit) as exc:
+        score_unseen.main([str(tmp_path), "--record", "BXX"])
+    assert exc.value.code == 2 and "nothing to record" in capsys.readouterr().err
+    assert accuracy.PROSPECTIVE.read_bytes() == before
