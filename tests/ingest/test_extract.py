@@ -703,3 +703,19 @@ def test_memory_named_by_a_short_word_is_read(key: str) -> None:
     # "step   20 | loss 2.1058 | rss    442.8 MB": a key without ':' is read when it names a measurement
     p = parse_line(f"step   20 | loss 2.1058 | {key}    442.8 MB")
     assert {x.key: x.value for x in p.pairs}.get(key) == 442.8
+
+
+def test_timms_train_and_test_lines(tmp_path: Path) -> None:
+    # pytorch-image-models' train.py: "Train: {epoch} [{update:>4d}/{updates_per_epoch} ({pct:>3.0f}%)]  Loss: {now} ({avg})
+    # ...", and its validate(): "Test: [{batch:>4d}/{last}]  ...": the update of the epoch becomes the run's step,
+    # the value is the step's (not the running mean in parentheses), the evaluation is at the step before it
+    text = "".join(
+        f"Train: {e} [{i:>4d}/200 ({100 * (i + 1) / 200:>3.0f}%)]  Loss: {185.0 if (e, i) == (1, 100) else 0.9:#.3g} "
+        f"(2.77)  Time: 0.003s, 43347.86/s  (0.003s, 41064.56/s)  LR: 1.000e-03  Data: 0.000 (0.000)\n"
+        for e in range(2) for i in (0, 50, 100, 150, 199))  # every log_interval updates, and the epoch's last
+    text += "Test: [   7/7]  Time: 0.002 (0.003)  Loss:   0.936 ( 0.936)  Acc@1:  64.900 ( 64.900)\n"
+    run = read(tmp_path, text)
+    assert points(run, "Loss") == [(0, 0.9), (50, 0.9), (100, 0.9), (150, 0.9), (199, 0.9), (200, 0.9), (250, 0.9),
+                                   (300, 185.0), (350, 0.9), (399, 0.9)]
+    assert points(run, "val Loss") == [(399, 0.936)]
+    assert "Train" not in run.series and points(run, "Data")[0] == (0, 0.0)

@@ -287,6 +287,12 @@ _LOSS_HEAD_RE = re.compile(r"\bloss\b[^:=|]{0,80}: {0,4}(?:" + "|".join(sorted(_
 # Marian's "Ep. 2 : Up. 116760 : Sen. 6962176 : Cost 111.24": the epoch, the updates done, the sentences
 # seen (src/training/scheduler.h, https://github.com/marian-nmt/marian-dev)
 _MARIAN_RE = re.compile(r"Ep\. (\d{1,9}) : Up\. (\d{1,12}) : (?:Sen\. [\d,]{1,20} : )?")
+# timm's train.py: "Train: 1 [ 100/200 ( 50%)]  Loss: 185. (2.77)  Time: ..." (the epoch, the update of the
+# epoch) and its validate(): "Test: [   7/7]  Time: ...  Loss: 0.936 (0.936)  Acc@1: ..." (the batch of the
+# evaluation, no step of training: the evaluation is at the last step read),
+# https://github.com/huggingface/pytorch-image-models/blob/main/train.py
+_TIMM_RE = re.compile(r"(Train|Test|Validation|Eval): (?:(\d{1,9}) )?\[ {0,12}(\d{1,12})/(\d{1,12})(?: \( {0,3}\d{1,3}%\))?\] {1,4}")
+_PAREN_MEAN_RE = re.compile(r" {1,4}\([^()]{0,80}\)")
 # darknet's detector loop (YOLO): "174: 933.341797, 780.749146 avg loss, 0.000000 rate, 3.172139 seconds, ..."
 # (src/detector.c, https://github.com/pjreddie/darknet and https://github.com/AlexeyAB/darknet print
 # "%d: %f, %f avg[ loss], %f rate, %lf seconds, %d images"): the batch, the loss, its running average,
@@ -350,6 +356,14 @@ def parse_line_full(text: str, asked: list[int] | None = None) -> Parsed:
                 f"time {m.group(5)}s{body[m.end():]}")
     if "Up. " in body and (m := _MARIAN_RE.search(body)) is not None:
         body = f"{body[:m.start()]}epoch {m.group(1)}, update {m.group(2)}, {body[m.end():]}"
+    if ": " in body and "[" in body and (m := _TIMM_RE.match(body)) is not None:
+        phase, epoch = m.group(1), m.group(2)
+        # each value is followed by its running mean in parentheses: the value is the step's
+        rest = _PAREN_MEAN_RE.sub("", body[m.end():])
+        if epoch is not None and phase == "Train":
+            body = f"epoch {epoch}, batch {m.group(3)}/{m.group(4)}, {rest}"
+        elif epoch is None and phase != "Train":
+            body = f"{phase.lower()}: {rest}"
     if (m := _PHASE_COUNTER_RE.match(body)) is not None:
         body = f"{m.group(1)}: epoch {m.group(2)}, {body[m.end():]}"
     if body.startswith(":::MLLOG "):
