@@ -992,12 +992,17 @@ class DataLoaderStall(Rule):
         return [h]
 
 
+# the step as printed when it is the first batch of an epoch ("epoch 1, batch 0")
+_FIRST_BATCH_RE = re.compile(r"\bbatch 0$")
+
+
 class DataWaitDominates(Rule):
     """Detects steps that spend most of their time waiting for data: the logged data-loading time
     (``data_time``, ``Data``, ``data_wait``) is ``share`` or more of the step time on at least
     ``min_frac`` of the logged steps (at least ``min_hits`` of them), as mmengine, detectron2 and the
     PyTorch ImageNet example print both. Single waiting steps between steps that do not wait, more
-    than ``MAX_WORKER_PERIOD`` steps apart, are pauses (the first batch of each epoch) and do not count.
+    than ``MAX_WORKER_PERIOD`` steps apart, are pauses (the first batch of each epoch) and do not count;
+    nor does a step the log prints as the first batch of an epoch (batch 0), however close to the next.
 
     Why: the accelerator idles while the input pipeline works; more compute does not help.
 
@@ -1033,6 +1038,11 @@ class DataWaitDominates(Rule):
         if d is None or t is None:
             return []
         steps, di, ti = np.intersect1d(d.steps, t.steps, return_indices=True)
+        # the first batch of an epoch waits while the DataLoader starts its workers (unless they persist,
+        # https://pytorch.org/docs/stable/data.html): a pause, whatever share of that step it takes
+        texts = ctx.run.meta.get("step_text", {})
+        keep = np.array([not _FIRST_BATCH_RE.search(str(texts.get(int(s), ""))) for s in steps], dtype=bool)
+        steps, di, ti = steps[keep], di[keep], ti[keep]
         if steps.size < self.p.min_hits:
             return []
         dv, tv = d.values[di], t.values[ti]
