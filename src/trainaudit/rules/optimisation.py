@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import re
+from dataclasses import dataclass
 from typing import ClassVar
 
 import numpy as np
@@ -454,6 +455,42 @@ def _gradient_cut(ctx: Context, drop: float) -> tuple[Series, int, float] | None
         return g, j, level
     return None
 
+
+@dataclass(frozen=True)
+class _Cut:
+    """A gradient cut (:func:`_gradient_cut`) seen from the loss: ``i`` is the loss's first point at or after
+    the cut; ``before``, ``after`` and ``end`` the loss's medians over the 3 points before it, the 3 from it
+    and the last 3."""
+
+    g: Series
+    j: int
+    level: float
+    s: Series
+    i: int
+    before: float
+    after: float
+    end: float
+
+    def points(self, h: Hit) -> None:
+        h.point("before", self.g, self.j - 1, f"{self.g.name} over the points before the drop",
+                indices=np.arange(max(0, self.j - 10), self.j))
+        h.point("cut", self.g, self.j, f"{self.g.name} at the drop")
+        h.calc("drop", "gradient norm's level before the drop over the one at it", "median({before}) / {cut}", unit="x")
+
+
+def _cut_on_loss(ctx: Context, drop: float, s: Series | None) -> _Cut | None:
+    """The gradient cut with the loss ``s`` around it, when the loss has 3 points or more on each side."""
+    cut = _gradient_cut(ctx, drop)
+    if cut is None or s is None:
+        return None
+    g, j, level = cut
+    i = int(np.searchsorted(s.steps, int(g.steps[j])))
+    x = s.values
+    if i < 3 or len(x) - i < 3:
+        return None
+    return _Cut(g, j, level, s, i, float(np.median(x[i - 3:i])), float(np.median(x[i:i + 3])),
+                float(np.median(x[-3:])))
+
 _EPOCH_TEXT = re.compile(r"epoch (\d{1,9})\b")
 
 
@@ -576,37 +613,28 @@ class NotLearning(Rule):
         """A loss that was falling and stops where the gradient norm is cut ``cut_drop`` times at once
         (:func:`_gradient_cut`): from there it gains less than ``stall_gain`` of its level to the end, at a
         tenth of the pace it fell before or less, without jumping up (a jump is dead units: TA205)."""
-        cut = _gradient_cut(ctx, self.p.cut_drop)
         s = ctx.series("loss", finite=True, min_points=self.p.min_points)
-        if cut is None or s is None or adversarial(s.name):
+        c = _cut_on_loss(ctx, self.p.cut_drop, None if s is None or adversarial(s.name) else s)
+        if c is None or s is None:
             return []
-        g, j, level = cut
-        at = int(g.steps[j])
-        i = int(np.searchsorted(s.steps, at))
-        x, t = s.values, s.steps.astype(float)
-        if i < 3 or len(x) - i < 3:
-            return []
-        before = float(np.median(x[i - 3:i]))
-        after = float(np.median(x[i:i + 3]))
-        end = float(np.median(x[-3:]))
+        x, t, i = s.values, s.steps.astype(float), c.i
         fell = float(x[0]) - float(x[i - 1])
-        if before <= 0 or fell < self.p.learned * abs(float(x[0])) or after > before + 0.5 * fell / i \
-                or (after - end) > self.p.stall_gain * abs(after):
+        if c.before <= 0 or fell < self.p.learned * abs(float(x[0])) or c.after > c.before + 0.5 * fell / i \
+                or (c.after - c.end) > self.p.stall_gain * abs(c.after):
             return []
         pace_before = fell / max(float(t[i - 1] - t[0]), 1.0)
-        pace_after = max(after - end, 0.0) / max(float(t[-1] - t[i]), 1.0)
+        pace_after = max(c.after - c.end, 0.0) / max(float(t[-1] - t[i]), 1.0)
         if pace_after > 0.1 * pace_before:
             return []
+        at = int(c.g.steps[c.j])
         h = self.hit(f"{s.name} fell from {float(x[0]):.4g} to {float(x[i - 1]):.4g} by step {int(s.steps[i - 1])}, then "
-                     f"{g.name} dropped {level / float(g.values[j]):.3g}x at step {at} (from {level:.4g}) and stayed "
-                     f"down while {s.name} stopped falling ({after:.4g} -> {end:.4g} over the remaining "
+                     f"{c.g.name} dropped {c.level / float(c.g.values[c.j]):.3g}x at step {at} (from {c.level:.4g}) and "
+                     f"stayed down while {s.name} stopped falling ({c.after:.4g} -> {c.end:.4g} over the remaining "
                      f"{int(t[-1] - t[i])} steps): most parameters stopped receiving updates (frozen layers, "
                      "parameters missing from the optimizer)", 0.75, metric=s.name, first_bad_step=at,
                      last_step=int(s.steps[-1]), severity="high")
-        h.point("before", g, j - 1, f"{g.name} over the points before the drop", indices=np.arange(max(0, j - 10), j))
-        h.point("cut", g, j, f"{g.name} at the drop")
+        c.points(h)
         h.point("flat", s, len(s) - 1, f"{s.name} from the drop on", indices=np.arange(i, len(s)))
-        h.calc("drop", "gradient norm's level before the drop over the one at it", "median({before}) / {cut}", unit="x")
         return [h]
 
     def _frozen_accuracy(self, ctx: Context) -> list[Hit]:
@@ -1280,29 +1308,18 @@ class VanishingGradients(Rule):
         jumps up by more than ``jump`` of its level and stays above where it was to the end: the units died
         together (ReLUs pushed below zero by one large update output zero and pass no gradient), and what
         the model learnt through them is gone."""
-        cut = _gradient_cut(ctx, self.p.cut_drop)
-        s = ctx.series("loss", finite=True)
-        if cut is None or s is None:
+        c = _cut_on_loss(ctx, self.p.cut_drop, ctx.series("loss", finite=True))
+        if c is None or c.before <= 0 or c.after - c.before <= self.p.jump * c.before \
+                or c.end - c.before <= 0.5 * self.p.jump * c.before:
             return []
-        g, j, level = cut
-        at = int(g.steps[j])
-        i = int(np.searchsorted(s.steps, at))
-        x = s.values
-        if i < 3 or len(x) - i < 3:
-            return []
-        before = float(np.median(x[i - 3:i]))
-        after = float(np.median(x[i:i + 3]))
-        end = float(np.median(x[-3:]))
-        if before <= 0 or after - before <= self.p.jump * before or end - before <= 0.5 * self.p.jump * before:
-            return []
-        h = self.hit(f"{g.name} dropped {level / float(g.values[j]):.3g}x at step {at} (from {level:.4g}) and stayed down "
-                     f"while {s.name} jumped from {before:.4g} to {after:.4g} and stayed above it ({end:.4g} at the "
-                     "end): the units died at once and pass no gradient (dead ReLUs after one large update)", 0.75,
+        g, s, at = c.g, c.s, int(c.g.steps[c.j])
+        h = self.hit(f"{g.name} dropped {c.level / float(g.values[c.j]):.3g}x at step {at} (from {c.level:.4g}) and stayed "
+                     f"down while {s.name} jumped from {c.before:.4g} to {c.after:.4g} and stayed above it ({c.end:.4g} at "
+                     "the end): the units died at once and pass no gradient (dead ReLUs after one large update)", 0.75,
                      metric=g.name, first_bad_step=at, last_step=int(g.steps[-1]), severity="high")
-        h.point("before", g, j - 1, f"{g.name} over the points before the drop", indices=np.arange(max(0, j - 10), j))
-        h.point("cut", g, j, f"{g.name} at the drop")
-        h.point("jump", s, min(i + 2, len(x) - 1), f"{s.name} after the drop", indices=np.arange(i, min(i + 3, len(x))))
-        h.calc("drop", "gradient norm's level before the drop over the one at it", "median({before}) / {cut}", unit="x")
+        c.points(h)
+        last = min(c.i + 3, len(s))
+        h.point("jump", s, last - 1, f"{s.name} after the drop", indices=np.arange(c.i, last))
         return [h]
 
     def _profile(self, ctx: Context) -> list[Hit]:
