@@ -368,7 +368,8 @@ def render(items: list[Analysed], k: int = K, l2: float = L2) -> str:
     out += ["", *thresholds_section()]
     a = summarise(oos)
     out += ["", "### Calibration (out of sample, all sets)", "",
-            f"Answers with confidence >= {CONFIDENT}: {accuracy._pct(a.confident_right, a.confident)} right "
+            f"Answers with confidence >= {CONFIDENT}: {a.confident_right}/{a.confident} "
+            f"({100 * a.confident_right / max(a.confident, 1):.1f}%) right "
             f"(the aim is at least 95 %). Below {CONFIDENT} the answer says what would decide it (`needs_more_data`). "
             f"The confidence is a logistic model of whether the decision is right, fitted on the decisions that "
             f"category models made on cases they were not fitted on (an inner grouped fold), its log-odds then "
