@@ -31,8 +31,8 @@ OOS_FALSE_ALARMS_CEILING = 12
 # today's labels; two B56 runs were relabelled from their logs since, tests/corpus/README.md). The third false alarm
 # came with B58: log-healthy-flat-s35, meant healthy, whose validation loss ends 15% above its best over its
 # last two evaluations while the training loss falls (the label was left as the generator set it)
-OOS_RUNS_TOP1_FLOOR = 526
-OOS_RUNS_FIRST_BAD_STEP_FLOOR = 333
+OOS_RUNS_TOP1_FLOOR = 527
+OOS_RUNS_FIRST_BAD_STEP_FLOOR = 334
 OOS_RUNS_FALSE_ALARMS_CEILING = 3
 # of the answers at confidence 0.8 or more (pasted logs and framework runs), the share whose category is right
 CALIBRATION_FLOOR_PCT = 95

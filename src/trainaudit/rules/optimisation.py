@@ -427,6 +427,19 @@ def _lr_dropped_before(ctx: Context, s: Series, j: int, within: int = 10) -> boo
     return before.size > 0 and at.size > 0 and 0 < float(at[-1]) <= 0.5 * float(before[-1])
 
 
+def _lr_moved(ctx: Context, s: Series, j: int, within: int = 10) -> bool:
+    """Whether the learning rate at the point ``j`` of ``s`` is more than twice, or less than half, what it was
+    ``within`` points before (a schedule's step, a warm-up, a ramp)."""
+    lr = ctx.series("lr", finite=True)
+    if lr is None or len(lr) < 2:
+        return False
+    before = lr.values[lr.steps <= int(s.steps[max(0, j - within)])]
+    at = lr.values[lr.steps <= int(s.steps[j])]
+    if before.size == 0 or at.size == 0 or float(before[-1]) <= 0:
+        return False
+    return not 0.5 <= float(at[-1]) / float(before[-1]) <= 2.0
+
+
 def _gradient_cut(ctx: Context, drop: float) -> tuple[Series, int, float] | None:
     """The first logged point at which the total gradient norm falls ``drop`` times or more below its level
     and stays down, with the learning rate unchanged, and the level it held (the median of the ten points
@@ -434,7 +447,8 @@ def _gradient_cut(ctx: Context, drop: float) -> tuple[Series, int, float] | None
     This point, the median of the next five and the median of all later points are ``drop`` times below
     that level; at most a tenth of the later points are even half way back, and every point of the ten
     before stands more than twice the later median (the two levels do not overlap: a noisy norm that
-    visits both is one level). Parameters taken out of training all at once
+    visits both is one level); the learning rate within a factor of 2 of what it was ten points before (a
+    rate that climbs or steps changes the norm for its own reasons). Parameters taken out of training all at once
     (their ``requires_grad`` turned off, a module left out of the optimizer's graph) or units that all die
     at once do this; a healthy run's gradient norm moves by degrees."""
     g = ctx.series("grad_norm", finite=True, min_points=8)
@@ -450,7 +464,7 @@ def _gradient_cut(ctx: Context, drop: float) -> tuple[Series, int, float] | None
         if level <= 0 or float(np.min(before)) < level / 2 or float(np.max(before)) > 2 * level \
                 or float(x[j]) > low or float(np.median(rest[:5])) > low or later > low \
                 or float(np.mean(rest > 2 * low)) > 0.1 or float(np.min(before)) <= 2 * later \
-                or _lr_dropped_before(ctx, g, j, within=1):
+                or _lr_moved(ctx, g, j):
             continue
         return g, j, level
     return None
