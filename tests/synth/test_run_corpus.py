@@ -70,7 +70,8 @@ def test_every_independent_run_has_a_valid_label_and_parses(case: Path) -> None:
         assert lo <= lab["first_bad_step"] <= hi
     log = _log(case)
     assert 200 <= log.stat().st_size <= 150_000
-    text = log.read_text(encoding="utf-8")
+    # a TensorBoard event file is binary: its tags and any path in it are ASCII all the same
+    text = log.read_bytes().decode("utf-8", errors="replace")
     assert not re.search(r"/work/|/root/|/home/|/tmp/", text)  # no path of the generating machine
     run, _ = load_run([str(log)])
     # (a run that died in its first epoch may print no metric: its error is what it holds)
