@@ -415,29 +415,31 @@ class Divergence(Rule):
         return h
 
 
+def _lr_ratio(ctx: Context, s: Series, j: int, within: int) -> float | None:
+    """The learning rate at the point ``j`` of ``s`` over what it was ``within`` points before; None when no
+    positive rate is logged by then."""
+    lr = ctx.series("lr", finite=True)
+    if lr is None or len(lr) < 2:
+        return None
+    before = lr.values[lr.steps <= int(s.steps[max(0, j - within)])]
+    at = lr.values[lr.steps <= int(s.steps[j])]
+    if before.size == 0 or at.size == 0 or float(before[-1]) <= 0:
+        return None
+    return float(at[-1]) / float(before[-1])
+
+
 def _lr_dropped_before(ctx: Context, s: Series, j: int, within: int = 10) -> bool:
     """Whether the learning rate fell by half or more over the ``within`` points of ``s`` up to its
     point ``j`` (a step schedule's decay)."""
-    lr = ctx.series("lr", finite=True)
-    if lr is None or len(lr) < 2:
-        return False
-    lo, hi = int(s.steps[max(0, j - within)]), int(s.steps[j])
-    before = lr.values[lr.steps <= lo]
-    at = lr.values[lr.steps <= hi]
-    return before.size > 0 and at.size > 0 and 0 < float(at[-1]) <= 0.5 * float(before[-1])
+    r = _lr_ratio(ctx, s, j, within)
+    return r is not None and 0 < r <= 0.5
 
 
 def _lr_moved(ctx: Context, s: Series, j: int, within: int = 10) -> bool:
     """Whether the learning rate at the point ``j`` of ``s`` is more than twice, or less than half, what it was
     ``within`` points before (a schedule's step, a warm-up, a ramp)."""
-    lr = ctx.series("lr", finite=True)
-    if lr is None or len(lr) < 2:
-        return False
-    before = lr.values[lr.steps <= int(s.steps[max(0, j - within)])]
-    at = lr.values[lr.steps <= int(s.steps[j])]
-    if before.size == 0 or at.size == 0 or float(before[-1]) <= 0:
-        return False
-    return not 0.5 <= float(at[-1]) / float(before[-1]) <= 2.0
+    r = _lr_ratio(ctx, s, j, within)
+    return r is not None and not 0.5 <= r <= 2.0
 
 
 def _gradient_cut(ctx: Context, drop: float) -> tuple[Series, int, float] | None:
