@@ -719,3 +719,18 @@ def test_timms_train_and_test_lines(tmp_path: Path) -> None:
                                    (300, 185.0), (350, 0.9), (399, 0.9)]
     assert points(run, "val Loss") == [(399, 0.936)]
     assert "Train" not in run.series and points(run, "Data")[0] == (0, 0.0)
+
+
+def test_an_epochs_total_places_the_next_epoch_though_its_last_lines_are_missing(tmp_path: Path) -> None:
+    # a paste of timm's train.py at log_interval 50 without the epoch's last update (199): epoch 1 still starts at
+    # update 200, the one total printed ("[  50/200 ...]") being the updates of an epoch
+    text = "".join(f"Train: {e} [{i:>4d}/200 ({100 * i / 200:>3.0f}%)]  Loss: {0.9 - e / 10:#.3g} (0.9)  LR: 1.000e-03\n"
+                   for e in range(3) for i in (0, 50, 100, 150))
+    assert [s for s, _ in points(read(tmp_path, text), "Loss")] == [0, 50, 100, 150, 200, 250, 300, 350, 400, 450,
+                                                                     500, 550]
+
+
+def test_an_epoch_restarts_one_step_on_when_its_totals_differ(tmp_path: Path) -> None:
+    # "batch i/N" with a total that changes is not the updates of an epoch: the next epoch starts one step on
+    text = "".join(f"epoch {e} batch {i}/{n} loss {0.9 - e / 10:.2f}\n" for e, n in ((0, 120), (1, 130)) for i in (0, 50, 100))
+    assert [s for s, _ in points(read(tmp_path, text), "loss")] == [0, 50, 100, 101, 151, 201]

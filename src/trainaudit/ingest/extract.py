@@ -1641,8 +1641,8 @@ class Extractor:
             v = rec.counters[key]
             prev = self.last_counter.get(rec.rank)
             if prev is not None and v < prev and self.last_step is not None and \
-                    (self._outer_moved(rec) or self._header_moved(rec)):
-                self.offset = self.last_step + 1 - int(v)  # the inner counter restarted in a new epoch
+                    (epochs := self._outer_moved(rec) or self._header_moved(rec)):
+                self.offset = self._restart_offset(int(v), epochs)  # the inner counter restarted in a new epoch
             step = int(v) + self.offset
             self.last_counter[rec.rank] = v
             self.outer_at_step = dict(self.outer)
@@ -1829,19 +1829,31 @@ class Extractor:
             parts += [f"{k} {_fmt(float(vals[j, i]))}" for k, i in plan.others]
             self.texts[int(steps[r])] = ", ".join(parts)
 
-    def _outer_moved(self, rec: Record) -> bool:
-        """An outer counter (epoch) on this line with another value than on the last line of the
-        step counter that had it: the inner one restarts with it. Without one, a counter going back
+    def _outer_moved(self, rec: Record) -> float:
+        """How far an outer counter (epoch) on this line moved since the last line of the step counter
+        that had it (0: it did not): the inner one restarts with it. Without one, a counter going back
         is a restart of the run, kept as printed; an outer-looking counter never seen with the step
         before has not moved ("iter 144: ... batch:(16|85)" after a debug print "begin iter
         2222222222" is step 144, not a new epoch)."""
-        return any(k in rec.counters and rec.counters[k] != v for k, v in self.step_outer.items())
+        return next((rec.counters[k] - v for k, v in self.step_outer.items()
+                     if k in rec.counters and rec.counters[k] != v), 0.0)
 
-    def _header_moved(self, rec: Record) -> bool:
-        """An outer counter (epoch) changed on a line of its own since the step counter's last line ("==>>
-        [Epoch=001/020]" above "Iter: [000/3877]"): the inner one restarts with it."""
-        return any(k not in rec.counters and k in self.outer_at_step and self.outer_at_step[k] != v
-                   for k, v in self.outer.items())
+    def _header_moved(self, rec: Record) -> float:
+        """How far an outer counter (epoch) moved on a line of its own since the step counter's last line
+        (0: it did not; "==>> [Epoch=001/020]" above "Iter: [000/3877]"): the inner one restarts with it."""
+        return next((v - self.outer_at_step[k] for k, v in self.outer.items()
+                     if k not in rec.counters and k in self.outer_at_step and self.outer_at_step[k] != v), 0.0)
+
+    def _restart_offset(self, counter: int, epochs: float) -> int:
+        """The offset of an inner counter that restarted ``epochs`` epochs on. With the one total it
+        prints ("Train: 3 [ 10/200 ...]", 200 batches an epoch), an epoch is that many steps, though a
+        paste left out an epoch's last lines; else the new epoch starts one step after the last."""
+        assert self.step is not None and self.last_step is not None
+        n = self.step.total
+        if n is not None and epochs == int(epochs) and epochs >= 1 and \
+                counter + self.offset + int(epochs) * n > self.last_step:
+            return self.offset + int(epochs) * n
+        return self.last_step + 1 - counter
 
     def _text(self, step: int, rec: Record, key: str | None) -> None:
         if len(self.texts) >= TEXTS_MAX:
