@@ -1,4 +1,5 @@
-"""TA3xx generalisation: overfitting, a task too easy to be real, and boxes that never reach the loss."""
+"""TA3xx generalisation: overfitting, a task too easy to be real, boxes that never reach the loss, and labels
+that stop matching their inputs."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import numpy as np
 from trainaudit.answer.schema import Category, Severity
 from trainaudit.model import Run, Series
 from trainaudit.rules.base import Context, Grid, Guidance, Hit, Rule, Thresholds
-from trainaudit.rules.optimisation import accuracies
+from trainaudit.rules.optimisation import lr_moved, accuracies
 from trainaudit.series.roles import norm, same_quantity, validation
 from trainaudit.series.stats import kendall_tau, monotone_tail, rolling_median
 
@@ -481,6 +482,87 @@ class NoBoxes(Rule):
                 h.point("box", first, 0, f"{first.name} at its first logged step", indices=np.arange(len(first)))
                 h.point("cls", s, i, f"{s.name} at step {int(s.steps[i])}")
                 return [h]
+        return []
+
+
+class LabelsUnmatched(Rule):
+    """Detects labels that stop matching their inputs mid-run: the training loss jumps ``jump`` (2) times
+    or more above its level (the median of the ``level`` points before) in one logged interval, overshoots
+    where it started, then comes back down to where it started (the median of its first 3 points, within
+    ``home``) and settles there, flat (the relative median absolute deviation of the last half after the
+    jump at most ``flat``), with the learning rate unchanged.
+
+    Why: a model that had learnt its task is suddenly fed targets unrelated to its inputs (labels
+    shuffled across a batch, a loader that pairs the wrong files, an index that went out of step). It
+    is confidently wrong on every example, so the loss overshoots the untrained level; with nothing in
+    the inputs to predict the targets from, the best it can then do is the prior over the labels, which
+    is what an untrained model starts at (ln C for C balanced classes, the unigram entropy of a language
+    model), and no batch moves it from there. A learning rate too high does not settle so: the loss it
+    drives up stays noisy or keeps climbing; units that die at once (TA205) fall to that level without
+    overshooting it.
+
+    Fix: check the data pipeline at the step of the jump: print a few (input, label) pairs of a batch
+    from there and compare them with the source; look for a shuffle of labels or targets apart from
+    their inputs, a dataset re-indexed or re-sorted mid-epoch, or a second data source that starts
+    there.
+
+    Example: loss 2.33 at the start, 0.53 at step 271, 6.81 at step 286, then 2.30 to 2.31 at every
+    step to the end (ln 10 = 2.303 for ten classes).
+
+    Thresholds: ``jump`` (2.0), ``level`` points (10), ``home`` (0.3: the settled level is within
+    -15 % and +30 % of the start), ``flat`` (0.01), ``min_after`` points from the jump (8).
+    """
+
+    id = "TA304"
+    name = "labels-unmatched"
+    category = Category.DATA_PIPELINE
+    severity = Severity.HIGH
+    explains = frozenset({Category.DIVERGENCE, Category.LOSS_SPIKE, Category.PLATEAU})
+    guidance = Guidance(
+        fix="Print a few (input, label) pairs of a batch from the step of the jump and compare them with the source: "
+            "labels shuffled apart from their inputs, a re-indexed dataset, or a new data source starting there.",
+        impact="The loss keeps falling past the step of the jump; no settling at the untrained level.",
+        verify="Rerun from the last checkpoint before the jump with the batches checked: the loss continues from "
+               "where it was.")
+
+    class Params(Thresholds):
+        jump: float = 2.0
+        level: int = 10
+        home: float = 0.3
+        flat: float = 0.01
+        min_after: int = 8
+
+    def check(self, ctx: Context) -> list[Hit]:
+        s = ctx.series("loss", finite=True, min_points=self.p.level + self.p.min_after)
+        if s is None:
+            return []
+        x = s.values
+        start = float(np.median(x[:3]))
+        if start <= 0:
+            return []
+        for j in range(max(5, self.p.level // 2), len(x) - self.p.min_after + 1):
+            pre = float(np.median(x[max(0, j - self.p.level):j]))
+            if pre <= 0 or float(x[j]) < self.p.jump * pre:
+                continue
+            tail = x[j + (len(x) - j) // 2:]
+            late = float(np.median(tail))
+            peak = float(np.max(x[j:j + 3]))
+            if late < 1.5 * pre or peak < 1.15 * late or peak <= start \
+                    or not (1 - self.p.home / 2) * start <= late <= (1 + self.p.home) * start \
+                    or float(np.median(np.abs(tail - late))) > self.p.flat * late or lr_moved(ctx, s, j):
+                continue
+            at = int(s.steps[j])
+            h = self.hit(f"{s.name} jumped from {pre:.4g} to {float(x[j]):.4g} at step {at}, overshooting where it "
+                         f"started ({start:.4g}), then came back to {late:.4g} and stayed there, flat, with the "
+                         "learning rate unchanged: the labels stopped matching the inputs and the model fell back "
+                         "to predicting the labels' prior", 0.75, metric=s.name, first_bad_step=at,
+                         last_step=int(s.steps[-1]))
+            h.point("start", s, 2, f"{s.name} over its first 3 points", indices=np.arange(3))
+            h.point("before", s, j - 1, f"{s.name} before the jump", indices=np.arange(max(0, j - self.p.level), j))
+            h.point("jump", s, j, f"{s.name} at the jump")
+            h.point("late", s, len(x) - 1, f"{s.name} settled", indices=np.arange(len(x) - len(tail), len(x)))
+            h.calc("back", "settled level over the starting level", "median({late}) / median({start})", unit="ratio")
+            return [h]
         return []
 
 

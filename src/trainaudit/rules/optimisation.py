@@ -435,7 +435,7 @@ def _lr_dropped_before(ctx: Context, s: Series, j: int, within: int = 10) -> boo
     return r is not None and 0 < r <= 0.5
 
 
-def _lr_moved(ctx: Context, s: Series, j: int, within: int = 10) -> bool:
+def lr_moved(ctx: Context, s: Series, j: int, within: int = 10) -> bool:
     """Whether the learning rate at the point ``j`` of ``s`` is more than twice, or less than half, what it was
     ``within`` points before (a schedule's step, a warm-up, a ramp)."""
     r = _lr_ratio(ctx, s, j, within)
@@ -452,23 +452,28 @@ def _gradient_cut(ctx: Context, drop: float) -> tuple[Series, int, float] | None
     visits both is one level); the learning rate within a factor of 2 of what it was ten points before (a
     rate that climbs or steps changes the norm for its own reasons). Parameters taken out of training all at once
     (their ``requires_grad`` turned off, a module left out of the optimizer's graph) or units that all die
-    at once do this; a healthy run's gradient norm moves by degrees."""
+    at once do this; a healthy run's gradient norm moves by degrees. The point before may stand between the
+    two levels (a logged mean over an interval that holds the cut): then the cut is there, the level before it."""
     g = ctx.series("grad_norm", finite=True, min_points=8)
     if g is None:
         return None
     x = g.values
     for j in range(3, len(x) - 2):
-        before = x[max(0, j - 10):j]
-        level = float(np.median(before))
-        low = level / drop
         rest = x[j:]
         later = float(np.median(rest))
-        if level <= 0 or float(np.min(before)) < level / 2 or float(np.max(before)) > 2 * level \
-                or float(x[j]) > low or float(np.median(rest[:5])) > low or later > low \
-                or float(np.mean(rest > 2 * low)) > 0.1 or float(np.min(before)) <= 2 * later \
-                or _lr_moved(ctx, g, j):
-            continue
-        return g, j, level
+        for k in (j, j - 1):  # k = j - 1: the logged interval that holds the cut averages both levels
+            before = x[max(0, k - 10):k]
+            if len(before) < 3:
+                continue
+            level = float(np.median(before))
+            low = level / drop
+            if level <= 0 or float(np.min(before)) < level / 2 or float(np.max(before)) > 2 * level \
+                    or (k < j and not low < float(x[k]) < level / 2) \
+                    or float(x[j]) > low or float(np.median(rest[:5])) > low or later > low \
+                    or float(np.mean(rest > 2 * low)) > 0.1 or float(np.min(before)) <= 2 * later \
+                    or lr_moved(ctx, g, k):
+                continue
+            return g, k, level
     return None
 
 
