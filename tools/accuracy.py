@@ -467,7 +467,10 @@ def synth_inputs(root: Path, names: list[str] | None = None) -> list[SynthInput]
         (lab,) = manifest["cases"]
         window = tuple(lab["first_bad_step_window"]) if lab.get("first_bad_step_window") else None
         files = [f["path"] for f in lab["files"]]
-        for group in [[f] for f in files] + ([files] if len(files) > 1 else []):
+        # a crash shows only in its traceback: a file of the run without it (the metrics up to the last step
+        # logged) holds nothing of the fault, so it is no input to score the fault on
+        shown = {f["path"] for f in lab["files"] if lab["category"] != "crash" or f["format"] == "traceback"}
+        for group in [[f] for f in files if f in shown] + ([files] if len(files) > 1 else []):
             src = "all files" if len(group) > 1 else "tensorboard" if "tfevents" in group[0] else Path(group[0]).name
             out_rows.append(SynthInput(name, src, lab["category"], window, [out / f for f in group]))  # type: ignore[arg-type]
     return out_rows
@@ -493,7 +496,8 @@ def render_synth(rows: list[SynthRow], seconds: float) -> str:
     healthy = [r for r in rows if r.label == "healthy"]
     stepped = [r for r in faulty if r.step_ok is not None]
     out = ["## Generated runs (`tools/synth`)", "",
-           "Real tiny torch runs with a fault injected at a known step; each file diagnosed alone and all together.",
+           "Real tiny torch runs with a fault injected at a known step; each file diagnosed alone and all together (a "
+           "crash's files without its traceback are not scored alone: nothing in them shows the crash).",
            "", "| metric | value |", "|---|---|",
            f"| category accuracy (faulty runs) | {_pct(sum(r.cat_ok for r in faulty), len(faulty))} |",
            f"| first bad step (faulty runs with a window) | {_pct(sum(bool(r.step_ok) for r in stepped), len(stepped))} |",
