@@ -488,8 +488,8 @@ class NoBoxes(Rule):
 class LabelsUnmatched(Rule):
     """Detects labels that stop matching their inputs mid-run: the training loss jumps ``jump`` (2) times
     or more above its level (the median of the ``level`` points before) in one logged interval, overshoots
-    where it started, then comes back down to where it started (the median of its first 3 points, within
-    ``home``) and settles there, flat (the relative median absolute deviation of the last half after the
+    where it started, then comes back down to where it started (the highest of its first 3 points: a log's first
+    point may come after some learning; within ``home``) and settles there, flat (the relative median absolute deviation of the last half after the
     jump at most ``flat``), with the learning rate unchanged.
 
     Why: a model that had learnt its task is suddenly fed targets unrelated to its inputs (labels
@@ -537,7 +537,7 @@ class LabelsUnmatched(Rule):
         if s is None:
             return []
         x = s.values
-        start = float(np.median(x[:3]))
+        start = float(np.max(x[:3]))  # where it started: a log's first points may come after some learning
         if start <= 0:
             return []
         for j in range(max(5, self.p.level // 2), len(x) - self.p.min_after + 1):
@@ -561,7 +561,7 @@ class LabelsUnmatched(Rule):
             h.point("before", s, j - 1, f"{s.name} before the jump", indices=np.arange(max(0, j - self.p.level), j))
             h.point("jump", s, j, f"{s.name} at the jump")
             h.point("late", s, len(x) - 1, f"{s.name} settled", indices=np.arange(len(x) - len(tail), len(x)))
-            h.calc("back", "settled level over the starting level", "median({late}) / median({start})", unit="ratio")
+            h.calc("back", "settled level over the starting level", "median({late}) / max({start})", unit="ratio")
             return [h]
         return []
 
