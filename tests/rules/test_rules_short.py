@@ -157,3 +157,14 @@ def test_a_loss_creeping_up_after_a_learning_rate_drop_is_no_divergence() -> Non
     # a Keras run with no schedule whose loss climbs for 30 epochs from its lowest point
     hits = _hits("keras-udacity-deep-learning-v2-pytorch-cifar10-augmentation").get("TA201", [])
     assert hits and hits[0].first_bad_step == 10 and "climbs steadily" in hits[0].message
+
+
+@pytest.mark.parametrize("cut,step", [(11, 175), (9, 175)])
+def test_a_short_break_starts_at_the_interval_that_holds_it(tmp_path: Path, cut: int, step: int) -> None:
+    # an independent generator's run (gen_short) whose debug hook, registered at step 165, slows every step from
+    # there: logged every 25 steps, step 175's rate (5938 samples/s) is the mean over steps 151-175 and stands between
+    # the levels before (8526-11471) and after (3281-3846); the paste cut after its first ``cut`` lines
+    lines = (CORPUS_LOGS.parent / "runs" / "short-a-throughput-s4" / "log.txt").read_text().splitlines()[:cut]
+    run, _ = load_run([str(write_lines(tmp_path / "t.log", lines))])
+    hits = [h for h in run_rules(run) if h.rule == "TA406"]
+    assert hits and hits[0].first_bad_step == step, [h.message for h in hits]

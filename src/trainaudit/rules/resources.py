@@ -601,7 +601,9 @@ class ThroughputRegression(Rule):
     "60/60 [06:06, 6.11s/it]" for epochs of the same size), with a low confidence. So does a short
     paste (3 points or more) worse at every point, ``climb_ratio`` times from first to last, when the
     series is a rate or its name says it is per iteration, step or batch (a bare "time" may be a
-    clock running through the epoch).
+    clock running through the epoch). A break starts a point earlier where that point is already the
+    square root of the ratio asked for worse than every point before it: a mean over an interval that
+    holds the break stands between the two levels.
 
     Without a step time or a throughput, a clock that runs through the run (``train_time``: the
     time since the start) gives one: its increments over the steps between two logged points.
@@ -724,6 +726,9 @@ class ThroughputRegression(Rule):
         if found is None:
             return []
         k, r = found
+        least = self.p.tiny_ratio if tiny else self.p.short_ratio
+        if not climbing and k >= 2 and float(bad[k - 1]) >= math.sqrt(least) * float(np.max(bad[:k - 1])):
+            k -= 1  # the point before stands between the two levels: a logged mean over an interval that holds the break
         msg = (f"{s.name} {what} {r:.2f}x or more from step {int(s.steps[k])}: every later point is worse than every "
                f"earlier one ({float(np.median(v[:k])):.4g} -> {float(np.median(v[k:])):.4g}, few points logged)")
         if climbing:
