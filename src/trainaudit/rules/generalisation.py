@@ -14,7 +14,7 @@ from trainaudit.model import Run, Series
 from trainaudit.rules.base import Context, Grid, Guidance, Hit, Rule, Thresholds
 from trainaudit.rules.optimisation import lr_moved, accuracies
 from trainaudit.series.roles import norm, same_quantity, validation
-from trainaudit.series.stats import kendall_tau, monotone_tail, rolling_median
+from trainaudit.series.stats import kendall_tau, monotone_tail, rolling_median, trailing_median_mad
 
 
 def _still_more_accurate(ctx: Context, v: Series, rise: float, cut: float) -> bool:
@@ -510,7 +510,9 @@ class LabelsUnmatched(Rule):
     step to the end (ln 10 = 2.303 for ten classes).
 
     Thresholds: ``jump`` (2.0), ``level`` points (10), ``home`` (0.3: the settled level is within
-    -15 % and +30 % of the start), ``flat`` (0.01), ``min_after`` points from the jump (8).
+    -15 % and +30 % of the start), ``flat`` (0.01), ``min_after`` points from the jump (8); of the jumps
+    that overshoot the start, the first ``max_jumps`` (64) are looked at (a loss that does so more often is
+    noise, not one event).
     """
 
     id = "TA304"
@@ -531,23 +533,30 @@ class LabelsUnmatched(Rule):
         home: float = 0.3
         flat: float = 0.01
         min_after: int = 8
+        max_jumps: int = 64
 
     def check(self, ctx: Context) -> list[Hit]:
         s = ctx.series("loss", finite=True, min_points=self.p.level + self.p.min_after)
         if s is None:
             return []
         x = s.values
+        n = len(x)
         start = float(np.max(x[:3]))  # where it started: a log's first points may come after some learning
         if start <= 0:
             return []
-        for j in range(max(5, self.p.level // 2), len(x) - self.p.min_after + 1):
-            pre = float(np.median(x[max(0, j - self.p.level):j]))
-            if pre <= 0 or float(x[j]) < self.p.jump * pre:
-                continue
-            tail = x[j + (len(x) - j) // 2:]
+        # the median of the ``level`` points before each point (of all of them, fewer than ``level``)
+        levels = trailing_median_mad(x, self.p.level)[0]
+        first = max(5, self.p.level // 2)
+        levels[first:self.p.level] = [float(np.median(x[:j])) for j in range(first, self.p.level)]
+        js = np.arange(first, n - self.p.min_after + 1)
+        peaks = np.maximum(np.maximum(x[js], x[js + 1]), x[js + 2])
+        jumps = js[(levels[js] > 0) & (x[js] >= self.p.jump * levels[js]) & (peaks > start)]
+        for j in jumps[:self.p.max_jumps].tolist():
+            pre = float(levels[j])
+            tail = x[j + (n - j) // 2:]
             late = float(np.median(tail))
             peak = float(np.max(x[j:j + 3]))
-            if late < 1.5 * pre or peak < 1.15 * late or peak <= start \
+            if late < 1.5 * pre or peak < 1.15 * late \
                     or not (1 - self.p.home / 2) * start <= late <= (1 + self.p.home) * start \
                     or float(np.median(np.abs(tail - late))) > self.p.flat * late or lr_moved(ctx, s, j):
                 continue
