@@ -14,7 +14,7 @@ from trainaudit.model import Run, Series
 from trainaudit.rules.base import Context, Grid, Guidance, Hit, Rule, Thresholds
 from trainaudit.rules.optimisation import lr_moved, accuracies
 from trainaudit.series.roles import norm, same_quantity, validation
-from trainaudit.series.stats import kendall_tau, monotone_tail, rolling_median, trailing_median_mad
+from trainaudit.series.stats import kendall_tau, monotone_tail, rolling_median, trailing_median_mad_at
 
 
 def _still_more_accurate(ctx: Context, v: Series, rise: float, cut: float) -> bool:
@@ -544,15 +544,14 @@ class LabelsUnmatched(Rule):
         start = float(np.max(x[:3]))  # where it started: a log's first points may come after some learning
         if start <= 0:
             return []
-        # the median of the ``level`` points before each point (of all of them, fewer than ``level``)
-        levels = trailing_median_mad(x, self.p.level)[0]
-        first = max(5, self.p.level // 2)
-        levels[first:self.p.level] = [float(np.median(x[:j])) for j in range(first, self.p.level)]
-        js = np.arange(first, n - self.p.min_after + 1)
-        peaks = np.maximum(np.maximum(x[js], x[js + 1]), x[js + 2])
-        jumps = js[(levels[js] > 0) & (x[js] >= self.p.jump * levels[js]) & (peaks > start)]
-        for j in jumps[:self.p.max_jumps].tolist():
-            pre = float(levels[j])
+        js = np.arange(max(5, self.p.level // 2), n - self.p.min_after + 1)
+        js = js[np.maximum(np.maximum(x[js], x[js + 1]), x[js + 2]) > start]  # the points that overshoot the start
+        # the median of the ``level`` points before each of them (of all of them, fewer than ``level``)
+        early = js[js < self.p.level]
+        levels = np.concatenate([[float(np.median(x[:j])) for j in early],
+                                 trailing_median_mad_at(x, self.p.level, js[early.size:])[0]])
+        jumps = (levels > 0) & (x[js] >= self.p.jump * levels)
+        for j, pre in list(zip(js[jumps].tolist(), levels[jumps].tolist()))[:self.p.max_jumps]:
             tail = x[j + (n - j) // 2:]
             late = float(np.median(tail))
             peak = float(np.max(x[j:j + 3]))
