@@ -14,7 +14,7 @@ from trainaudit.model import Run, Series
 from trainaudit.rules.base import Context, Grid, Guidance, Hit, Rule, Thresholds
 from trainaudit.rules.optimisation import lr_moved, accuracies
 from trainaudit.series.roles import norm, same_quantity, validation
-from trainaudit.series.stats import kendall_tau, monotone_tail, rolling_median, trailing_median_mad_at
+from trainaudit.series.stats import kendall_tau, monotone_tail, rolling_median
 
 
 def _still_more_accurate(ctx: Context, v: Series, rise: float, cut: float) -> bool:
@@ -490,7 +490,8 @@ class LabelsUnmatched(Rule):
     or more above its level (the median of the ``level`` points before) in one logged interval, overshoots
     where it started, then comes back down to where it started (the highest of its first 3 points: a log's first
     point may come after some learning; within ``home``) and settles there, flat (the relative median absolute deviation of the last half after the
-    jump at most ``flat``), with the learning rate unchanged.
+    jump at most ``flat``), with the learning rate unchanged (within ``lr_factor``, 1.25, of what it was ``level``
+    points before: a warm-up that doubles the rate can blow the loss up to the same level).
 
     Why: a model that had learnt its task is suddenly fed targets unrelated to its inputs (labels
     shuffled across a batch, a loader that pairs the wrong files, an index that went out of step). It
@@ -510,9 +511,9 @@ class LabelsUnmatched(Rule):
     step to the end (ln 10 = 2.303 for ten classes).
 
     Thresholds: ``jump`` (2.0), ``level`` points (10), ``home`` (0.3: the settled level is within
-    -15 % and +30 % of the start), ``flat`` (0.01), ``min_after`` points from the jump (8); of the jumps
-    that overshoot the start, the first ``max_jumps`` (64) are looked at (a loss that does so more often is
-    noise, not one event).
+    -15 % and +30 % of the start), ``flat`` (0.01), ``min_after`` points from the jump (8). The jump must be
+    the first time the loss stands above where it started: a loss already thrown about before it (a warm-up
+    that blew it up and down) is no model that had learnt its task.
     """
 
     id = "TA304"
@@ -533,7 +534,7 @@ class LabelsUnmatched(Rule):
         home: float = 0.3
         flat: float = 0.01
         min_after: int = 8
-        max_jumps: int = 64
+        lr_factor: float = 1.25
 
     def check(self, ctx: Context) -> list[Hit]:
         s = ctx.series("loss", finite=True, min_points=self.p.level + self.p.min_after)
@@ -544,20 +545,22 @@ class LabelsUnmatched(Rule):
         start = float(np.max(x[:3]))  # where it started: a log's first points may come after some learning
         if start <= 0:
             return []
-        js = np.arange(max(5, self.p.level // 2), n - self.p.min_after + 1)
-        js = js[np.maximum(np.maximum(x[js], x[js + 1]), x[js + 2]) > start]  # the points that overshoot the start
-        # the median of the ``level`` points before each of them (of all of them, fewer than ``level``)
-        early = js[js < self.p.level]
-        levels = np.concatenate([[float(np.median(x[:j])) for j in early],
-                                 trailing_median_mad_at(x, self.p.level, js[early.size:])[0]])
-        jumps = (levels > 0) & (x[js] >= self.p.jump * levels)
-        for j, pre in list(zip(js[jumps].tolist(), levels[jumps].tolist()))[:self.p.max_jumps]:
+        # the loss first stands above where it started at ``over``: the jump is there or in the two points before
+        above = np.flatnonzero(x[3:] > start)
+        if above.size == 0:
+            return []
+        over = 3 + int(above[0])
+        for j in range(max(over - 2, max(5, self.p.level // 2)), min(over, n - self.p.min_after) + 1):
+            pre = float(np.median(x[max(0, j - self.p.level):j]))
+            if pre <= 0 or float(x[j]) < self.p.jump * pre:
+                continue
             tail = x[j + (n - j) // 2:]
             late = float(np.median(tail))
             peak = float(np.max(x[j:j + 3]))
             if late < 1.5 * pre or peak < 1.15 * late \
                     or not (1 - self.p.home / 2) * start <= late <= (1 + self.p.home) * start \
-                    or float(np.median(np.abs(tail - late))) > self.p.flat * late or lr_moved(ctx, s, j):
+                    or float(np.median(np.abs(tail - late))) > self.p.flat * late \
+                    or lr_moved(ctx, s, j, self.p.level, self.p.lr_factor):
                 continue
             at = int(s.steps[j])
             h = self.hit(f"{s.name} jumped from {pre:.4g} to {float(x[j]):.4g} at step {at}, overshooting where it "

@@ -435,11 +435,11 @@ def _lr_dropped_before(ctx: Context, s: Series, j: int, within: int = 10) -> boo
     return r is not None and 0 < r <= 0.5
 
 
-def lr_moved(ctx: Context, s: Series, j: int, within: int = 10) -> bool:
-    """Whether the learning rate at the point ``j`` of ``s`` is more than twice, or less than half, what it was
-    ``within`` points before (a schedule's step, a warm-up, a ramp)."""
+def lr_moved(ctx: Context, s: Series, j: int, within: int = 10, factor: float = 2.0) -> bool:
+    """Whether the learning rate at the point ``j`` of ``s`` is more than ``factor`` times, or less than its
+    inverse, what it was ``within`` points before (a schedule's step, a warm-up, a ramp)."""
     r = _lr_ratio(ctx, s, j, within)
-    return r is not None and not 0.5 <= r <= 2.0
+    return r is not None and not 1 / factor <= r <= factor
 
 
 def _gradient_cut(ctx: Context, drop: float) -> tuple[Series, int, float] | None:
