@@ -12,7 +12,7 @@ import numpy as np
 from trainaudit.answer.schema import Category, Severity
 from trainaudit.model import Run, Series
 from trainaudit.rules.base import Context, Grid, Guidance, Hit, Rule, Thresholds
-from trainaudit.rules.optimisation import lr_moved, accuracies
+from trainaudit.rules.optimisation import accuracies, lr_moved
 from trainaudit.series.roles import norm, same_quantity, validation
 from trainaudit.series.stats import kendall_tau, monotone_tail, rolling_median
 
@@ -488,10 +488,11 @@ class NoBoxes(Rule):
 class LabelsUnmatched(Rule):
     """Detects labels that stop matching their inputs mid-run: the training loss jumps ``jump`` (2) times
     or more above its level (the median of the ``level`` points before) in one logged interval, overshoots
-    where it started, then comes back down to where it started (the highest of its first 3 points: a log's first
-    point may come after some learning; within ``home``) and settles there, flat (the relative median absolute deviation of the last half after the
-    jump at most ``flat``), with the learning rate unchanged (within ``lr_factor``, 1.25, of what it was ``level``
-    points before: a warm-up that doubles the rate can blow the loss up to the same level).
+    where it started, then comes back down to where it started (the highest of its first 3 points: a log's
+    first point may come after some learning; within ``home``) and settles there, flat (the relative median
+    absolute deviation of the last half after the jump at most ``flat``), with the learning rate unchanged
+    (within ``lr_factor``, 1.25, of what it was ``level`` points before: a warm-up that doubles the rate can
+    blow the loss up to the same level).
 
     Why: a model that had learnt its task is suddenly fed targets unrelated to its inputs (labels
     shuffled across a batch, a loader that pairs the wrong files, an index that went out of step). It
