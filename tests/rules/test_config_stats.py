@@ -118,22 +118,35 @@ def test_kendall_tau_against_the_index() -> None:
     assert kendall_tau(np.array([3.0])) == 0.0
 
 
-def _spike_mask_everywhere(x, window, z_thr, rel_thr, min_history, max_window=100, min_excess=0.1, over_max=3.0):
-    # spike_mask as it was before it skipped the points no higher than the previous maximum: the
-    # trailing median and MAD of every point
-    w = max(3, min(window, x.size // 3))
+def _spike_mask_everywhere(x, window, z_thr, rel_thr, min_history, max_window=100, min_excess=0.1, over_max=3.0,
+                           early=False):
+    # spike_mask computed at every point: the trailing median and MAD of each (of all the points before one
+    # with fewer than w: at least 3), and each point's excursion above its own median
+    n = x.size
+    w = max(3, min(window, n // 3))
+    mw = max(w, min(max_window, n // 3))
     med, dev = trailing_median_mad(x, w)
+    for i in range(3, min(w, n)):
+        med[i] = np.median(x[:i])
+        dev[i] = np.median(np.abs(x[:i] - med[i]))
     z = robust_z(x, med, dev)
     with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
         rel = (x - med) / np.abs(med)
-    mw = max(w, min(max_window, x.size // 3))
-    prev_max = np.full(x.size, np.inf)
-    if x.size > mw:
-        prev_max[mw:] = sliding_max(x[:-1], mw)
-    first = float(np.max(x[:min(5, x.size)]))
+    lo = max(3, min_history) if early else max(min_history, w)
+    prev_max = np.full(n, np.inf)
+    for i in range(lo if early else mw, n):
+        prev_max[i] = np.max(x[max(0, i - mw):i])
+    first = float(np.max(x[:min(5, n)]))
     came_down = np.maximum(first - med, 0.0)
-    mask = (z > z_thr) & (rel > rel_thr) & (x - med > over_max * (prev_max - med)) & (x - med >= min_excess * came_down)
-    mask[:max(min_history, w)] = False
+    base = (z > z_thr) & (rel > rel_thr) & (x - med >= min_excess * came_down)
+    base[:lo] = False
+    if over_max >= 1:
+        base &= x > prev_max
+    mask = base & (x - med > over_max * (prev_max - med))
+    excursion = x - med
+    for i in np.flatnonzero(base & ~mask):
+        e = excursion[max(3, i - mw):i]
+        mask[i] = x[i] - med[i] > over_max * max(0.0, float(np.max(e)) if e.size else 0.0)
     return np.flatnonzero(mask), med, z
 
 
@@ -156,8 +169,9 @@ def _spiky(rng, n):
 
 @pytest.mark.parametrize("seed", range(40))
 def test_spike_mask_equals_computing_every_window(seed):
-    # spike_mask computes the trailing median/MAD only where a point exceeds the previous maximum;
-    # its spikes and the median and z at them must be those of the computation at every point
+    # spike_mask computes the trailing median/MAD only where a point exceeds the previous maximum, and
+    # the earlier points' own medians only where the quick bound fails; its spikes and the median and z
+    # at them must be those of the computation at every point
     from trainaudit.model import Series
     from trainaudit.rules.numerics import spike_mask
 
@@ -168,7 +182,8 @@ def test_spike_mask_equals_computing_every_window(seed):
         s = Series("loss", np.arange(n, dtype=np.int64), x, np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int16))
         window = int(rng.choice([3, 10, 20, 51]))
         args = (window, float(rng.choice([2.0, 5.0, 8.0])), float(rng.choice([0.1, 0.5, 2.0])), int(rng.integers(0, 12)),
-                int(rng.choice([3, 50, 100])), float(rng.choice([0.0, 0.1])), float(rng.choice([0.5, 1.0, 3.0, 10.0])))
+                int(rng.choice([3, 50, 100])), float(rng.choice([0.0, 0.1])), float(rng.choice([0.5, 1.0, 3.0, 10.0])),
+                bool(rng.integers(2)))
         idx, med, z = spike_mask(s, *args)
         ref_idx, ref_med, ref_z = _spike_mask_everywhere(x, *args)
         assert np.array_equal(idx, ref_idx)

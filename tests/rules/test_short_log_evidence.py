@@ -215,6 +215,21 @@ def test_a_validation_loss_the_same_at_every_evaluation(tmp_path: Path) -> None:
     assert _hits(tmp_path, fastai)["TA202"].first_bad_step == 1
 
 
+def test_three_evaluations_whose_loss_and_accuracy_do_not_move(tmp_path: Path) -> None:
+    # three evaluations a few hundred updates apart, the loss and the accuracy the same to every digit while
+    # the training loss moves: the evaluated weights do not change
+    def log(accs: list[float]) -> str:
+        lines = []
+        for e, acc in enumerate(accs):
+            lines += [f"Epoch {e} step {e * 200 + k * 50} loss {2.2 - 0.1 * e + 0.04 * (k % 3):.4f}" for k in range(4)]
+            lines.append(f"Epoch {e} step {e * 200 + 199} val_loss 1.9310 val_acc {acc:.3f}")
+        return "\n".join(lines) + "\n"
+    h = _hits(tmp_path, log([41.2, 41.2, 41.2]))["TA202"]
+    assert h.first_bad_step == 399 and "1.931 to every printed digit at its last 3 evaluations" in h.message
+    # the loss alone the same at three evaluations, the accuracy moving: a loss that rounds alike, no proof
+    assert "TA202" not in _hits(tmp_path, log([41.2, 41.6, 42.0]))
+
+
 def test_two_runs_pasted_one_under_the_other_have_no_throughput_drop(tmp_path: Path) -> None:
     # the slow run's bar first, the fast one's under it (an earlier step on a later line): a comparison
     slow_first = " 273/1833 [09:09<55:41,  2.14s/it]\n 224/1849 [00:53<06:30,  4.17it/s]\n"

@@ -14,7 +14,7 @@ from trainaudit.model import Event, EventKind, Series, unnamed
 from trainaudit.answer.schema import Category, Severity
 from trainaudit.rules.base import Context, Grid, Guidance, Hit, Role, Rule, Thresholds
 from trainaudit.series.roles import adversarial, norm, validation
-from trainaudit.series.stats import robust_z, sliding_max, trailing_median_mad, trailing_median_mad_at
+from trainaudit.series.stats import FloatArray, robust_z, sliding_max, trailing_median_mad_at
 
 TRAINING_ROLES = ("loss", "grad_norm", "lr", "loss_scale", "val_loss")
 _ERROR_RE = re.compile(r"loss|(?:^|_)(?:r?mse|mae|rmsle|nll|cost|err(?:or)?|train|training)(?:_|$)")
@@ -200,30 +200,72 @@ def _scaler_said_skipped(gn: Series, bad: np.ndarray, loss: Series | None, scale
     return bool(np.all((j < at.size) & (at[np.minimum(j, at.size - 1)] - after <= 3)))
 
 
+def spike_history(n: int, window: int, max_window: int) -> tuple[int, int]:
+    """How many points of a series of ``n`` a spike is judged against: its trailing median's window
+    and the window of earlier excursions (at most a third of the series each, at least 3)."""
+    w = max(3, min(window, n // 3))
+    return w, max(w, min(max_window, n // 3))
+
+
+def _trailing_at(x: FloatArray, w: int, at: NDArray[np.intp]) -> tuple[FloatArray, FloatArray]:
+    """Median and MAD of the ``w`` points before each index of ``at``, or of all the points before
+    one with fewer than ``w`` before it."""
+    full = at[at >= w]
+    med = np.full(at.size, np.nan)
+    dev = np.full(at.size, np.nan)
+    med[at >= w], dev[at >= w] = trailing_median_mad_at(x, w, full)
+    for k in np.flatnonzero(at < w):
+        h = x[:int(at[k])]
+        med[k] = float(np.median(h))
+        dev[k] = float(np.median(np.abs(h - med[k])))
+    return med, dev
+
+
+def _excursion_bounds(x: FloatArray, w: int) -> tuple[FloatArray, FloatArray]:
+    """Bounds on each point's excursion above its own trailing median (``_trailing_at``): above the highest
+    and above the lowest of the points before it (the median lies between them); exact where fewer than
+    ``w`` points come before, -inf before the third point."""
+    lower = np.full(x.size, -np.inf)
+    upper = np.full(x.size, -np.inf)
+    head = np.arange(3, min(w, x.size), dtype=np.intp)
+    if head.size:
+        lower[head] = upper[head] = x[head] - _trailing_at(x, w, head)[0]
+    if x.size > w:
+        lower[w:] = x[w:] - sliding_max(x[:-1], w)
+        upper[w:] = x[w:] + sliding_max(-x[:-1], w)
+    return lower, upper
+
+
 def spike_mask(s: Series, window: int, z_thr: float, rel_thr: float, min_history: int, max_window: int = 100,
-               min_excess: float = 0.1, over_max: float = 3.0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+               min_excess: float = 0.1, over_max: float = 3.0, early: bool = False,
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Points far above what came before: robust z over the trailing median/MAD of ``window``
     points, ``rel_thr`` above that median, *and* an excursion above the median ``over_max`` times
     the largest excursion of the previous ``max_window`` points. The last condition keeps the heavy right tail of small-batch losses
     (a batch with one hard example) from counting: a spike must exceed the recent extremes too.
-    Returns (spike indices, trailing median, robust z); with ``over_max`` >= 1 the median and z are
-    computed only at the points above every one of the previous ``max_window`` (NaN elsewhere): the
-    median of the trailing window is at most their maximum, so ``x - med > over_max * (prev_max - med)``
-    holds nowhere else (rounding keeps that order: a difference and a product by a factor >= 1 round
-    monotonically)."""
+    Each earlier point's excursion is taken above its own trailing median where the quick bound
+    (above the current median) fails: on a falling loss the earlier points stand high because the
+    loss was higher then, not because it is noisy.
+    With ``early``, points with ``min_history`` to ``max_window`` points before them are judged too,
+    against what there is (the caller must judge them against the points after them as well).
+    Only points above every one of the previous ``max_window`` are spikes (with ``over_max`` >= 1).
+    Returns (spike indices, trailing median, robust z); the median and z are computed only at those
+    points (NaN elsewhere): the median of the trailing window is at most their maximum, so
+    ``x - med > over_max * (prev_max - med)`` holds nowhere else (rounding keeps that order: a difference
+    and a product by a factor >= 1 round monotonically)."""
     x = s.values
-    w = max(3, min(window, x.size // 3))
-    mw = max(w, min(max_window, x.size // 3))
+    w, mw = spike_history(x.size, window, max_window)
+    lo = max(3, min_history) if early else max(min_history, w)
     prev_max = np.full(x.size, np.inf)
+    if early and x.size > lo:
+        prev_max[lo:mw] = np.maximum.accumulate(x[:mw - 1])[lo - 1:]
     if x.size > mw:
         prev_max[mw:] = sliding_max(x[:-1], mw)
-    if over_max >= 1:
-        at = np.flatnonzero(x > prev_max)  # only where prev_max is finite: index mw >= w on
-        med = np.full(x.size, np.nan)
-        dev = np.full(x.size, np.nan)
-        med[at], dev[at] = trailing_median_mad_at(x, w, at)
-    else:
-        med, dev = trailing_median_mad(x, w)
+    at = np.arange(lo, x.size) if over_max < 1 else np.flatnonzero(x > prev_max)
+    at = at[at >= lo]
+    med = np.full(x.size, np.nan)
+    dev = np.full(x.size, np.nan)
+    med[at], dev[at] = _trailing_at(x, w, at)
     z = robust_z(x, med, dev)
     with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
         rel = (x - med) / np.abs(med)
@@ -232,8 +274,27 @@ def spike_mask(s: Series, window: int, z_thr: float, rel_thr: float, min_history
     # from its highest of the first points: a fine-tune's loss may fall most of the way in them
     first = float(np.max(x[:min(5, x.size)]))
     came_down = np.maximum(first - med, 0.0)
-    mask = (z > z_thr) & (rel > rel_thr) & (x - med > over_max * (prev_max - med)) & (x - med >= min_excess * came_down)
-    mask[:max(min_history, w)] = False
+    base = (z > z_thr) & (rel > rel_thr) & (x - med >= min_excess * came_down)
+    mask = base & (x - med > over_max * (prev_max - med))
+    recheck = np.flatnonzero(base & ~mask)
+    if recheck.size:
+        lower, upper = _excursion_bounds(x, w)
+        exact: list[int] = []
+        for i in recheck:
+            lo_i = max(3, int(i) - mw)
+            bar = float(x[i] - med[i]) / over_max
+            if np.max(lower[lo_i:i], initial=0.0) >= bar:
+                continue
+            if np.max(upper[lo_i:i], initial=0.0) < bar:
+                mask[i] = True
+            else:
+                exact.append(int(i))
+        if exact:  # the bounds did not decide: the excursions themselves, all in one pass
+            j = np.unique(np.concatenate([np.arange(max(3, i - mw), i, dtype=np.intp) for i in exact]))
+            excursion = np.full(x.size, -np.inf)
+            excursion[j] = x[j] - _trailing_at(x, w, j)[0]
+            for i in exact:
+                mask[i] = float(np.max(excursion[max(3, i - mw):i], initial=0.0)) < float(x[i] - med[i]) / over_max
     return np.flatnonzero(mask), med, z
 
 
@@ -297,10 +358,11 @@ class LossSpike(Rule):
         if len(s) < self.p.min_history + 3:
             return self._short(s) or self._short_validation(ctx)
         idx, med, z = spike_mask(s, self.p.window, self.p.z, self.p.rel, self.p.min_history, self.p.max_window,
-                                 self.p.min_excess, self.p.over_max)
+                                 self.p.min_excess, self.p.over_max, early=True)
         if idx.size == 0:
             return []
         x = s.values
+        _, mw = spike_history(x.size, self.p.window, self.p.max_window)
         spikes: list[int] = []
         for i in idx:
             if spikes and i - spikes[-1] <= 1:
@@ -309,7 +371,7 @@ class LossSpike(Rule):
             back = med[i] + max(abs(med[i]) * self.p.rel / 2, 0.1 * (x[i] - med[i]))  # half the jump, or 90% of a huge one
             if after.size == 0 or not np.any(after <= back):
                 continue  # did not recover (or the log ends on it): divergence/NaN rules own it
-            if i < self.p.window and self._within_later_noise(x, med, int(i)):
+            if i < max(self.p.window, mw) and self._within_later_noise(x, med, int(i)):
                 continue
             if self._within_earlier_tail(x, med, int(i)):
                 continue

@@ -589,7 +589,8 @@ class NotLearning(Rule):
     evaluations or more, half of them at least (the evaluated weights do not change), when they are
     more than a step apart or the training loss is flat too (a progress line repeats the last
     evaluation at every step while the per-step loss moves), and a paste of ``short_points`` evaluations
-    all within ``pinned_spread`` of one value does when the training loss is flat over them; so does a
+    all within ``pinned_spread`` of one value does when the training loss is flat over them, or when they are
+    the same to every printed digit and so is another metric of the same evaluations (an accuracy); so does a
     loss (or validation loss) within ``near_tol`` (0.005) of ln(C) on all of its 6 or more points, C a
     class count up to ``max_classes`` (1000; a language model's first steps sit near ln(vocabulary)
     while warming up). A validation loss the same at all its evaluations (2 or more) at ln(C) within
@@ -733,6 +734,9 @@ class NotLearning(Rule):
         # flat over them too: two signs that agree, at ``short_points`` evaluations
         still = len(x) == self.p.short_points and _still_tail(x, self.p.pinned_spread) == len(x) and \
             self._flat_training(ctx, v.steps)
+        # or the same to every printed digit at ``short_points`` evaluations, and so is another metric of
+        # the same evaluations (its accuracy): two quantities that a changed model moves
+        still = still or (same == len(x) == self.p.short_points and _another_still(ctx, v))
         if (same < max(self.p.short_points + 1, len(x) // 2) and not still) or abs(float(x[-1])) < self.p.frozen_floor:
             return []
         same = len(x) if still else same
@@ -1000,6 +1004,19 @@ def _accuracy_at_chance(ctx: Context, classes: int) -> Series | None:
     if not accs or any(v.size < 2 or float(np.max(np.abs(v - chance))) > 0.5 * chance for _, v in accs):
         return None
     return accs[0][0]
+
+
+def _another_still(ctx: Context, v: Series) -> bool:
+    """Whether another evaluation metric than ``v``, logged at each of ``v``'s steps, has one value there to
+    every printed digit (not an error rate at its worst, which ``_no_output`` reads)."""
+    for name, series in ctx.run.series.items():
+        if name == v.name or "@rank" in name or not validation(name) or _ERROR_RATE.search(norm(name)):
+            continue
+        f = series.finite()
+        at = np.isin(f.steps, v.steps)
+        if int(np.count_nonzero(at)) == len(v) and float(np.ptp(f.values[at])) == 0.0:
+            return True
+    return False
 
 
 def _still_tail(x: np.ndarray, tol: float = 0.0) -> int:
