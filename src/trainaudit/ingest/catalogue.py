@@ -108,6 +108,12 @@ CATALOGUE: tuple[Known, ...] = (
           "https://github.com/facebookresearch/deit/blob/main/engine.py (train_one_epoch); "
           "https://github.com/facebookresearch/detr/blob/main/engine.py", fatal=True,
           pattern=re.compile(r"Loss is [-+]?(?:nan|inf), stopping training")),
+    # PyTorch-Ignite's TerminateOnNan handler warns and ends the run when an iteration's output (the loss)
+    # is not finite: "TerminateOnNan: Output 'nan' contains NaN or Inf. Stop training"
+    Known("ignite-terminate-on-nan", ("contains NaN or Inf. Stop training",), EventKind.NAN_CHECK,
+          "PyTorch-Ignite's TerminateOnNan found the iteration's output (the loss) NaN or Inf and ended the run",
+          "nan_inf", "critical",
+          "https://github.com/pytorch/ignite/blob/master/ignite/handlers/terminate_on_nan.py", fatal=True),
     Known("gpt-neox-overflow-exit", ("iterations in a row due to Overflow",), EventKind.LOSS_SCALE_MIN,
           "the fp16 loss scaler skipped every step for too long (the loss scale cannot recover) and the run exits",
           "loss_scale_collapse", "critical", "https://github.com/EleutherAI/gpt-neox/blob/main/megatron/training.py",

@@ -132,7 +132,9 @@ class Divergence(Rule):
     against the other player's, so a rise is no divergence.
 
     A rise short of doubling that stays within ``noise_z`` (3) robust standard deviations of the loss's
-    point-to-point noise is not one: a small batch's noise lifts a short log's tail that much.
+    point-to-point noise is not one: a small batch's noise lifts a short log's tail that much. Nor is a
+    larger one within that noise when the loss ends no higher than its first points: the lowest points of a
+    per-batch loss near 0 are its noise (0.02 among 0.3s).
 
     When the validation loss left its best (``rel`` above it, at every evaluation from there) before
     the training loss did, the first bad step is that evaluation's.
@@ -288,7 +290,9 @@ class Divergence(Rule):
         # ``noise_z`` sigmas
         d = np.diff(s.values)
         sigma = 1.4826 * float(np.median(np.abs(d - np.median(d)))) / np.sqrt(2.0)
-        if ratio < 2 and end - best_v < self.p.noise_z * sigma:
+        # (at any ratio when the loss ends no higher than it started: a noisy per-batch loss near 0 whose
+        # lowest points are its noise, 0.02 among 0.3s)
+        if end - best_v < self.p.noise_z * sigma and (ratio < 2 or end <= float(np.max(s.values[:3]))):
             return []
         sev = "critical" if ratio >= 2 else "high"
         msg = (f"{s.name} diverged from step {int(s.steps[i])}: best (smoothed) {best_v:.4g} at step {int(st[jb])}, "
@@ -1130,7 +1134,9 @@ class ExplodingGradients(Rule):
     standard deviations), each more than a ``factor``-th of the next.
 
     Thresholds: ``factor`` growth factor (10; AutoTrainer uses 70 for layer ratios),
-    ``frac_high`` fraction of second-half points above ``factor`` x early median (0.2), ``jump``
+    ``frac_high`` fraction of second-half points above ``factor`` x early median (0.2, two points at least;
+    or a norm that climbs over its last 5 points or more, each above the one before, ``factor`` times over
+    them), ``jump``
     a one-step jump over every earlier point that, followed by more values that large, is an
     explosion at any log length (40).
     """
@@ -1174,10 +1180,17 @@ class ExplodingGradients(Rule):
         half = x[len(g) // 2:]
         frac = float(np.mean(half > self.p.factor * early))
         growth = late / early
-        if growth < self.p.factor and frac < self.p.frac_high:
+        # repeated: two points at least (in a 10-point paste one outlier is a fifth of the second half)
+        repeated = frac >= self.p.frac_high and int(np.count_nonzero(half > self.p.factor * early)) >= 2
+        # or a steady climb: each of its last 5 points or more above the one before, ``factor`` times over them
+        r = len(x) - 1 - int(np.flatnonzero(np.diff(x) <= 0)[-1] + 1) if np.any(np.diff(x) <= 0) else len(x) - 1
+        climb = r >= 4 and float(x[-1]) >= self.p.factor * float(x[-1 - r])
+        if growth < self.p.factor and not repeated and not climb:
             return []
         above = np.flatnonzero(x > self.p.factor * early)
         i = _climb_start(x, int(above[0]), self.p.factor) if above.size else len(g) - k
+        if climb and growth < self.p.factor and not repeated:
+            i = len(x) - 1 - r
         msg = (f"{g.name} grows {growth:.3g}x (median of the first 5 points {early:.4g}, of the last 20% {late:.4g}); "
                f"{frac:.0%} of the second half is above {self.p.factor:g}x the early level")
         h = self.hit(msg, min(0.95, 0.6 + 0.1 * math.log10(max(growth, frac * 100, 1.0))), metric=g.name,
