@@ -290,11 +290,11 @@ def spike_mask(s: Series, window: int, z_thr: float, rel_thr: float, min_history
             else:
                 exact.append(int(i))
         if exact:  # the bounds did not decide: the excursions themselves, all in one pass
-            j = np.unique(np.concatenate([np.arange(max(3, i - mw), i, dtype=np.intp) for i in exact]))
+            j = np.unique(np.concatenate([np.arange(max(3, k - mw), k, dtype=np.intp) for k in exact]))
             excursion = np.full(x.size, -np.inf)
             excursion[j] = x[j] - _trailing_at(x, w, j)[0]
-            for i in exact:
-                mask[i] = float(np.max(excursion[max(3, i - mw):i], initial=0.0)) < float(x[i] - med[i]) / over_max
+            for k in exact:
+                mask[k] = float(np.max(excursion[max(3, k - mw):k], initial=0.0)) < float(x[k] - med[k]) / over_max
     return np.flatnonzero(mask), med, z
 
 
