@@ -1267,6 +1267,8 @@ class VanishingGradients(Rule):
 
     Example: a 12-layer sigmoid MLP with first-layer grad norm 3e-9 vs last layer 0.02.
 
+    One layer's norm logged beside the total norm counts against the total (at least the largest layer's).
+
     A gradient profile printed once (one line per layer or parameter, as debugging scripts do)
     counts too: every gradient statistic below ``abs_min``, or the smallest ``layer_ratio`` of the
     largest.
@@ -1337,6 +1339,8 @@ class VanishingGradients(Rule):
             return profile
         layers = [ctx.run.series[n].finite() for n in ctx.roles.layer_grad_norms]
         layers = [s for s in layers if len(s) >= self.p.min_points]
+        if len(layers) == 1 and g is not None and len(g) >= self.p.min_points:
+            layers.append(g)  # one layer beside the total norm, which is at least the largest layer's
         if len(layers) >= 2:
             meds = np.array([float(np.median(s.values[len(s) // 2:])) for s in layers])
             lo, hi = int(np.argmin(meds)), int(np.argmax(meds))
