@@ -64,6 +64,7 @@ LINES = {
                                 if "NaN" in ln),
     "icefall-gradient-scale-tiny": corpus_log("icefall-k2-fsa-icefall-1895")[0],
     "loss-not-finite-stop": next(ln for ln in corpus_log("pytorch-loop-LTH14-mar-69") if "stopping training" in ln),
+    "nccl-cuda-calloc": "localhost: [rank0]: Failed to CUDA calloc async 4 bytes",
     "ignite-terminate-on-nan": "2026-11-29 23:01:21,636 ignite.handlers.terminate_on_nan.TerminateOnNan WARNING: "
                                "TerminateOnNan: Output 'nan' contains NaN or Inf. Stop training",
     "gpt-neox-overflow-exit": next(ln for ln in corpus_log("gpt-neox-EleutherAI-gpt-neox-482") if "in a row" in ln),

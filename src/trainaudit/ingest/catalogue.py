@@ -196,6 +196,14 @@ CATALOGUE: tuple[Known, ...] = (
           "the CUDA caching allocator could not get the memory it asked the device for (free and total device "
           "memory in bytes follow); torch.OutOfMemoryError follows when freeing its cache does not help",
           "oom", "high", "https://github.com/pytorch/pytorch/blob/main/c10/cuda/CUDACachingAllocator.cpp"),
+    # NCCL allocates its buffers with cudaMalloc and warns "Failed to CUDA calloc [async] N bytes" when the
+    # device refuses (ncclUnhandledCudaError follows): a few bytes refused is a full GPU, most often taken by
+    # another process
+    Known("nccl-cuda-calloc", ("Failed to CUDA calloc",), EventKind.OOM,
+          "NCCL could not allocate device memory for its buffers (ncclUnhandledCudaError follows): the GPU's "
+          "memory is full, often held by another process or by the model and its caches", "oom", "critical",
+          "https://github.com/NVIDIA/nccl/blob/master/src/include/alloc.h (ncclCudaCalloc)", fatal=True,
+          pattern=re.compile(r"Failed to CUDA calloc (?:async )?\d{1,15} bytes")),
     # Apple silicon (MLX, PyTorch MPS): the GPU's command buffer failed for want of memory; MLX raises it as a
     # C++ runtime_error, so the process aborts
     Known("metal-oom", ("kIOGPUCommandBufferCallbackErrorOutOfMemory",), EventKind.OOM,
