@@ -320,7 +320,8 @@ class LossSpike(Rule):
     ``min_history`` + 3 points, a spike is one point ``short_jump`` + 1 times its larger neighbour
     (3x) whose neighbours agree within ``rel``; in so short a paste, one or two evaluations of the
     validation loss so far above the evaluations on both sides count too, when they stand above every
-    training loss the paste shows. A jump with fewer than ``window`` points before it must also stand
+    training loss the paste shows. A jump with ``min_history`` points or more before it counts, against the
+    points there are; with fewer than ``window`` (or ``max_window``) points before it, it must also stand
     ``over_max`` times as far above its median as any of the ``max_window`` points after it does above
     theirs: so short a history does not show the noise. Any jump must also stand ``over_max`` times as far
     above its median as every earlier point of the run did above its own: a small batch's loss that jumped
