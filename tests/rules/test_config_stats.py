@@ -226,3 +226,26 @@ def test_kendall_tau_is_the_sum_of_every_pair_s_sign(values: list[float], noise:
               rng.normal(size=len(values))):
         got, want = kendall_tau(v), _kendall_pairs(v)
         assert (np.isnan(got) and np.isnan(want)) or got == want
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_earlier_tail_equals_computing_every_median(seed):
+    # TA102 looks for an earlier point as far above its own median as a jump's third; the bounds on each
+    # point's excursion (above the highest and the lowest point before it) must not change the answer
+    from trainaudit.rules.numerics import LossSpike, _excursion_bounds, spike_history
+
+    rule = LossSpike()
+    rng = np.random.default_rng(seed)
+    for _ in range(20):
+        n = int(rng.integers(20, 1500))
+        x = _spiky(rng, n)
+        w, _ = spike_history(n, rule.p.window, rule.p.max_window)
+        med, _ = trailing_median_mad(x, w)
+        bounds = _excursion_bounds(x, w)
+        start = max(rule.p.min_history, w)
+        for i in rng.integers(w, n, 8):
+            i = int(i)
+            end = i - max(w, min(rule.p.max_window, n // 3))
+            excess = float(x[i] - med[i]) / rule.p.over_max
+            ref = end > start and bool(np.any(x[start:end] - med[start:end] >= excess))
+            assert rule._within_earlier_tail(x, med, i, bounds) == ref

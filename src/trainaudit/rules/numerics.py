@@ -363,7 +363,8 @@ class LossSpike(Rule):
         if idx.size == 0:
             return []
         x = s.values
-        _, mw = spike_history(x.size, self.p.window, self.p.max_window)
+        w, mw = spike_history(x.size, self.p.window, self.p.max_window)
+        bounds = _excursion_bounds(x, w)  # of each point's excursion above its own median (see _within_earlier_tail)
         spikes: list[int] = []
         for i in idx:
             if spikes and i - spikes[-1] <= 1:
@@ -374,7 +375,7 @@ class LossSpike(Rule):
                 continue  # did not recover (or the log ends on it): divergence/NaN rules own it
             if i < max(self.p.window, mw) and self._within_later_noise(x, med, int(i)):
                 continue
-            if self._within_earlier_tail(x, med, int(i)):
+            if self._within_earlier_tail(x, med, int(i), bounds):
                 continue
             spikes.append(int(i))
         if not spikes:
@@ -403,7 +404,7 @@ class LossSpike(Rule):
         later = [float(x[j]) - float(np.median(x[max(0, j - w):j])) for j in range(i + 2, min(x.size, i + 2 + self.p.max_window))]
         return bool(later) and float(x[i] - med[i]) <= self.p.over_max * max(later)
 
-    def _within_earlier_tail(self, x: np.ndarray, med: np.ndarray, i: int) -> bool:
+    def _within_earlier_tail(self, x: np.ndarray, med: np.ndarray, i: int, bounds: tuple[FloatArray, FloatArray]) -> bool:
         """A jump no more than ``over_max`` times as far above its median as some point before the last
         ``max_window`` was above its own: the recent window is only part of the run's history, and a
         small batch's loss that jumped as far earlier in the run has a heavy tail, not a spike (a
@@ -414,9 +415,12 @@ class LossSpike(Rule):
         if end <= start:
             return False
         excess = float(x[i] - med[i]) / self.p.over_max
+        lower, upper = bounds
+        if float(np.max(lower[start:end])) >= excess:
+            return True
         # a point can stand that far above its trailing median only if it stands that far above the
-        # lowest value of the run: the medians are computed at those points alone
-        at = start + np.flatnonzero(x[start:end] >= float(np.min(x)) + excess)
+        # lowest point before it: the medians are computed at those points alone
+        at = start + np.flatnonzero(upper[start:end] >= excess)
         if at.size == 0:
             return False
         m, _ = trailing_median_mad_at(x, w, at)
