@@ -1183,16 +1183,18 @@ class ExplodingGradients(Rule):
         # repeated: two points at least (in a 10-point paste one outlier is a fifth of the second half)
         repeated = frac >= self.p.frac_high and int(np.count_nonzero(half > self.p.factor * early)) >= 2
         # or a steady climb: each of its last 5 points or more above the one before, ``factor`` times over them
-        r = len(x) - 1 - int(np.flatnonzero(np.diff(x) <= 0)[-1] + 1) if np.any(np.diff(x) <= 0) else len(x) - 1
+        falls = np.flatnonzero(np.diff(x) <= 0)
+        r = len(x) - 2 - int(falls[-1]) if falls.size else len(x) - 1  # rises since the last fall
         climb = r >= 4 and float(x[-1]) >= self.p.factor * float(x[-1 - r])
         if growth < self.p.factor and not repeated and not climb:
             return []
         above = np.flatnonzero(x > self.p.factor * early)
         i = _climb_start(x, int(above[0]), self.p.factor) if above.size else len(g) - k
-        if climb and growth < self.p.factor and not repeated:
-            i = len(x) - 1 - r
         msg = (f"{g.name} grows {growth:.3g}x (median of the first 5 points {early:.4g}, of the last 20% {late:.4g}); "
                f"{frac:.0%} of the second half is above {self.p.factor:g}x the early level")
+        if climb and growth < self.p.factor and not repeated:
+            i = len(x) - 1 - r
+            msg += f"; it rises at each of its last {r} points, {float(x[-1]) / float(x[i]):.3g}x over them"
         h = self.hit(msg, min(0.95, 0.6 + 0.1 * math.log10(max(growth, frac * 100, 1.0))), metric=g.name,
                      first_bad_step=int(g.steps[i]), last_step=int(g.steps[-1]))
         e_idx = np.arange(1, 6) if len(g) > 6 else np.arange(0, 5)
