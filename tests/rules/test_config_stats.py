@@ -19,6 +19,7 @@ from trainaudit.series.stats import (
     sliding_max,
     trailing_median_mad,
     trailing_median_mad_at,
+    trailing_median_mad_upto,
 )
 
 
@@ -202,6 +203,16 @@ def test_trailing_median_mad_at_equals_every_point():
         assert trailing_median_mad_at(x, window, np.array([], dtype=np.intp))[0].size == 0
     with pytest.raises(ValueError):
         trailing_median_mad_at(np.arange(10.0), 4, np.array([3]))
+
+
+def test_trailing_median_mad_upto_takes_the_points_there_are():
+    rng = np.random.default_rng(3)
+    x = rng.lognormal(0.0, 1.0, 300)
+    at = np.array([1, 2, 5, 9, 10, 11, 150, 299], dtype=np.intp)
+    m, d = trailing_median_mad_upto(x, 10, at)
+    for k, i in enumerate(at):
+        h = x[max(0, i - 10):i]
+        assert m[k] == np.median(h) and d[k] == np.median(np.abs(h - np.median(h)))
 
 
 def _kendall_pairs(v: np.ndarray) -> float:

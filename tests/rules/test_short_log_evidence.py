@@ -215,6 +215,15 @@ def test_a_validation_loss_the_same_at_every_evaluation(tmp_path: Path) -> None:
     assert _hits(tmp_path, fastai)["TA202"].first_bad_step == 1
 
 
+def test_a_spike_at_the_ninth_point_is_judged_on_the_eight_before_it(tmp_path: Path) -> None:
+    # one corrupt batch early in a log: its evidence is the points there are, none borrowed from the end
+    values = [0.55, 0.55, 0.49, 0.65, 0.51, 0.48, 0.57, 0.47, 1.7e5] + [0.5 + 0.05 * (k % 3) for k in range(30)]
+    h = _hits(tmp_path, "".join(f"step {s} loss {v}\n" for s, v in enumerate(values, 81)))["TA102"]
+    assert h.first_bad_step == 89
+    base = next(p for p in h.points if p.key == "base")
+    assert list(base.indices) == list(range(8)) and "over the 8 points before the spike" in base.statement
+
+
 def test_three_evaluations_whose_loss_and_accuracy_do_not_move(tmp_path: Path) -> None:
     # three evaluations a few hundred updates apart, the loss and the accuracy the same to every digit while
     # the training loss moves: the evaluated weights do not change

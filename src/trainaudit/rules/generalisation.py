@@ -14,7 +14,7 @@ from trainaudit.model import Run, Series
 from trainaudit.rules.base import Context, Grid, Guidance, Hit, Rule, Thresholds
 from trainaudit.rules.optimisation import accuracies, lr_moved
 from trainaudit.series.roles import norm, same_quantity, validation
-from trainaudit.series.stats import kendall_tau, monotone_tail, rolling_median
+from trainaudit.series.stats import kendall_tau, monotone_tail, rolling_median, trailing_median_mad_upto
 
 
 def _still_more_accurate(ctx: Context, v: Series, rise: float, cut: float) -> bool:
@@ -551,8 +551,8 @@ class LabelsUnmatched(Rule):
         if above.size == 0:
             return []
         over = 3 + int(above[0])
-        for j in range(max(over - 2, max(5, self.p.level // 2)), min(over, n - self.p.min_after) + 1):
-            pre = float(np.median(x[max(0, j - self.p.level):j]))
+        js = np.arange(max(over - 2, max(5, self.p.level // 2)), min(over, n - self.p.min_after) + 1, dtype=np.intp)
+        for j, pre in zip(js.tolist(), trailing_median_mad_upto(x, self.p.level, js)[0].tolist()):
             if pre <= 0 or float(x[j]) < self.p.jump * pre:
                 continue
             tail = x[j + (n - j) // 2:]

@@ -14,7 +14,7 @@ from trainaudit.model import Event, EventKind, Series, unnamed
 from trainaudit.answer.schema import Category, Severity
 from trainaudit.rules.base import Context, Grid, Guidance, Hit, Role, Rule, Thresholds
 from trainaudit.series.roles import adversarial, norm, validation
-from trainaudit.series.stats import FloatArray, robust_z, sliding_max, trailing_median_mad_at
+from trainaudit.series.stats import FloatArray, robust_z, sliding_max, trailing_median_mad_at, trailing_median_mad_upto
 
 TRAINING_ROLES = ("loss", "grad_norm", "lr", "loss_scale", "val_loss")
 _ERROR_RE = re.compile(r"loss|(?:^|_)(?:r?mse|mae|rmsle|nll|cost|err(?:or)?|train|training)(?:_|$)")
@@ -207,29 +207,15 @@ def spike_history(n: int, window: int, max_window: int) -> tuple[int, int]:
     return w, max(w, min(max_window, n // 3))
 
 
-def _trailing_at(x: FloatArray, w: int, at: NDArray[np.intp]) -> tuple[FloatArray, FloatArray]:
-    """Median and MAD of the ``w`` points before each index of ``at``, or of all the points before
-    one with fewer than ``w`` before it."""
-    full = at[at >= w]
-    med = np.full(at.size, np.nan)
-    dev = np.full(at.size, np.nan)
-    med[at >= w], dev[at >= w] = trailing_median_mad_at(x, w, full)
-    for k in np.flatnonzero(at < w):
-        h = x[:int(at[k])]
-        med[k] = float(np.median(h))
-        dev[k] = float(np.median(np.abs(h - med[k])))
-    return med, dev
-
-
 def _excursion_bounds(x: FloatArray, w: int) -> tuple[FloatArray, FloatArray]:
-    """Bounds on each point's excursion above its own trailing median (``_trailing_at``): above the highest
+    """Bounds on each point's excursion above its own trailing median (``trailing_median_mad_upto``): above the highest
     and above the lowest of the points before it (the median lies between them); exact where fewer than
     ``w`` points come before, -inf before the third point."""
     lower = np.full(x.size, -np.inf)
     upper = np.full(x.size, -np.inf)
     head = np.arange(3, min(w, x.size), dtype=np.intp)
     if head.size:
-        lower[head] = upper[head] = x[head] - _trailing_at(x, w, head)[0]
+        lower[head] = upper[head] = x[head] - trailing_median_mad_upto(x, w, head)[0]
     if x.size > w:
         lower[w:] = x[w:] - sliding_max(x[:-1], w)
         upper[w:] = x[w:] + sliding_max(-x[:-1], w)
@@ -265,7 +251,7 @@ def spike_mask(s: Series, window: int, z_thr: float, rel_thr: float, min_history
     at = at[at >= lo]
     med = np.full(x.size, np.nan)
     dev = np.full(x.size, np.nan)
-    med[at], dev[at] = _trailing_at(x, w, at)
+    med[at], dev[at] = trailing_median_mad_upto(x, w, at)
     z = robust_z(x, med, dev)
     with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
         rel = (x - med) / np.abs(med)
@@ -292,7 +278,7 @@ def spike_mask(s: Series, window: int, z_thr: float, rel_thr: float, min_history
         if exact:  # the bounds did not decide: the excursions themselves, all in one pass
             j = np.unique(np.concatenate([np.arange(max(3, k - mw), k, dtype=np.intp) for k in exact]))
             excursion = np.full(x.size, -np.inf)
-            excursion[j] = x[j] - _trailing_at(x, w, j)[0]
+            excursion[j] = x[j] - trailing_median_mad_upto(x, w, j)[0]
             for k in exact:
                 mask[k] = float(np.max(excursion[max(3, k - mw):k], initial=0.0)) < float(x[k] - med[k]) / over_max
     return np.flatnonzero(mask), med, z
@@ -389,8 +375,8 @@ class LossSpike(Rule):
         h = self.hit(msg, min(0.95, 0.6 + 0.05 * len(spikes) + 0.02 * min(float(z[i]), 10)), metric=s.name,
                      first_bad_step=int(s.steps[i]), last_step=int(s.steps[spikes[-1]]), severity=sev,
                      data={"spike_steps": [int(s.steps[k]) for k in spikes]})
-        w = max(3, min(self.p.window, len(s) // 3))
-        h.point("base", s, i - 1, f"{s.name} over the {w} points before the spike", indices=np.arange(i - w, i))
+        lo = max(0, i - w)  # an early spike has fewer than w points before it
+        h.point("base", s, i - 1, f"{s.name} over the {i - lo} points before the spike", indices=np.arange(lo, i))
         h.point("spike", s, i, f"{s.name} at the spike, step {int(s.steps[i])}")
         h.calc("jump", "relative jump of the loss over the median of the preceding points",
                "({spike} - median({base})) / abs(median({base}))", unit="ratio")
@@ -400,17 +386,17 @@ class LossSpike(Rule):
         """A jump with fewer than ``window`` points before it is judged against the ``max_window`` points after
         it too: so short a history does not show the noise, and a per-batch loss that later jumps a third as
         far above its median as this one was only noisy (a diffusion model's loss at a random timestep)."""
-        w = self.p.window
-        later = [float(x[j]) - float(np.median(x[max(0, j - w):j])) for j in range(i + 2, min(x.size, i + 2 + self.p.max_window))]
-        return bool(later) and float(x[i] - med[i]) <= self.p.over_max * max(later)
+        js = np.arange(i + 2, min(x.size, i + 2 + self.p.max_window), dtype=np.intp)
+        later = x[js] - trailing_median_mad_upto(x, self.p.window, js)[0]
+        return bool(later.size) and float(x[i] - med[i]) <= self.p.over_max * float(np.max(later))
 
     def _within_earlier_tail(self, x: np.ndarray, med: np.ndarray, i: int, bounds: tuple[FloatArray, FloatArray]) -> bool:
         """A jump no more than ``over_max`` times as far above its median as some point before the last
         ``max_window`` was above its own: the recent window is only part of the run's history, and a
         small batch's loss that jumped as far earlier in the run has a heavy tail, not a spike (a
         classifier converged near 0 whose hard batches reach 0.3 every few hundred steps)."""
-        w = max(3, min(self.p.window, x.size // 3))
-        end = i - max(w, min(self.p.max_window, x.size // 3))
+        w, mw = spike_history(x.size, self.p.window, self.p.max_window)
+        end = i - mw
         start = max(self.p.min_history, w)
         if end <= start:
             return False

@@ -102,6 +102,20 @@ def trailing_median_mad_at(x: FloatArray, window: int, at: NDArray[np.intp]) -> 
     return _window_stat(x[:-1], window, "median", starts), _window_stat(x[:-1], window, "mad", starts)
 
 
+def trailing_median_mad_upto(x: FloatArray, window: int, at: NDArray[np.intp]) -> tuple[FloatArray, FloatArray]:
+    """Median and MAD of the ``window`` points before each index of ``at`` (each at least 1), or of all the
+    points before one with fewer than ``window`` before it: the start of a log judged on what it has."""
+    med = np.full(at.size, np.nan)
+    dev = np.full(at.size, np.nan)
+    full = at >= window
+    med[full], dev[full] = trailing_median_mad_at(x, window, at[full])
+    for k in np.flatnonzero(~full):
+        h = x[:int(at[k])]
+        med[k] = float(np.median(h))
+        dev[k] = float(np.median(np.abs(h - med[k])))
+    return med, dev
+
+
 _MIX = np.uint64(0x9E3779B97F4A7C15)  # 2**64 / golden ratio, odd: multiplying by it is a bijection mod 2**64
 
 
