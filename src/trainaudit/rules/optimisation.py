@@ -752,13 +752,38 @@ class NotLearning(Rule):
             # mean loss still holds the descent of the first epoch)
             return []
         exact = bool(np.all(x[start:] == x[-1]))
+        onset = self._freeze_onset(ctx, v, start)
         h = self.hit(f"{v.name} is {float(x[-1]):.6g} " + ("to every printed digit" if exact else
                      "moving only in its last printed digits, with a flat training loss,") + f" at its last {same} "
-                     "evaluations: the evaluated weights do not change", 0.75, metric=v.name, first_bad_step=int(v.steps[start + 1]),
+                     "evaluations: the evaluated weights do not change", 0.75, metric=v.name,
+                     first_bad_step=int(v.steps[start]) if onset is None else int(onset[0].steps[onset[1]]),
                      last_step=int(v.steps[-1]))
         h.point("flat", v, len(v) - 1, f"{v.name} over the identical evaluations", indices=np.arange(start, len(v)))
         h.calc("median", f"median {v.name} over the identical evaluations", "median({flat})")
+        if onset is not None:
+            t, i = onset
+            h.point("onset", t, i, f"{t.name} first at the level it keeps over the identical evaluations")
         return [h]
+
+    @staticmethod
+    def _freeze_onset(ctx: Context, v: Series, start: int) -> tuple[Series, int] | None:
+        """Where the weights stopped changing: the evaluation at ``start`` already saw the final weights, so
+        they froze after the evaluation before it. The training loss places it: its first point after that
+        evaluation, and up to the next identical one, within 3 robust standard deviations above the level it
+        keeps over the identical evaluations (an epoch's mean loss reaches that level an epoch after the
+        evaluation that closed the last moving epoch). ``None``: no such training loss; the finding is at
+        the first identical evaluation."""
+        t = ctx.series("loss", finite=True)
+        if t is None:
+            return None
+        later = t.values[t.steps >= v.steps[start]]
+        if later.size < 3:
+            return None
+        level = float(np.median(later))
+        cut = level + 3 * 1.4826 * float(np.median(np.abs(later - level)))
+        lo = v.steps[start - 1] if start > 0 else -np.inf
+        at = np.flatnonzero((t.steps > lo) & (t.steps <= v.steps[start + 1]) & (t.values <= cut))
+        return (t, int(at[0])) if at.size else None
 
     def _flat_training(self, ctx: Context, steps: np.ndarray) -> bool:
         """The training loss over ``steps`` (the span of them) within twice ``flat_tol`` of its median."""
