@@ -526,6 +526,10 @@ def _late_excerpt(ctx: Context, s: Series) -> bool:
     first, last = int(s.steps[0]), int(s.steps[-1])
     if first > last - first:
         return True
+    # or past its first two logged intervals and a tenth of the run: a paste from epoch 14 of 50 starts
+    # after any flat start the run had
+    if len(s) >= 2 and first > max(2 * float(np.median(np.diff(s.steps))), 0.1 * last):
+        return True
     # the same on the epoch the log prints beside each point (the HF Trainer's fractional "epoch": 0.38
     # at a paste's first line, 0.44 at its last, says six times as many lines came before it)
     e = ctx.run.series.get("epoch")
@@ -553,8 +557,8 @@ class NotLearning(Rule):
     Example: 10 classes, loss 2.303, 2.302, 2.304, ... for 2000 steps (ln 10 = 2.303).
 
     The log must show the start of the run: when more steps came before its first line than it
-    holds, or its steps are printed in epoch 2 or later, a flat loss is where a run settles
-    late in training, unless it sits at ln(C).
+    holds, or than two logged intervals and a tenth of its last step, or its steps are printed in
+    epoch 2 or later, a flat loss is where a run settles late in training, unless it sits at ln(C).
 
     A loss that did learn (some 10% stretch of the run sits ``learned`` below the start) and then
     climbed back is not "flat from the start": that is divergence (TA201), not this rule. One
@@ -590,7 +594,7 @@ class NotLearning(Rule):
     a loss equal to every printed digit (or within ``pinned_spread``) on its last ``short_points``
     points or more counts too (frozen weights), unless it is below ``frozen_floor`` (1e-3: a loss
     printed as 0.0000), and so, at any length, does a validation loss equal to every printed digit at its last ``short_points`` + 1
-    evaluations or more, half of them at least (the evaluated weights do not change), when they are
+    evaluations or more, half of them at least, printed with 3 significant digits or more (the evaluated weights do not change), when they are
     more than a step apart or the training loss is flat too (a progress line repeats the last
     evaluation at every step while the per-step loss moves), and a paste of ``short_points`` evaluations
     all within ``pinned_spread`` of one value does when the training loss is flat over them, or when they are
@@ -741,7 +745,9 @@ class NotLearning(Rule):
         # or the same to every printed digit at ``short_points`` evaluations, and so is another metric of
         # the same evaluations (its accuracy): two quantities that a changed model moves
         still = still or (same == len(x) == self.p.short_points and _another_still(ctx, v))
-        if (same < max(self.p.short_points + 1, len(x) // 2) and not still) or abs(float(x[-1])) < self.p.frozen_floor:
+        if (same < max(self.p.short_points + 1, len(x) // 2) and not still) or abs(float(x[-1])) < self.p.frozen_floor \
+                or _printed_digits(float(x[-1])) < 3:
+            # (a loss printed with two significant digits, 0.0023, repeats once a healthy run settles)
             return []
         same = len(x) if still else same
         start = len(x) - same
@@ -756,7 +762,7 @@ class NotLearning(Rule):
         h = self.hit(f"{v.name} is {float(x[-1]):.6g} " + ("to every printed digit" if exact else
                      "moving only in its last printed digits, with a flat training loss,") + f" at its last {same} "
                      "evaluations: the evaluated weights do not change", 0.75, metric=v.name,
-                     first_bad_step=int(v.steps[start]) if onset is None else int(onset[0].steps[onset[1]]),
+                     first_bad_step=int(v.steps[start + 1]) if onset is None else int(onset[0].steps[onset[1]]),
                      last_step=int(v.steps[-1]))
         h.point("flat", v, len(v) - 1, f"{v.name} over the identical evaluations", indices=np.arange(start, len(v)))
         h.calc("median", f"median {v.name} over the identical evaluations", "median({flat})")
@@ -771,17 +777,19 @@ class NotLearning(Rule):
         they froze after the evaluation before it. The training loss places it: its first point after that
         evaluation, and up to the next identical one, within 3 robust standard deviations above the level it
         keeps over the identical evaluations (an epoch's mean loss reaches that level an epoch after the
-        evaluation that closed the last moving epoch). ``None``: no such training loss; the finding is at
-        the first identical evaluation."""
+        evaluation that closed the last moving epoch), step 0 being the loss before any update. ``None``:
+        no such training loss, or one that still trends down over the identical evaluations (it does not
+        show where anything stopped); the finding is at the second identical evaluation, where the
+        evaluations first repeat."""
         t = ctx.series("loss", finite=True)
         if t is None:
             return None
         later = t.values[t.steps >= v.steps[start]]
-        if later.size < 3:
+        if later.size < 3 or kendall_tau(later) <= -0.5:
             return None
         level = float(np.median(later))
         cut = level + 3 * 1.4826 * float(np.median(np.abs(later - level)))
-        lo = v.steps[start - 1] if start > 0 else -np.inf
+        lo = v.steps[start - 1] if start > 0 else 0
         at = np.flatnonzero((t.steps > lo) & (t.steps <= v.steps[start + 1]) & (t.values <= cut))
         return (t, int(at[0])) if at.size else None
 
