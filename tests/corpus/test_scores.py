@@ -18,14 +18,14 @@ from trainaudit.answer.schema import Category
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "accuracy.md"
 
-# right answers out of the corpus (1444 logs: 540 with a labelled first bad step, 686 healthy). The
-# corpus grew from 192 logs to 330, to 510, to 628, to 753, to 919, to 1037, to 1112, to 1168, to 1220, to 1261, to 1359, to 1438, then to 1444 with logs collected without
+# right answers out of the corpus (1451 logs: 541 with a labelled first bad step, 691 healthy). The
+# corpus grew from 192 logs to 330, to 510, to 628, to 753, to 919, to 1037, to 1112, to 1168, to 1220, to 1261, to 1359, to 1438, to 1444, then to 1451 with logs collected without
 # running trainaudit on them (8 logs from sources kept for independent evaluation were taken out, and logs
 # typed or transcribed rather than excerpted were left out); the counts are those of today's code on them
 # (their answers before any change are in tests/corpus/prospective.json), and docs/accuracy.md shows the
 # known false alarms and unread logs.
-TOP1_FLOOR = 1234
-FIRST_BAD_STEP_FLOOR = 393
+TOP1_FLOOR = 1240
+FIRST_BAD_STEP_FLOOR = 395
 FALSE_ALARMS_CEILING = 12
 # (one of the four: a paste of bare printed loss tensors, 'tensor(nan, device=...)', with no name or counter)
 UNREAD_CEILING = 3
