@@ -67,6 +67,15 @@ LINES = {
     "nccl-cuda-calloc": "localhost: [rank0]: Failed to CUDA calloc async 4 bytes",
     "ignite-terminate-on-nan": "2026-11-29 23:01:21,636 ignite.handlers.terminate_on_nan.TerminateOnNan WARNING: "
                                "TerminateOnNan: Output 'nan' contains NaN or Inf. Stop training",
+    # lightning/pytorch/callbacks/early_stopping.py, _evaluate_stopping_criteria
+    "lightning-early-stopping": "Monitored metric val_loss did not improve in the last 3 records. Best score: 0.426. "
+                                "Signaling Trainer to stop.",
+    "keras-early-stopping": next(ln for ln in corpus_log("keras-KyotoSunshine-CNN-for-handwritten-kanji-augmented")
+                                 if "early stopping" in ln),
+    "fastai-early-stopping": next(ln for ln in corpus_log("fastai-fastai-nbs-tracker-early-stopping-lr-1e-7")
+                                  if "early stopping" in ln),
+    "ultralytics-early-stopping": next(ln for ln in corpus_log("ultralytics-Seliah-thesis-yolov8n-patience5")
+                                       if "Stopping training early" in ln),
     "gpt-neox-overflow-exit": next(ln for ln in corpus_log("gpt-neox-EleutherAI-gpt-neox-482") if "in a row" in ln),
     "worker-timeout": next(ln for ln in corpus_log("gluonts-awslabs-gluonts-689") if "Worker timed out" in ln),
     # torch/utils/data/dataloader.py, _try_get_data

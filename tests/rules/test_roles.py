@@ -51,6 +51,10 @@ def test_a_count_of_iterations_is_no_step_time() -> None:
     # a time per so many steps is a step time
     assert find_roles(Run(series={"time per 100 steps": _series("time per 100 steps", 5)})).names["step_time"] \
         == "time per 100 steps"
+    # Composer's timestamp counts the batches (samples, tokens) trained so far: "Train time/batch: 100"
+    composer = ("time/batch", "time/batch_in_epoch", "time/sample", "time/token_in_epoch")
+    assert "step_time" not in find_roles(Run(series={n: _series(n, 5) for n in composer})).names
+    assert find_roles(Run(series={"batch_time": _series("batch_time", 5)})).names["step_time"] == "batch_time"
 
 
 def test_a_boosting_librarys_error_metrics_are_its_losses() -> None:

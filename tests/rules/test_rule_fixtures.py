@@ -180,8 +180,6 @@ KNOWN_LOUD: dict[str, tuple[str, ...]] = {
     # maskrcnn-benchmark's constant warm-up (a third of the lr until iteration 500) ends in a 3x step, and its
     # data time is 59% of each iteration, in a thread about the lr that calls the run normal
     "corpus/logs/maskrcnn-benchmark-tianzhi0549-FCOS-55/log.txt": ("TA206", "TA411"),
-    # fits of one model in one file: the last fit is read, beside the validation loss of the one before
-    "corpus/logs/keras-KyotoSunshine-CNN-for-handwritten-kanji-augmented/log.txt": ("TA301",),
     "corpus/logs/paddle-PaddlePaddle-PaddleClas-3203/log.txt": ("TA201",),
     # a DQN's TD loss and environment fps move when learning starts (value targets grow with the return); its
     # 8th point stands 17x above the 7 before it and comes back

@@ -114,6 +114,22 @@ CATALOGUE: tuple[Known, ...] = (
           "PyTorch-Ignite's TerminateOnNan found the iteration's output (the loss) NaN or Inf and ended the run",
           "nan_inf", "critical",
           "https://github.com/pytorch/ignite/blob/master/ignite/handlers/terminate_on_nan.py", fatal=True),
+    # an early-stopping callback ending the run because the monitored validation metric stopped improving:
+    # the run stops where overfitting would start, by design (context, not a problem)
+    Known("lightning-early-stopping", ("did not improve in the last", "Signaling Trainer to stop"), EventKind.PHASE,
+          "Lightning's EarlyStopping callback stopped the run: the monitored metric did not improve for `patience` "
+          "evaluations", None, "info",
+          "https://github.com/Lightning-AI/pytorch-lightning/blob/master/src/lightning/pytorch/callbacks/early_stopping.py"),
+    Known("keras-early-stopping", (": early stopping",), EventKind.PHASE,
+          "Keras's EarlyStopping callback stopped the run: the monitored metric did not improve for `patience` epochs",
+          None, "info", "https://github.com/keras-team/keras/blob/master/keras/src/callbacks/early_stopping.py",
+          pattern=re.compile(r"Epoch \d+: early stopping")),
+    Known("fastai-early-stopping", ("No improvement since epoch", ": early stopping"), EventKind.PHASE,
+          "fastai's EarlyStoppingCallback stopped the run: the monitored metric did not improve for `patience` epochs",
+          None, "info", "https://github.com/fastai/fastai/blob/master/fastai/callback/tracker.py"),
+    Known("ultralytics-early-stopping", ("Stopping training early as no improvement observed",), EventKind.PHASE,
+          "Ultralytics' EarlyStopping stopped the run: the fitness did not improve for `patience` epochs", None, "info",
+          "https://github.com/ultralytics/ultralytics/blob/main/ultralytics/utils/torch_utils.py (EarlyStopping)"),
     Known("gpt-neox-overflow-exit", ("iterations in a row due to Overflow",), EventKind.LOSS_SCALE_MIN,
           "the fp16 loss scaler skipped every step for too long (the loss scale cannot recover) and the run exits",
           "loss_scale_collapse", "critical", "https://github.com/EleutherAI/gpt-neox/blob/main/megatron/training.py",

@@ -10,7 +10,7 @@ from typing import ClassVar
 import numpy as np
 
 from trainaudit.answer.schema import Category, Severity
-from trainaudit.model import Run, Series
+from trainaudit.model import EventKind, Run, Series
 from trainaudit.rules.base import Context, Grid, Guidance, Hit, Rule, Thresholds
 from trainaudit.rules.optimisation import accuracies, lr_moved
 from trainaudit.series.roles import norm, same_quantity, validation
@@ -52,6 +52,18 @@ def _scores_best_at_end(run: Run, v: Series) -> bool:
         if a.size >= 2 and float(a[-1]) >= float(np.max(a)) > float(a[0]):
             return True
     return False
+
+
+# the early-stopping callbacks of the message catalogue (trainaudit.ingest.catalogue)
+_EARLY_STOPPING = frozenset({"lightning-early-stopping", "keras-early-stopping", "fastai-early-stopping",
+                             "ultralytics-early-stopping"})
+
+
+def _stopped_early(ctx: Context) -> bool:
+    """An early-stopping callback ended the run because the validation metric stopped improving: the climb
+    after the minimum is what the callback waits out (its patience) before it stops, not a run left to
+    overfit."""
+    return any(e.data.get("known") in _EARLY_STOPPING for e in ctx.events(EventKind.PHASE))
 
 
 class Overfitting(Rule):
@@ -101,6 +113,10 @@ class Overfitting(Rule):
     has fallen by ``error_cut`` (relative) since that minimum: a loss that climbs further while the accuracy
     only edges up is overfitting.
 
+    A run that an early-stopping callback ended (Lightning's, Keras's, fastai's or Ultralytics' message in
+    the log) is not reported: the climb after the minimum is the patience the callback waits out before it
+    stops the run, which is what it is for.
+
     Thresholds: ``ratio`` relative rise of validation loss over its minimum (0.1, as
     SageMaker Debugger's Overfit rule), ``min_points`` validation points (4), ``min_after``
     validation points after the minimum (2), ``short_rise`` (0.03), ``train_drop`` (0.2),
@@ -136,7 +152,7 @@ class Overfitting(Rule):
     def check(self, ctx: Context) -> list[Hit]:
         v = ctx.series("val_loss", finite=True)
         t = ctx.series("loss", finite=True)
-        if v is None or len(v) < 2:
+        if v is None or len(v) < 2 or _stopped_early(ctx):
             return []
         short = t is None or len(v) < self.p.min_points or len(t) < 3
         rising = self._short(ctx.run, v, t) if t is None or short else self._after_minimum(ctx.run, v, t)

@@ -1471,6 +1471,11 @@ class LearningRateJump(Rule):
 
     Example: lr 3.0e-4, 3.0e-4, 3.0e-3 at step 500, and the loss jumps at step 501.
 
+    The lr's only jump, taken calmly by the training loss (its next 3 points no higher than the 3 before,
+    and falling by a fifth or more from there), is a schedule's step, not a fault: timm's per-epoch warm-up
+    holds ``warmup_lr`` for the first epoch and steps to the base lr at its end. An lr that jumps again and
+    again (a StepLR with ``gamma`` 10) is reported at its first jump however the loss takes it.
+
     Thresholds: ``factor`` (3), ``increment_ratio`` jump vs median earlier increment (10).
     """
 
@@ -1506,7 +1511,8 @@ class LearningRateJump(Rule):
             prev = np.abs(d[max(0, i - 21): i - 1])
             prev = prev[prev > 0]
             typical = float(np.median(prev)) if prev.size else 0.0
-            if typical and d[i - 1] < self.p.increment_ratio * typical:
+            if (typical and d[i - 1] < self.p.increment_ratio * typical) or \
+                    (i == cand[-1] and _taken_calmly(ctx, int(lr.steps[i]))):
                 continue
             msg = f"{lr.name} jumps {x[i] / x[i - 1]:.3g}x at step {int(lr.steps[i])}: {x[i - 1]:.4g} -> {x[i]:.4g}"
             h = self.hit(msg, 0.9, metric=lr.name, first_bad_step=int(lr.steps[i]), last_step=int(lr.steps[i]),
@@ -1516,6 +1522,18 @@ class LearningRateJump(Rule):
             h.calc("jump", "lr ratio after/before the jump", "{after} / {before}", unit="x")
             return [h]
         return []
+
+
+def _taken_calmly(ctx: Context, step: int) -> bool:
+    """Whether the training loss takes an lr jump at ``step`` calmly: the median of its 3 points from
+    there no higher than that of the 3 before, and a fall of a fifth or more from there on
+    (:func:`_learning_while`)."""
+    loss = ctx.series("loss", finite=True)
+    if loss is None:
+        return False
+    before, after = loss.values[loss.steps < step][-3:], loss.values[loss.steps >= step][:3]
+    return before.size > 0 and after.size > 0 and float(np.median(after)) <= float(np.median(before)) \
+        and _learning_while(ctx, step, 0.2)
 
 
 def _learning_while(ctx: Context, step: int, drop: float) -> bool:

@@ -98,13 +98,16 @@ _EXACT: dict[str, list[str]] = {
     "memory": ["mem_allocated_bytes", "memory_allocated", "cuda_gb_allocated", "memallocated", "mem_allocated",
                "gpu_memory", "memory", "max_memory_allocated", "mem_max_allocated_bytes", "memory_reserved",
                "cuda_gb_reserved", "maxmemallocated", "gpu_mem", "rss_mb", "rss", "host_rss_mb", "rss_gb", "mem",
-               "cpu_mem", "host_mem"],
+               "cpu_mem", "host_mem", "max_mem"],
     "val_acc": ["val_accuracy", "val_acc", "eval_accuracy", "validation_accuracy", "valid_accuracy", "val_top1"],
     "train_acc": ["accuracy", "acc", "train_accuracy", "train_acc", "top1"],
 }
 
 
 _COUNTS = ("iterations", "timesteps", "steps", "updates", "epochs", "batches")
+# Composer's timestamp, logged as "Train time/batch: 100", counts the units trained so far (and within the
+# epoch), no duration (https://docs.mosaicml.com/projects/composer/en/stable/api_reference/generated/composer.core.Timestamp.html)
+_TIME_COUNT = re.compile(r"^(?:train_)?time_(?:epoch|batch|sample|token)(?:_in_epoch)?$")
 # an error metric evaluated on one of a run's data sets, round after round: XGBoost's "train-rmse" /
 # "eval-logloss" / "validation_0-mlogloss"
 # (https://xgboost.readthedocs.io/en/stable/parameter.html#learning-task-parameters), LightGBM's
@@ -131,7 +134,8 @@ def _keyword(role: str, n: str) -> bool:
     if role == "step_time":
         # a count is no time: Stable-Baselines3's time/iterations and time/total_timesteps count
         return ("time" in n and any(k in n for k in ("iter", "step", "batch", "delta", "epoch", "per"))
-                and not is_val and "data" not in n and ("per" in n or not n.endswith(_COUNTS)))
+                and not is_val and "data" not in n and ("per" in n or not n.endswith(_COUNTS))
+                and not _TIME_COUNT.match(n))
     if role == "throughput":
         # fps: environment steps per second in RL loggers (Stable-Baselines3's time/fps); an evaluation's
         # speed (the HF Trainer's eval_steps_per_second) is not the training's
