@@ -33,6 +33,7 @@ class Known:
     pattern: re.Pattern[str] | None = None  # optional, linear: must also match (anchors the message)
     signal: int | None = None  # for SIGNAL events: the signal number
     normal_in_game: bool = False  # what a GAN's log prints in normal training (a player's loss among its series)
+    stops_early: bool = False  # an early-stopping callback ending the run: the validation metric stopped improving
 
 
 _SHELL_KILLED = "the shell reports the process killed by SIGKILL, most often the kernel's OOM killer (host memory)"
@@ -119,17 +120,19 @@ CATALOGUE: tuple[Known, ...] = (
     Known("lightning-early-stopping", ("did not improve in the last", "Signaling Trainer to stop"), EventKind.PHASE,
           "Lightning's EarlyStopping callback stopped the run: the monitored metric did not improve for `patience` "
           "evaluations", None, "info",
-          "https://github.com/Lightning-AI/pytorch-lightning/blob/master/src/lightning/pytorch/callbacks/early_stopping.py"),
+          "https://github.com/Lightning-AI/pytorch-lightning/blob/master/src/lightning/pytorch/callbacks/early_stopping.py",
+          stops_early=True),
     Known("keras-early-stopping", (": early stopping",), EventKind.PHASE,
           "Keras's EarlyStopping callback stopped the run: the monitored metric did not improve for `patience` epochs",
           None, "info", "https://github.com/keras-team/keras/blob/master/keras/src/callbacks/early_stopping.py",
-          pattern=re.compile(r"Epoch \d+: early stopping")),
+          pattern=re.compile(r"Epoch \d+: early stopping"), stops_early=True),
     Known("fastai-early-stopping", ("No improvement since epoch", ": early stopping"), EventKind.PHASE,
           "fastai's EarlyStoppingCallback stopped the run: the monitored metric did not improve for `patience` epochs",
-          None, "info", "https://github.com/fastai/fastai/blob/master/fastai/callback/tracker.py"),
+          None, "info", "https://github.com/fastai/fastai/blob/master/fastai/callback/tracker.py", stops_early=True),
     Known("ultralytics-early-stopping", ("Stopping training early as no improvement observed",), EventKind.PHASE,
           "Ultralytics' EarlyStopping stopped the run: the fitness did not improve for `patience` epochs", None, "info",
-          "https://github.com/ultralytics/ultralytics/blob/main/ultralytics/utils/torch_utils.py (EarlyStopping)"),
+          "https://github.com/ultralytics/ultralytics/blob/main/ultralytics/utils/torch_utils.py (EarlyStopping)",
+          stops_early=True),
     Known("gpt-neox-overflow-exit", ("iterations in a row due to Overflow",), EventKind.LOSS_SCALE_MIN,
           "the fp16 loss scaler skipped every step for too long (the loss scale cannot recover) and the run exits",
           "loss_scale_collapse", "critical", "https://github.com/EleutherAI/gpt-neox/blob/main/megatron/training.py",

@@ -773,6 +773,8 @@ class SignatureScanner:
                 data["signal"] = known.signal
             if known.normal_in_game:
                 data["normal_in_game"] = True
+            if known.stops_early:
+                data["stops_early"] = True
             ev = next((e for e in out if e.kind is known.kind), None)
             if ev is not None:
                 ev.data.update(data)  # a generic reading of the same line gains the known meaning

@@ -54,16 +54,11 @@ def _scores_best_at_end(run: Run, v: Series) -> bool:
     return False
 
 
-# the early-stopping callbacks of the message catalogue (trainaudit.ingest.catalogue)
-_EARLY_STOPPING = frozenset({"lightning-early-stopping", "keras-early-stopping", "fastai-early-stopping",
-                             "ultralytics-early-stopping"})
-
-
 def _stopped_early(ctx: Context) -> bool:
     """An early-stopping callback ended the run because the validation metric stopped improving: the climb
     after the minimum is what the callback waits out (its patience) before it stops, not a run left to
     overfit."""
-    return any(e.data.get("known") in _EARLY_STOPPING for e in ctx.events(EventKind.PHASE))
+    return any(e.data.get("stops_early") for e in ctx.events(EventKind.PHASE))
 
 
 class Overfitting(Rule):
