@@ -15,7 +15,7 @@ from trainaudit.answer.schema import Category, Severity
 from trainaudit.model import STEP_TOTAL, EventKind, Series
 from trainaudit.rules.base import Context, Grid, Guidance, Hit, Role, Rule, Thresholds
 from trainaudit.series.roles import adversarial, norm, validation
-from trainaudit.series.stats import downsample, first_equal_row, first_sustained, kendall_tau, monotone_tail, \
+from trainaudit.series.stats import downsample, first_equal_row, first_sustained, kendall_tau, mad, monotone_tail, \
     rolling_median
 
 NOT_LEARNING = Guidance(
@@ -788,7 +788,7 @@ class NotLearning(Rule):
         if later.size < 3 or kendall_tau(later) <= -0.5:
             return None
         level = float(np.median(later))
-        cut = level + 3 * 1.4826 * float(np.median(np.abs(later - level)))
+        cut = level + 3 * 1.4826 * mad(later)
         lo = v.steps[start - 1] if start > 0 else 0
         at = np.flatnonzero((t.steps > lo) & (t.steps <= v.steps[start + 1]) & (t.values <= cut))
         return (t, int(at[0])) if at.size else None
