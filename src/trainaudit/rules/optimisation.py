@@ -1471,10 +1471,10 @@ class LearningRateJump(Rule):
 
     Example: lr 3.0e-4, 3.0e-4, 3.0e-3 at step 500, and the loss jumps at step 501.
 
-    The lr's only jump, taken calmly by the training loss (its next 3 points no higher than the 3 before,
-    and falling by a fifth or more from there), is a schedule's step, not a fault: timm's per-epoch warm-up
-    holds ``warmup_lr`` for the first epoch and steps to the base lr at its end. An lr that jumps again and
-    again (a StepLR with ``gamma`` 10) is reported at its first jump however the loss takes it.
+    A jump with no other after it, taken calmly by the training loss (its next 3 points no higher than the 3
+    before, and falling by a fifth or more from there), is a schedule's step, not a fault: timm's per-epoch
+    warm-up holds ``warmup_lr`` for the first epoch and steps to the base lr at its end. An lr that jumps
+    again and again (a StepLR with ``gamma`` 10) is reported at its first jump however the loss takes it.
 
     Thresholds: ``factor`` (3), ``increment_ratio`` jump vs median earlier increment (10).
     """

@@ -111,8 +111,7 @@ def trailing_median_mad_upto(x: FloatArray, window: int, at: NDArray[np.intp]) -
     med[full], dev[full] = trailing_median_mad_at(x, window, at[full])
     for k in np.flatnonzero(~full):
         h = x[:int(at[k])]
-        med[k] = float(np.median(h))
-        dev[k] = float(np.median(np.abs(h - med[k])))
+        med[k], dev[k] = float(np.median(h)), mad(h)
     return med, dev
 
 
