@@ -124,7 +124,8 @@ class NonFiniteMetric(Rule):
         i = int(bad[0])
         v = float(s.values[i])
         what = "NaN" if math.isnan(v) else ("+Inf" if v > 0 else "-Inf")
-        first_step = named if named is not None else int(s.steps[i])
+        dump = _dumped_by_check(ctx, s, i, checks) if named is None else None
+        first_step = named if named is not None else int(dump.data["named_step"]) if dump is not None else int(s.steps[i])
         n, n_bad = ctx.run.read_counts(s.name) or (len(s), int(bad.size))  # a thinned series: what was read
         msg = f"{s.name} is {what} from step {first_step} ({n_bad} of {n} logged values non-finite)"
         if role == "grad_norm":
@@ -144,12 +145,14 @@ class NonFiniteMetric(Rule):
             # symptom the user sees, and the message says where to look
             msg += "; it is non-finite from the very first logged step: the data or the loss, not the optimisation"
         h = self.hit(msg, 0.97 if role != "val_loss" else 0.9, metric=s.name, first_bad_step=first_step,
-                     last_step=named if named is not None else int(s.steps[bad[-1]]),
+                     last_step=named if named is not None else max(first_step, int(s.steps[bad[-1]])),
                      severity="critical" if role != "val_loss" else "high")
         h.point("bad", s, i, f"first non-finite {s.name} ({what}) at step {int(s.steps[i])}")
         if named is not None:  # the step the message gives is the one this check names: quote it
             h.ev("named", next(e for e in checks if e.step == named and e.data.get("known")),
                  "the NaN check that names the iteration")
+        elif dump is not None:
+            h.ev("named", dump, "the NaN check that names the iteration; the non-finite value is printed with it")
         if i > 0:
             h.point("prev", s, i - 1, f"last value of {s.name} before it, step {int(s.steps[i - 1])}")
         lo = max(0, i - 5)
@@ -160,6 +163,16 @@ class NonFiniteMetric(Rule):
         if missing:
             h.ev("missing", missing[0], "log line without the loss field")
         return h
+
+
+def _dumped_by_check(ctx: Context, s: Series, i: int, checks: list[Event]) -> Event | None:
+    """The NaN check naming a later iteration whose dump ``s``'s non-finite value at ``i`` is.
+    Detectron2 raises "Loss became infinite or NaN at iteration=3803!" and prints ``loss_dict = {...}`` on
+    the next line; that line has no counter of its own, so the reader gives it the last one printed
+    (an earlier iteration)."""
+    src, line, step = ctx.run.source_path(s, i), int(s.lines[i]), int(s.steps[i])
+    return next((e for e in checks if e.data.get("known") and "named_step" in e.data
+                 and e.source == src and 0 < line - e.line <= 2 and int(e.data["named_step"]) > step), None)
 
 
 def _unnamed_turned_nonfinite(name: str, s: Series) -> bool:

@@ -1905,3 +1905,76 @@ def _flat_from(x: np.ndarray) -> int | None:
     if abs(float(np.median(rest[:k])) - float(np.median(rest[k:]))) > band / 2:
         return None  # still going down (a slow learner): no flat stretch to start from
     return j
+
+
+# the spread of a Siamese network's l2-normalised output, logged per dimension ("z_std", "emb_std",
+# "output_std"): SimSiam (Chen and He, https://arxiv.org/abs/2011.10566, section 4.1 and figure 2) monitors
+# it: about 1/sqrt(d) while the network learns, falling to 0 when every input maps to one vector
+_OUTPUT_STD = re.compile(r"(?:^|_)(?:z|p|h|emb|embed|embedding|feat|feature|repr|rep|representation|proj|projection|"
+                         r"out|output)s?_std(?:_|$)|(?:^|_)std_(?:z|p|emb|embedding|feat|feature|repr|proj|out|output)s?(?:_|$)")
+
+
+class RepresentationCollapse(Rule):
+    """Detects a collapsed Siamese (self-supervised) network: a negative-cosine loss at its floor
+    of -1 while the spread of the normalised output, when logged, keeps falling.
+
+    Why: SimSiam's and BYOL's loss is the negative cosine similarity of two views' outputs; it is
+    -1 exactly when both outputs are the same vector, which every input can give when the network
+    outputs a constant. SimSiam's paper (https://arxiv.org/abs/2011.10566, figure 2) shows it: with
+    the stop-gradient removed the loss goes to -1 and the output's per-dimension std to 0, while a
+    learning run stays above -1 with its std near 1/sqrt(d).
+
+    Fix: restore the stop-gradient on the target branch (``z.detach()``), keep the predictor
+    head, check the augmentations differ between the two views, and lower the predictor's lr.
+
+    Example: ``train_loss=-.998, z_std=0.011`` after ``train_loss=-.975, z_std=0.029``.
+
+    Thresholds: every logged loss within [-1, 0] (a negative cosine) and the last ``min_tail`` (3)
+    within ``floor_margin`` (0.01) of -1; an output std, when logged, lower at its end than at its start.
+    """
+
+    id = "TA212"
+    name = "representation-collapse"
+    category = Category.MODE_COLLAPSE
+    severity = Severity.HIGH
+    guidance = Guidance(
+        fix="Restore the stop-gradient on the target branch (z.detach()), keep the predictor head, check that the two "
+            "views get different augmentations, and lower the predictor's learning rate.",
+        impact="The loss stays above -1 and the output's per-dimension std stays near 1/sqrt(d).",
+        verify="Log the per-dimension std of the l2-normalised output each epoch; a k-NN accuracy on held-out data "
+               "rises above chance.")
+
+    class Params(Thresholds):
+        min_tail: int = 3
+        floor_margin: float = 0.01
+
+    def check(self, ctx: Context) -> list[Hit]:
+        s = ctx.series("loss", finite=True, min_points=self.p.min_tail)
+        if s is None:
+            return []
+        x = s.values
+        if not (float(x.min()) >= -1.0 - 1e-6 and float(x.max()) <= 0.0 and bool(np.all(x[-self.p.min_tail:] <= -1.0 + self.p.floor_margin))):
+            return []
+        std = next((v for n, v in sorted(ctx.run.series.items()) if "@rank" not in n and _OUTPUT_STD.search(norm(n))
+                    and int(np.isfinite(v.values).sum()) >= 2), None)
+        if std is not None:
+            sv = std.finite()
+            if float(sv.values[-1]) >= float(sv.values[0]):
+                return []  # the outputs keep their spread: the views agree without collapsing
+        i = int(np.argmax(x <= -1.0 + 5 * self.p.floor_margin))  # where the loss reached the floor's neighbourhood
+        msg = (f"{s.name} ends at {float(x[-1]):.4g}, at the floor -1 of a negative cosine similarity on its last "
+               f"{self.p.min_tail} logged points: the two views' outputs are the same vector")
+        if std is not None:
+            sv = std.finite()
+            msg += (f", and {std.name} falls from {float(sv.values[0]):.3g} to {float(sv.values[-1]):.3g}: every input "
+                    "maps to one output (a collapsed Siamese network)")
+        else:
+            msg += " (a collapsed Siamese network, or a task the model solved outright: log the output's std to tell)"
+        h = self.hit(msg, 0.8 if std is not None else 0.5, metric=s.name, first_bad_step=int(s.steps[i]),
+                     last_step=int(s.steps[-1]), needs=[] if std is not None else
+                     ["the per-dimension std of the l2-normalised output (SimSiam's collapse monitor)"])
+        h.point("floor", s, len(s) - 1, f"{s.name} at the floor", indices=np.arange(i, len(s)))
+        if std is not None:
+            sv = std.finite()
+            h.point("std", sv, len(sv) - 1, f"{std.name} over the run", indices=np.arange(len(sv)))
+        return [h]

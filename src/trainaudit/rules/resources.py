@@ -1155,12 +1155,41 @@ def user_frames(e: Event) -> list[str]:
     return [f for f in out if not any(k in f for k in _LIB)]
 
 
+# a traceback raised while the DataLoader fetched or collated a batch: its frames are the loader's fetch, a
+# collate function or a dataset's __getitem__
+_FETCHING = ("torch/utils/data/_utils/fetch.py", "torch/utils/data/_utils/collate.py", "data_collator.py")
+# what such an exception says when one record does not fit the others or cannot be decoded: a tensor's
+# view or stack over a record of the wrong length (torch's "shape '[64]' is invalid for input of size 10",
+# "stack expects each tensor to be equal size"), a ragged list made a tensor ("expected sequence of length
+# 32 at dim 1 (got 19)"), an image PIL cannot read ("cannot identify image file", "image file is truncated")
+_BAD_RECORD = re.compile(r"is invalid for input of size \d|stack expects each tensor to be equal size|expected sequence "
+                         r"of length \d+ at dim \d+ \(got \d+\)|cannot identify image file|image file is truncated")
+
+
+def _bad_record(tb: Event) -> bool:
+    """The batch the DataLoader fetched held a record that does not fit the others (or cannot be decoded):
+    the data is at fault, not the code that reads it."""
+    frames = [f"{f.get('file', '')}".replace("\\", "/") + f" {f.get('function', '')}"
+              for f in (tb.data.get("frames") or []) if isinstance(f, dict)]
+    fetching = any(any(k in f for k in _FETCHING) or f.endswith(" __getitem__") for f in frames)
+    return fetching and _BAD_RECORD.search(tb.message) is not None
+
+
 _STALLED_LOADER = Guidance(
     fix="Find what blocks the DataLoader workers: run with num_workers=0 to get the worker's own error, set a "
         "DataLoader timeout so a stuck worker raises instead of hanging, and check the dataset's __getitem__ for "
         "slow or blocking I/O (network storage, locks) and the workers for host-memory pressure.",
     impact="Batches keep arriving; the run passes the point where it hung.",
     verify="Re-run the same epoch with the DataLoader timeout set; no hang and no timeout error.")
+
+
+_BAD_RECORD_GUIDANCE = Guidance(
+    fix="Find the record: log the index in the dataset's __getitem__ (or the collator) when it raises, check that "
+        "shard for truncated or corrupt samples (length, decoding), and re-export it or filter such records out "
+        "before batching.",
+    impact="Every batch is built; the run passes the step where the loader raised.",
+    verify="Read the whole data set once through the same DataLoader and collate function (no training); no "
+           "exception.")
 
 
 # Ctrl-C's exception line, or several ranks' of them printed into one line ("KeyboardInterruptKeyboardInterrupt")
@@ -1184,6 +1213,11 @@ class Crash(Rule):
     A ``KeyboardInterrupt`` is a person stopping the run (Ctrl-C): it, the other ranks' tracebacks at
     the same step and whatever the launcher prints after it are not a crash, unless the process was
     waiting for a batch from the DataLoader when it was stopped (a stalled input pipeline).
+
+    An exception raised while the DataLoader built a batch (its frames are the loader's fetch, a collate
+    function or a dataset's ``__getitem__``) that says a record does not fit the others or cannot be
+    decoded ("shape '[64]' is invalid for input of size 10", "expected sequence of length 32 at dim 1
+    (got 19)") is a corrupt or truncated sample: a data pipeline failure.
 
     Example: ``RuntimeError: shape '[4, -1]' is invalid for input of size 30`` from
     ``train.py:88 in forward``.
@@ -1234,7 +1268,12 @@ class Crash(Rule):
         if joining is not None:
             msg = ("the run died while init_process_group waited for the other ranks to join (the traceback is cut "
                    "before its exception): a rank did not start, or died at start-up")
-        category = Category.DATA_PIPELINE if waiting else Category.DISTRIBUTED_FAILURE if joining else self.category
+        record = bool(tbs) and not waiting and _bad_record(e)
+        if record:
+            msg += ("; it was raised while the DataLoader built a batch, over a record that does not fit the others: "
+                    "a corrupt or truncated sample in the data")
+        category = (Category.DATA_PIPELINE if waiting or record else Category.DISTRIBUTED_FAILURE if joining
+                    else self.category)
         # a traceback cut before its exception says the run died, not of what: the exception may be an OOM,
         # a NaN check or a failed reference check as well as a bug
         cut = bool(tbs) and bool(e.data.get("incomplete")) and not waiting and joining is None
@@ -1243,7 +1282,8 @@ class Crash(Rule):
             needs.append("the end of the traceback: its exception line names what killed the run")
         h = self.hit(msg, 0.5 if cut else 0.85 if joining is None else 0.7, first_bad_step=ctx.step_of(e),
                      last_step=ctx.step_of(e), fatal=True, category=category,
-                     guidance=_STALLED_LOADER if waiting else DISTRIBUTED_GUIDANCE if joining else None,
+                     guidance=_STALLED_LOADER if waiting else _BAD_RECORD_GUIDANCE if record else
+                     DISTRIBUTED_GUIDANCE if joining else None,
                      data={"user_frames": frames[-5:], "rank": e.rank, "exception": e.data.get("exception")},
                      needs=needs)
         h.ev("exc", e, "last exception" if tbs else "fatal signal" if sigs else "fatal error")
