@@ -1808,6 +1808,66 @@ class ImpossibleLoss(Rule):
         return [h]
 
 
+class WorseThanUniform(Rule):
+    """Detects a language model worse than a uniform guess over any vocabulary: a perplexity above
+    ``max_ppl`` (1e6) from some logged point to the end of the log.
+
+    Why: a uniform guess over V tokens has perplexity V, and vocabularies stay below a million
+    tokens (GPT-2 50,257; Llama 3 128,256; Gemma 256,000). A model whose perplexity ends above that
+    predicts worse than chance: its updates have thrown the weights far off (a learning rate far
+    too high, no clipping), and it does not come back by itself.
+
+    Fix: lower the learning rate (an RNN LM trained with SGD at lr 20 needs an LSTM or clipping; a
+    GRU at SGD lr 1.0 needs 0.1), clip the gradient norm, and restart from the last checkpoint
+    whose perplexity was sane.
+
+    Example: ``Epoch 1 ; Iteration 7012/7012 ; Optim SGD LR 1.0000 ; ... ; Perplexity 16063139.21``.
+
+    A huge perplexity in the first ``min_step`` (10) steps does not count: the first updates from
+    initialisation pass through such values in healthy runs (fairseq's 13B FSDP example prints 3.9e7
+    at update 3, 1.9e5 at update 10).
+
+    Thresholds: ``max_ppl`` (1e6), ``min_step`` (10).
+    """
+
+    id = "TA213"
+    name = "worse-than-uniform"
+    category = Category.DIVERGENCE
+    severity = Severity.HIGH
+    guidance = Guidance(
+        fix="Lower the learning rate (by 10x to start), clip the gradient norm, and restart from the last checkpoint "
+            "whose perplexity was below the vocabulary size.",
+        impact="The perplexity falls below the vocabulary size within the first epoch and keeps falling.",
+        verify="Re-run the first epoch with the lower learning rate; the perplexity ends below the vocabulary size.")
+
+    class Params(Thresholds):
+        max_ppl: float = 1e6
+        min_step: int = 10
+
+    def check(self, ctx: Context) -> list[Hit]:
+        found: list[tuple[int, Series, int]] = []
+        for name, s in sorted(ctx.run.series.items()):
+            if "@rank" in name or not _PERPLEXITY.search(name.lower()):
+                continue
+            ok = np.isfinite(s.values)
+            v, idx = s.values[ok], np.flatnonzero(ok)
+            if not v.size or float(v[-1]) <= self.p.max_ppl or int(s.steps[idx[-1]]) <= self.p.min_step:
+                continue
+            below = np.flatnonzero(v <= self.p.max_ppl)
+            k = int(below[-1]) + 1 if below.size else 0  # from here to the end, above max_ppl
+            found.append((int(s.steps[idx[k]]), s, int(idx[k])))
+        if not found:
+            return []
+        step, s, i = min(found, key=lambda f: (f[0], f[1].name))
+        last = float(s.values[np.flatnonzero(np.isfinite(s.values))[-1]])
+        h = self.hit(f"{s.name} is {float(s.values[i]):.4g} at step {step} and ends at {last:.4g}: above "
+                     f"{self.p.max_ppl:.0e}, worse than a uniform guess over any vocabulary; the weights have diverged",
+                     0.85, metric=s.name, first_bad_step=step, last_step=int(s.steps[-1]))
+        h.point("first", s, i, f"the first {s.name} of the stretch above {self.p.max_ppl:.0e} that lasts to the end")
+        h.point("values", s, len(s) - 1, f"{s.name} from there on", indices=np.arange(i, len(s)))
+        return [h]
+
+
 # a metric that counts how varied the generated samples are: modes covered (the mixture-of-Gaussians
 # benchmark of Metz et al., "Unrolled GANs", https://arxiv.org/abs/1611.02163, section 3.1), distinct-n
 # (Li et al., https://arxiv.org/abs/1510.03055), or a diversity / unique-samples count
