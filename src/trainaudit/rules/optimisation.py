@@ -69,6 +69,10 @@ COMMON_SIZES = (*range(2, 21), 100, 200, 1000, 3000, 30522, 32000, 32768, 50257,
 SSL_SIZES = {3000: "SwAV's default number of prototypes"}
 
 
+# the update by which the loss of a classifier that learns has left ln(C), the loss of a uniform guess
+_LEAVES_UNIFORM_BY = 1000
+
+
 def uniform_size(x: np.ndarray, tol: float) -> int | None:
     """The common size C whose ln(C) every value of ``x`` sits at (relative ``tol``), or None."""
     if x.size == 0 or not np.all(np.isfinite(x)):
@@ -599,7 +603,8 @@ class NotLearning(Rule):
     evaluation at every step while the per-step loss moves), and a paste of ``short_points`` evaluations
     all within ``pinned_spread`` of one value does when the training loss is flat over them, or when they are
     the same to every printed digit and so is another metric of the same evaluations (an accuracy); so does a
-    loss (or validation loss) within ``near_tol`` (0.005) of ln(C) on all of its 6 or more points, C a
+    loss (or validation loss) within ``near_tol`` (0.005) of ln(C) on all of its 6 or more points (3 or more
+    when they run from the first tenth of the logged steps to update 1000 or later), C a
     class count up to ``max_classes`` (1000; a language model's first steps sit near ln(vocabulary)
     while warming up). A validation loss the same at all its evaluations (2 or more) at ln(C) within
     ``pinned_tol`` counts too when every accuracy the log prints sits at 1/C. With no loss in the log, an
@@ -937,7 +942,10 @@ class NotLearning(Rule):
             same = _still_tail(x, self.p.pinned_spread)
             # a classifier's loss at ln(C), moving only in its last digits, epoch after epoch; the
             # validation loss shows it as well when the training loss still drifts down to ln(C)
-            near = uniform_size(x, self.p.near_tol) if len(x) >= 2 * k else None
+            # (fewer points do, when they run from the first tenth of the steps to past the first thousand
+            # updates: a classifier that learns leaves ln(C) within its first few hundred)
+            spans = int(s.steps[0]) <= 0.1 * int(s.steps[-1]) and int(s.steps[-1]) >= _LEAVES_UNIFORM_BY
+            near = uniform_size(x, self.p.near_tol) if len(x) >= 2 * k or spans else None
             if near is None and (v := ctx.series("val_loss", finite=True, min_points=2 * k)) is not None:
                 near = uniform_size(v.values, self.p.near_tol)
                 s, x = (v, v.values) if near is not None else (s, x)
