@@ -187,8 +187,6 @@ KNOWN_LOUD: dict[str, tuple[str, ...]] = {
     # step time that grows by design: a batch-size schedule, batches sorted by utterance length in each epoch
     "corpus/logs/pytorch-loop-KellerJordan-modded-nanogpt-fp8downproj-baseline-batch-schedule/log.txt": ("TA406",),
     "corpus/logs/pytorch-loop-SeanNaren-deepspeech.pytorch-127/log.txt": ("TA406",),
-    # spaCy's NER demo memorises its five examples: a loss of exactly 0 is what that example shows
-    "corpus/logs/spacy-explosion-spaCy-examples-ner-demo/log.txt": ("TA203",),
     # a wav2vec2 CTC fine-tune whose evaluation loss is inf throughout (utterances shorter than their
     # transcripts) while its WER improves: the model card's run is labelled healthy, the inf is real
     "corpus/logs/hf-transformers-Wenxin-Jiang-CS577-NLP-ai-project-wav2vec2-large-xls-r-300m-vi-25p/log.txt": ("TA101",),

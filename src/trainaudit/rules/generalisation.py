@@ -498,7 +498,8 @@ class NoBoxes(Rule):
 
 class LabelsUnmatched(Rule):
     """Detects labels that stop matching their inputs mid-run: the training loss jumps ``jump`` (2) times
-    or more above its level (the median of the ``level`` points before) in one logged interval, overshoots
+    or more above its level (the median of the ``level`` points before), or above where it started, in one
+    logged interval, overshoots
     where it started, then comes back down to where it started (the highest of its first 3 points: a log's
     first point may come after some learning; within ``home``) and settles there, flat (the relative median
     absolute deviation of the last half after the jump at most ``flat``), with the learning rate unchanged
@@ -564,7 +565,9 @@ class LabelsUnmatched(Rule):
         over = 3 + int(above[0])
         js = np.arange(max(over - 2, max(5, self.p.level // 2)), min(over, n - self.p.min_after) + 1, dtype=np.intp)
         for j, pre in zip(js.tolist(), trailing_median_mad_upto(x, self.p.level, js)[0].tolist()):
-            if pre <= 0 or float(x[j]) < self.p.jump * pre:
+            # (or less, when it lands above where it started: a language model's loss starts at its unigram
+            # entropy, less than twice where it had got to)
+            if pre <= 0 or float(x[j]) < min(self.p.jump * pre, start):
                 continue
             tail = x[j + (n - j) // 2:]
             late = float(np.median(tail))

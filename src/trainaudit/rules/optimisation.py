@@ -1082,6 +1082,19 @@ def _gradients_flow(ctx: Context, steps: np.ndarray, at_least: int) -> bool:
     return at.size >= at_least and bool(np.all(np.isfinite(at) & (at > 0)))
 
 
+def _fell_below_print(x: np.ndarray, i: int) -> bool:
+    """Whether the zeros from ``x[i]`` on are a small loss printed to two decimals or fewer ("0.00" in spaCy's
+    training table): every value a whole number of hundredths, and the loss came down to them, the point
+    before the first zero at half its highest before it or less, that highest 1 or more. Such a zero is a
+    loss below 0.005, which a model fitting a small training set reaches; a loss cut to 0 by masking drops
+    there from where it was."""
+    f = x[np.isfinite(x)]
+    if i < 2 or not f.size or not bool(np.all(np.abs(f * 100 - np.round(f * 100)) < 1e-6)):
+        return False
+    top = float(np.max(x[:i]))
+    return top >= 1.0 and float(x[i - 1]) <= 0.5 * top
+
+
 class ZeroLossOrGrad(Rule):
     """Detects a training loss or gradient norm that is exactly 0 for several logged steps.
 
@@ -1096,7 +1109,8 @@ class ZeroLossOrGrad(Rule):
 
     A loss of exactly 0 while the gradient norm logged at the same steps is finite and non-zero is
     a loss whose value is 0 by construction (a policy-gradient surrogate such as TRL's GRPO loss):
-    gradients flow, nothing is masked out.
+    gradients flow, nothing is masked out. Nor is a loss printed to two decimals that came down to "0.00"
+    (below 0.005: a small training set fitted), rather than dropping there at once.
 
     Thresholds: ``min_run`` consecutive exact zeros (3).
     """
@@ -1130,7 +1144,7 @@ class ZeroLossOrGrad(Rule):
             if idx.size == 0:
                 continue
             i = int(idx[0])
-            if role == "loss" and _gradients_flow(ctx, s.steps[z], k):
+            if role == "loss" and (_gradients_flow(ctx, s.steps[z], k) or _fell_below_print(s.values, i)):
                 continue
             h = self.hit(f"{s.name} is exactly 0 from step {int(s.steps[i])} ({int(z.sum())} of {len(s)} logged values)",
                          0.85, metric=s.name, first_bad_step=int(s.steps[i]), last_step=int(s.steps[np.flatnonzero(z)[-1]]))
