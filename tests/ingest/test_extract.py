@@ -490,6 +490,13 @@ def test_a_line_under_an_evaluation_heading_holds_the_evaluations_metrics(tmp_pa
     run = read(tmp_path, head("pytorch-loop-wangkuiyi-gotorch-265", 4))
     assert points(run, "Loss") == [(0, 0.139567), (1, 0.068877)]
     assert points(run, "val Average loss") == [(0, 0.2848), (1, 0.2322)]
+    # TensorFlow Estimator's evaluation summary, between its "loss = ..., step = N" training lines
+    run = read(tmp_path, ("INFO:tensorflow:loss = 2.9886985, step = 200 (0.283 sec)\n"
+                          "INFO:tensorflow:Saving dict for global step 200: accuracy = 0.3725, global_step = 200, "
+                          "loss = 3.187702\n"
+                          "INFO:tensorflow:loss = 2.2661626, step = 300 (0.215 sec)\n"))
+    assert points(run, "loss") == [(200, 2.9886985), (300, 2.2661626)]
+    assert points(run, "val loss") == [(200, 3.187702)] and points(run, "val accuracy") == [(200, 0.3725)]
     # a key that is itself the evaluation's ("test Loss", "val_loss") is not renamed, nor is a step counter
     assert [(p.key, p.value) for p in parse_line_full("test Loss: 0.7038 Top-1 Acc: 77.4802").pairs] == \
         [("test Loss", 0.7038), ("val Top-1 Acc", 77.4802)]

@@ -139,3 +139,17 @@ def test_memory_printed_as_a_bare_mem_is_memory() -> None:
         assert find_roles(Run(series={"loss": _series("loss", 12), name: _series(name, 12)})).memory == [name]
     # a word that only holds "mem" is not memory
     assert find_roles(Run(series={"loss": _series("loss", 12), "member_count": _series("member_count", 12)})).memory == []
+
+
+def test_names_of_paddle_tensorflow_and_opennmt() -> None:
+    # PaddleDetection's "batch_cost: 0.0210 data_cost: 0.0191": the time the step waited for its batch
+    roles = find_roles(Run(series={n: _series(n, 5) for n in ("batch_cost", "data_cost")})).names
+    assert (roles["step_time"], roles["data_time"]) == ("batch_cost", "data_cost")
+    # TensorFlow's StepCounterHook "global_step/sec: 81.2": steps per second
+    assert find_roles(Run(series={"global_step/sec": _series("global_step/sec", 5)})).names["throughput"] \
+        == "global_step/sec"
+    # OpenNMT-py prints a validation perplexity and no validation loss; a validation loss takes the role first
+    ppl = {"xent": _series("xent", 5), "Validation perplexity": _series("Validation perplexity", 5)}
+    roles = find_roles(Run(series=ppl)).names
+    assert roles["val_ppl"] == "Validation perplexity" and "val_loss" not in roles
+    assert "val_ppl" not in find_roles(Run(series={"Train perplexity": _series("Train perplexity", 5)})).names

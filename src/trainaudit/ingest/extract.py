@@ -274,6 +274,7 @@ def _tokens(body: str) -> Iterator[tuple[str, str, str]]:
 # itself starts with the word ("val_loss: 0.5", "test 0.91") is read as it is
 _EVAL_WORDS = r"(?:" + "|".join(("validating", "validate", "evaluating", "evaluate", *EVAL_NAMES)) + ")"
 _EVAL_TOPIC_RE = re.compile(r"\W{0,4}" + _EVAL_WORDS + r"(?![\w.@/-])(?! ?[:=]? ?[-+]?\.?\d)", re.I)
+_ESTIMATOR_EVAL = "Saving dict for global step "
 _EVAL_KEY_RE = re.compile(r"(?:^|[\s_/.-])" + _EVAL_WORDS + r"(?:$|[\s_/.-])", re.I)
 # "Train 95, loss: 1.40, train acc: 0.95" / "Test 95, loss: 1.43, test acc: 0.93": the phase, then the
 # epoch (the training scripts of https://github.com/antao97/dgcnn.pytorch)
@@ -390,7 +391,9 @@ def parse_line_full(text: str, asked: list[int] | None = None) -> Parsed:
     pipe_key: list[str] = []  # "| mean_reward | -157 |": the cell before the value
     head = body[:body.find(":")] if ":" in body else ""
     topic_mem = bool(head) and ("memory" in head.lower() or head.lower().startswith("mem "))
-    topic_eval = _EVAL_TOPIC_RE.match(body) is not None
+    # (or TensorFlow Estimator's evaluation summary, "Saving dict for global step 200: accuracy = 0.41, loss =
+    # 2.77", which estimator.py logs after each evaluation)
+    topic_eval = _EVAL_TOPIC_RE.match(body) is not None or body.startswith(_ESTIMATOR_EVAL)
     topic_loss = _LOSS_HEAD_RE.search(body) is not None
     has_number = False
     while i < n:

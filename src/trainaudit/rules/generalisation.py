@@ -54,6 +54,14 @@ def _scores_best_at_end(run: Run, v: Series) -> bool:
     return False
 
 
+def _log_of(p: Series | None) -> Series | None:
+    """A validation loss from a validation perplexity (its exp): ln of it, under the name ``ln <name>``, where
+    every value is positive."""
+    if p is None or not len(p) or float(np.min(p.values)) <= 0:
+        return None
+    return Series(f"ln {p.name}", p.steps, np.log(p.values), p.lines, p.src)
+
+
 def _stopped_early(ctx: Context) -> bool:
     """An early-stopping callback ended the run because the validation metric stopped improving: the climb
     after the minimum is what the callback waits out (its patience) before it stops, not a run left to
@@ -146,6 +154,8 @@ class Overfitting(Rule):
 
     def check(self, ctx: Context) -> list[Hit]:
         v = ctx.series("val_loss", finite=True)
+        if v is None:
+            v = _log_of(ctx.series("val_ppl", finite=True))
         t = ctx.series("loss", finite=True)
         if v is None or len(v) < 2 or _stopped_early(ctx):
             return []

@@ -79,6 +79,10 @@ _EXACT: dict[str, list[str]] = {
              "mse", "train_mse", "mean_squared_error"],
     "val_loss": ["val_loss", "valid_loss", "validation_loss", "eval_loss", "val_lm_loss", "lm_loss_validation",
                  "validation_lm_loss", "val_loss_epoch", "test_loss", "dev_loss", "eval_lm_loss", "tel"],
+    # a validation perplexity, exp of the validation loss, in logs that print no validation loss (OpenNMT-py's
+    # "Validation perplexity: 13.9", Sockeye's perplexity-val)
+    "val_ppl": ["valid_ppl", "val_ppl", "validation_perplexity", "val_perplexity", "valid_perplexity", "eval_ppl",
+                "eval_perplexity", "dev_ppl", "dev_perplexity", "perplexity_val"],
     "grad_norm": ["grad_norm", "gnorm", "train_grad_norm", "global_grad_norm", "grad_norm_total",
                   "grad_norm_2_0_norm_total", "gradient_norm", "train_gnorm", "total_grad_norm"],
     "lr": ["learning_rate", "lr", "train_learning_rate", "train_lr", "lr_adam", "lr_adamw", "lr_sgd", "lr_0"],
@@ -90,11 +94,13 @@ _EXACT: dict[str, list[str]] = {
                   "sec_step", "s_step", "s_it", "sec_it", "s_iter", "sec_iter", "ms_it", "ms_iter", "ms_step", "per_step_time", "batch_cost",
                   "avg_batch_cost", "ms_batch", "time", "dt"],
     "data_time": ["data_time", "data", "data_wait", "data_wait_time", "dataloader_time", "data_loading_time",
-                  "data_ms", "time_data", "load_time", "reader_cost", "avg_reader_cost"],
+                  "data_ms", "time_data", "load_time", "reader_cost", "avg_reader_cost", "data_cost", "avg_data_cost"],
     "throughput": ["throughput_per_gpu_(tflop_s_gpu)", "tokens_per_sec", "tokens_per_second", "tps", "wps",
                    "samples_per_sec", "samples_per_second", "train_samples_per_second", "currsamplespersec",
                    "samplespersec", "throughput", "tflops", "mfu", "it_s", "it_sec", "iter_s", "its_s", "speed",
-                   "samples_s", "samples_sec", "tok_s", "tokens_s", "img_s", "images_sec", "ips", "steps_s"],
+                   "samples_s", "samples_sec", "tok_s", "tokens_s", "img_s", "images_sec", "ips", "steps_s",
+                   # TensorFlow's StepCounterHook: "global_step/sec: 81.2"
+                   "global_step_sec"],
     "memory": ["mem_allocated_bytes", "memory_allocated", "cuda_gb_allocated", "memallocated", "mem_allocated",
                "gpu_memory", "memory", "max_memory_allocated", "mem_max_allocated_bytes", "memory_reserved",
                "cuda_gb_reserved", "maxmemallocated", "gpu_mem", "rss_mb", "rss", "host_rss_mb", "rss_gb", "mem",
@@ -125,6 +131,8 @@ def _keyword(role: str, n: str) -> bool:
                 and "scale" not in n and "balanc" not in n and "aux" not in n)
     if role == "val_loss":  # "entropy": Marian's validation "cross-entropy", as the training loss's role reads it
         return ("loss" in n or "entropy" in n or error) and is_val
+    if role == "val_ppl":
+        return ("ppl" in n.split("_") or "perplexity" in n) and is_val
     if role == "grad_norm":
         return ("grad" in n and "norm" in n) and not is_val
     if role == "lr":
