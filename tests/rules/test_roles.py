@@ -153,3 +153,10 @@ def test_names_of_paddle_tensorflow_and_opennmt() -> None:
     roles = find_roles(Run(series=ppl)).names
     assert roles["val_ppl"] == "Validation perplexity" and "val_loss" not in roles
     assert "val_ppl" not in find_roles(Run(series={"Train perplexity": _series("Train perplexity", 5)})).names
+
+
+def test_scores_of_the_models_answers() -> None:
+    from trainaudit.series.roles import score
+
+    assert all(score(n) for n in ("val_acc", "eval/f1", "val ENTS_F", "val CATS_SCORE", "val SCORE", "metrics/mAP_0.5", "top1"))
+    assert not any(score(n) for n in ("val_loss", "LOSS NER", "f_measure_time", "scorer_loss", "val ppl"))

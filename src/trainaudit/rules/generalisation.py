@@ -13,7 +13,7 @@ from trainaudit.answer.schema import Category, Severity
 from trainaudit.model import EventKind, Run, Series
 from trainaudit.rules.base import Context, Grid, Guidance, Hit, Rule, Thresholds
 from trainaudit.rules.optimisation import accuracies, lr_moved
-from trainaudit.series.roles import norm, same_quantity, validation
+from trainaudit.series.roles import norm, same_quantity, score, validation
 from trainaudit.series.stats import kendall_tau, monotone_tail, rolling_median, trailing_median_mad_upto
 
 
@@ -37,15 +37,11 @@ def _still_more_accurate(ctx: Context, v: Series, rise: float, cut: float) -> bo
     return before > 0 and (before - end) / before >= cut
 
 
-# a validation score where higher is better: accuracy, ROUGE and BLEU (sequence generation), F1, mAP, AUC
-_SCORE = re.compile(r"acc|rouge|bleu|(?:^|_)f1(?:_|$)|(?:^|_)map(?:_|$)|(?:^|_)auc(?:_|$)|top1")
-
-
 def _scores_best_at_end(run: Run, v: Series) -> bool:
     """A validation score (accuracy, ROUGE, BLEU, F1...) evaluated at the validation loss's steps that
     improved and is at its best at the last of them: the checkpoint at the end is the best by that score."""
     for name, s in run.series.items():
-        if "@rank" in name or not validation(name) or not _SCORE.search(norm(name)):
+        if "@rank" in name or not validation(name) or not score(name):
             continue
         f = s.finite()
         a = f.values[np.isin(f.steps, v.steps)]

@@ -14,7 +14,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 from trainaudit.answer.schema import Category, Severity
 from trainaudit.model import STEP_TOTAL, EventKind, Series
 from trainaudit.rules.base import Context, Grid, Guidance, Hit, Role, Rule, Thresholds
-from trainaudit.series.roles import adversarial, norm, validation
+from trainaudit.series.roles import adversarial, norm, score, validation
 from trainaudit.series.stats import downsample, first_equal_row, first_sustained, kendall_tau, mad, monotone_tail, \
     rolling_median
 
@@ -598,7 +598,8 @@ class NotLearning(Rule):
     a loss equal to every printed digit (or within ``pinned_spread``) on its last ``short_points``
     points or more counts too (frozen weights), unless it is below ``frozen_floor`` (1e-3: a loss
     printed as 0.0000), and so, at any length, does a validation loss equal to every printed digit at its last ``short_points`` + 1
-    evaluations or more, half of them at least, printed with 3 significant digits or more (the evaluated weights do not change), when they are
+    evaluations or more, half of them at least, printed with 3 significant digits or more (the evaluated weights do not change;
+    with no validation loss, a validation score does, spaCy's "CATS_SCORE 44.27", unless it ends perfect or at 0), when they are
     more than a step apart or the training loss is flat too (a progress line repeats the last
     evaluation at every step while the per-step loss moves), and a paste of ``short_points`` evaluations
     all within ``pinned_spread`` of one value does when the training loss is flat over them, or when they are
@@ -738,7 +739,8 @@ class NotLearning(Rule):
         """The validation loss the same to every printed digit at its last ``short_points`` + 1
         evaluations or more (at least half of them): the evaluated weights do not change, whatever
         the training loss does (a fixed evaluation set gives a changed model another loss)."""
-        v = ctx.series("val_loss", finite=True, min_points=self.p.short_points)
+        v = ctx.series("val_loss", finite=True, min_points=self.p.short_points) or \
+            _validation_score(ctx, self.p.short_points)
         if v is None:
             return []
         x = v.values
@@ -773,7 +775,8 @@ class NotLearning(Rule):
         h.calc("median", f"median {v.name} over the identical evaluations", "median({flat})")
         if onset is not None:
             t, i = onset
-            h.point("onset", t, i, f"{t.name} first at the level it keeps over the identical evaluations")
+            h.point("onset", t, i, f"{t.name} at 0 from here" if t.name == ctx.roles.names.get("lr") else
+                    f"{t.name} first at the level it keeps over the identical evaluations")
         return [h]
 
     @staticmethod
@@ -785,7 +788,16 @@ class NotLearning(Rule):
         evaluation that closed the last moving epoch), step 0 being the loss before any update. ``None``:
         no such training loss, or one that still trends down over the identical evaluations (it does not
         show where anything stopped); the finding is at the second identical evaluation, where the
-        evaluations first repeat."""
+        evaluations first repeat. A learning rate at 0 from a step after that evaluation to the end places it
+        first."""
+        lo = v.steps[start - 1] if start > 0 else 0
+        # a learning rate that is 0 from a step in that span to the end says where, exactly
+        lr = ctx.series("lr", finite=True)
+        if lr is not None and len(lr) and float(lr.values[-1]) == 0.0:
+            moving = np.flatnonzero(lr.values != 0.0)
+            k = int(moving[-1]) + 1 if moving.size else 0
+            if lo < int(lr.steps[k]) <= int(v.steps[start]):
+                return lr, k
         t = ctx.series("loss", finite=True)
         if t is None:
             return None
@@ -794,7 +806,6 @@ class NotLearning(Rule):
             return None
         level = float(np.median(later))
         cut = level + 3 * 1.4826 * mad(later)
-        lo = v.steps[start - 1] if start > 0 else 0
         at = np.flatnonzero((t.steps > lo) & (t.steps <= v.steps[start + 1]) & (t.values <= cut))
         return (t, int(at[0])) if at.size else None
 
@@ -994,6 +1005,22 @@ _COARSE_REPEATS = 50
 def _coarse_every_step(s: Series, n: int) -> bool:
     """The last ``n`` points of ``s`` are one value of 3 significant digits or fewer, on consecutive steps."""
     return _printed_digits(float(s.values[-1])) <= 3 and bool(np.all(np.diff(s.steps[-n:]) <= 1))
+
+
+def _validation_score(ctx: Context, min_points: int) -> Series | None:
+    """With no validation loss, the first validation score (spaCy's "CATS_SCORE", an accuracy) of
+    ``min_points`` or more, printed with 3 significant digits or more at its end, neither perfect nor 0 there
+    (a score at its ceiling or floor repeats in a healthy run: a small development set fitted)."""
+    for name in sorted(ctx.run.series):
+        if "@rank" in name or not validation(name) or not score(name):
+            continue
+        f = ctx.run.series[name].finite()
+        if len(f) < min_points:
+            continue
+        last, top = float(f.values[-1]), (100.0 if float(np.max(f.values)) > 1.0 else 1.0)
+        if 0.0 < last < 0.999 * top and _printed_digits(last) >= 3:
+            return f
+    return None
 
 
 def _printed_digits(v: float) -> int:

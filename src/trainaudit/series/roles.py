@@ -49,6 +49,16 @@ def validation(name: str) -> bool:
     return bool(_VAL.search(norm(name)))
 
 
+# a score of the model's answers, higher is better: accuracy, ROUGE, BLEU, F1 (spaCy's "ENTS_F"), mAP, AUC,
+# top-1, or a score named so (spaCy's "SCORE", "CATS_SCORE")
+_SCORE = re.compile(r"acc|rouge|bleu|(?:^|_)f1(?:_|$)|_f$|(?:^|_)map(?:_|$)|(?:^|_)auc(?:_|$)|top1|(?:^|_)score(?:_|$)")
+
+
+def score(name: str) -> bool:
+    """Whether ``name`` is a score of the model's answers, higher being better (``val_acc``, ``eval/f1``)."""
+    return bool(_SCORE.search(norm(name)))
+
+
 # words of a metric's name that say which data set or how it was averaged, not which quantity it is
 _SET_WORDS = frozenset({*EVAL_NAMES, "train", "training", "trn", "epoch", "step", "avg", "mean", "running"})
 
