@@ -86,6 +86,8 @@ def test_generated_benchmark_lines(tmp_path: Path) -> None:
     ["'loss': '24.061707', 'step': '7'", "'loss': '14.061707', 'step': '8'"],  # quoted numbers
     ["  10     2.5", "  20     2.5", "  30     3.5"],  # bare rows with equal values
     ["[  0]     240 || B: 4.553", "[  1]     250 || B: 4.553", "[  2]     260 || B: 4.553"],
+    # timm's rate "825.70/s", integral or not: a rate, never an "N/M" counter
+    ["Time: 2.100s,  825.70/s  LR: 1.0e-05", "Time: 2.008s,  199.00/s  LR: 1.0e-05"],
 ])
 def test_value_branches(lines: list[str]) -> None:
     cache = ShapeCache()

@@ -542,8 +542,9 @@ def parse_line_full(text: str, asked: list[int] | None = None) -> Parsed:
                 last = Pair("batch", v)  # "Epoch: [163][50]": the iteration inside the epoch
                 out.pairs.append(last)
                 continue
-            if _next_is(toks, i, "/") and math.isfinite(v) and v == int(v) and v >= 0:
+            if _next_is(toks, i, "/") and _over_number(toks, i) and math.isfinite(v) and v == int(v) and v >= 0:
                 # a bare "N/M" counter: the batch of an epoch ("Epoch: [0][14/5005]") or a position
+                # (not a rate: timm's "199.00/s" is a bare number whatever its digits)
                 inner = "batch" if out.pairs and counter_rank(out.pairs[-1].key) == COUNTER_KEYS["epoch"] else "iter"
                 if len(out.pairs) == 1 and last is out.pairs[0] and last.value == int(last.value) \
                         and _after_bracketed_counter(toks, i - 1):
@@ -985,6 +986,13 @@ def _counter_in_parens(toks: list[tuple[str, str, str]], i: int) -> bool:
     """The tokens from index ``i`` (after an opening parenthesis) are "N/M)", a whole-number counter."""
     got = _sequence(toks, i, ("num", "/", "num", ")"), 1)
     return got is not None and all(toks[j][1].isdigit() and not toks[j][2] for j in (got[0], got[2]))
+
+
+def _over_number(toks: list[tuple[str, str, str]], i: int) -> bool:
+    """Whether the "/" at ``i`` or after the spaces there is followed by a number ("14/5005", not "199.00/s")."""
+    while i < len(toks) and toks[i][0] == "space":
+        i += 1
+    return _next_number(toks, i + 1)
 
 
 def _next_number(toks: list[tuple[str, str, str]], i: int) -> bool:
