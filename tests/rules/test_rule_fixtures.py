@@ -183,7 +183,7 @@ KNOWN_LOUD: dict[str, tuple[str, ...]] = {
     "corpus/logs/paddle-PaddlePaddle-PaddleClas-3203/log.txt": ("TA201",),
     # a DQN's TD loss and environment fps move when learning starts (value targets grow with the return); its
     # 8th point stands 17x above the 7 before it and comes back
-    "corpus/logs/stable-baselines3-ZeshiWu-ML-capstone-project-dqn-breakout-lr5e-4/log.txt": ("TA102", "TA201", "TA406"),
+    "corpus/logs/stable-baselines3-ZeshiWu-ML-capstone-project-dqn-breakout-lr5e-4/log.txt": ("TA102", "TA406"),
     # step time that grows by design: a batch-size schedule, batches sorted by utterance length in each epoch
     "corpus/logs/pytorch-loop-KellerJordan-modded-nanogpt-fp8downproj-baseline-batch-schedule/log.txt": ("TA406",),
     "corpus/logs/pytorch-loop-SeanNaren-deepspeech.pytorch-127/log.txt": ("TA406",),

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from trainaudit.ingest import load_run
 from trainaudit.rules import run_rules
+from trainaudit.series.roles import find_roles
 
 
 def _hits(tmp_path: Path, text: str) -> dict:
@@ -331,3 +332,26 @@ def test_a_flat_loss_while_the_accuracy_climbs_is_learning(tmp_path: Path) -> No
     # the same loss while the accuracy does not move: nothing is learnt
     flat = [f"Epoch {e}. Loss: {2626.0 - 4.5 * e:.4f}, Train_acc {0.1 + 0.001 * (e % 2):.4f}\n" for e in range(12)]
     assert _hits(tmp_path, "".join(flat))["TA202"].first_bad_step == 1
+
+
+def test_a_best_so_far_tracker_that_starts_at_inf_is_no_nan(tmp_path: Path) -> None:
+    # icefall prints its params at the start: best_train_loss and best_valid_loss are inf until evaluated
+    head = "{'best_train_loss': inf, 'best_valid_loss': inf, 'batch_idx_train': 0, 'log_interval': 50}\n"
+    body = "".join(f"Epoch 1, batch {50 * i}, loss[loss={1.0 - 0.02 * i:.3f}], lr: 1.0e-03\n" for i in range(1, 13))
+    assert "TA101" not in _hits(tmp_path, head + body)
+    # the tracker is read as the validation loss there: a NaN after its start is one
+    run, _ = load_run([str(tmp_path / "train.log")])
+    assert find_roles(run).names["val_loss"] == "best_valid_loss"
+    later = "Epoch 1, validation: best_valid_loss=nan\n"
+    assert "TA101" in _hits(tmp_path, head + body + later)
+
+
+def _rl_log(rewards: list[float]) -> str:
+    losses = [20.0 + 2.0 * i for i in range(len(rewards))]
+    return "".join(f"step {2048 * (i + 1)} loss {v:.2f} ep_rew_mean {r:.1f}\n"
+                   for i, (v, r) in enumerate(zip(losses, rewards, strict=True)))
+
+
+def test_a_value_loss_that_grows_with_the_return_is_no_divergence(tmp_path: Path) -> None:
+    assert "TA201" not in _hits(tmp_path, _rl_log([22.0 + 15.0 * i for i in range(15)]))  # the return climbs
+    assert "TA201" in _hits(tmp_path, _rl_log([22.0 + (i % 2) for i in range(15)]))  # the return does not

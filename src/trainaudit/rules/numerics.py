@@ -45,6 +45,9 @@ class NonFiniteMetric(Rule):
     tenth of them at most, a finite norm after them, the loss finite throughout) is fp16's dynamic loss scaler skipping an
     update, not a NaN in the weights.
 
+    A best-so-far tracker (``best_valid_loss``) starts at +Inf by construction (icefall prints it so in
+    its parameters before the first evaluation): its leading infinities are not values.
+
     Thresholds: ``min_nonfinite`` non-finite values needed (default 1).
     """
 
@@ -114,6 +117,9 @@ class NonFiniteMetric(Rule):
     def _series_hit(self, ctx: Context, role: str, s: Series, named: int | None, checks: list[Event]) -> Hit | None:
         """The finding on ``s`` (playing ``role``) when it holds non-finite values."""
         bad = np.flatnonzero(~np.isfinite(s.values))
+        if _BEST_SO_FAR.search(norm(s.name)):
+            start = np.flatnonzero(~np.isinf(s.values))  # its leading infinities are the tracker's start, not values
+            bad = bad[bad >= (int(start[0]) if start.size else len(s))]
         if bad.size < self.p.min_nonfinite:
             return None
         if role == "grad_norm" and (_skipped_updates(s, bad, ctx.series("loss")) or
@@ -163,6 +169,12 @@ class NonFiniteMetric(Rule):
         if missing:
             h.ev("missing", missing[0], "log line without the loss field")
         return h
+
+
+# a best-so-far tracker ("best_valid_loss"): it starts at +-inf by construction (icefall's get_params():
+# best_train_loss=float("inf"); Keras' ModelCheckpoint and EarlyStopping: best = np.inf), which its first
+# logged values show before any evaluation has run
+_BEST_SO_FAR = re.compile(r"(?:^|_)best(?:_|$)")
 
 
 def _dumped_by_check(ctx: Context, s: Series, i: int, checks: list[Event]) -> Event | None:

@@ -73,6 +73,28 @@ SSL_SIZES = {3000: "SwAV's default number of prototypes"}
 _LEAVES_UNIFORM_BY = 1000
 
 
+# the mean return of a reinforcement-learning run's episodes: Stable-Baselines3's rollout/ep_rew_mean, RLlib's
+# episode_reward_mean, a loop's "reward" or "return"
+_RETURN = re.compile(r"(?:^|_)(?:ep_rew_mean|episode_reward(?:_mean)?|mean_reward|reward|return|ep_ret(?:urn)?)(?:_|$)")
+
+
+def _return_grows(ctx: Context, at: int | None) -> bool:
+    """Whether the run's episode return trends up (Kendall's tau 0.5 or more, 3 points or more) from step
+    ``at`` on and ends above where it was there: a value or TD loss is the error on returns, and grows with
+    them while the policy improves (Stable-Baselines3's PPO train/loss as ep_rew_mean climbs)."""
+    if at is None:
+        return False
+    for name, series in ctx.run.series.items():
+        if "@rank" in name or validation(name) or not _RETURN.search(norm(name)):
+            continue
+        f = series.finite()
+        r = f.values[f.steps >= at]
+        before = f.values[f.steps <= at]
+        if r.size >= 3 and kendall_tau(r) >= 0.5 and before.size and float(r[-1]) > float(before[-1]):
+            return True
+    return False
+
+
 def uniform_size(x: np.ndarray, tol: float) -> int | None:
     """The common size C whose ln(C) every value of ``x`` sits at (relative ``tol``), or None."""
     if x.size == 0 or not np.all(np.isfinite(x)):
@@ -147,6 +169,8 @@ class Divergence(Rule):
     must also be this fraction of the improvement made so far (0.25; avoids flagging relative
     noise of a loss near 0), ``sustain`` fraction of later points that stay up (0.8),
     ``short_rise`` (1.5).
+    In a reinforcement-learning run, a loss that rises while the episode return climbs from the same step
+    on is a value or TD loss growing with the returns it fits, not a divergence.
     """
 
     id = "TA201"
@@ -208,6 +232,8 @@ class Divergence(Rule):
         else:
             # a jump in the last few points is too short for the smoothed test: only a clear one (3x) counts
             hits = self._long(s) or ([] if to_nan else self._short(s, rise=2 * self.p.short_rise) or self._steady(s, ctx))
+        if hits and _return_grows(ctx, hits[0].first_bad_step):
+            return []
         return self._validation_first(ctx, hits) or self._other_runaway(ctx, s.name)
 
     def _other_runaway(self, ctx: Context, primary: str) -> list[Hit]:

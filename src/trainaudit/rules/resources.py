@@ -1161,9 +1161,11 @@ _FETCHING = ("torch/utils/data/_utils/fetch.py", "torch/utils/data/_utils/collat
 # what such an exception says when one record does not fit the others or cannot be decoded: a tensor's
 # view or stack over a record of the wrong length (torch's "shape '[64]' is invalid for input of size 10",
 # "stack expects each tensor to be equal size"), a ragged list made a tensor ("expected sequence of length
-# 32 at dim 1 (got 19)"), an image PIL cannot read ("cannot identify image file", "image file is truncated")
+# 32 at dim 1 (got 19)"), bytes cut short of a whole array (numpy.frombuffer's "buffer size must be a
+# multiple of element size"), an image PIL cannot read ("cannot identify image file", "image file is truncated")
 _BAD_RECORD = re.compile(r"is invalid for input of size \d|stack expects each tensor to be equal size|expected sequence "
-                         r"of length \d+ at dim \d+ \(got \d+\)|cannot identify image file|image file is truncated")
+                         r"of length \d+ at dim \d+ \(got \d+\)|buffer size must be a multiple of element size|"
+                         r"cannot identify image file|image file is truncated")
 
 
 def _bad_record(tb: Event) -> bool:
