@@ -195,9 +195,6 @@ KNOWN_LOUD: dict[str, tuple[str, ...]] = {
     # Flair's released NER model: its test loss rises 42 % from epoch 4 while F1 keeps improving (a fine-tune
     # growing confident), more than TA301 lets a still-improving score excuse
     "corpus/logs/flair-ner-ml-models-flair-ner-english-large/loss.tsv": ("TA301",),
-    # a converged PaddleDetection run whose data_cost is 86 % of every step: data-bound, and labelled healthy by
-    # its model's quality
-    "corpus/logs/paddle-NQ-lovecpp-paddle_detection_mouse-yolov3-tail/log.txt": ("TA411",),
 }
 
 

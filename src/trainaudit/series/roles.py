@@ -104,7 +104,7 @@ _EXACT: dict[str, list[str]] = {
                   "sec_step", "s_step", "s_it", "sec_it", "s_iter", "sec_iter", "ms_it", "ms_iter", "ms_step", "per_step_time", "batch_cost",
                   "avg_batch_cost", "ms_batch", "time", "dt"],
     "data_time": ["data_time", "data", "data_wait", "data_wait_time", "dataloader_time", "data_loading_time",
-                  "data_ms", "time_data", "load_time", "reader_cost", "avg_reader_cost", "data_cost", "avg_data_cost"],
+                  "data_ms", "time_data", "load_time", "reader_cost", "avg_reader_cost"],
     "throughput": ["throughput_per_gpu_(tflop_s_gpu)", "tokens_per_sec", "tokens_per_second", "tps", "wps",
                    "samples_per_sec", "samples_per_second", "train_samples_per_second", "currsamplespersec",
                    "samplespersec", "throughput", "tflops", "mfu", "it_s", "it_sec", "iter_s", "its_s", "speed",
