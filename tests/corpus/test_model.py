@@ -22,18 +22,20 @@ DOC = Path(__file__).resolve().parents[2] / "docs" / "accuracy.md"
 # without running trainaudit on them; the false alarms went from 7 of 330 healthy to 11 of 423, 18 of 486, 13 of
 # 521, 14 of 545, 14 of 569, 12 of 589, 12 of 641, 12 of 684, 12 of 686, 12 of 691 and 11 of 691, 1.6 %: the new healthy logs a rule still fires on
 # are pinned in tests/rules/test_rule_fixtures.py); maskrcnn-benchmark#1347, a NaN that comes with the loss's climb, is
-# called divergence or nan_inf as the folds' models move: the floor is one below today's 1239
-OOS_TOP1_FLOOR = 1238
-OOS_FIRST_BAD_STEP_FLOOR = 393
+# called divergence or nan_inf as the folds' models move: the floor is one below today's 1249
+OOS_TOP1_FLOOR = 1248
+OOS_FIRST_BAD_STEP_FLOOR = 396
 OOS_FALSE_ALARMS_CEILING = 11
-# out of sample on the real framework runs (tests/corpus/runs), grouped by family: 664 runs, 315 of them from
-# independent generators (answered before they joined: 253 of 315 right, 145 of 216 first bad steps, against
+# out of sample on the real framework runs (tests/corpus/runs), grouped by family: 700 runs, 351 of them from
+# independent generators (answered before they joined: 277 of 351 right, 153 of 235 first bad steps, against
 # today's labels; two B56 runs were relabelled from their logs since, tests/corpus/README.md). The third false alarm
 # came with B58: log-healthy-flat-s35, meant healthy, whose validation loss ends 15% above its best over its
-# last two evaluations while the training loss falls (the label was left as the generator set it)
-OOS_RUNS_TOP1_FLOOR = 631
-OOS_RUNS_FIRST_BAD_STEP_FLOOR = 409
-OOS_RUNS_FALSE_ALARMS_CEILING = 3
+# last two evaluations while the training loss falls (the label was left as the generator set it). The fourth came
+# with B64: nlp-flair-healthy-noisy-smallbatch, meant healthy, whose samples/sec falls to 79% of its level for its
+# last 27 points (the generator's machine was busy; the slowdown is in the log)
+OOS_RUNS_TOP1_FLOOR = 664
+OOS_RUNS_FIRST_BAD_STEP_FLOOR = 425
+OOS_RUNS_FALSE_ALARMS_CEILING = 4
 # of the answers at confidence 0.8 or more (pasted logs and framework runs), the share whose category is right
 CALIBRATION_FLOOR_PCT = 95
 

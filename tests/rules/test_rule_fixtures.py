@@ -187,9 +187,6 @@ KNOWN_LOUD: dict[str, tuple[str, ...]] = {
     # step time that grows by design: a batch-size schedule, batches sorted by utterance length in each epoch
     "corpus/logs/pytorch-loop-KellerJordan-modded-nanogpt-fp8downproj-baseline-batch-schedule/log.txt": ("TA406",),
     "corpus/logs/pytorch-loop-SeanNaren-deepspeech.pytorch-127/log.txt": ("TA406",),
-    # a wav2vec2 CTC fine-tune whose evaluation loss is inf throughout (utterances shorter than their
-    # transcripts) while its WER improves: the model card's run is labelled healthy, the inf is real
-    "corpus/logs/hf-transformers-Wenxin-Jiang-CS577-NLP-ai-project-wav2vec2-large-xls-r-300m-vi-25p/log.txt": ("TA101",),
     # RTM3D's maintainer log prints its box score under the name "loss": it rises as the model learns
     "corpus/logs/pytorch-loop-Banconxuan-RTM3D-8/log.txt": ("TA201",),
     # Flair's released NER model: its test loss rises 42 % from epoch 4 while F1 keeps improving (a fine-tune

@@ -45,6 +45,9 @@ class NonFiniteMetric(Rule):
     tenth of them at most, a finite norm after them, the loss finite throughout) is fp16's dynamic loss scaler skipping an
     update, not a NaN in the weights.
 
+    A validation loss at +Inf at every evaluation while a word or character error rate falls by a quarter
+    or more is CTC's loss on utterances too short for their transcripts: the model improves.
+
     A best-so-far tracker (``best_valid_loss``) starts at +Inf by construction (icefall prints it so in
     its parameters before the first evaluation): its leading infinities are not values.
 
@@ -117,6 +120,8 @@ class NonFiniteMetric(Rule):
     def _series_hit(self, ctx: Context, role: str, s: Series, named: int | None, checks: list[Event]) -> Hit | None:
         """The finding on ``s`` (playing ``role``) when it holds non-finite values."""
         bad = np.flatnonzero(~np.isfinite(s.values))
+        if role == "val_loss" and bool(np.all(np.isposinf(s.values))) and _error_rate_falls(ctx):
+            return None  # CTC's loss on an evaluation set holding utterances too short for their transcripts
         if _BEST_SO_FAR.search(norm(s.name)):
             start = np.flatnonzero(~np.isinf(s.values))  # its leading infinities are the tracker's start, not values
             bad = bad[bad >= (int(start[0]) if start.size else len(s))]
@@ -175,6 +180,23 @@ class NonFiniteMetric(Rule):
 # best_train_loss=float("inf"); Keras' ModelCheckpoint and EarlyStopping: best = np.inf), which its first
 # logged values show before any evaluation has run
 _BEST_SO_FAR = re.compile(r"(?:^|_)best(?:_|$)")
+
+
+# a word or character error rate (HF's "Wer", "eval_cer", ESPnet's "cer_ctc"): evaluated, lower is better
+_ERROR_RATE_NAME = re.compile(r"(?:^|_)(?:wer|cer)(?:_|$)")
+
+
+def _error_rate_falls(ctx: Context) -> bool:
+    """Whether a word or character error rate of 3 points or more ends a quarter or more below where it began:
+    the evaluated model improves. A validation loss at +Inf at every evaluation beside it is CTC's loss on
+    samples whose input is too short for their target (torch.nn.CTCLoss: "Infinite losses mainly occur when
+    the inputs are too short to be aligned to the targets"), not a model gone non-finite."""
+    for name, series in ctx.run.series.items():
+        f = series.finite()
+        if "@rank" not in name and _ERROR_RATE_NAME.search(norm(name)) and len(f) >= 3 and float(f.values[0]) > 0 \
+                and float(f.values[-1]) <= 0.75 * float(f.values[0]):
+            return True
+    return False
 
 
 def _dumped_by_check(ctx: Context, s: Series, i: int, checks: list[Event]) -> Event | None:
