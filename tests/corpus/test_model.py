@@ -22,10 +22,10 @@ DOC = Path(__file__).resolve().parents[2] / "docs" / "accuracy.md"
 # without running trainaudit on them; the false alarms went from 7 of 330 healthy to 11 of 423, 18 of 486, 13 of
 # 521, 14 of 545, 14 of 569, 12 of 589, 12 of 641, 12 of 684, 12 of 686, 12 of 691 and 11 of 691, 1.6 %: the new healthy logs a rule still fires on
 # are pinned in tests/rules/test_rule_fixtures.py); maskrcnn-benchmark#1347, a NaN that comes with the loss's climb, is
-# called divergence or nan_inf as the folds' models move: the floor is one below today's 1249
-OOS_TOP1_FLOOR = 1248
+# called divergence or nan_inf as the folds' models move: the floor is one below today's 1250
+OOS_TOP1_FLOOR = 1249
 OOS_FIRST_BAD_STEP_FLOOR = 396
-OOS_FALSE_ALARMS_CEILING = 11
+OOS_FALSE_ALARMS_CEILING = 10
 # out of sample on the real framework runs (tests/corpus/runs), grouped by family: 700 runs, 351 of them from
 # independent generators (answered before they joined: 277 of 351 right, 153 of 235 first bad steps, against
 # today's labels; two B56 runs were relabelled from their logs since, tests/corpus/README.md). The third false alarm

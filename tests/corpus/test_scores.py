@@ -24,9 +24,9 @@ DOC = Path(__file__).resolve().parents[2] / "docs" / "accuracy.md"
 # typed or transcribed rather than excerpted were left out); the counts are those of today's code on them
 # (their answers before any change are in tests/corpus/prospective.json), and docs/accuracy.md shows the
 # known false alarms and unread logs.
-TOP1_FLOOR = 1251
+TOP1_FLOOR = 1252
 FIRST_BAD_STEP_FLOOR = 398
-FALSE_ALARMS_CEILING = 11
+FALSE_ALARMS_CEILING = 10
 # (one of the four: a paste of bare printed loss tensors, 'tensor(nan, device=...)', with no name or counter)
 UNREAD_CEILING = 3
 
