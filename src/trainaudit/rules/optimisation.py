@@ -2088,21 +2088,19 @@ class RepresentationCollapse(Rule):
         if s is None:
             return []
         x = s.values
-        if not (float(x.min()) >= -1.0 - 1e-6 and float(x.max()) <= 0.0 and bool(np.all(x[-self.p.min_tail:] <= -1.0 + self.p.floor_margin))):
+        at_floor = bool(np.all(x[-self.p.min_tail:] <= -1.0 + self.p.floor_margin))
+        if not (float(x.min()) >= -1.0 - 1e-6 and float(x.max()) <= 0.0 and at_floor):
             return []
-        std = next((v for n, v in sorted(ctx.run.series.items()) if "@rank" not in n and _OUTPUT_STD.search(norm(n))
-                    and int(np.isfinite(v.values).sum()) >= 2), None)
-        if std is not None:
-            sv = std.finite()
-            if float(sv.values[-1]) >= float(sv.values[0]):
-                return []  # the outputs keep their spread: the views agree without collapsing
+        std = next((v.finite() for n, v in sorted(ctx.run.series.items()) if "@rank" not in n
+                    and _OUTPUT_STD.search(norm(n)) and int(np.isfinite(v.values).sum()) >= 2), None)
+        if std is not None and float(std.values[-1]) >= float(std.values[0]):
+            return []  # the outputs keep their spread: the views agree without collapsing
         i = int(np.argmax(x <= -1.0 + 5 * self.p.floor_margin))  # where the loss reached the floor's neighbourhood
         msg = (f"{s.name} ends at {float(x[-1]):.4g}, at the floor -1 of a negative cosine similarity on its last "
                f"{self.p.min_tail} logged points: the two views' outputs are the same vector")
         if std is not None:
-            sv = std.finite()
-            msg += (f", and {std.name} falls from {float(sv.values[0]):.3g} to {float(sv.values[-1]):.3g}: every input "
-                    "maps to one output (a collapsed Siamese network)")
+            msg += (f", and {std.name} falls from {float(std.values[0]):.3g} to {float(std.values[-1]):.3g}: every "
+                    "input maps to one output (a collapsed Siamese network)")
         else:
             msg += " (a collapsed Siamese network, or a task the model solved outright: log the output's std to tell)"
         h = self.hit(msg, 0.8 if std is not None else 0.5, metric=s.name, first_bad_step=int(s.steps[i]),
@@ -2110,6 +2108,5 @@ class RepresentationCollapse(Rule):
                      ["the per-dimension std of the l2-normalised output (SimSiam's collapse monitor)"])
         h.point("floor", s, len(s) - 1, f"{s.name} at the floor", indices=np.arange(i, len(s)))
         if std is not None:
-            sv = std.finite()
-            h.point("std", sv, len(sv) - 1, f"{std.name} over the run", indices=np.arange(len(sv)))
+            h.point("std", std, len(std) - 1, f"{std.name} over the run", indices=np.arange(len(std)))
         return [h]
